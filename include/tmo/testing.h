@@ -1,0 +1,39 @@
+/*
+ * tmo testing hooks: fault injection and allocation accounting.
+ *
+ * Every allocation and every thread creation inside the library goes through
+ * one hook, so tests can make the N-th one fail and check that the call
+ * returns a named error, leaks nothing and loses no accepted timer.
+ *
+ * Synchronization: set the hook while no engine call is in flight.
+ */
+#ifndef TMO_TESTING_H
+#define TMO_TESTING_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum tmo_fault_kind {
+	TMO_FAULT_ALLOC = 1,  /* malloc/calloc/realloc/aligned alloc */
+	TMO_FAULT_THREAD = 2, /* pthread_create */
+	TMO_FAULT_SYSRES = 3, /* other kernel resources (timer_create, ...) */
+};
+
+/* Return non-zero to make this allocation / thread creation fail. */
+typedef int tmo_fault_fn(enum tmo_fault_kind kind, void *ctx);
+
+/* Install (or, with NULL, remove) the fault hook. */
+void tmo_testing_set_fault(tmo_fault_fn *fn, void *ctx);
+
+/* Library allocations currently live (allocated and not yet freed), and
+ * total ever made: a leak check that works without a sanitizer. */
+int64_t tmo_testing_live_allocs(void);
+int64_t tmo_testing_total_allocs(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TMO_TESTING_H */

@@ -1,0 +1,266 @@
+/*
+ * tmo — interchangeable timeout engines behind one vtable.
+ *
+ * Overview
+ * --------
+ * An engine runs callback(timer, arg) once, on a thread the engine owns, no
+ * earlier than `timeout_ns` after tmo_arm() was called (CLOCK_MONOTONIC),
+ * unless tmo_cancel() prevents it first.  Every engine in the registry keeps
+ * the same contract; what an engine cannot keep it declares in its `caps`
+ * and the tests show it.
+ *
+ * The timer is intrusive and caller-owned: embed a struct tmo_timer in your
+ * own object and recover the object in the callback with tmo_container_of().
+ * Engines keep what they need inside the timer's opaque `tmo_private` words
+ * and never in its public fields.
+ *
+ * Errors: every function returns 0 (or a non-negative result) on success and
+ * a negative `enum tmo_error` on failure; tmo_strerror() names it.
+ *
+ * Synchronization table
+ * ---------------------
+ * Rows and columns are operations on ONE engine.  "same" means on the same
+ * timer, "other" on a different timer of that engine.
+ *
+ *                     | arm(other) | cancel(other) | arm(same) | cancel(same) | destroy
+ *   ------------------+------------+---------------+-----------+--------------+--------
+ *   arm               |    yes     |     yes       |    no[1]  |    no[1]     |  no
+ *   cancel            |    yes     |     yes       |    no[1]  |    yes[2]    |  no
+ *   inside callback   |    yes     |     yes       |    yes[3] |    yes[4]    |  no[5]
+ *   destroy           |    no      |     no        |    no     |    no        |  no
+ *
+ *   [1] The caller serializes arm and cancel of one timer; the engine reports
+ *       misuse it can see (TMO_EARMED) but does not promise to see it all.
+ *   [2] Concurrent cancels of one timer are allowed: exactly one of them
+ *       reports TMO_CANCEL_PREVENTED (or all report it fired).
+ *   [3] A callback may re-arm its own timer; a cancel racing with that from
+ *       another thread waits for the callback, then cancels the new arm.
+ *   [4] Cancel of its own timer from inside its callback returns at once
+ *       with TMO_CANCEL_SELF (it must not, and does not, wait for itself).
+ *   [5] Destroy from inside a callback of the same engine is undefined.
+ *
+ * Different engines are fully independent of each other.
+ *
+ * Guarantees (checked by tests/ and the harness scenarios)
+ * --------------------------------------------------------
+ *  1. Exactly once: for every arm that returned 0, either the callback runs
+ *     once, or exactly one cancel returns TMO_CANCEL_PREVENTED.
+ *  2. Never early: the callback never starts before arm-time + timeout.
+ *  3. Bounded lateness: `resolution_ns` is the engine's own granularity;
+ *     lateness is measured (expiry scenario), not assumed.
+ *  4. Order: deadlines further apart than the resolution fire in order.
+ *  5. Independence: cancelling one timer never affects another.
+ *  6. No retention: a cancelled timer's engine-side state is released within
+ *     a bounded time that does not grow with its timeout.
+ */
+#ifndef TMO_TMO_H
+#define TMO_TMO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- errors ------------------------------------------------------------ */
+
+enum tmo_error {
+	TMO_OK = 0,
+	TMO_EBADTIMEOUT = -1,  /* timeout negative or above TMO_TIMEOUT_MAX */
+	TMO_ENULLCB = -2,      /* callback is NULL */
+	TMO_ENULLTIMER = -3,   /* timer is NULL */
+	TMO_EARMED = -4,       /* arm of a timer that is already armed */
+	TMO_ENOTARMED = -5,    /* cancel of a timer that was never armed, or
+	                          whose arm another cancel already prevented */
+	TMO_EWRONGENGINE = -6, /* timer is armed on a different engine */
+	TMO_ENOMEM = -7,       /* out of memory */
+	TMO_EAGAIN = -8,       /* out of threads or kernel timers */
+	TMO_ENOENGINE = -9,    /* no engine of that name */
+	TMO_ENULLENGINE = -10, /* engine handle is NULL (never created, or
+	                          already destroyed through tmo_destroy) */
+	TMO_EINVAL = -11,      /* other invalid argument (config fields) */
+	TMO_ESYS = -12,        /* an unexpected system call failure */
+};
+
+/* Name of an error ("TMO_EBADTIMEOUT") and its meaning in words. */
+const char *tmo_strerror(int err);
+const char *tmo_errname(int err);
+
+/* ---- time ---------------------------------------------------------------- */
+
+#define TMO_NSEC_PER_SEC INT64_C(1000000000)
+#define TMO_NSEC_PER_MSEC INT64_C(1000000)
+#define TMO_NSEC_PER_USEC INT64_C(1000)
+/* The longest timeout accepted (about 146 years): deadlines computed as
+ * CLOCK_MONOTONIC + timeout cannot overflow int64_t. */
+#define TMO_TIMEOUT_MAX (INT64_C(1) << 62)
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+int64_t tmo_now_ns(void);
+
+/* ---- timers ------------------------------------------------------------ */
+
+struct tmo_timer;
+typedef void tmo_callback(struct tmo_timer *timer, void *arg);
+
+#define TMO_TIMER_PRIVATE_WORDS 6
+
+/* Caller-owned timer.  Initialise with TMO_TIMER_INIT or tmo_timer_init()
+ * (all-zero bytes are also a valid idle timer).  Between a successful arm and
+ * its resolution (callback returned, or a cancel returned) the caller must
+ * not free or move it. */
+struct tmo_timer {
+	tmo_callback *cb; /* written by arm; read-only for the caller */
+	void *arg;        /* written by arm; read-only for the caller */
+	/* Engine-private words: never touched by the caller. */
+	uint64_t tmo_private[TMO_TIMER_PRIVATE_WORDS];
+};
+
+#define TMO_TIMER_INIT {0, 0, {0}}
+void tmo_timer_init(struct tmo_timer *t);
+
+#define tmo_container_of(ptr, type, member) \
+	((type *)(void *)((char *)(ptr) - offsetof(type, member)))
+
+/* ---- engines ----------------------------------------------------------- */
+
+/* Capabilities: what an engine does beyond, or short of, the base contract. */
+enum tmo_cap {
+	/* arm and cancel never take a lock the timer thread holds while it runs
+	 * its loop (progress scenario: they proceed while the timer thread is
+	 * parked) */
+	TMO_CAP_LOCKFREE_ARM = 1u << 0,
+	/* arm and cancel make no system call unless a wake-up is needed */
+	TMO_CAP_NO_SYSCALL = 1u << 1,
+	/* arm and cancel do not allocate in the steady state */
+	TMO_CAP_NO_ALLOC = 1u << 2,
+	/* deadlines are grouped into buckets internally (wheel slots) */
+	TMO_CAP_BUCKETED = 1u << 3,
+	/* callbacks of one engine may run concurrently on several threads */
+	TMO_CAP_CONCURRENT_CALLBACKS = 1u << 4,
+	/* one OS thread per armed timer */
+	TMO_CAP_THREAD_PER_TIMER = 1u << 5,
+	/* the engine can be parked (tmo_park) at a hook inside its timer
+	 * thread's loop */
+	TMO_CAP_PARK = 1u << 6,
+};
+
+struct tmo_config {
+	/* Granularity for engines that have one (the wheel's tick).
+	 * 0 means the engine's default. */
+	int64_t resolution_ns;
+	/* Reserved, must be 0. */
+	uint32_t flags;
+};
+
+/* What the engine holds right now (retention and memory-plateau figures). */
+struct tmo_stats {
+	uint64_t pending;      /* armed, neither fired nor cancelled */
+	uint64_t held_nodes;   /* engine-side records alive, cancelled-but-not-
+	                          yet-released and free-list nodes included */
+	uint64_t held_bytes;   /* bytes the engine holds for timers (pools,
+	                          heaps, wheels, records), excluding its fixed
+	                          size at creation */
+	uint64_t threads;      /* threads the engine currently owns */
+	uint64_t fired;        /* callbacks run since create */
+	uint64_t cancelled;    /* cancels that prevented a callback */
+};
+
+struct tmo; /* an engine instance; its layout is private to the engine */
+
+/* Cancel's results (non-negative); errors are negative enum tmo_error. */
+enum tmo_cancel_result {
+	TMO_CANCEL_PREVENTED = 0, /* the callback will never run for this arm */
+	TMO_CANCEL_FIRED = 1,     /* the callback already ran and returned */
+	TMO_CANCEL_WAITED = 2,    /* the callback was running on another
+	                             thread; cancel waited until it returned */
+	TMO_CANCEL_SELF = 3,      /* called from inside this timer's own
+	                             callback: it is running, cancel returns at
+	                             once */
+};
+
+struct tmo_engine_ops {
+	const char *name;          /* "wheel" */
+	const char *summary;       /* one line: the design */
+	unsigned caps;             /* enum tmo_cap bits */
+	int64_t resolution_ns;     /* default resolution */
+
+	/* Create an engine; starts its threads.  Returns 0 and sets *out, or
+	 * TMO_EINVAL / TMO_ENOMEM / TMO_EAGAIN. */
+	int (*create)(const struct tmo_config *cfg, struct tmo **out);
+
+	/* Cancel every pending timer (no callback runs after destroy returns),
+	 * wait for a running callback, join every thread, free everything. */
+	void (*destroy)(struct tmo *self);
+
+	/* Schedule timer->cb(timer, arg) once, no earlier than timeout_ns from
+	 * now.  Returns 0, or TMO_EARMED, TMO_ENOMEM, TMO_EAGAIN.  After 0 the
+	 * timer is never lost: it fires or a cancel prevents it.  The op may
+	 * assume what tmo_arm() checks (timer and cb non-NULL, 0 <= timeout_ns
+	 * <= TMO_TIMEOUT_MAX); call ops through tmo_arm() unless you checked. */
+	int (*arm)(struct tmo *self, struct tmo_timer *timer, int64_t timeout_ns,
+	           tmo_callback *cb, void *arg);
+
+	/* Cancel.
+	 *
+	 * Synchronization: callable from any thread and from any callback.  The
+	 * caller must not hold a lock that the timer's callback takes (cancel
+	 * may wait for that callback).
+	 *
+	 * On return the engine holds no reference to @timer: it may be freed or
+	 * armed again at once (unless TMO_CANCEL_SELF: then the callback itself
+	 * is still running, and it owns the timer).
+	 *
+	 * Return:
+	 *  TMO_CANCEL_PREVENTED - the callback was pending and will never run;
+	 *  TMO_CANCEL_FIRED     - the callback already ran and has returned;
+	 *  TMO_CANCEL_WAITED    - the callback was running on another thread;
+	 *                         cancel returned only after it returned;
+	 *  TMO_CANCEL_SELF      - called from inside that callback;
+	 *  TMO_ENULLTIMER, TMO_ENOTARMED, TMO_EWRONGENGINE on bad input.
+	 */
+	int (*cancel)(struct tmo *self, struct tmo_timer *timer);
+
+	/* Fill *out with what the engine holds now.  Returns 0. */
+	int (*stats)(struct tmo *self, struct tmo_stats *out);
+
+	/* Test hook (progress scenario, TMO_CAP_PARK): with on != 0, make the
+	 * timer thread(s) stop at a hook inside their loop, holding whatever
+	 * they hold there, and return once parked; on == 0 releases them.
+	 * Engines without one timer thread return TMO_EINVAL. */
+	int (*park)(struct tmo *self, int on);
+};
+
+/* Every struct tmo starts with this header (engines embed it first). */
+struct tmo_base {
+	const struct tmo_engine_ops *ops;
+};
+
+/* ---- registry and the checked public entry points ----------------------- */
+
+/* NULL-terminated table of every engine built into this library. */
+const struct tmo_engine_ops *const *tmo_engines(void);
+/* Engine ops by name, or NULL. */
+const struct tmo_engine_ops *tmo_engine_find(const char *name);
+
+/* Create an engine by name (cfg may be NULL).  TMO_ENOENGINE if unknown. */
+int tmo_create(const char *name, const struct tmo_config *cfg, struct tmo **out);
+int tmo_create_ops(const struct tmo_engine_ops *ops, const struct tmo_config *cfg,
+                   struct tmo **out);
+/* Destroy *engine and set it to NULL.  TMO_ENULLENGINE if already NULL. */
+int tmo_destroy(struct tmo **engine);
+
+/* These validate their arguments (NULL engine, NULL timer, NULL callback,
+ * timeout out of range) and then call the engine's op. */
+int tmo_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
+            void *arg);
+int tmo_cancel(struct tmo *e, struct tmo_timer *t);
+int tmo_stats(struct tmo *e, struct tmo_stats *out);
+int tmo_park(struct tmo *e, int on);
+const struct tmo_engine_ops *tmo_ops(const struct tmo *e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TMO_TMO_H */

@@ -1,0 +1,59 @@
+/*
+ * Min-heap of intrusive nodes keyed by (deadline, seq), usable on its own:
+ * the caller supplies deadlines, nothing here reads a clock or locks.
+ *
+ * Each node keeps its own position (`index`), so remove() of any node is
+ * O(log n) at once: no lazy deletion, a cancelled timer leaves the heap when
+ * it is cancelled.  Equal deadlines pop in push order (`seq`).  The array
+ * shrinks when it is mostly empty, so a burst of cancelled timers does not
+ * stay resident.
+ *
+ * Synchronization: none; the owner serializes every call.
+ */
+#ifndef TMO_HEAP_H
+#define TMO_HEAP_H
+
+#include <stdint.h>
+
+#define TMO_HEAP_NOT_IN UINT32_MAX
+
+struct tmo_heap_node {
+	int64_t deadline;
+	uint64_t seq;
+	uint32_t index; /* position in the array, TMO_HEAP_NOT_IN when out */
+};
+
+struct tmo_heap {
+	struct tmo_heap_node **a;
+	uint32_t n, cap, min_cap;
+	unsigned log2_arity; /* 1: binary, 2: 4-ary */
+	uint64_t next_seq;
+};
+
+/* arity 2 or 4; initial_cap slots are reserved (and kept as the floor the
+ * array shrinks to).  Returns 0, TMO_EINVAL or TMO_ENOMEM. */
+int tmo_heap_init(struct tmo_heap *h, unsigned arity, uint32_t initial_cap);
+void tmo_heap_fini(struct tmo_heap *h);
+
+static inline void tmo_heap_node_init(struct tmo_heap_node *n) { n->index = TMO_HEAP_NOT_IN; }
+static inline int tmo_heap_contains(const struct tmo_heap_node *n)
+{
+	return n->index != TMO_HEAP_NOT_IN;
+}
+static inline uint32_t tmo_heap_size(const struct tmo_heap *h) { return h->n; }
+static inline struct tmo_heap_node *tmo_heap_peek(const struct tmo_heap *h)
+{
+	return h->n ? h->a[0] : (struct tmo_heap_node *)0;
+}
+
+/* Insert with this deadline.  Returns 0, or TMO_ENOMEM when the array
+ * had to grow and could not (the node is then not in the heap). */
+int tmo_heap_push(struct tmo_heap *h, struct tmo_heap_node *n, int64_t deadline);
+/* Remove a node that is in the heap. */
+void tmo_heap_remove(struct tmo_heap *h, struct tmo_heap_node *n);
+/* Remove and return the minimum, or NULL when empty. */
+struct tmo_heap_node *tmo_heap_pop(struct tmo_heap *h);
+/* Bytes the heap's array holds now. */
+uint64_t tmo_heap_bytes(const struct tmo_heap *h);
+
+#endif

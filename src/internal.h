@@ -1,0 +1,50 @@
+/*
+ * Internal helpers shared by the library's own code (tmo__ prefix).
+ * Not installed.
+ */
+#ifndef TMO_INTERNAL_H
+#define TMO_INTERNAL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tmo/testing.h"
+#include "tmo/tmo.h"
+
+/* Allocation and thread creation go through the fault hook
+ * (include/tmo/testing.h).  Use these, never malloc/pthread_create directly,
+ * so fault injection reaches every path. */
+void *tmo__malloc(size_t n);
+void *tmo__calloc(size_t nmemb, size_t size);
+void *tmo__aligned_alloc(size_t align, size_t n); /* free with tmo__free */
+void tmo__free(void *p);
+/* pthread_create through the hook; returns 0 or TMO_EAGAIN. */
+int tmo__thread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *),
+                       void *arg);
+/* Consult the hook for another kind of resource: non-zero means fail. */
+int tmo__fault(enum tmo_fault_kind kind);
+
+/* Engine-private view of a timer: an engine defines its own struct, no
+ * larger than the opaque words, asserts that it fits at file scope with
+ * TMO__PRIV_FITS(type), and gets at it with TMO__PRIV(type, timer). */
+#define TMO__PRIV_FITS(type)                                                          \
+	_Static_assert(sizeof(type) <= sizeof(((struct tmo_timer *)0)->tmo_private) &&   \
+	                   _Alignof(type) <= _Alignof(uint64_t),                          \
+	               #type " does not fit in struct tmo_timer's private words")
+#define TMO__PRIV(type, timer) ((type *)(void *)(timer)->tmo_private)
+
+/* Absolute CLOCK_MONOTONIC ns <-> struct timespec. */
+#include <time.h>
+static inline struct timespec tmo__ts_from_ns(int64_t ns)
+{
+	struct timespec ts;
+	ts.tv_sec = (time_t)(ns / TMO_NSEC_PER_SEC);
+	ts.tv_nsec = (long)(ns % TMO_NSEC_PER_SEC);
+	return ts;
+}
+
+/* A condition variable on CLOCK_MONOTONIC. Returns 0 or TMO_ESYS. */
+int tmo__cond_init_monotonic(pthread_cond_t *cv);
+
+#endif /* TMO_INTERNAL_H */

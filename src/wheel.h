@@ -1,0 +1,65 @@
+/*
+ * Hierarchical timing wheel of intrusive nodes, usable on its own: the caller
+ * supplies `now` (virtual clock in tests and fuzzers), nothing here reads a
+ * clock or locks.
+ *
+ * Levels of 64 slots with a 64-bit occupancy bitmap each; level L slots span
+ * 64^L ticks.  add/del are O(1); advance() cascades higher levels down as
+ * time passes.  A deadline is rounded UP to a tick boundary, so a node never
+ * becomes due before its deadline.  Deadlines beyond the top level wait on an
+ * overflow list and are re-filed as the wheel turns: none is lost.
+ *
+ * Synchronization: none; the owner serializes every call.
+ */
+#ifndef TMO_WHEEL_H
+#define TMO_WHEEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TMO_WHEEL_BITS 6
+#define TMO_WHEEL_SLOTS (1u << TMO_WHEEL_BITS)
+#define TMO_WHEEL_LEVELS 8
+
+struct tmo_wheel_node {
+	struct tmo_wheel_node *next, **pprev; /* pprev == NULL: not in the wheel */
+	int64_t deadline;                     /* ns, as given to add() */
+	uint64_t expires;                     /* tick at which it is due */
+};
+
+struct tmo_wheel_list {
+	struct tmo_wheel_node *head;
+};
+
+struct tmo_wheel {
+	int64_t resolution_ns;
+	int64_t origin_ns;  /* ns of tick 0 */
+	uint64_t now_tick;  /* every tick < now_tick has been processed */
+	uint64_t count;     /* nodes in the wheel */
+	uint64_t occupied[TMO_WHEEL_LEVELS];
+	struct tmo_wheel_list slot[TMO_WHEEL_LEVELS][TMO_WHEEL_SLOTS];
+	struct tmo_wheel_list overflow;
+};
+
+/* Returns 0, or TMO_EINVAL for a resolution <= 0. */
+int tmo_wheel_init(struct tmo_wheel *w, int64_t resolution_ns, int64_t now_ns);
+
+static inline void tmo_wheel_node_init(struct tmo_wheel_node *n) { n->pprev = NULL; }
+static inline int tmo_wheel_contains(const struct tmo_wheel_node *n) { return n->pprev != NULL; }
+static inline uint64_t tmo_wheel_count(const struct tmo_wheel *w) { return w->count; }
+
+/* Insert; deadline in ns on the caller's clock (may be in the past: the
+ * node is then due at the next advance). */
+void tmo_wheel_add(struct tmo_wheel *w, struct tmo_wheel_node *n, int64_t deadline);
+/* Remove a node that is in the wheel. */
+void tmo_wheel_del(struct tmo_wheel *w, struct tmo_wheel_node *n);
+/* Earliest time (ns) at which advance() may find a due node; INT64_MAX
+ * when the wheel is empty.  A lower bound: it may be earlier than the true
+ * next deadline (a higher-level slot), never later. */
+int64_t tmo_wheel_next_expiry(const struct tmo_wheel *w);
+/* Advance to `now`, moving every due node (deadline <= now, rounded up to
+ * its tick) out of the wheel onto *due, in deadline order within a tick's
+ * granularity.  Returns how many. */
+size_t tmo_wheel_advance(struct tmo_wheel *w, int64_t now, struct tmo_wheel_list *due);
+
+#endif

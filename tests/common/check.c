@@ -1,0 +1,3 @@
+#include "check.h"
+
+int tmo_test_failures;
