@@ -1,0 +1,52 @@
+/*
+ * The scenario interface: a scenario is data plus one run function, run by the
+ * harness against every chosen engine.  Each file scenarios/NAME.c exports
+ * `const struct tmo_scenario tmo_scenario_NAME` (the file name with '-'
+ * written as '_'); CMake generates the scenario table from the folder, so a
+ * scenario is registered by adding its file.
+ */
+#ifndef TMO_SCENARIO_H
+#define TMO_SCENARIO_H
+
+#include <stdint.h>
+
+#include "tmo/tmo.h"
+
+struct tmo_report; /* results sink owned by the harness (JSON + CSV) */
+
+/* What the harness hands a scenario for one engine. */
+struct tmo_run {
+	const struct tmo_engine_ops *ops; /* the engine under test */
+	int threads;                      /* --threads (default 2) */
+	int quick;                        /* --quick: CI-sized */
+	uint64_t seed;                    /* --seed */
+	struct tmo_report *report;
+};
+
+struct tmo_scenario {
+	const char *name;    /* "throughput" */
+	const char *summary; /* one line */
+	/* Correctness scenarios count violations: the harness exits 1 when any
+	 * run returned > 0. */
+	int correctness;
+	/* Run against run->ops.  Returns the number of violations found (0 for
+	 * benchmarks), or a negative enum tmo_error if it could not run. */
+	int (*run)(const struct tmo_run *run);
+};
+
+/* One result row: scenario and engine come from the run; `metric` names the
+ * figure ("ns_per_op"), `param` its parameters ("threads=2,live=1000000" or
+ * ""), `unit` its unit ("ns", "ops/s", "bytes", "count").  Rows go to the
+ * JSON file and to the CSV beside it. */
+void tmo_report(const struct tmo_run *run, const char *metric, const char *param,
+                double value, const char *unit);
+
+/* Print a violation with what is needed to reproduce it (stderr). */
+void tmo_violation(const struct tmo_run *run, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* Progress for runs longer than 2 s: call often; prints to stderr at most a
+ * few times a second once the run has lasted 2 s. */
+void tmo_progress(const struct tmo_run *run, const char *what, double fraction);
+
+#endif
