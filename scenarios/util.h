@@ -1,0 +1,114 @@
+/*
+ * Small helpers shared by the scenarios (header-only: the .c files in scenarios/
+ * are each a scenario).  Nothing here is timed on a fast path except
+ * su_now_ns (one clock read).
+ */
+#ifndef TMO_SCENARIO_UTIL_H
+#define TMO_SCENARIO_UTIL_H
+
+#include <math.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "scenario.h"
+
+static inline int64_t su_now_ns(void) { return tmo_now_ns(); }
+
+/* splitmix64: a seeded, reproducible stream (seed from --seed). */
+struct su_rng {
+	uint64_t s;
+};
+static inline uint64_t su_rand(struct su_rng *r)
+{
+	uint64_t z = (r->s += UINT64_C(0x9E3779B97F4A7C15));
+	z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+	z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+	return z ^ (z >> 31);
+}
+/* Uniform in [0, n) (n > 0); the modulo bias is below 2^-40 for our n. */
+static inline uint64_t su_below(struct su_rng *r, uint64_t n) { return su_rand(r) % n; }
+
+static inline void su_sleep_ns(int64_t ns)
+{
+	struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
+	while (nanosleep(&ts, &ts) != 0) {
+	}
+}
+
+/* Wait until CLOCK_MONOTONIC reaches `when`: sleep while far, then spin
+ * yielding the CPU (2 cores: a pure spin would starve the timer thread). */
+static inline void su_wait_until(int64_t when)
+{
+	for (;;) {
+		int64_t left = when - su_now_ns();
+		if (left <= 0)
+			return;
+		if (left > 200000)
+			su_sleep_ns(left - 100000);
+		else
+			sched_yield();
+	}
+}
+
+/* Resident set size in bytes (/proc/self/statm), or 0 if unreadable. */
+static inline uint64_t su_rss_bytes(void)
+{
+	FILE *f = fopen("/proc/self/statm", "r");
+	unsigned long long size = 0, res = 0;
+	if (f == NULL)
+		return 0;
+	if (fscanf(f, "%llu %llu", &size, &res) != 2)
+		res = 0;
+	fclose(f);
+	return (uint64_t)res * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+static inline int su_cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return x < y ? -1 : x > y;
+}
+static inline int su_cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+/* q-quantile (0..1) of a sorted array, nearest rank. */
+static inline int64_t su_quantile_i64(const int64_t *sorted, size_t n, double q)
+{
+	if (n == 0)
+		return 0;
+	size_t i = (size_t)ceil(q * (double)n);
+	if (i > 0)
+		i--;
+	if (i >= n)
+		i = n - 1;
+	return sorted[i];
+}
+static inline double su_median(double *v, size_t n)
+{
+	qsort(v, n, sizeof *v, su_cmp_double);
+	return n == 0 ? NAN : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Engines whose arms are OS threads or kernel objects cannot hold a million
+ * live timers: scenarios size such runs down and say so in their output. */
+static inline int su_thread_per_timer(const struct tmo_run *run)
+{
+	return (run->ops->caps & TMO_CAP_THREAD_PER_TIMER) != 0;
+}
+
+/* Report a row with a printf-formatted param. */
+#define su_report(run, metric, value, unit, ...)                                                     \
+	do {                                                                                        \
+		char su_param_[160];                                                                \
+		snprintf(su_param_, sizeof su_param_, __VA_ARGS__);                                 \
+		tmo_report((run), (metric), su_param_, (value), (unit));                            \
+	} while (0)
+
+#endif
