@@ -1,0 +1,716 @@
+/*
+ * Timeout scopes (include/tmo/scope.h): frames, delivery, interruption
+ * points, the condition variable and the queue.
+ *
+ * Implementation notes
+ * --------------------
+ * Per thread, one context (thread-local, initialised on first use): the chain
+ * of handler frames (innermost first), the chain of running scopes, the mask
+ * depth, the exception in flight, and the wake-up state that engine callbacks
+ * and signallers touch: a mutex, a condvar on CLOCK_MONOTONIC, a `token` (a
+ * signaller's wake-up) and `pending` (some scope expired and was not
+ * delivered yet; a hint read without the lock by tmo_check()).
+ *
+ * Every blocking wait of the runtime parks on the waiting thread's OWN
+ * condvar.  So an engine callback only ever locks the context of the thread
+ * it targets, never a user's mutex: no lock-order cycle exists between a
+ * callback and a waiter, and the context outlives every callback that can
+ * reach it (the scope cancels its timer, waiting for a running callback,
+ * before it returns).  Lock order: a user's (or queue's) mutex, then a
+ * context's mutex; nothing takes them the other way round.
+ *
+ * setjmp/longjmp: each function that calls setjmp keeps its state in a record
+ * owned by its caller and only reads its (unchanged) parameters after a
+ * longjmp, so no automatic variable of a setjmp-calling function is modified
+ * between setjmp and longjmp (C11 7.13.2.1p3).  Raising copies the exception
+ * into the context, pops the innermost frame, restores the mask depth the
+ * frame was entered with, and jumps; every frame decides and passes on.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "internal.h"
+#include "tmo/scope.h"
+
+struct frame {
+	jmp_buf jb;
+	struct frame *prev;
+	int mask; /* mask depth at entry, restored when unwinding to here */
+};
+
+struct ctx {
+	/* Thread-private (only the owning thread reads or writes these). */
+	int inited;
+	int mask;
+	struct frame *top;
+	struct tmo_scope *scope; /* innermost running scope */
+	struct tmo_exc exc;      /* the exception being unwound */
+
+	/* Shared with callbacks and signallers. */
+	atomic_int pending; /* written under m; read without it as a hint */
+	int token;          /* under m: a signaller woke this thread */
+	pthread_mutex_t m;
+	pthread_cond_t cv; /* only the owning thread waits on it */
+};
+
+struct tmo_scope {
+	struct frame f;
+	struct tmo_scope *parent;
+	struct ctx *ctx;
+	struct tmo *engine;
+	enum tmo_scope_mode mode;
+	int armed;
+	int delivered;    /* owner thread only */
+	atomic_int fired; /* set by the engine callback */
+	struct tmo_timer timer;
+	tmo_block_fn *block;
+	void *arg;
+	intptr_t value;
+};
+
+struct tmo__waiter {
+	struct tmo__waiter *next, *prev;
+	struct ctx *c;
+	int signalled; /* under the cond's mutex */
+};
+
+static _Thread_local struct ctx tls;
+
+/* ---- the thread context ------------------------------------------------ */
+
+static pthread_key_t ctx_key;
+static pthread_once_t ctx_key_once = PTHREAD_ONCE_INIT;
+static int ctx_key_ok;
+
+/* At thread exit: release the wake-up objects.  No callback can still reach
+ * the context: a thread cannot exit inside a scope without unwinding it. */
+static void ctx_release(void *p)
+{
+	struct ctx *c = p;
+	pthread_cond_destroy(&c->cv);
+	pthread_mutex_destroy(&c->m);
+	c->inited = 0;
+}
+
+static void ctx_key_init(void)
+{
+	ctx_key_ok = pthread_key_create(&ctx_key, ctx_release) == 0;
+}
+
+static struct ctx *ctx_get(void)
+{
+	struct ctx *c = &tls;
+	if (c->inited)
+		return c;
+	pthread_once(&ctx_key_once, ctx_key_init);
+	if (!ctx_key_ok)
+		return NULL;
+	if (pthread_mutex_init(&c->m, NULL) != 0)
+		return NULL;
+	if (tmo__cond_init_monotonic(&c->cv) != 0) {
+		pthread_mutex_destroy(&c->m);
+		return NULL;
+	}
+	if (pthread_setspecific(ctx_key, c) != 0) {
+		pthread_cond_destroy(&c->cv);
+		pthread_mutex_destroy(&c->m);
+		return NULL;
+	}
+	c->inited = 1;
+	return c;
+}
+
+static _Noreturn void fatal(const char *what)
+{
+	fprintf(stderr, "tmo scope: %s\n", what);
+	fflush(stderr);
+	abort();
+}
+
+/* Wake the owner of c (a signaller, or an engine callback). */
+static void ctx_wake(struct ctx *c, int token)
+{
+	pthread_mutex_lock(&c->m);
+	if (token)
+		c->token = 1;
+	else
+		atomic_store_explicit(&c->pending, 1, memory_order_release);
+	pthread_cond_signal(&c->cv);
+	pthread_mutex_unlock(&c->m);
+}
+
+static int deliverable(struct ctx *c)
+{
+	return c->mask == 0 && atomic_load_explicit(&c->pending, memory_order_acquire);
+}
+
+/* Park the owner until a token, a deliverable interrupt, or the absolute
+ * deadline (< 0: none).  Returns 1 when the deadline passed.  Callers re-check
+ * their own condition: a return is a hint. */
+static int park(struct ctx *c, int64_t deadline)
+{
+	int timedout = 0;
+	pthread_mutex_lock(&c->m);
+	while (!c->token && !deliverable(c)) {
+		if (deadline < 0) {
+			pthread_cond_wait(&c->cv, &c->m);
+		} else {
+			struct timespec ts = tmo__ts_from_ns(deadline);
+			if (pthread_cond_timedwait(&c->cv, &c->m, &ts) == ETIMEDOUT) {
+				timedout = 1;
+				break;
+			}
+		}
+	}
+	c->token = 0;
+	pthread_mutex_unlock(&c->m);
+	return timedout;
+}
+
+/* `pending` := some scope on the chain expired and was not delivered.  Under
+ * m, so a callback's later `pending = 1` is never overwritten by a stale 0
+ * (the callback stores `fired` before it takes m). */
+static void recompute_pending(struct ctx *c)
+{
+	pthread_mutex_lock(&c->m);
+	int p = 0;
+	for (struct tmo_scope *s = c->scope; s != NULL; s = s->parent)
+		if (atomic_load_explicit(&s->fired, memory_order_acquire) && !s->delivered)
+			p = 1;
+	atomic_store_explicit(&c->pending, p, memory_order_relaxed);
+	pthread_mutex_unlock(&c->m);
+}
+
+/* ---- raising ------------------------------------------------------------ */
+
+static _Noreturn void raise_exc(struct ctx *c, const struct tmo_exc *exc)
+{
+	c->exc = *exc;
+	struct frame *f = c->top;
+	if (f == NULL) {
+		fprintf(stderr, "tmo scope: uncaught exception (class %d, code %d): %s\n",
+		        (int)exc->cls, exc->code, exc->message ? exc->message : "");
+		fatal("raise with no frame on this thread");
+	}
+	c->top = f->prev;
+	c->mask = f->mask;
+	longjmp(f->jb, 1);
+}
+
+/* Deliver the outermost expired scope's interrupt (see scope.h: it subsumes
+ * the inner ones). */
+static void deliver(struct ctx *c)
+{
+	struct tmo_scope *victim = NULL;
+	for (struct tmo_scope *s = c->scope; s != NULL; s = s->parent)
+		if (atomic_load_explicit(&s->fired, memory_order_acquire) && !s->delivered)
+			victim = s;
+	if (victim == NULL) {
+		recompute_pending(c);
+		return;
+	}
+	victim->delivered = 1;
+	recompute_pending(c);
+	struct tmo_exc e = {TMO_EXC_TIMEOUT, TMO_ETIMEDOUT, TMO_EXPIRED_MESSAGE, victim};
+	if (victim->mode == TMO_SCOPE_THROW)
+		e.cls = TMO_EXC_THROW;
+	else if (victim->mode == TMO_SCOPE_EXCEPTION)
+		e.cls = TMO_EXC_INTERRUPT;
+	raise_exc(c, &e);
+}
+
+void tmo_raise(enum tmo_exc_class cls, int code, const char *message)
+{
+	if (cls != TMO_EXC_STANDARD && cls != TMO_EXC_TIMEOUT && cls != TMO_EXC_INTERRUPT)
+		fatal("tmo_raise: class must be STANDARD, TIMEOUT or INTERRUPT");
+	struct tmo_exc e = {cls, code, message, NULL};
+	raise_exc(&tls, &e);
+}
+
+void tmo_reraise(const struct tmo_exc *exc)
+{
+	if (exc == NULL)
+		fatal("tmo_reraise: NULL exception");
+	raise_exc(&tls, exc);
+}
+
+/* ---- rescue and ensure ----------------------------------------------------- */
+
+struct rescue_rec {
+	struct frame f;
+	unsigned filter;
+	tmo_block_fn *body;
+	void *arg;
+	tmo_handler_fn *handler;
+	void *harg;
+	intptr_t value;
+	struct tmo_exc exc;
+};
+
+/* Returns 0 when body returned, 1 when the handler ran. */
+static __attribute__((noinline)) int rescue_frame(struct ctx *c, struct rescue_rec *r)
+{
+	if (setjmp(r->f.jb) == 0) {
+		r->value = r->body(r->arg);
+		c->top = r->f.prev;
+		return 0;
+	}
+	/* Unwound to here; the raiser popped the frame. */
+	if (!(r->filter & TMO_RESCUE_CLASS(c->exc.cls)))
+		raise_exc(c, &c->exc);
+	r->exc = c->exc;
+	r->value = r->handler(&r->exc, r->harg);
+	return 1;
+}
+
+#define CLASS_BITS TMO_RESCUE_ALL
+
+int tmo_rescue(unsigned filter, tmo_block_fn *body, void *arg, tmo_handler_fn *handler,
+               void *harg, intptr_t *value)
+{
+	if (body == NULL || handler == NULL)
+		return TMO_ENULLCB;
+	if (filter == 0 || (filter & ~(unsigned)CLASS_BITS) != 0)
+		return TMO_EINVAL;
+	struct ctx *c = ctx_get();
+	if (c == NULL)
+		return TMO_ESYS;
+	struct rescue_rec r = {.filter = filter, .body = body, .arg = arg,
+	                       .handler = handler, .harg = harg};
+	r.f.prev = c->top;
+	r.f.mask = c->mask;
+	c->top = &r.f;
+	int rc = rescue_frame(c, &r);
+	if (value != NULL)
+		*value = r.value;
+	return rc;
+}
+
+struct ensure_rec {
+	struct frame f;
+	tmo_block_fn *body;
+	void *arg;
+	tmo_ensure_fn *ensure;
+	void *earg;
+	intptr_t value;
+	struct tmo_exc exc;
+};
+
+static __attribute__((noinline)) void ensure_frame(struct ctx *c, struct ensure_rec *r)
+{
+	if (setjmp(r->f.jb) == 0) {
+		r->value = r->body(r->arg);
+		c->top = r->f.prev;
+		c->mask = r->f.mask;
+		r->ensure(r->earg);
+		return;
+	}
+	/* Keep the exception: the ensure may raise and rescue internally. */
+	r->exc = c->exc;
+	r->ensure(r->earg);
+	raise_exc(c, &r->exc);
+}
+
+int tmo_ensure(tmo_block_fn *body, void *arg, tmo_ensure_fn *ensure, void *earg,
+               intptr_t *value)
+{
+	if (body == NULL || ensure == NULL)
+		return TMO_ENULLCB;
+	struct ctx *c = ctx_get();
+	if (c == NULL)
+		return TMO_ESYS;
+	struct ensure_rec r = {.body = body, .arg = arg, .ensure = ensure, .earg = earg};
+	r.f.prev = c->top;
+	r.f.mask = c->mask;
+	c->top = &r.f;
+	ensure_frame(c, &r);
+	if (value != NULL)
+		*value = r.value;
+	return 0;
+}
+
+/* ---- scopes --------------------------------------------------------------- */
+
+/* Engine callback.  Touches only the scope's `fired` and its thread's
+ * context; the scope cancels (and waits for) this callback before its memory
+ * goes away. */
+static void scope_expired(struct tmo_timer *t, void *arg)
+{
+	struct tmo_scope *s = arg;
+	(void)t;
+	atomic_store_explicit(&s->fired, 1, memory_order_release);
+	ctx_wake(s->ctx, 0);
+}
+
+static __attribute__((noinline)) int scope_frame(struct ctx *c, struct tmo_scope *s)
+{
+	if (setjmp(s->f.jb) != 0)
+		return 1;
+	s->value = s->block(s->arg);
+	c->top = s->f.prev;
+	c->mask = s->f.mask;
+	return 0;
+}
+
+/* Leave the scope: off the chain, timer cancelled (a running callback waited
+ * for), an expiry not yet delivered discarded.  After this no callback can
+ * touch *s and the thread sees no interrupt of s. */
+static void scope_finish(struct ctx *c, struct tmo_scope *s)
+{
+	c->scope = s->parent;
+	if (s->armed) {
+		int r = tmo_cancel(s->engine, &s->timer);
+		if (r < 0 || r == TMO_CANCEL_SELF)
+			fatal("engine cancel failed on a scope's timer (engine bug)");
+		s->armed = 0;
+	}
+	if (atomic_load_explicit(&s->fired, memory_order_acquire) && !s->delivered)
+		recompute_pending(c);
+}
+
+int tmo_scope_run(struct tmo *engine, int64_t timeout_ns, enum tmo_scope_mode mode,
+                  tmo_block_fn *block, void *arg, intptr_t *value, struct tmo_exc *exc)
+{
+	if (block == NULL)
+		return TMO_ENULLCB;
+	if (timeout_ns < 0 || timeout_ns > TMO_TIMEOUT_MAX)
+		return TMO_EBADTIMEOUT;
+	if (mode != TMO_SCOPE_RAISE && mode != TMO_SCOPE_THROW && mode != TMO_SCOPE_EXCEPTION)
+		return TMO_EINVAL;
+	if (engine == NULL && timeout_ns > 0)
+		return TMO_ENULLENGINE;
+	struct ctx *c = ctx_get();
+	if (c == NULL)
+		return TMO_ESYS;
+
+	struct tmo_scope s = {.parent = c->scope, .ctx = c, .engine = engine, .mode = mode,
+	                      .block = block, .arg = arg};
+	atomic_init(&s.fired, 0);
+	tmo_timer_init(&s.timer);
+	s.f.prev = c->top;
+	s.f.mask = c->mask;
+	if (timeout_ns > 0) {
+		int rc = tmo_arm(engine, &s.timer, timeout_ns, scope_expired, &s);
+		if (rc < 0)
+			return rc;
+		s.armed = 1;
+	}
+	/* An expiry before the block starts is fine: s is on the chain before
+	 * the first interruption point can look for it. */
+	c->scope = &s;
+	c->top = &s.f;
+
+	int unwound = scope_frame(c, &s);
+	scope_finish(c, &s);
+	if (!unwound) {
+		if (value != NULL)
+			*value = s.value;
+		return 0;
+	}
+	struct tmo_exc e = c->exc;
+	if (e.scope == &s) {
+		/* Our own interrupt, whatever the mode delivered it as. */
+		if (exc != NULL) {
+			/* The scope's address as an identity only (scope.h: compare,
+			 * never dereference), taken from the exception so the
+			 * compiler does not read it as a dangling pointer. */
+			struct tmo_exc t = {TMO_EXC_TIMEOUT, TMO_ETIMEDOUT, TMO_EXPIRED_MESSAGE, e.scope};
+			*exc = t;
+		}
+		return TMO_ETIMEDOUT;
+	}
+	if (c->top != NULL)
+		raise_exc(c, &e); /* an outer scope's interrupt, or the block's error */
+	if (exc != NULL)
+		*exc = e;
+	return TMO_ERAISED;
+}
+
+const struct tmo_scope *tmo_scope_current(void)
+{
+	return tls.scope;
+}
+
+int tmo_interrupt_pending(void)
+{
+	return atomic_load_explicit(&tls.pending, memory_order_acquire);
+}
+
+const char *tmo_scope_strerror(int err)
+{
+	if (err == TMO_ETIMEDOUT)
+		return TMO_EXPIRED_MESSAGE;
+	if (err == TMO_ERAISED)
+		return "an exception raised in the block left the scope";
+	return tmo_strerror(err);
+}
+
+const char *tmo_scope_errname(int err)
+{
+	if (err == TMO_ETIMEDOUT)
+		return "TMO_ETIMEDOUT";
+	if (err == TMO_ERAISED)
+		return "TMO_ERAISED";
+	return tmo_errname(err);
+}
+
+/* ---- interruption points ----------------------------------------------- */
+
+void tmo_check(void)
+{
+	struct ctx *c = &tls;
+	if (atomic_load_explicit(&c->pending, memory_order_acquire) && c->mask == 0)
+		deliver(c);
+}
+
+void tmo_mask(void)
+{
+	tls.mask++;
+}
+
+void tmo_unmask(void)
+{
+	struct ctx *c = &tls;
+	if (c->mask <= 0)
+		fatal("tmo_unmask without a matching tmo_mask");
+	if (--c->mask == 0)
+		tmo_check();
+}
+
+int tmo_mask_depth(void)
+{
+	return tls.mask;
+}
+
+/* Absolute deadline for a wait's relative timeout; -1 for none. */
+static int64_t wait_deadline(int64_t timeout_ns)
+{
+	return timeout_ns == TMO_WAIT_FOREVER ? -1 : tmo_now_ns() + timeout_ns;
+}
+
+static int bad_wait_timeout(int64_t timeout_ns)
+{
+	return timeout_ns != TMO_WAIT_FOREVER && (timeout_ns < 0 || timeout_ns > TMO_TIMEOUT_MAX);
+}
+
+int tmo_sleep(int64_t ns)
+{
+	if (ns < 0 || ns > TMO_TIMEOUT_MAX)
+		return TMO_EBADTIMEOUT;
+	tmo_check();
+	if (ns == 0)
+		return 0;
+	struct ctx *c = ctx_get();
+	if (c == NULL)
+		return TMO_ESYS;
+	int64_t deadline = tmo_now_ns() + ns;
+	for (;;) {
+		park(c, deadline);
+		tmo_check();
+		if (tmo_now_ns() >= deadline)
+			return 0;
+	}
+}
+
+void tmo_cond_init(struct tmo_cond *cv)
+{
+	cv->head = cv->tail = NULL;
+}
+
+static void waiter_append(struct tmo_cond *cv, struct tmo__waiter *w)
+{
+	w->next = NULL;
+	w->prev = cv->tail;
+	if (cv->tail != NULL)
+		cv->tail->next = w;
+	else
+		cv->head = w;
+	cv->tail = w;
+}
+
+static void waiter_remove(struct tmo_cond *cv, struct tmo__waiter *w)
+{
+	if (w->prev != NULL)
+		w->prev->next = w->next;
+	else
+		cv->head = w->next;
+	if (w->next != NULL)
+		w->next->prev = w->prev;
+	else
+		cv->tail = w->prev;
+}
+
+enum { WAIT_INTERRUPTED = 2 };
+
+/* Wait on cv with m held (released while parked, held on return).  Returns
+ * TMO_WAIT_OK (signalled: checked first, so a signal is never dropped),
+ * WAIT_INTERRUPTED (deliverable interrupt; the caller raises it after
+ * putting its own state in order) or TMO_WAIT_TIMEDOUT. */
+static int cond_wait_internal(struct ctx *c, struct tmo_cond *cv, pthread_mutex_t *m,
+                              int64_t deadline)
+{
+	struct tmo__waiter w = {.c = c};
+	waiter_append(cv, &w);
+	for (;;) {
+		pthread_mutex_unlock(m);
+		int timedout = park(c, deadline);
+		pthread_mutex_lock(m);
+		if (w.signalled)
+			return TMO_WAIT_OK; /* the signaller unlinked w */
+		if (deliverable(c)) {
+			waiter_remove(cv, &w);
+			return WAIT_INTERRUPTED;
+		}
+		if (timedout || (deadline >= 0 && tmo_now_ns() >= deadline)) {
+			waiter_remove(cv, &w);
+			return TMO_WAIT_TIMEDOUT;
+		}
+	}
+}
+
+int tmo_cond_wait(struct tmo_cond *cv, pthread_mutex_t *m, int64_t timeout_ns)
+{
+	if (cv == NULL || m == NULL)
+		return TMO_EINVAL;
+	if (bad_wait_timeout(timeout_ns))
+		return TMO_EBADTIMEOUT;
+	struct ctx *c = ctx_get();
+	if (c == NULL)
+		return TMO_ESYS;
+	tmo_check();
+	int64_t deadline = wait_deadline(timeout_ns);
+	for (;;) {
+		int r = cond_wait_internal(c, cv, m, deadline);
+		if (r != WAIT_INTERRUPTED)
+			return r;
+		deliver(c); /* raises with m held, as documented */
+		/* Delivery found nothing to raise (a hint raced): wait again. */
+	}
+}
+
+/* The signaller holds the cond's mutex, so the waiter cannot leave
+ * cond_wait_internal (nor its thread exit) while we touch its context. */
+int tmo_cond_signal(struct tmo_cond *cv)
+{
+	struct tmo__waiter *w = cv->head;
+	if (w == NULL)
+		return 0;
+	waiter_remove(cv, w);
+	w->signalled = 1;
+	ctx_wake(w->c, 1);
+	return 1;
+}
+
+int tmo_cond_broadcast(struct tmo_cond *cv)
+{
+	int n = 0;
+	while (tmo_cond_signal(cv))
+		n++;
+	return n;
+}
+
+/* ---- the queue ----------------------------------------------------------- */
+
+int tmo_queue_init(struct tmo_queue *q)
+{
+	if (q == NULL)
+		return TMO_EINVAL;
+	if (pthread_mutex_init(&q->lock, NULL) != 0)
+		return TMO_ESYS;
+	tmo_cond_init(&q->nonempty);
+	q->head = q->tail = NULL;
+	q->len = 0;
+	return 0;
+}
+
+void tmo_queue_destroy(struct tmo_queue *q)
+{
+	if (q == NULL)
+		return;
+	if (q->nonempty.head != NULL)
+		fatal("tmo_queue_destroy with a waiter");
+	pthread_mutex_destroy(&q->lock);
+}
+
+void tmo_queue_push(struct tmo_queue *q, struct tmo_qnode *node)
+{
+	node->next = NULL;
+	pthread_mutex_lock(&q->lock);
+	if (q->tail != NULL)
+		q->tail->next = node;
+	else
+		q->head = node;
+	q->tail = node;
+	q->len++;
+	tmo_cond_signal(&q->nonempty);
+	pthread_mutex_unlock(&q->lock);
+}
+
+static struct tmo_qnode *queue_take(struct tmo_queue *q)
+{
+	struct tmo_qnode *n = q->head;
+	q->head = n->next;
+	if (q->head == NULL)
+		q->tail = NULL;
+	q->len--;
+	n->next = NULL;
+	return n;
+}
+
+int tmo_queue_pop(struct tmo_queue *q, int64_t timeout_ns, struct tmo_qnode **out)
+{
+	if (q == NULL || out == NULL)
+		return TMO_EINVAL;
+	if (bad_wait_timeout(timeout_ns))
+		return TMO_EBADTIMEOUT;
+	*out = NULL;
+	tmo_check();
+	struct ctx *c = NULL;
+	int64_t deadline = -1;
+	pthread_mutex_lock(&q->lock);
+	for (;;) {
+		if (q->head != NULL) {
+			*out = queue_take(q);
+			pthread_mutex_unlock(&q->lock);
+			return TMO_WAIT_OK;
+		}
+		if (timeout_ns == 0) {
+			pthread_mutex_unlock(&q->lock);
+			return TMO_WAIT_TIMEDOUT;
+		}
+		if (c == NULL) {
+			c = ctx_get();
+			if (c == NULL) {
+				pthread_mutex_unlock(&q->lock);
+				return TMO_ESYS;
+			}
+			deadline = wait_deadline(timeout_ns);
+		}
+		int r = cond_wait_internal(c, &q->nonempty, &q->lock, deadline);
+		if (r == TMO_WAIT_OK)
+			continue; /* signalled: take, or wait again if another popper won */
+		if (r == TMO_WAIT_TIMEDOUT) {
+			if (q->head != NULL)
+				continue; /* a node that arrived wins over the timeout */
+			pthread_mutex_unlock(&q->lock);
+			return TMO_WAIT_TIMEDOUT;
+		}
+		/* Interrupted.  We were not signalled (that is checked first), so
+		 * no signal is consumed: whoever was signalled takes the node. */
+		pthread_mutex_unlock(&q->lock);
+		deliver(c);
+		/* Delivery found nothing to raise (a hint raced): wait again. */
+		pthread_mutex_lock(&q->lock);
+	}
+}
+
+size_t tmo_queue_len(struct tmo_queue *q)
+{
+	pthread_mutex_lock(&q->lock);
+	size_t n = q->len;
+	pthread_mutex_unlock(&q->lock);
+	return n;
+}

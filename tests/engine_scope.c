@@ -1,0 +1,810 @@
+/*
+ * Timeout scopes (include/tmo/scope.h) on one engine: argv[1] names it.
+ *
+ * Deadlines are short (5-20 ms) and blocks that must be interrupted wait far
+ * longer (3 s), so a missed interrupt shows as a failed check on the elapsed
+ * time rather than as a hang; every case is bounded.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "tmo/scope.h"
+#include "tmo/testing.h"
+#include "tmo/tmo.h"
+
+static struct tmo *eng;
+
+#define MS TMO_NSEC_PER_MSEC
+#define LONG_WAIT (3000 * MS) /* what an interrupted wait would otherwise take */
+#define DEADLINE (10 * MS)
+
+static int64_t since(int64_t t0) { return tmo_now_ns() - t0; }
+
+/* ---- simple blocks ---------------------------------------------------------- */
+
+static intptr_t ret42(void *arg) { (void)arg; return 42; }
+
+static intptr_t sleep_then(void *arg)
+{
+	tmo_sleep(*(int64_t *)arg);
+	return 7;
+}
+
+static intptr_t must_not_run(void *arg)
+{
+	(*(int *)arg)++;
+	return 0;
+}
+
+static void test_value_returned(void)
+{
+	intptr_t v = 0;
+	struct tmo_exc e;
+	CHECK_EQ(tmo_scope_run(eng, 1000 * MS, TMO_SCOPE_THROW, ret42, NULL, &v, &e), 0);
+	CHECK_EQ(v, 42);
+	/* A block that sleeps less than its deadline returns its value. */
+	int64_t ns = 2 * MS;
+	v = 0;
+	CHECK_EQ(tmo_scope_run(eng, 500 * MS, TMO_SCOPE_EXCEPTION, sleep_then, &ns, &v, NULL), 0);
+	CHECK_EQ(v, 7);
+	CHECK(tmo_scope_current() == NULL);
+	CHECK_EQ(tmo_interrupt_pending(), 0);
+}
+
+static void test_zero_means_none(void)
+{
+	/* 0: no deadline at all; the engine is not even needed. */
+	int64_t ns = 30 * MS;
+	intptr_t v = 0;
+	int64_t t0 = tmo_now_ns();
+	CHECK_EQ(tmo_scope_run(eng, 0, TMO_SCOPE_THROW, sleep_then, &ns, &v, NULL), 0);
+	CHECK_EQ(v, 7);
+	CHECK(since(t0) >= 30 * MS);
+	v = 0;
+	CHECK_EQ(tmo_scope_run(NULL, 0, TMO_SCOPE_RAISE, ret42, NULL, &v, NULL), 0);
+	CHECK_EQ(v, 42);
+}
+
+static void test_bad_input(void)
+{
+	int ran = 0;
+	CHECK_EQ(tmo_scope_run(eng, -1, TMO_SCOPE_THROW, must_not_run, &ran, NULL, NULL),
+	         TMO_EBADTIMEOUT);
+	CHECK_EQ(tmo_scope_run(eng, INT64_MIN, TMO_SCOPE_THROW, must_not_run, &ran, NULL, NULL),
+	         TMO_EBADTIMEOUT);
+	CHECK_EQ(tmo_scope_run(eng, TMO_TIMEOUT_MAX + 1, TMO_SCOPE_THROW, must_not_run, &ran,
+	                       NULL, NULL),
+	         TMO_EBADTIMEOUT);
+	CHECK_EQ(tmo_scope_run(eng, MS, TMO_SCOPE_THROW, NULL, NULL, NULL, NULL), TMO_ENULLCB);
+	CHECK_EQ(tmo_scope_run(eng, MS, (enum tmo_scope_mode)0, must_not_run, &ran, NULL, NULL),
+	         TMO_EINVAL);
+	CHECK_EQ(tmo_scope_run(eng, MS, (enum tmo_scope_mode)4, must_not_run, &ran, NULL, NULL),
+	         TMO_EINVAL);
+	CHECK_EQ(tmo_scope_run(NULL, MS, TMO_SCOPE_THROW, must_not_run, &ran, NULL, NULL),
+	         TMO_ENULLENGINE);
+	CHECK_EQ(ran, 0);
+	CHECK_EQ(tmo_sleep(-1), TMO_EBADTIMEOUT);
+	struct tmo_queue q;
+	struct tmo_qnode *n;
+	CHECK_EQ(tmo_queue_init(&q), 0);
+	CHECK_EQ(tmo_queue_pop(&q, -2, &n), TMO_EBADTIMEOUT);
+	CHECK_EQ(tmo_queue_pop(&q, 0, NULL), TMO_EINVAL);
+	CHECK_EQ(tmo_queue_pop(&q, 0, &n), TMO_WAIT_TIMEDOUT);
+	CHECK(n == NULL);
+	tmo_queue_destroy(&q);
+	intptr_t v;
+	CHECK_EQ(tmo_rescue(0, ret42, NULL, NULL, NULL, &v), TMO_ENULLCB);
+	CHECK_EQ(tmo_rescue(TMO_RESCUE_CLASS(TMO_EXC_THROW), ret42, NULL,
+	                    (tmo_handler_fn *)(void *)ret42, NULL, &v),
+	         TMO_EINVAL);
+	CHECK_EQ(tmo_rescue(0, ret42, NULL, (tmo_handler_fn *)(void *)ret42, NULL, &v),
+	         TMO_EINVAL);
+	CHECK_EQ(tmo_ensure(ret42, NULL, NULL, NULL, &v), TMO_ENULLCB);
+	CHECK(strcmp(tmo_scope_strerror(TMO_ETIMEDOUT), "execution expired") == 0);
+	CHECK(strcmp(tmo_scope_errname(TMO_ERAISED), "TMO_ERAISED") == 0);
+	CHECK(strcmp(tmo_scope_errname(TMO_EBADTIMEOUT), "TMO_EBADTIMEOUT") == 0);
+}
+
+/* ---- interruption points -------------------------------------------------- */
+
+struct popper {
+	struct tmo_queue q;
+	int returned;
+};
+
+static intptr_t pop_forever(void *arg)
+{
+	struct popper *p = arg;
+	struct tmo_qnode *n;
+	tmo_queue_pop(&p->q, TMO_WAIT_FOREVER, &n);
+	p->returned = 1;
+	return 1;
+}
+
+static void test_pop_interrupted(void)
+{
+	struct popper p = {.returned = 0};
+	CHECK_EQ(tmo_queue_init(&p.q), 0);
+	for (int mode = TMO_SCOPE_RAISE; mode <= TMO_SCOPE_EXCEPTION; mode++) {
+		struct tmo_exc e = {0};
+		int64_t t0 = tmo_now_ns();
+		int rc = tmo_scope_run(eng, DEADLINE, mode, pop_forever, &p, NULL, &e);
+		int64_t el = since(t0);
+		CHECK_EQ(rc, TMO_ETIMEDOUT);
+		CHECK_EQ(p.returned, 0);
+		CHECK(el >= DEADLINE);
+		CHECK(el < LONG_WAIT / 2);
+		CHECK_EQ(e.cls, TMO_EXC_TIMEOUT);
+		CHECK_EQ(e.code, TMO_ETIMEDOUT);
+		CHECK(e.message != NULL && strcmp(e.message, "execution expired") == 0);
+		CHECK(e.scope != NULL);
+	}
+	CHECK_EQ(tmo_queue_len(&p.q), 0);
+	tmo_queue_destroy(&p.q);
+}
+
+struct pusher_arg {
+	struct tmo_queue *q;
+	struct tmo_qnode node;
+	int64_t delay;
+};
+
+static void *pusher(void *arg)
+{
+	struct pusher_arg *a = arg;
+	struct timespec ts = {0, (long)a->delay};
+	nanosleep(&ts, NULL);
+	tmo_queue_push(a->q, &a->node);
+	return NULL;
+}
+
+static void test_pop_own_timeout(void)
+{
+	struct tmo_queue q;
+	struct tmo_qnode *n = (struct tmo_qnode *)&n;
+	CHECK_EQ(tmo_queue_init(&q), 0);
+	/* Its own timeout, outside any scope: a result, not an interrupt. */
+	int64_t t0 = tmo_now_ns();
+	CHECK_EQ(tmo_queue_pop(&q, DEADLINE, &n), TMO_WAIT_TIMEDOUT);
+	CHECK(since(t0) >= DEADLINE);
+	CHECK(n == NULL);
+	/* A node pushed by another thread while we wait is returned. */
+	struct pusher_arg a = {.q = &q, .delay = 5 * MS};
+	pthread_t th;
+	CHECK_EQ(pthread_create(&th, NULL, pusher, &a), 0);
+	CHECK_EQ(tmo_queue_pop(&q, LONG_WAIT, &n), TMO_WAIT_OK);
+	CHECK(n == &a.node);
+	pthread_join(th, NULL);
+	/* FIFO. */
+	struct tmo_qnode x[3];
+	for (int i = 0; i < 3; i++)
+		tmo_queue_push(&q, &x[i]);
+	CHECK_EQ(tmo_queue_len(&q), 3);
+	for (int i = 0; i < 3; i++) {
+		CHECK_EQ(tmo_queue_pop(&q, 0, &n), TMO_WAIT_OK);
+		CHECK(n == &x[i]);
+	}
+	tmo_queue_destroy(&q);
+}
+
+static intptr_t busy_loop(void *arg)
+{
+	long *iters = arg;
+	for (;;) {
+		tmo_check();
+		(*iters)++;
+	}
+	return 0;
+}
+
+static void test_busy_loop_interrupted(void)
+{
+	long iters = 0;
+	int64_t t0 = tmo_now_ns();
+	CHECK_EQ(tmo_scope_run(eng, DEADLINE, TMO_SCOPE_THROW, busy_loop, &iters, NULL, NULL),
+	         TMO_ETIMEDOUT);
+	CHECK(since(t0) >= DEADLINE);
+	CHECK(since(t0) < LONG_WAIT);
+	CHECK(iters > 0);
+}
+
+static void test_sleep_interrupted(void)
+{
+	int64_t ns = LONG_WAIT;
+	int64_t t0 = tmo_now_ns();
+	CHECK_EQ(tmo_scope_run(eng, DEADLINE, TMO_SCOPE_EXCEPTION, sleep_then, &ns, NULL, NULL),
+	         TMO_ETIMEDOUT);
+	CHECK(since(t0) >= DEADLINE);
+	CHECK(since(t0) < LONG_WAIT / 2);
+}
+
+/* A condition wait is interrupted, and raises with its mutex held again. */
+struct cwait {
+	pthread_mutex_t m;
+	struct tmo_cond cv;
+	int unlock_rc;
+	int ensured;
+};
+
+static void cw_unlock(void *arg)
+{
+	struct cwait *w = arg;
+	w->ensured++;
+	w->unlock_rc = pthread_mutex_unlock(&w->m); /* EPERM if not held */
+}
+
+static intptr_t cw_wait(void *arg)
+{
+	struct cwait *w = arg;
+	tmo_cond_wait(&w->cv, &w->m, TMO_WAIT_FOREVER);
+	return 0;
+}
+
+static intptr_t cw_block(void *arg)
+{
+	struct cwait *w = arg;
+	pthread_mutex_lock(&w->m);
+	tmo_ensure(cw_wait, w, cw_unlock, w, NULL);
+	return 0;
+}
+
+static void test_cond_interrupted(void)
+{
+	struct cwait w = {.unlock_rc = -1};
+	pthread_mutexattr_t at;
+	pthread_mutexattr_init(&at);
+	pthread_mutexattr_settype(&at, PTHREAD_MUTEX_ERRORCHECK);
+	pthread_mutex_init(&w.m, &at);
+	pthread_mutexattr_destroy(&at);
+	tmo_cond_init(&w.cv);
+	int64_t t0 = tmo_now_ns();
+	CHECK_EQ(tmo_scope_run(eng, DEADLINE, TMO_SCOPE_THROW, cw_block, &w, NULL, NULL),
+	         TMO_ETIMEDOUT);
+	CHECK(since(t0) < LONG_WAIT / 2);
+	CHECK_EQ(w.ensured, 1);
+	CHECK_EQ(w.unlock_rc, 0);
+	CHECK(w.cv.head == NULL); /* the interrupted waiter unlinked itself */
+	/* Its own timeout. */
+	pthread_mutex_lock(&w.m);
+	CHECK_EQ(tmo_cond_wait(&w.cv, &w.m, 2 * MS), TMO_WAIT_TIMEDOUT);
+	CHECK_EQ(pthread_mutex_unlock(&w.m), 0);
+	pthread_mutex_destroy(&w.m);
+}
+
+/* ---- the three modes: Ruby's test_skip_rescue and its siblings ------------ */
+
+struct skip {
+	unsigned filter;
+	int reraise;
+	int saw;              /* times the inner rescue ran */
+	enum tmo_exc_class saw_cls;
+	int ensured;          /* times the ensure ran */
+	int after_sleep;      /* the code after the interrupted sleep ran */
+};
+
+static intptr_t skip_sleep(void *arg)
+{
+	struct skip *s = arg;
+	tmo_sleep(LONG_WAIT);
+	s->after_sleep++;
+	return 1;
+}
+
+static void skip_ensure(void *arg) { ((struct skip *)arg)->ensured++; }
+
+static intptr_t skip_body(void *arg)
+{
+	intptr_t v = 0;
+	tmo_ensure(skip_sleep, arg, skip_ensure, arg, &v);
+	return v;
+}
+
+static intptr_t skip_handler(const struct tmo_exc *e, void *arg)
+{
+	struct skip *s = arg;
+	s->saw++;
+	s->saw_cls = e->cls;
+	if (s->reraise)
+		tmo_reraise(e);
+	return 99;
+}
+
+static intptr_t skip_block(void *arg)
+{
+	struct skip *s = arg;
+	intptr_t v = 0;
+	tmo_rescue(s->filter, skip_body, s, skip_handler, s, &v);
+	return v;
+}
+
+static void skip_case(enum tmo_scope_mode mode, unsigned filter, int reraise, int want_saw,
+                      int want_rc, intptr_t want_value)
+{
+	struct skip s = {.filter = filter, .reraise = reraise};
+	intptr_t v = -1;
+	struct tmo_exc e = {0};
+	int64_t t0 = tmo_now_ns();
+	int rc = tmo_scope_run(eng, DEADLINE, mode, skip_block, &s, &v, &e);
+	int before = tmo_test_failures;
+	CHECK(since(t0) < LONG_WAIT / 2);
+	CHECK_EQ(rc, want_rc);
+	CHECK_EQ(s.saw, want_saw);
+	CHECK_EQ(s.ensured, 1);
+	CHECK_EQ(s.after_sleep, 0);
+	if (want_rc == 0)
+		CHECK_EQ(v, want_value);
+	else
+		CHECK(e.message != NULL && strcmp(e.message, TMO_EXPIRED_MESSAGE) == 0);
+	if (want_saw) {
+		enum tmo_exc_class cls = mode == TMO_SCOPE_RAISE ? TMO_EXC_TIMEOUT : TMO_EXC_INTERRUPT;
+		CHECK_EQ(s.saw_cls, cls);
+	}
+	if (tmo_test_failures != before)
+		fprintf(stderr, "  in mode %d filter %#x reraise %d\n", mode, filter, reraise);
+	CHECK_EQ(tmo_interrupt_pending(), 0);
+}
+
+static void test_modes(void)
+{
+	/* raise: Bug #8730 reproduced — every rescue swallows the timeout. */
+	skip_case(TMO_SCOPE_RAISE, TMO_RESCUE_STANDARD, 0, 1, 0, 99);
+	skip_case(TMO_SCOPE_RAISE, TMO_RESCUE_ALL, 0, 1, 0, 99);
+	skip_case(TMO_SCOPE_RAISE, TMO_RESCUE_ALL, 1, 1, TMO_ETIMEDOUT, 0);
+	/* throw: test_skip_rescue — no rescue sees it, ensure once, timeout out. */
+	skip_case(TMO_SCOPE_THROW, TMO_RESCUE_STANDARD, 0, 0, TMO_ETIMEDOUT, 0);
+	skip_case(TMO_SCOPE_THROW, TMO_RESCUE_ALL, 0, 0, TMO_ETIMEDOUT, 0);
+	/* exception: standard rescue skips it; rescue-all sees it. */
+	skip_case(TMO_SCOPE_EXCEPTION, TMO_RESCUE_STANDARD, 0, 0, TMO_ETIMEDOUT, 0);
+	skip_case(TMO_SCOPE_EXCEPTION, TMO_RESCUE_TIMEOUT, 0, 0, TMO_ETIMEDOUT, 0);
+	skip_case(TMO_SCOPE_EXCEPTION, TMO_RESCUE_ALL, 1, 1, TMO_ETIMEDOUT, 0);
+	skip_case(TMO_SCOPE_EXCEPTION, TMO_RESCUE_ALL, 0, 1, 0, 99);
+}
+
+/* The block's own errors pass through the boundary unchanged. */
+static intptr_t raise_own_timeout(void *arg)
+{
+	tmo_raise(TMO_EXC_TIMEOUT, 123, "mine");
+}
+
+static intptr_t raise_standard(void *arg)
+{
+	tmo_raise(TMO_EXC_STANDARD, 5, "boom");
+}
+
+static intptr_t count_handler(const struct tmo_exc *e, void *arg)
+{
+	(*(int *)arg)++;
+	return e->code;
+}
+
+static intptr_t nested_own_timeout(void *arg)
+{
+	intptr_t v = 0;
+	/* Inner scope passes the block's own timeout error to the outer one. */
+	int rc = tmo_scope_run(eng, 1000 * MS, TMO_SCOPE_THROW, raise_own_timeout, NULL, &v, NULL);
+	*(int *)arg = rc; /* not reached */
+	return 0;
+}
+
+static void test_own_errors_pass(void)
+{
+	struct tmo_exc e = {0};
+	CHECK_EQ(tmo_scope_run(eng, 1000 * MS, TMO_SCOPE_THROW, raise_own_timeout, NULL, NULL, &e),
+	         TMO_ERAISED);
+	CHECK_EQ(e.cls, TMO_EXC_TIMEOUT);
+	CHECK_EQ(e.code, 123);
+	CHECK(e.scope == NULL);
+	CHECK(strcmp(e.message, "mine") == 0);
+	CHECK_EQ(tmo_scope_run(eng, 1000 * MS, TMO_SCOPE_EXCEPTION, raise_standard, NULL, NULL, &e),
+	         TMO_ERAISED);
+	CHECK_EQ(e.cls, TMO_EXC_STANDARD);
+	CHECK_EQ(e.code, 5);
+	int marker = 0;
+	CHECK_EQ(tmo_scope_run(eng, 1000 * MS, TMO_SCOPE_RAISE, nested_own_timeout, &marker, NULL,
+	                       &e),
+	         TMO_ERAISED);
+	CHECK_EQ(marker, 0);
+	CHECK_EQ(e.code, 123);
+	/* A rescue outside the scope catches what the scope passed on. */
+	int seen = 0;
+	intptr_t v = 0;
+	CHECK_EQ(tmo_rescue(TMO_RESCUE_TIMEOUT, nested_own_timeout, &marker, count_handler, &seen,
+	                    &v),
+	         1);
+	CHECK_EQ(seen, 1);
+	CHECK_EQ(v, 123);
+}
+
+/* ---- nesting by identity -------------------------------------------------- */
+
+struct nest {
+	const struct tmo_scope *outer, *inner;
+	int inner_returned;   /* code after the inner tmo_scope_run ran */
+	int inner_rc;
+	int rescued;          /* the inner block's standard rescue ran */
+	int ensure_inner, ensure_outer;
+	int after_inner_ok;   /* the outer block ran on after the inner scope */
+	int64_t inner_timeout, outer_sleep_after;
+	enum tmo_scope_mode inner_mode;
+};
+
+static void nest_ensure_inner(void *arg) { ((struct nest *)arg)->ensure_inner++; }
+static void nest_ensure_outer(void *arg) { ((struct nest *)arg)->ensure_outer++; }
+
+static intptr_t nest_rescued(const struct tmo_exc *e, void *arg)
+{
+	((struct nest *)arg)->rescued++;
+	return 0;
+}
+
+static intptr_t nest_inner_sleep(void *arg)
+{
+	struct nest *n = arg;
+	n->inner = tmo_scope_current();
+	tmo_sleep(LONG_WAIT);
+	return 0;
+}
+
+static intptr_t nest_inner_body(void *arg)
+{
+	intptr_t v;
+	tmo_ensure(nest_inner_sleep, arg, nest_ensure_inner, arg, &v);
+	return v;
+}
+
+static intptr_t nest_inner_block(void *arg)
+{
+	intptr_t v;
+	tmo_rescue(TMO_RESCUE_STANDARD, nest_inner_body, arg, nest_rescued, arg, &v);
+	return v;
+}
+
+static intptr_t nest_outer_body(void *arg)
+{
+	struct nest *n = arg;
+	n->outer = tmo_scope_current();
+	n->inner_rc = tmo_scope_run(eng, n->inner_timeout, n->inner_mode, nest_inner_block, n,
+	                            NULL, NULL);
+	n->inner_returned = 1;
+	tmo_sleep(n->outer_sleep_after); /* no late interrupt of the inner scope */
+	n->after_inner_ok = 1;
+	return 5;
+}
+
+static intptr_t nest_outer_block(void *arg)
+{
+	intptr_t v = 0;
+	tmo_ensure(nest_outer_body, arg, nest_ensure_outer, arg, &v);
+	return v;
+}
+
+static void test_nesting(void)
+{
+	/* Outer expires inside a longer inner scope: the interrupt is the outer
+	 * one's; the inner scope (whatever its mode) passes it untouched. */
+	for (int im = TMO_SCOPE_RAISE; im <= TMO_SCOPE_EXCEPTION; im++) {
+		struct nest n = {.inner_timeout = LONG_WAIT, .inner_mode = im};
+		struct tmo_exc e = {0};
+		int64_t t0 = tmo_now_ns();
+		int rc = tmo_scope_run(eng, DEADLINE, TMO_SCOPE_THROW, nest_outer_block, &n, NULL, &e);
+		CHECK_EQ(rc, TMO_ETIMEDOUT);
+		CHECK(since(t0) < LONG_WAIT / 2);
+		CHECK(e.scope == n.outer);
+		CHECK(n.outer != NULL && n.inner != NULL && n.outer != n.inner);
+		CHECK_EQ(n.inner_returned, 0);
+		CHECK_EQ(n.rescued, 0);
+		CHECK_EQ(n.ensure_inner, 1);
+		CHECK_EQ(n.ensure_outer, 1);
+		CHECK(tmo_scope_current() == NULL);
+	}
+	/* The reverse: the inner scope expires inside a longer outer one; its
+	 * caller (the outer block) gets TMO_ETIMEDOUT and runs on; the outer
+	 * scope returns the block's value. */
+	for (int im = TMO_SCOPE_THROW; im <= TMO_SCOPE_EXCEPTION; im++) {
+		struct nest n = {.inner_timeout = DEADLINE, .inner_mode = im,
+		                 .outer_sleep_after = 20 * MS};
+		intptr_t v = 0;
+		int rc = tmo_scope_run(eng, LONG_WAIT, TMO_SCOPE_THROW, nest_outer_block, &n, &v, NULL);
+		CHECK_EQ(rc, 0);
+		CHECK_EQ(v, 5);
+		CHECK_EQ(n.inner_rc, TMO_ETIMEDOUT);
+		CHECK_EQ(n.inner_returned, 1);
+		CHECK_EQ(n.after_inner_ok, 1);
+		CHECK_EQ(n.rescued, 0);
+		CHECK_EQ(n.ensure_inner, 1);
+		CHECK_EQ(n.ensure_outer, 1);
+	}
+	/* In raise mode the inner block's standard rescue swallows the inner
+	 * timeout: the inner scope returns 0. */
+	struct nest n = {.inner_timeout = DEADLINE, .inner_mode = TMO_SCOPE_RAISE};
+	intptr_t v = 0;
+	CHECK_EQ(tmo_scope_run(eng, LONG_WAIT, TMO_SCOPE_THROW, nest_outer_block, &n, &v, NULL), 0);
+	CHECK_EQ(n.inner_rc, 0);
+	CHECK_EQ(n.rescued, 1);
+	CHECK_EQ(n.ensure_inner, 1);
+}
+
+/* Both scopes expired before any delivery (the inner block was masked): the
+ * outermost interrupt is delivered, and it passes the inner boundary. */
+struct both {
+	const struct tmo_scope *outer, *inner;
+	int inner_returned, inner_after_unmask;
+};
+
+static intptr_t both_inner(void *arg)
+{
+	struct both *b = arg;
+	b->inner = tmo_scope_current();
+	tmo_mask();
+	int64_t end = tmo_now_ns() + 5 * DEADLINE;
+	while (tmo_now_ns() < end)
+		tmo_check(); /* masked: nothing delivered */
+	tmo_unmask();
+	b->inner_after_unmask = 1;
+	return 0;
+}
+
+static intptr_t both_outer(void *arg)
+{
+	struct both *b = arg;
+	b->outer = tmo_scope_current();
+	tmo_scope_run(eng, DEADLINE, TMO_SCOPE_THROW, both_inner, b, NULL, NULL);
+	b->inner_returned = 1;
+	tmo_sleep(LONG_WAIT);
+	return 0;
+}
+
+static void test_both_expired_outer_wins(void)
+{
+	struct both b = {0};
+	struct tmo_exc e = {0};
+	CHECK_EQ(tmo_scope_run(eng, DEADLINE, TMO_SCOPE_THROW, both_outer, &b, NULL, &e),
+	         TMO_ETIMEDOUT);
+	CHECK(e.scope == b.outer);
+	CHECK_EQ(b.inner_after_unmask, 0);
+	CHECK_EQ(b.inner_returned, 0);
+	CHECK_EQ(tmo_interrupt_pending(), 0);
+}
+
+/* ---- masking -------------------------------------------------------------- */
+
+struct masked {
+	int before_unmask, after_unmask, inner_unmask_passed;
+	int64_t slept;
+	int pending_seen;
+};
+
+static intptr_t masked_block(void *arg)
+{
+	struct masked *m = arg;
+	tmo_mask();
+	tmo_mask();
+	int64_t t0 = tmo_now_ns();
+	tmo_sleep(3 * DEADLINE); /* not cut short: masked */
+	m->slept = since(t0);
+	tmo_check();             /* masked: delivers nothing */
+	m->pending_seen = tmo_interrupt_pending();
+	tmo_unmask();            /* depth 1: still masked */
+	m->inner_unmask_passed = 1;
+	m->before_unmask = 1;
+	tmo_unmask();            /* depth 0: delivered here */
+	m->after_unmask = 1;
+	return 0;
+}
+
+static void test_masking(void)
+{
+	struct masked m = {0};
+	CHECK_EQ(tmo_mask_depth(), 0);
+	CHECK_EQ(tmo_scope_run(eng, DEADLINE, TMO_SCOPE_THROW, masked_block, &m, NULL, NULL),
+	         TMO_ETIMEDOUT);
+	CHECK(m.slept >= 3 * DEADLINE);
+	CHECK_EQ(m.pending_seen, 1);
+	CHECK_EQ(m.inner_unmask_passed, 1);
+	CHECK_EQ(m.before_unmask, 1);
+	CHECK_EQ(m.after_unmask, 0);
+	CHECK_EQ(tmo_mask_depth(), 0); /* unwinding restored the depth */
+	CHECK_EQ(tmo_interrupt_pending(), 0);
+}
+
+/* ---- ensure exactly once ---------------------------------------------------- */
+
+struct ens {
+	int count[4];
+	int depth;
+};
+
+static void ens_fn(void *arg);
+static intptr_t ens_body(void *arg);
+
+struct ens_level {
+	struct ens *e;
+	int level;
+};
+
+static void ens_fn(void *arg)
+{
+	struct ens_level *l = arg;
+	l->e->count[l->level]++;
+}
+
+static intptr_t ens_body(void *arg)
+{
+	struct ens_level *l = arg;
+	if (l->level == 3) {
+		tmo_sleep(l->e->depth ? LONG_WAIT : 0);
+		return 11;
+	}
+	struct ens_level next = {l->e, l->level + 1};
+	intptr_t v = 0;
+	tmo_ensure(ens_body, &next, ens_fn, &next, &v);
+	return v;
+}
+
+static void test_ensure_once(void)
+{
+	for (int mode = TMO_SCOPE_RAISE; mode <= TMO_SCOPE_EXCEPTION; mode++) {
+		for (int interrupt = 0; interrupt <= 1; interrupt++) {
+			struct ens e = {.depth = interrupt};
+			struct ens_level top = {&e, 0};
+			intptr_t v = 0;
+			int rc = tmo_scope_run(eng, interrupt ? DEADLINE : 1000 * MS, mode, ens_body,
+			                       &top, &v, NULL);
+			CHECK_EQ(rc, interrupt ? TMO_ETIMEDOUT : 0);
+			if (!interrupt)
+				CHECK_EQ(v, 11);
+			for (int i = 1; i <= 3; i++)
+				CHECK_EQ(e.count[i], 1);
+		}
+	}
+}
+
+/* ---- no late interrupt ------------------------------------------------------ */
+
+struct edge {
+	int64_t spin_until;
+	int checks; /* call tmo_check while spinning */
+	int finished;
+};
+
+static intptr_t edge_block(void *arg)
+{
+	struct edge *e = arg;
+	while (tmo_now_ns() < e->spin_until)
+		if (e->checks)
+			tmo_check();
+	e->finished = 1;
+	return 3;
+}
+
+struct edge_run {
+	int iterations;
+	int returned, expired, late, inconsistent;
+};
+
+static intptr_t edge_outer(void *arg)
+{
+	struct edge_run *r = arg;
+	uint64_t x = 88172645463325252ull;
+	for (int i = 0; i < r->iterations; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		int64_t timeout = 200 * TMO_NSEC_PER_USEC + (int64_t)(x % (800 * TMO_NSEC_PER_USEC));
+		/* Return within +-100 us of the deadline. */
+		struct edge e = {.checks = (int)(x >> 40) & 1};
+		e.spin_until = tmo_now_ns() + timeout - 100 * TMO_NSEC_PER_USEC +
+		               (int64_t)((x >> 20) % (200 * TMO_NSEC_PER_USEC));
+		intptr_t v = 0;
+		int rc = tmo_scope_run(eng, timeout, TMO_SCOPE_THROW, edge_block, &e, &v, NULL);
+		if (rc == 0) {
+			r->returned++;
+			if (!e.finished || v != 3)
+				r->inconsistent++;
+		} else if (rc == TMO_ETIMEDOUT) {
+			r->expired++;
+			if (e.finished)
+				r->inconsistent++; /* it finished, yet the caller saw a timeout */
+		} else {
+			r->inconsistent++;
+		}
+		/* Any interrupt from here on is late: the outer scope has no
+		 * deadline, so it would be the inner one's. */
+		if (tmo_interrupt_pending())
+			r->late++;
+		tmo_check();
+		tmo_sleep(0);
+	}
+	return 0;
+}
+
+static void test_no_late_interrupt(void)
+{
+	struct edge_run r = {.iterations = 300};
+	struct tmo_exc e;
+	/* The outer scope (no deadline) is a frame that would catch a late
+	 * interrupt: then its tmo_scope_run returns instead of completing. */
+	int rc = tmo_scope_run(eng, 0, TMO_SCOPE_THROW, edge_outer, &r, NULL, &e);
+	CHECK_EQ(rc, 0);
+	CHECK_EQ(r.late, 0);
+	CHECK_EQ(r.inconsistent, 0);
+	CHECK_EQ(r.returned + r.expired, r.iterations);
+	printf("  edge: %d returned, %d expired, 0 late of %d\n", r.returned, r.expired,
+	       r.iterations);
+}
+
+/* ---- two threads, independent scopes ------------------------------------------- */
+
+struct thr {
+	int64_t timeout;
+	int rc;
+	int identity_ok;
+};
+
+static intptr_t thr_block(void *arg)
+{
+	struct thr *t = arg;
+	t->identity_ok = tmo_scope_current() != NULL;
+	tmo_sleep(LONG_WAIT);
+	return 0;
+}
+
+static void *thr_main(void *arg)
+{
+	struct thr *t = arg;
+	struct tmo_exc e = {0};
+	t->rc = tmo_scope_run(eng, t->timeout, TMO_SCOPE_EXCEPTION, thr_block, t, NULL, &e);
+	return NULL;
+}
+
+static void test_threads_independent(void)
+{
+	struct thr t[4];
+	pthread_t th[4];
+	for (int i = 0; i < 4; i++) {
+		t[i] = (struct thr){.timeout = (int64_t)(5 + 5 * i) * MS};
+		CHECK_EQ(pthread_create(&th[i], NULL, thr_main, &t[i]), 0);
+	}
+	int64_t t0 = tmo_now_ns();
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		CHECK_EQ(t[i].rc, TMO_ETIMEDOUT);
+		CHECK_EQ(t[i].identity_ok, 1);
+	}
+	CHECK(since(t0) < LONG_WAIT / 2);
+}
+
+int main(int argc, char **argv)
+{
+	const char *name = argc > 1 ? argv[1] : "condvar";
+	int64_t allocs0 = tmo_testing_live_allocs();
+	int rc = tmo_create(name, NULL, &eng);
+	if (rc != 0) {
+		fprintf(stderr, "engine %s: %s\n", name, tmo_strerror(rc));
+		return 1;
+	}
+	int64_t allocs1 = tmo_testing_live_allocs();
+	RUN(test_value_returned);
+	RUN(test_zero_means_none);
+	RUN(test_bad_input);
+	RUN(test_pop_interrupted);
+	RUN(test_pop_own_timeout);
+	RUN(test_busy_loop_interrupted);
+	RUN(test_sleep_interrupted);
+	RUN(test_cond_interrupted);
+	RUN(test_modes);
+	RUN(test_own_errors_pass);
+	RUN(test_nesting);
+	RUN(test_both_expired_outer_wins);
+	RUN(test_masking);
+	RUN(test_ensure_once);
+	RUN(test_no_late_interrupt);
+	RUN(test_threads_independent);
+	(void)allocs1;
+	tmo_destroy(&eng);
+	/* Scopes allocate nothing: the library is back where it started. */
+	CHECK_EQ(tmo_testing_live_allocs(), allocs0);
+	return TEST_EXIT();
+}
