@@ -6,11 +6,14 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 // scenario.h (tmo_progress) is a C header without C++ guards.
 extern "C" {
@@ -52,13 +55,21 @@ void trim_name(benchmark::BenchmarkReporter::Run &run)
 // into memory, and keeps the runs for gb_run()'s caller.
 class TeeReporter : public benchmark::BenchmarkReporter {
 public:
-	TeeReporter(const struct tmo_run *run, size_t total) : run_(run), total_(total)
+	TeeReporter(const struct tmo_run *run, size_t total)
+		: run_(run), total_(total), console_(console_options())
 	{
 		json_.SetOutputStream(&json_text_);
 		json_.SetErrorStream(&std::cerr);
 	}
 	bool ReportContext(const Context &ctx) override
 	{
+		// The console reporter prints the machine context (CPUs, caches,
+		// load, the debug-build warning) to stderr on every run: show it
+		// once per process; the JSON keeps it.
+		static bool context_shown = false;
+		if (context_shown)
+			console_.SetErrorStream(&null_);
+		context_shown = true;
 		console_.ReportContext(ctx);
 		json_.ReportContext(ctx);
 		return true;
@@ -85,6 +96,16 @@ public:
 	std::vector<gb_result> results;
 
 private:
+	// Colour only on a terminal (the default would colour logs too).
+	static benchmark::ConsoleReporter::OutputOptions console_options()
+	{
+		int o = benchmark::ConsoleReporter::OO_Tabular;
+		const char *term = std::getenv("TERM");
+		if (isatty(STDOUT_FILENO) && term != nullptr && std::strcmp(term, "dumb") != 0)
+			o |= benchmark::ConsoleReporter::OO_Color;
+		return (benchmark::ConsoleReporter::OutputOptions)o;
+	}
+
 	void keep(const Run &r)
 	{
 		gb_result g;
@@ -128,6 +149,7 @@ private:
 	benchmark::ConsoleReporter console_;
 	benchmark::JSONReporter json_;
 	std::ostringstream json_text_;
+	std::ostream null_{nullptr}; // discards (no buffer: writes set badbit)
 };
 
 size_t registered = 0;

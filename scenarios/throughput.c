@@ -1,0 +1,414 @@
+/*
+ * throughput — the seed benchmark and its variations, run by Google
+ * Benchmark (cli/gbench.h), every figure from one process run:
+ *
+ *  seed    Ruby's `Timeout.timeout(1) { }` in a loop: arm a 1 s timeout,
+ *          run an empty block, cancel it.  ROUNDS repetitions of OPS
+ *          arm+cancel pairs on one thread; each round and the median
+ *          ns/op.  (Seed 000: the Ruby timeout benchmark.)
+ *  empty   the same loop with no engine call: the keep-running loop's own
+ *          cost per op (Debian's Google Benchmark is a debug build).
+ *  floor   an uncontended CAS pair on a cache line the caller owns: what an
+ *          arm+cancel that touches one shared word costs at best.
+ *  threads:N  1..--threads threads, each arming and cancelling its own
+ *          timer: aggregate ops/s.
+ *  cross   arm on one thread, cancel on another (two threads and a
+ *          single-producer ring between them): pairs/s.
+ *  live:L  the seed loop with L (1e3, 1e5, 1e6) other timers armed
+ *          (timeouts 60..3600 s, never due during the run).
+ *
+ * Every arm must return 0 and every cancel TMO_CANCEL_PREVENTED (a 1 s
+ * timeout cancelled microseconds later); anything else, or a callback that
+ * runs, is counted and makes the run fail.  Speed is reported, never
+ * asserted: the targets table at the end of the harness run compares.
+ *
+ * Sizes: the thread engine creates an OS thread per arm (~25 us): its seed
+ * rounds are OPS_THREAD pairs instead of OPS, and it holds at most
+ * LIVE_THREAD_MAX live timers (more sizes are reported as skipped).
+ */
+#include <stdatomic.h>
+
+#include "gbench.h"
+#include "util.h"
+
+#define ROUNDS_FULL 20
+#define ROUNDS_QUICK 5
+#define OPS_FULL 10000
+#define OPS_QUICK 2000
+#define OPS_THREAD_FULL 1000
+#define OPS_THREAD_QUICK 100
+#define BATCH 100 /* divides every OPS above */
+#define MIN_TIME_FULL 0.3
+#define MIN_TIME_QUICK 0.03
+#define LIVE_THREAD_MAX 1000
+#define RING 256 /* cross-thread ring (power of two) */
+#define MAX_THREADS 256
+
+struct tp_slot {
+	_Alignas(64) struct tmo_timer t;
+	atomic_uint cas_word; /* the floor's line: owned by its thread */
+};
+
+struct tp_ctx {
+	const struct tmo_run *run;
+	struct tmo *e;
+	struct tp_slot slots[MAX_THREADS];
+	atomic_llong arm_errors, cancel_errors, fired;
+	_Atomic int first_error; /* first unexpected return value */
+	/* cross: timers travel producer -> consumer in `armed`, back in `free` */
+	struct tmo_timer *pool;
+	_Alignas(64) struct tmo_timer *armed[RING];
+	_Alignas(64) atomic_ullong armed_head;
+	_Alignas(64) atomic_ullong armed_tail;
+	_Alignas(64) struct tmo_timer *free_[RING];
+	_Alignas(64) atomic_ullong free_head;
+	_Alignas(64) atomic_ullong free_tail;
+};
+
+static void tp_cb(struct tmo_timer *t, void *arg)
+{
+	struct tp_ctx *c = arg;
+	(void)t;
+	atomic_fetch_add(&c->fired, 1);
+}
+
+static void tp_error(struct tp_ctx *c, atomic_llong *counter, int rc)
+{
+	int zero = 0;
+	atomic_fetch_add(counter, 1);
+	atomic_compare_exchange_strong(&c->first_error, &zero, rc == 0 ? 1000 : rc);
+}
+
+/* The seed loop body: the op a Ruby `Timeout.timeout(1) { }` costs. */
+static inline void seed_op(struct tp_ctx *c, struct tmo_timer *t)
+{
+	int rc = tmo_arm(c->e, t, TMO_NSEC_PER_SEC, tp_cb, c);
+	if (rc != 0) {
+		tp_error(c, &c->arm_errors, rc);
+		return;
+	}
+	__asm__ volatile("" ::: "memory"); /* the empty block */
+	rc = tmo_cancel(c->e, t);
+	if (rc != TMO_CANCEL_PREVENTED)
+		tp_error(c, &c->cancel_errors, rc);
+}
+
+static void bench_seed(gb_state *st, void *arg)
+{
+	struct tp_ctx *c = arg;
+	struct tmo_timer *t = &c->slots[gb_thread_index(st)].t;
+	while (gb_keep_running_batch(st, BATCH))
+		for (int i = 0; i < BATCH; i++)
+			seed_op(c, t);
+	gb_items_processed(st, (int64_t)gb_max_iterations(st));
+}
+
+static void bench_empty(gb_state *st, void *arg)
+{
+	(void)arg;
+	while (gb_keep_running_batch(st, BATCH))
+		for (int i = 0; i < BATCH; i++)
+			__asm__ volatile("" ::: "memory");
+}
+
+static void bench_floor(gb_state *st, void *arg)
+{
+	struct tp_ctx *c = arg;
+	atomic_uint *w = &c->slots[gb_thread_index(st)].cas_word;
+	while (gb_keep_running_batch(st, BATCH))
+		for (int i = 0; i < BATCH; i++) {
+			unsigned zero = 0, one = 1;
+			/* Both CASes succeed (the line is ours); seq_cst like an
+			 * engine's arm and cancel publishing a timer's state. */
+			atomic_compare_exchange_strong(w, &zero, 1);
+			atomic_compare_exchange_strong(w, &one, 0);
+		}
+}
+
+/* Spin for a ring slot without starving the timer thread (2 cores). */
+static inline void tp_pause(unsigned *spins)
+{
+	if (++*spins > 64) {
+		sched_yield();
+		*spins = 0;
+	}
+}
+
+/* Thread 0 arms timers and passes them to thread 1, which cancels them and
+ * passes them back.  Both threads run the same iteration count, so every
+ * armed timer is cancelled before the repetition ends. */
+static void bench_cross(gb_state *st, void *arg)
+{
+	struct tp_ctx *c = arg;
+	int producer = gb_thread_index(st) == 0;
+	while (gb_keep_running_batch(st, BATCH)) {
+		for (int i = 0; i < BATCH; i++) {
+			unsigned spins = 0;
+			if (producer) {
+				uint64_t fh = atomic_load_explicit(&c->free_head, memory_order_relaxed);
+				while (atomic_load_explicit(&c->free_tail, memory_order_acquire) == fh)
+					tp_pause(&spins);
+				struct tmo_timer *t = c->free_[fh % RING];
+				atomic_store_explicit(&c->free_head, fh + 1, memory_order_release);
+				int rc = tmo_arm(c->e, t, TMO_NSEC_PER_SEC, tp_cb, c);
+				if (rc != 0) {
+					tp_error(c, &c->arm_errors, rc);
+					t->cb = NULL; /* tells the consumer: not armed */
+				}
+				uint64_t at = atomic_load_explicit(&c->armed_tail, memory_order_relaxed);
+				while (at - atomic_load_explicit(&c->armed_head, memory_order_acquire) >= RING)
+					tp_pause(&spins);
+				c->armed[at % RING] = t;
+				atomic_store_explicit(&c->armed_tail, at + 1, memory_order_release);
+			} else {
+				uint64_t ah = atomic_load_explicit(&c->armed_head, memory_order_relaxed);
+				while (atomic_load_explicit(&c->armed_tail, memory_order_acquire) == ah)
+					tp_pause(&spins);
+				struct tmo_timer *t = c->armed[ah % RING];
+				atomic_store_explicit(&c->armed_head, ah + 1, memory_order_release);
+				if (t->cb != NULL) {
+					int rc = tmo_cancel(c->e, t);
+					if (rc != TMO_CANCEL_PREVENTED)
+						tp_error(c, &c->cancel_errors, rc);
+				}
+				uint64_t ft = atomic_load_explicit(&c->free_tail, memory_order_relaxed);
+				c->free_[ft % RING] = t;
+				atomic_store_explicit(&c->free_tail, ft + 1, memory_order_release);
+			}
+		}
+	}
+}
+
+static void tp_sizes(const struct tmo_run *run, int *rounds, int *ops, double *min_time)
+{
+	*rounds = run->quick ? ROUNDS_QUICK : ROUNDS_FULL;
+	if (su_thread_per_timer(run))
+		*ops = run->quick ? OPS_THREAD_QUICK : OPS_THREAD_FULL;
+	else
+		*ops = run->quick ? OPS_QUICK : OPS_FULL;
+	*min_time = run->quick ? MIN_TIME_QUICK : MIN_TIME_FULL;
+}
+
+static struct gb_bench *tp_register(const struct tmo_run *run, const char *what, gb_fn *fn,
+                                    void *ctx, int threads, double min_time)
+{
+	char name[160];
+	snprintf(name, sizeof name, "throughput/%s%s%s", run->ops->name, what[0] ? "/" : "", what);
+	struct gb_bench *b = gb_register(name, fn, ctx);
+	gb_threads(b, threads);
+	gb_use_real_time(b);
+	if (min_time > 0)
+		gb_min_time(b, min_time);
+	return b;
+}
+
+/* Look up "throughput/<engine>/<what>/threads:N[_aggregate]". */
+static const struct gb_result *tp_find(const struct tmo_run *run, const struct gb_result *res,
+                                       size_t n, const char *what, int threads, const char *agg)
+{
+	char name[200];
+	snprintf(name, sizeof name, "throughput/%s%s%s/threads:%d%s%s", run->ops->name,
+	         what[0] ? "/" : "", what, threads, agg[0] ? "_" : "", agg);
+	return gb_find(res, n, name);
+}
+
+/* Arm `n` background timers with long random timeouts.  Returns how many
+ * were armed (fewer if the engine ran out: its error is in *err). */
+static size_t arm_background(struct tp_ctx *c, struct tmo_timer *bg, size_t n, struct su_rng *rng,
+                             int *err)
+{
+	*err = 0;
+	for (size_t i = 0; i < n; i++) {
+		int64_t timeout = 60 * TMO_NSEC_PER_SEC + (int64_t)su_below(rng, 3540) * TMO_NSEC_PER_SEC +
+		                  (int64_t)su_below(rng, (uint64_t)TMO_NSEC_PER_SEC);
+		int rc = tmo_arm(c->e, &bg[i], timeout, tp_cb, c);
+		if (rc != 0) {
+			*err = rc;
+			return i;
+		}
+		if ((i & 0xffff) == 0)
+			tmo_progress(c->run, "arming background timers", (double)i / (double)n);
+	}
+	return n;
+}
+
+static size_t cancel_background(struct tp_ctx *c, struct tmo_timer *bg, size_t n)
+{
+	size_t bad = 0;
+	for (size_t i = 0; i < n; i++) {
+		int rc = tmo_cancel(c->e, &bg[i]);
+		if (rc != TMO_CANCEL_PREVENTED) {
+			if (bad == 0)
+				tmo_violation(c->run, "cancel of background timer %zu (60..3600 s timeout) "
+				              "returned %s (%d), want TMO_CANCEL_PREVENTED",
+				              i, rc < 0 ? tmo_errname(rc) : "not prevented", rc);
+			bad++;
+		}
+	}
+	return bad;
+}
+
+static int throughput_run(const struct tmo_run *run)
+{
+	int rounds, ops;
+	double min_time;
+	tp_sizes(run, &rounds, &ops, &min_time);
+	int nthreads = run->threads < MAX_THREADS ? run->threads : MAX_THREADS;
+	struct tp_ctx *c = calloc(1, sizeof *c);
+	if (c == NULL)
+		return TMO_ENOMEM;
+	c->run = run;
+	int rc = tmo_create_ops(run->ops, NULL, &c->e);
+	if (rc != 0) {
+		free(c);
+		return rc;
+	}
+	int violations = 0;
+	struct su_rng rng = {run->seed};
+	printf("seed benchmark: %d rounds of %d arm+cancel pairs of a 1 s timeout around an empty "
+	       "block%s\n",
+	       rounds, ops,
+	       su_thread_per_timer(run) ? " (sized down: this engine starts a thread per arm)" : "");
+
+	/* Warm-up, not timed: the engine's first arms may allocate (pools,
+	 * heap arrays) and fault in memory; round 1 should not pay for it. */
+	for (int i = 0; i < ops; i++)
+		seed_op(c, &c->slots[0].t);
+
+	/* 1. seed, empty, floor, 1..N threads, cross: one Google Benchmark run. */
+	struct gb_bench *b = tp_register(run, "seed", bench_seed, c, 1, 0);
+	gb_iterations(b, (uint64_t)ops);
+	gb_repetitions(b, rounds);
+	tp_register(run, "empty", bench_empty, c, 1, min_time);
+	tp_register(run, "floor", bench_floor, c, 1, min_time);
+	for (int t = 1; t <= nthreads; t++)
+		tp_register(run, "", bench_seed, c, t, min_time);
+	c->pool = calloc(RING, sizeof *c->pool);
+	if (c->pool == NULL) {
+		tmo_destroy(&c->e);
+		free(c);
+		return TMO_ENOMEM;
+	}
+	for (int i = 0; i < RING; i++)
+		c->free_[i] = &c->pool[i];
+	atomic_store(&c->free_tail, RING);
+	tp_register(run, "cross", bench_cross, c, 2, min_time);
+
+	struct gb_result *res;
+	size_t n = gb_run(run, &res);
+
+	double round_ns[ROUNDS_FULL];
+	int nround = 0;
+	for (size_t i = 0; i < n; i++) {
+		char want[200];
+		snprintf(want, sizeof want, "throughput/%s/seed/threads:1", run->ops->name);
+		if (strcmp(res[i].name, want) == 0 && !res[i].error && res[i].repetition >= 0 &&
+		    nround < ROUNDS_FULL) {
+			round_ns[nround] = res[i].real_ns;
+			su_report(run, "seed_round_ns_per_op", res[i].real_ns, "ns", "round=%d", nround);
+			nround++;
+		}
+	}
+	double median = nround > 0 ? su_median(round_ns, (size_t)nround) : NAN;
+	tmo_report(run, "seed_median_ns_per_op", "", median, "ns");
+	const struct gb_result *r_empty = tp_find(run, res, n, "empty", 1, "");
+	const struct gb_result *r_floor = tp_find(run, res, n, "floor", 1, "");
+	double empty = r_empty ? r_empty->real_ns : NAN, floor_ns = r_floor ? r_floor->real_ns : NAN;
+	tmo_report(run, "empty_loop_ns_per_op", "", empty, "ns");
+	tmo_report(run, "floor_ns_per_op", "", floor_ns, "ns");
+	tmo_report(run, "ratio_to_floor", "", median / floor_ns, "x");
+	printf("\nseed: median %.1f ns/op over %d rounds; loop's own cost %.2f ns/op; floor (CAS "
+	       "pair) %.2f ns/op; %.1fx the floor\n",
+	       median, nround, empty, floor_ns, median / floor_ns);
+	double one = NAN;
+	for (int t = 1; t <= nthreads; t++) {
+		const struct gb_result *r = tp_find(run, res, n, "", t, "");
+		/* real_s is the repetition's wall time; iterations are summed
+		 * over threads: aggregate ops/s. */
+		double ops_s = r ? r->iterations / r->real_s : NAN;
+		if (t == 1)
+			one = ops_s;
+		su_report(run, "ops_per_s", ops_s, "ops/s", "threads=%d", t);
+		printf("threads=%d: %.3g ops/s aggregate (%.2fx one thread)\n", t, ops_s, ops_s / one);
+	}
+	const struct gb_result *r_cross = tp_find(run, res, n, "cross", 2, "");
+	/* Both threads count an iteration per timer: pairs = iterations / 2. */
+	double cross = r_cross ? r_cross->iterations / 2 / r_cross->real_s : NAN;
+	su_report(run, "cross_pairs_per_s", cross, "pairs/s", "threads=2");
+	printf("cross-thread (arm on one thread, cancel on another): %.3g pairs/s, %.0f ns per "
+	       "pair\n",
+	       cross, 1e9 / cross);
+	for (size_t i = 0; i < n; i++)
+		if (res[i].error) {
+			tmo_violation(run, "benchmark %s stopped: %s", res[i].name, res[i].error_message);
+			violations++;
+		}
+	gb_results_free(res);
+
+	/* 2. the seed loop with L live timers. */
+	static const size_t lives[] = {1000, 100000, 1000000};
+	for (size_t li = 0; li < sizeof lives / sizeof lives[0]; li++) {
+		size_t live = lives[li];
+		if (su_thread_per_timer(run) && live > LIVE_THREAD_MAX) {
+			printf("live=%zu: skipped (thread per timer: at most %d live timers)\n", live,
+			       LIVE_THREAD_MAX);
+			su_report(run, "live_ns_per_op", NAN, "ns", "live=%zu", live);
+			continue;
+		}
+		struct tmo_timer *bg = calloc(live, sizeof *bg);
+		if (bg == NULL) {
+			violations++;
+			tmo_violation(run, "out of memory for %zu background timers", live);
+			break;
+		}
+		int err;
+		size_t armed = arm_background(c, bg, live, &rng, &err);
+		if (armed < live) {
+			printf("live=%zu: skipped: the engine took %zu timers, then returned %s\n", live,
+			       armed, tmo_errname(err));
+			su_report(run, "live_capacity", (double)armed, "timers", "live=%zu", live);
+			su_report(run, "live_ns_per_op", NAN, "ns", "live=%zu", live);
+		} else {
+			char what[32];
+			snprintf(what, sizeof what, "live:%zu", live);
+			tp_register(run, what, bench_seed, c, 1, min_time);
+			n = gb_run(run, &res);
+			const struct gb_result *r = tp_find(run, res, n, what, 1, "");
+			double ns = r ? r->real_ns : NAN;
+			su_report(run, "live_ns_per_op", ns, "ns", "live=%zu", live);
+			printf("live=%zu: %.1f ns/op\n", live, ns);
+			for (size_t i = 0; i < n; i++)
+				if (res[i].error) {
+					tmo_violation(run, "benchmark %s stopped: %s", res[i].name,
+					              res[i].error_message);
+					violations++;
+				}
+			gb_results_free(res);
+		}
+		violations += (int)cancel_background(c, bg, armed);
+		free(bg);
+	}
+
+	long long ae = atomic_load(&c->arm_errors), ce = atomic_load(&c->cancel_errors);
+	long long fired = atomic_load(&c->fired);
+	if (ae || ce || fired) {
+		int fe = atomic_load(&c->first_error);
+		tmo_violation(run, "%lld arms failed, %lld cancels of a pending 1 s timeout did not "
+		              "return TMO_CANCEL_PREVENTED, %lld callbacks ran (first unexpected return: "
+		              "%s, %d)",
+		              ae, ce, fired, fe < 0 ? tmo_errname(fe) : "non-negative", fe);
+		violations++;
+	}
+	tmo_destroy(&c->e);
+	free(c->pool);
+	free(c);
+	return violations;
+}
+
+const struct tmo_scenario tmo_scenario_throughput = {
+	"throughput",
+	"seed benchmark (arm+cancel a 1 s timeout around an empty block), threads, cross-thread, "
+	"1e3..1e6 live timers, vs an in-run CAS floor",
+	0,
+	throughput_run,
+};
