@@ -1,0 +1,296 @@
+/*
+ * expiry — timers that fire.  For each size N (1e3 .. 1e6):
+ *
+ *  spread  N timers with random timeouts in [50 ms, 50 ms + SPAN]; each
+ *          callback records when it ran and in which order.  Reported:
+ *          lateness p50/p99/max and its CDF (lateness = callback start -
+ *          (clock read before arm + timeout), so it never under-states),
+ *          and the checks: every timer fires exactly once (lost and double
+ *          fires counted), never early, and in order: a timer whose deadline
+ *          is more than the engine's resolution after another's must not run
+ *          before it (guarantee 4).
+ *  burst   N timers all due at the same instant: the drain rate, fires per
+ *          second from the first callback to the last.
+ *
+ * The thread engine runs an OS thread per timer: it gets at most
+ * THREAD_MAX timers per size (printed, and in the rows' param n=).
+ */
+#include <stdatomic.h>
+
+#include "util.h"
+
+#define SPAN_FULL (1000 * TMO_NSEC_PER_MSEC)
+#define SPAN_QUICK (200 * TMO_NSEC_PER_MSEC)
+#define LEAD (50 * TMO_NSEC_PER_MSEC)
+#define THREAD_MAX_FULL 2000
+#define THREAD_MAX_QUICK 500
+
+struct ex_timer {
+	struct tmo_timer t;
+	int64_t deadline; /* lower bound: clock read before arm + timeout */
+	int64_t deadline_hi; /* upper bound: clock read after arm + timeout */
+	int64_t fired_at;
+	uint64_t seq;     /* order the callbacks started in, from 1 */
+	atomic_int fired;
+};
+
+struct ex_ctx {
+	_Alignas(64) atomic_ullong seq;
+	_Alignas(64) atomic_ullong count;
+};
+
+static void ex_cb(struct tmo_timer *t, void *arg)
+{
+	struct ex_ctx *c = arg;
+	struct ex_timer *x = tmo_container_of(t, struct ex_timer, t);
+	int64_t now = su_now_ns();
+	uint64_t seq = atomic_fetch_add(&c->seq, 1) + 1;
+	/* Written before the release increment of `fired`; a second firing
+	 * overwrites them, and `fired` counts it. */
+	x->fired_at = now;
+	x->seq = seq;
+	atomic_fetch_add_explicit(&x->fired, 1, memory_order_release);
+	atomic_fetch_add_explicit(&c->count, 1, memory_order_release);
+}
+
+/* Wait until `want` callbacks ran or `give_up`; returns the count. */
+static uint64_t ex_wait(const struct tmo_run *run, struct ex_ctx *c, uint64_t want,
+                        int64_t give_up, const char *what)
+{
+	for (;;) {
+		uint64_t got = atomic_load_explicit(&c->count, memory_order_acquire);
+		if (got >= want || su_now_ns() > give_up)
+			return got;
+		tmo_progress(run, what, (double)got / (double)want);
+		su_sleep_ns(2 * TMO_NSEC_PER_MSEC);
+	}
+}
+
+static int cmp_deadline(const void *a, const void *b)
+{
+	const struct ex_timer *x = *(struct ex_timer *const *)a, *y = *(struct ex_timer *const *)b;
+	return x->deadline < y->deadline ? -1 : x->deadline > y->deadline;
+}
+static int cmp_deadline_hi(const void *a, const void *b)
+{
+	const struct ex_timer *x = *(struct ex_timer *const *)a, *y = *(struct ex_timer *const *)b;
+	return x->deadline_hi < y->deadline_hi ? -1 : x->deadline_hi > y->deadline_hi;
+}
+
+static int spread(const struct tmo_run *run, struct tmo *e, struct ex_timer *ts, size_t n,
+                  struct su_rng *rng)
+{
+	int v = 0;
+	int64_t span = run->quick ? SPAN_QUICK : SPAN_FULL;
+	struct ex_ctx c = {0};
+	memset(ts, 0, n * sizeof *ts);
+	size_t armed = 0;
+	for (size_t i = 0; i < n; i++) {
+		int64_t timeout = LEAD + (int64_t)su_below(rng, (uint64_t)span);
+		ts[i].deadline = su_now_ns() + timeout;
+		int rc = tmo_arm(e, &ts[i].t, timeout, ex_cb, &c);
+		ts[i].deadline_hi = su_now_ns() + timeout;
+		if (rc != 0) {
+			tmo_violation(run, "n=%zu: arm #%zu (timeout %lld ns) returned %s", n, i,
+			              (long long)timeout, tmo_errname(rc));
+			v++;
+			break;
+		}
+		armed++;
+	}
+	int64_t last_deadline = 0;
+	for (size_t i = 0; i < armed; i++)
+		if (ts[i].deadline > last_deadline)
+			last_deadline = ts[i].deadline;
+	/* Lost timers are judged after a grace far above any sane lateness:
+	 * 5 s plus 10 us per timer. */
+	uint64_t got = ex_wait(run, &c, armed, last_deadline + 5 * TMO_NSEC_PER_SEC +
+	                                           (int64_t)armed * 10 * TMO_NSEC_PER_USEC,
+	                       "spread: waiting for callbacks");
+	su_sleep_ns(20 * TMO_NSEC_PER_MSEC); /* let a double fire show */
+
+	int64_t *late = malloc((armed ? armed : 1) * sizeof *late);
+	struct ex_timer **by_deadline = malloc((armed ? armed : 1) * sizeof *by_deadline);
+	if (late == NULL || by_deadline == NULL) {
+		free(late);
+		free(by_deadline);
+		return v + 1;
+	}
+	size_t nl = 0, lost = 0, doubles = 0, early = 0;
+	int64_t worst_early = 0;
+	for (size_t i = 0; i < armed; i++) {
+		int f = atomic_load_explicit(&ts[i].fired, memory_order_acquire);
+		by_deadline[i] = &ts[i];
+		if (f == 0) {
+			if (lost++ == 0)
+				tmo_violation(run, "n=%zu: timer #%zu never fired (deadline %.3f ms after the "
+				              "first arm; waited %.1f s past the last deadline)",
+				              n, i, (double)(ts[i].deadline - ts[0].deadline) / 1e6,
+				              5 + (double)armed * 1e-5);
+			continue;
+		}
+		if (f > 1 && doubles++ == 0)
+			tmo_violation(run, "n=%zu: timer #%zu fired %d times", n, i, f);
+		int64_t l = ts[i].fired_at - ts[i].deadline;
+		if (l < 0) {
+			if (early++ == 0 || -l > worst_early)
+				worst_early = -l;
+		}
+		late[nl++] = l;
+	}
+	if (early > 0)
+		tmo_violation(run, "n=%zu: %zu timers fired early, the worst %lld ns before its deadline",
+		              n, early, (long long)worst_early);
+	v += (lost > 0) + (doubles > 0) + (early > 0);
+
+	/* Order.  The engine's deadline lies between the clock reads around
+	 * arm (an arm may wait for a lock): A is surely due before B when
+	 * A.deadline_hi < B.deadline - resolution; then A must start first.
+	 * Walk B by deadline, A by deadline_hi, keeping the latest start among
+	 * the As that are surely earlier. */
+	struct ex_timer **by_hi = malloc((armed ? armed : 1) * sizeof *by_hi);
+	if (by_hi == NULL) {
+		free(late);
+		free(by_deadline);
+		return v + 1;
+	}
+	memcpy(by_hi, by_deadline, armed * sizeof *by_hi);
+	qsort(by_deadline, armed, sizeof *by_deadline, cmp_deadline);
+	qsort(by_hi, armed, sizeof *by_hi, cmp_deadline_hi);
+	int64_t res = run->ops->resolution_ns;
+	size_t order = 0, j = 0;
+	uint64_t max_seq = 0;
+	struct ex_timer *max_t = NULL;
+	for (size_t i = 0; i < armed; i++) {
+		struct ex_timer *x = by_deadline[i];
+		while (j < armed && by_hi[j]->deadline_hi < x->deadline - res) {
+			if (atomic_load(&by_hi[j]->fired) && by_hi[j]->seq > max_seq) {
+				max_seq = by_hi[j]->seq;
+				max_t = by_hi[j];
+			}
+			j++;
+		}
+		if (atomic_load(&x->fired) && max_seq > x->seq) {
+			if (order++ == 0)
+				tmo_violation(run, "n=%zu: order: a timer due at least %.3f ms after another "
+				              "(more than the resolution, %lld ns) ran first: callback #%llu "
+				              "before #%llu; they ran %.3f ms apart",
+				              n, (double)(x->deadline - max_t->deadline_hi) / 1e6, (long long)res,
+				              (unsigned long long)x->seq, (unsigned long long)max_t->seq,
+				              (double)(max_t->fired_at - x->fired_at) / 1e6);
+		}
+	}
+	free(by_hi);
+	if (order > 1)
+		tmo_violation(run, "n=%zu: %zu timers ran before one due more than a resolution "
+		              "(%lld ns) earlier",
+		              n, order, (long long)res);
+	v += order > 0;
+
+	qsort(late, nl, sizeof *late, su_cmp_i64);
+	double p50 = (double)su_quantile_i64(late, nl, 0.50);
+	double p99 = (double)su_quantile_i64(late, nl, 0.99);
+	double mx = nl ? (double)late[nl - 1] : NAN;
+	su_report(run, "lateness_ns", p50, "ns", "n=%zu,q=p50", n);
+	su_report(run, "lateness_ns", p99, "ns", "n=%zu,q=p99", n);
+	su_report(run, "lateness_ns", mx, "ns", "n=%zu,q=max", n);
+	static const double cdf[] = {0,    0.01, 0.05, 0.1, 0.2,  0.3,   0.4, 0.5, 0.6,
+	                             0.7,  0.8,  0.9,  0.95, 0.99, 0.999, 1.0};
+	for (size_t k = 0; k < sizeof cdf / sizeof cdf[0]; k++)
+		su_report(run, "lateness_cdf_ns", (double)su_quantile_i64(late, nl, cdf[k]), "ns",
+		          "n=%zu,q=%g", n, cdf[k]);
+	su_report(run, "early", (double)early, "count", "n=%zu", n);
+	su_report(run, "order_violations", (double)order, "count", "n=%zu", n);
+	su_report(run, "lost", (double)lost, "count", "n=%zu", n);
+	su_report(run, "double_fires", (double)doubles, "count", "n=%zu", n);
+	printf("spread n=%-8zu lateness p50 %9.1f us  p99 %9.1f us  max %9.1f us | fired %llu/%zu, "
+	       "early %zu, order %zu, lost %zu, double %zu\n",
+	       n, p50 / 1e3, p99 / 1e3, mx / 1e3, (unsigned long long)got, armed, early, order, lost,
+	       doubles);
+	free(late);
+	free(by_deadline);
+	return v;
+}
+
+static int burst(const struct tmo_run *run, struct tmo *e, struct ex_timer *ts, size_t n)
+{
+	struct ex_ctx c = {0};
+	memset(ts, 0, n * sizeof *ts);
+	/* One absolute instant far enough ahead for every arm to land first. */
+	int64_t at = su_now_ns() + LEAD + (int64_t)n * 2 * TMO_NSEC_PER_USEC;
+	size_t armed = 0;
+	for (size_t i = 0; i < n; i++) {
+		int64_t now = su_now_ns();
+		ts[i].deadline = at;
+		if (tmo_arm(e, &ts[i].t, at > now ? at - now : 0, ex_cb, &c) != 0)
+			break;
+		armed++;
+	}
+	uint64_t got = ex_wait(run, &c, armed,
+	                       at + 5 * TMO_NSEC_PER_SEC + (int64_t)armed * 10 * TMO_NSEC_PER_USEC,
+	                       "burst: waiting for callbacks");
+	int64_t first = INT64_MAX, last = 0;
+	for (size_t i = 0; i < armed; i++) {
+		if (!atomic_load_explicit(&ts[i].fired, memory_order_acquire))
+			continue;
+		if (ts[i].fired_at < first)
+			first = ts[i].fired_at;
+		if (ts[i].fired_at > last)
+			last = ts[i].fired_at;
+	}
+	double rate = got > 1 && last > first ? (double)(got - 1) / ((double)(last - first) / 1e9) : NAN;
+	su_report(run, "fires_per_s", rate, "fires/s", "n=%zu", n);
+	printf("burst  n=%-8zu %llu of %zu due at one instant: %.3g fires/s (first to last callback "
+	       "%.2f ms)\n",
+	       n, (unsigned long long)got, armed, rate, (double)(last - first) / 1e6);
+	if (got != armed) {
+		tmo_violation(run, "burst n=%zu: %llu of %zu timers fired", n, (unsigned long long)got,
+		              armed);
+		return 1;
+	}
+	return armed == n ? 0 : 1;
+}
+
+static int expiry_run(const struct tmo_run *run)
+{
+	static const size_t full[] = {1000, 10000, 100000, 1000000};
+	static const size_t quick[] = {1000, 100000};
+	const size_t *sizes = run->quick ? quick : full;
+	size_t nsizes = run->quick ? 2 : 4;
+	size_t cap = su_thread_per_timer(run) ? (run->quick ? THREAD_MAX_QUICK : THREAD_MAX_FULL)
+	                                      : SIZE_MAX;
+	struct tmo *e = NULL;
+	int rc = tmo_create_ops(run->ops, NULL, &e);
+	if (rc != 0)
+		return rc;
+	struct su_rng rng = {run->seed};
+	int v = 0;
+	size_t last = 0;
+	for (size_t k = 0; k < nsizes; k++) {
+		size_t n = sizes[k] < cap ? sizes[k] : cap;
+		if (n == last)
+			continue;
+		if (n != sizes[k])
+			printf("n=%zu: sized down to %zu (one OS thread per timer)\n", sizes[k], n);
+		last = n;
+		struct ex_timer *ts = calloc(n, sizeof *ts);
+		if (ts == NULL) {
+			tmo_destroy(&e);
+			return TMO_ENOMEM;
+		}
+		v += spread(run, e, ts, n, &rng);
+		v += burst(run, e, ts, n);
+		free(ts);
+	}
+	tmo_destroy(&e);
+	tmo_report(run, "violations", "", v, "count");
+	return v;
+}
+
+const struct tmo_scenario tmo_scenario_expiry = {
+	"expiry",
+	"1e3..1e6 timers with random deadlines: lateness p50/p99/max and CDF, early fires, order, "
+	"lost; burst drain rate",
+	1,
+	expiry_run,
+};
