@@ -1,0 +1,473 @@
+/*
+ * skip-rescue: Ruby Bug #8730 on every engine.  A timeout scope runs
+ *
+ *     Timeout.timeout(10 ms) do
+ *       begin
+ *         begin; sleep 3; ensure; cleanup; end
+ *       rescue <filter> => e
+ *         seen = e; (raise if reraise)
+ *       end
+ *     end
+ *
+ * in each delivery mode (include/tmo/scope.h) and with each handler, and
+ * prints the truth table — did the inner rescue see the interrupt, how many
+ * times did the ensure run, what did the caller get — beside the expected
+ * one.  Then nested scopes (an outer scope expiring inside a longer inner
+ * one, and the reverse) and the edge-of-deadline race: blocks that return
+ * within +-100 us of their deadline, many times; an interrupt seen after the
+ * block returned is a late interrupt.  Every mismatch is a violation.
+ */
+#include <stdatomic.h>
+
+#include "tmo/scope.h"
+#include "util.h"
+
+#define MS TMO_NSEC_PER_MSEC
+#define US TMO_NSEC_PER_USEC
+#define SR_DEADLINE (10 * MS)
+#define SR_LONG (3000 * MS) /* what an uninterrupted sleep would take */
+
+static struct tmo *sr_eng;
+
+static const char *mode_name(int mode)
+{
+	return mode == TMO_SCOPE_RAISE ? "raise" : mode == TMO_SCOPE_THROW ? "throw" : "exception";
+}
+
+/* ---- the Ruby block --------------------------------------------------------- */
+
+struct cell {
+	unsigned filter;
+	int reraise;
+	int saw;
+	enum tmo_exc_class saw_cls;
+	int ensured;
+	int after_sleep;
+};
+
+static intptr_t cell_sleep(void *arg)
+{
+	tmo_sleep(SR_LONG);
+	((struct cell *)arg)->after_sleep++;
+	return 1;
+}
+
+static void cell_ensure(void *arg) { ((struct cell *)arg)->ensured++; }
+
+static intptr_t cell_body(void *arg)
+{
+	intptr_t v = 0;
+	tmo_ensure(cell_sleep, arg, cell_ensure, arg, &v);
+	return v;
+}
+
+static intptr_t cell_handler(const struct tmo_exc *e, void *arg)
+{
+	struct cell *c = arg;
+	c->saw++;
+	c->saw_cls = e->cls;
+	if (c->reraise)
+		tmo_reraise(e);
+	return 99;
+}
+
+static intptr_t cell_block(void *arg)
+{
+	struct cell *c = arg;
+	intptr_t v = 0;
+	tmo_rescue(c->filter, cell_body, c, cell_handler, c, &v);
+	return v;
+}
+
+/* What the caller got, in words. */
+static const char *outcome(int rc, intptr_t v)
+{
+	if (rc == TMO_ETIMEDOUT)
+		return "timeout error";
+	if (rc == 0 && v == 99)
+		return "block's result";
+	if (rc == 0)
+		return "block ran on";
+	return "other error";
+}
+
+struct handler_kind {
+	const char *ruby;
+	unsigned filter;
+	int reraise;
+};
+
+static const struct handler_kind handlers[] = {
+	{"rescue => e", TMO_RESCUE_STANDARD, 0},
+	{"rescue Exception => e", TMO_RESCUE_ALL, 0},
+	{"rescue Exception; raise", TMO_RESCUE_ALL, 1},
+};
+
+/* The expected table (CONTRACT.md "Timeout scopes"): [mode-1][handler]. */
+static const struct {
+	int saw;
+	const char *caller;
+} expected[3][3] = {
+	/* raise: Bug #8730 — any rescue swallows it */
+	{{1, "block's result"}, {1, "block's result"}, {1, "timeout error"}},
+	/* throw: no rescue sees it */
+	{{0, "timeout error"}, {0, "timeout error"}, {0, "timeout error"}},
+	/* exception: only rescue Exception sees it */
+	{{0, "timeout error"}, {1, "block's result"}, {1, "timeout error"}},
+};
+
+static int truth_table(const struct tmo_run *run, int reps)
+{
+	int v = 0;
+	printf("truth table (%d runs per row; deadline 10 ms, the block sleeps 3 s):\n", reps);
+	printf("  %-9s | %-23s | %-11s | %-6s | %-15s | %s\n", "mode", "inner handler",
+	       "rescue saw", "ensure", "caller got", "expected");
+	for (int mode = TMO_SCOPE_RAISE; mode <= TMO_SCOPE_EXCEPTION; mode++) {
+		for (int h = 0; h < 3; h++) {
+			int saw_any = 0, bad = 0, ensure_min = 1 << 30, ensure_max = 0;
+			const char *got = NULL;
+			int64_t worst = 0;
+			for (int r = 0; r < reps; r++) {
+				struct cell c = {.filter = handlers[h].filter, .reraise = handlers[h].reraise};
+				intptr_t val = 0;
+				struct tmo_exc e = {0};
+				int64_t t0 = su_now_ns();
+				int rc = tmo_scope_run(sr_eng, SR_DEADLINE, mode, cell_block, &c, &val, &e);
+				int64_t el = su_now_ns() - t0;
+				if (el > worst)
+					worst = el;
+				const char *o = outcome(rc, val);
+				int want_saw = expected[mode - 1][h].saw;
+				enum tmo_exc_class want_cls =
+				        mode == TMO_SCOPE_RAISE ? TMO_EXC_TIMEOUT : TMO_EXC_INTERRUPT;
+				int ok = c.saw == want_saw && c.ensured == 1 && c.after_sleep == 0 &&
+				         strcmp(o, expected[mode - 1][h].caller) == 0 &&
+				         (!c.saw || c.saw_cls == want_cls) &&
+				         (rc != TMO_ETIMEDOUT ||
+				          (e.message != NULL && strcmp(e.message, TMO_EXPIRED_MESSAGE) == 0)) &&
+				         tmo_interrupt_pending() == 0;
+				if (!ok) {
+					tmo_violation(run,
+					              "mode %s, %s, run %d: rescue saw %d (class %d), ensure ran %d, "
+					              "code after sleep ran %d, caller got %s (%s) — expected saw %d, "
+					              "ensure 1, caller %s",
+					              mode_name(mode), handlers[h].ruby, r, c.saw, (int)c.saw_cls,
+					              c.ensured, c.after_sleep, o, tmo_scope_errname(rc), want_saw,
+					              expected[mode - 1][h].caller);
+					bad++;
+				}
+				saw_any |= c.saw;
+				if (c.ensured < ensure_min)
+					ensure_min = c.ensured;
+				if (c.ensured > ensure_max)
+					ensure_max = c.ensured;
+				if (got == NULL)
+					got = o;
+				else if (strcmp(got, o) != 0)
+					got = "varies";
+			}
+			char ens[32];
+			if (ensure_min == ensure_max)
+				snprintf(ens, sizeof ens, "%d", ensure_min);
+			else
+				snprintf(ens, sizeof ens, "%d..%d", ensure_min, ensure_max);
+			printf("  %-9s | %-23s | %-11s | %-6s | %-15s | %s\n", mode_name(mode),
+			       handlers[h].ruby, saw_any ? "yes" : "no", ens, got ? got : "-",
+			       bad ? "MISMATCH" : "as expected");
+			su_report(run, "truth_table_mismatches", (double)bad, "count", "mode=%s,handler=%s",
+			          mode_name(mode), handlers[h].ruby);
+			su_report(run, "interrupted_block_ms_max", (double)worst / 1e6, "ms",
+			          "mode=%s,handler=%s", mode_name(mode), handlers[h].ruby);
+			v += bad;
+		}
+	}
+	return v;
+}
+
+/* ---- nesting ---------------------------------------------------------------- */
+
+struct nest {
+	int inner_mode;
+	int64_t inner_timeout;
+	const struct tmo_scope *outer, *inner;
+	int inner_rc, inner_returned, rescued, ensure_inner, ensure_outer, after_ok;
+};
+
+static void nest_ens_in(void *arg) { ((struct nest *)arg)->ensure_inner++; }
+static void nest_ens_out(void *arg) { ((struct nest *)arg)->ensure_outer++; }
+static intptr_t nest_rescue(const struct tmo_exc *e, void *arg)
+{
+	((struct nest *)arg)->rescued++;
+	return 0;
+}
+
+static intptr_t nest_sleep(void *arg)
+{
+	((struct nest *)arg)->inner = tmo_scope_current();
+	tmo_sleep(SR_LONG);
+	return 0;
+}
+
+static intptr_t nest_inner_body(void *arg)
+{
+	intptr_t v = 0;
+	tmo_ensure(nest_sleep, arg, nest_ens_in, arg, &v);
+	return v;
+}
+
+static intptr_t nest_inner_block(void *arg)
+{
+	intptr_t v = 0;
+	tmo_rescue(TMO_RESCUE_STANDARD, nest_inner_body, arg, nest_rescue, arg, &v);
+	return v;
+}
+
+static intptr_t nest_outer_body(void *arg)
+{
+	struct nest *n = arg;
+	n->outer = tmo_scope_current();
+	n->inner_rc = tmo_scope_run(sr_eng, n->inner_timeout, n->inner_mode, nest_inner_block, n,
+	                            NULL, NULL);
+	n->inner_returned = 1;
+	tmo_sleep(2 * MS); /* an interruption point: a late inner interrupt would land here */
+	n->after_ok = 1;
+	return 5;
+}
+
+static intptr_t nest_outer_block(void *arg)
+{
+	intptr_t v = 0;
+	tmo_ensure(nest_outer_body, arg, nest_ens_out, arg, &v);
+	return v;
+}
+
+static int nesting(const struct tmo_run *run, int reps)
+{
+	int v = 0;
+	printf("nested scopes (inner block: begin; begin; sleep 3; ensure; end; rescue => e; end):\n");
+	printf("  %-28s | %-9s | %-9s | %-34s | %s\n", "case", "outer", "inner", "result", "expected");
+	for (int reverse = 0; reverse <= 1; reverse++) {
+		for (int om = TMO_SCOPE_RAISE; om <= TMO_SCOPE_EXCEPTION; om++) {
+			for (int im = TMO_SCOPE_RAISE; im <= TMO_SCOPE_EXCEPTION; im++) {
+				int bad = 0;
+				char res[64] = "";
+				for (int r = 0; r < reps; r++) {
+					struct nest n = {.inner_mode = im,
+					                 .inner_timeout = reverse ? SR_DEADLINE : SR_LONG};
+					struct tmo_exc e = {0};
+					intptr_t val = 0;
+					int rc = tmo_scope_run(sr_eng, reverse ? SR_LONG : SR_DEADLINE, om,
+					                       nest_outer_block, &n, &val, &e);
+					int ok;
+					if (!reverse) {
+						/* The outer interrupt passes the inner boundary untouched;
+						 * only a raise-mode (standard) error is rescued inside. */
+						if (om == TMO_SCOPE_RAISE)
+							ok = rc == 0 && val == 5 && n.rescued == 1 && n.inner_rc == 0;
+						else
+							ok = rc == TMO_ETIMEDOUT && e.scope == n.outer &&
+							     n.inner_returned == 0 && n.rescued == 0;
+						snprintf(res, sizeof res, "outer got %s, inner %s",
+						         rc == 0 ? "its value" : tmo_scope_errname(rc),
+						         n.inner_returned ? "returned" : "never returned");
+					} else {
+						/* The inner scope's own timeout, then the outer block runs
+						 * on and its scope returns the value. */
+						int want_inner = im == TMO_SCOPE_RAISE ? 0 : TMO_ETIMEDOUT;
+						ok = rc == 0 && val == 5 && n.inner_rc == want_inner &&
+						     n.after_ok == 1 && n.rescued == (im == TMO_SCOPE_RAISE);
+						snprintf(res, sizeof res, "inner got %s, outer its value",
+						         n.inner_rc == 0 ? "0 (rescued)" : tmo_scope_errname(n.inner_rc));
+					}
+					ok = ok && n.ensure_inner == 1 && n.ensure_outer == 1 && n.outer != NULL &&
+					     n.inner != NULL && n.outer != n.inner && tmo_interrupt_pending() == 0;
+					if (!ok) {
+						tmo_violation(run,
+						              "nested (%s expires first), outer %s, inner %s, run %d: rc %s, "
+						              "inner rc %s, inner returned %d, rescued %d, ensures %d/%d, "
+						              "identity %s",
+						              reverse ? "inner" : "outer", mode_name(om), mode_name(im), r,
+						              tmo_scope_errname(rc), tmo_scope_errname(n.inner_rc),
+						              n.inner_returned, n.rescued, n.ensure_inner, n.ensure_outer,
+						              e.scope == n.outer ? "outer" : "not outer");
+						bad++;
+					}
+				}
+				printf("  %-28s | %-9s | %-9s | %-34s | %s\n",
+				       reverse ? "inner expires inside outer" : "outer expires inside inner",
+				       mode_name(om), mode_name(im), res, bad ? "MISMATCH" : "as expected");
+				su_report(run, "nested_mismatches", (double)bad, "count",
+				          "first=%s,outer=%s,inner=%s", reverse ? "inner" : "outer",
+				          mode_name(om), mode_name(im));
+				v += bad;
+			}
+		}
+	}
+	return v;
+}
+
+/* ---- the edge-of-deadline race -------------------------------------------------- */
+
+struct edge {
+	int64_t until;
+	int checks;
+	int finished;
+};
+
+static intptr_t edge_block(void *arg)
+{
+	struct edge *e = arg;
+	while (su_now_ns() < e->until)
+		if (e->checks)
+			tmo_check();
+	e->finished = 1;
+	return 3;
+}
+
+struct edge_run {
+	const struct tmo_run *run;
+	int iterations, mode;
+	struct su_rng rng;
+	int returned, expired, late, inconsistent;
+};
+
+static intptr_t edge_outer(void *arg)
+{
+	struct edge_run *r = arg;
+	for (int i = 0; i < r->iterations; i++) {
+		int64_t timeout = 200 * US + (int64_t)su_below(&r->rng, 800 * US);
+		struct edge e = {.checks = (int)su_below(&r->rng, 2)};
+		e.until = su_now_ns() + timeout - 100 * US + (int64_t)su_below(&r->rng, 200 * US);
+		intptr_t val = 0;
+		int rc = tmo_scope_run(sr_eng, timeout, r->mode, edge_block, &e, &val, NULL);
+		if (rc == 0 && e.finished && val == 3) {
+			r->returned++;
+		} else if (rc == TMO_ETIMEDOUT && !e.finished) {
+			r->expired++;
+		} else {
+			tmo_violation(r->run, "edge race, mode %s, iteration %d: rc %s, block finished %d",
+			              mode_name(r->mode), i, tmo_scope_errname(rc), e.finished);
+			r->inconsistent++;
+		}
+		/* From here any interrupt is late: the outer scope has no deadline. */
+		if (tmo_interrupt_pending()) {
+			tmo_violation(r->run, "edge race, mode %s, iteration %d: interrupt pending after the "
+			              "scope returned", mode_name(r->mode), i);
+			r->late++;
+		}
+		tmo_check();
+		tmo_sleep(0);
+		if ((i & 255) == 0)
+			tmo_progress(r->run, "edge race", (double)i / r->iterations);
+	}
+	return 0;
+}
+
+static int edge_race(const struct tmo_run *run, int iterations)
+{
+	int v = 0;
+	printf("edge-of-deadline race (timeouts 0.2-1 ms, blocks return within +-100 us of them):\n");
+	for (int mode = TMO_SCOPE_RAISE; mode <= TMO_SCOPE_EXCEPTION; mode++) {
+		struct edge_run r = {.run = run, .iterations = iterations, .mode = mode,
+		                     .rng = {run->seed * 31 + (uint64_t)mode}};
+		/* The outer scope (no deadline) is the frame a late interrupt would
+		 * reach: then it returns early instead of 0 after all iterations. */
+		struct tmo_exc e = {0};
+		int rc = tmo_scope_run(sr_eng, 0, TMO_SCOPE_THROW, edge_outer, &r, NULL, &e);
+		if (rc != 0) {
+			tmo_violation(run, "edge race, mode %s: a late interrupt reached the outer frame "
+			              "(%s)", mode_name(mode), tmo_scope_errname(rc));
+			r.late++;
+		}
+		printf("  %-9s: %d runs, %d returned, %d expired, %d late, %d inconsistent\n",
+		       mode_name(mode), iterations, r.returned, r.expired, r.late, r.inconsistent);
+		su_report(run, "edge_late_interrupts", (double)r.late, "count", "mode=%s,runs=%d",
+		          mode_name(mode), iterations);
+		su_report(run, "edge_expired", (double)r.expired, "count", "mode=%s,runs=%d",
+		          mode_name(mode), iterations);
+		v += r.late + r.inconsistent;
+	}
+	return v;
+}
+
+/* ---- cost of a scope that does not expire ------------------------------------- */
+
+static intptr_t empty_block(void *arg) { return (intptr_t)arg; }
+static void never_cb(struct tmo_timer *t, void *arg) { (void)t, (void)arg; }
+
+static double time_scopes(const struct tmo_run *run, int n, int64_t timeout, int *v)
+{
+	int64_t t0 = su_now_ns();
+	for (int i = 0; i < n; i++) {
+		intptr_t val = 0;
+		int rc = tmo_scope_run(sr_eng, timeout, TMO_SCOPE_EXCEPTION, empty_block,
+		                       (void *)(intptr_t)i, &val, NULL);
+		if (rc != 0 || val != i) {
+			tmo_violation(run, "empty scope %d: rc %s, value %ld", i, tmo_scope_errname(rc),
+			              (long)val);
+			(*v)++;
+			break;
+		}
+	}
+	return (double)(su_now_ns() - t0) / n;
+}
+
+static double time_raw(const struct tmo_run *run, int n, int *v)
+{
+	struct tmo_timer t = TMO_TIMER_INIT;
+	int64_t t0 = su_now_ns();
+	for (int i = 0; i < n; i++) {
+		if (tmo_arm(sr_eng, &t, TMO_NSEC_PER_SEC, never_cb, NULL) != 0 ||
+		    tmo_cancel(sr_eng, &t) != TMO_CANCEL_PREVENTED) {
+			tmo_violation(run, "raw arm+cancel %d failed", i);
+			(*v)++;
+			break;
+		}
+	}
+	return (double)(su_now_ns() - t0) / n;
+}
+
+/* The seed benchmark's shape (Timeout.timeout(1) {} n times) against the
+ * engine's bare arm+cancel and a scope with no deadline (the runtime's own
+ * cost: frame, setjmp, thread context).  Rounds alternate; medians of 5. */
+static int scope_cost(const struct tmo_run *run, int n)
+{
+	int v = 0;
+	double scope[5], raw[5], none[5];
+	for (int r = 0; r < 5; r++) {
+		raw[r] = time_raw(run, n, &v);
+		scope[r] = time_scopes(run, n, TMO_NSEC_PER_SEC, &v);
+		none[r] = time_scopes(run, n, 0, &v);
+	}
+	double s = su_median(scope, 5), a = su_median(raw, 5), z = su_median(none, 5);
+	printf("cost (median of 5 x %d): empty 1 s scope %.0f ns, bare arm+cancel %.0f ns, "
+	       "scope without deadline %.0f ns\n",
+	       n, s, a, z);
+	su_report(run, "scope_empty_ns", s, "ns", "timeout=1s,n=%d", n);
+	su_report(run, "arm_cancel_ns", a, "ns", "timeout=1s,n=%d", n);
+	su_report(run, "scope_no_deadline_ns", z, "ns", "timeout=0,n=%d", n);
+	return v;
+}
+
+static int skip_rescue_run(const struct tmo_run *run)
+{
+	int rc = tmo_create_ops(run->ops, NULL, &sr_eng);
+	if (rc != 0)
+		return rc;
+	int v = 0;
+	v += truth_table(run, run->quick ? 3 : 20);
+	v += nesting(run, run->quick ? 1 : 5);
+	v += edge_race(run, run->quick ? 500 : 5000);
+	v += scope_cost(run, su_thread_per_timer(run) ? 1000 : 20000);
+	tmo_destroy(&sr_eng);
+	printf("skip-rescue: %d violations\n", v);
+	return v;
+}
+
+const struct tmo_scenario tmo_scenario_skip_rescue = {
+	.name = "skip-rescue",
+	.summary = "timeout scopes: raise/throw/exception truth table (Ruby Bug #8730), nesting by "
+	           "identity, edge-of-deadline race (0 late interrupts)",
+	.correctness = 1,
+	.run = skip_rescue_run,
+};
