@@ -1,0 +1,291 @@
+/*
+ * race — cancel issued from another thread at about the deadline, many
+ * times (1M with --quick, 10M full; engines too slow for that within the
+ * time cap run fewer, and the count run is printed and reported).
+ *
+ * An arming thread arms timer i (timeout D) into slot i % K; a cancelling
+ * thread waits until arm time + D + u (u random in [-R, +2R], R = the
+ * engine's resolution, at least 20 us, so the cancel lands on both sides of
+ * the moment the engine fires) and cancels it.  The callback marks itself
+ * running, spins ~0.5 us (widening the window in which a cancel meets a
+ * running callback), counts, and marks itself done.  Per arm exactly one of:
+ *
+ *   fired      cancel returned FIRED or WAITED, and the callback ran once
+ *              and had returned;
+ *   cancelled  cancel returned PREVENTED, and the callback never runs.
+ *
+ * Violations: both (PREVENTED, yet the callback ran: seen at once, later by
+ * the callback itself, or when the slot is reused), neither (FIRED/WAITED
+ * but no callback), still running (the callback had not returned when
+ * cancel returned), double fires, and cancel errors.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "util.h"
+
+#define COUNT_FULL 10000000ull
+#define COUNT_QUICK 1000000ull
+#define CAP_FULL_S 120
+#define CAP_QUICK_S 15
+#define K_DEFAULT 1024
+#define K_THREAD 32
+#define MIN_R (20 * TMO_NSEC_PER_USEC)
+
+enum { S_FREE = 0, S_ARMED = 1 };
+enum { O_NONE = 0, O_PREVENTED, O_FIRED };
+
+struct rc_slot {
+	_Alignas(64) struct tmo_timer t;
+	atomic_ullong iter;   /* the arm this slot holds now */
+	atomic_int state;     /* S_FREE (canceller done) / S_ARMED */
+	atomic_int in_cb;     /* the callback is between its first and last store */
+	atomic_int cb_count;  /* callbacks for `iter` */
+	int outcome;          /* canceller's verdict on the previous arm */
+	int64_t armed_at, cancel_at;
+};
+
+struct rc_ctx {
+	const struct tmo_run *run;
+	struct tmo *e;
+	struct rc_slot *slots;
+	uint64_t k, count;
+	int64_t D, R, stop_at;
+	_Alignas(64) atomic_ullong armed; /* arms done (also: the armer's stop) */
+	_Alignas(64) atomic_ullong done;  /* cancels done */
+	atomic_int stop;
+	/* outcome counters */
+	atomic_llong fired, cancelled, both, neither, running, doubles, errors, stale, arm_errors;
+};
+
+static void rc_stale(uint64_t i);
+
+static void rc_cb(struct tmo_timer *t, void *arg)
+{
+	struct rc_slot *s = tmo_container_of(t, struct rc_slot, t);
+	uint64_t i = (uint64_t)(uintptr_t)arg;
+	atomic_store(&s->in_cb, 1);
+	int64_t until = su_now_ns() + 500;
+	while (su_now_ns() < until) {
+	}
+	if (atomic_load(&s->iter) != i) {
+		/* The callback of an arm whose slot was already reused: that arm's
+		 * cancel returned, so it must have said PREVENTED: both. */
+		rc_stale(i);
+	} else {
+		atomic_fetch_add(&s->cb_count, 1);
+	}
+	atomic_store(&s->in_cb, 0);
+}
+
+static struct rc_ctx *rc_current; /* one race runs at a time */
+static void rc_stale(uint64_t i)
+{
+	struct rc_ctx *c = rc_current;
+	if (atomic_fetch_add(&c->stale, 1) == 0)
+		tmo_violation(c->run, "arm #%llu: its callback ran after its slot was reused (its cancel "
+		              "had returned TMO_CANCEL_PREVENTED)",
+		              (unsigned long long)i);
+}
+
+static void *rc_armer(void *arg)
+{
+	struct rc_ctx *c = arg;
+	struct su_rng rng = {c->run->seed ^ 0x5ace};
+	for (uint64_t i = 0; i < c->count; i++) {
+		struct rc_slot *s = &c->slots[i % c->k];
+		while (atomic_load_explicit(&s->state, memory_order_acquire) != S_FREE) {
+			if (atomic_load(&c->stop))
+				goto out;
+			sched_yield();
+		}
+		if (atomic_load(&c->stop) || su_now_ns() > c->stop_at)
+			break;
+		/* The previous arm of this slot was PREVENTED: its callback must
+		 * not have run since. */
+		if (s->outcome == O_PREVENTED && atomic_load(&s->cb_count) != 0) {
+			if (atomic_fetch_add(&c->both, 1) == 0)
+				tmo_violation(c->run, "arm #%llu: cancel returned TMO_CANCEL_PREVENTED, then its "
+				              "callback ran",
+				              (unsigned long long)atomic_load(&s->iter));
+		}
+		atomic_store(&s->iter, i);
+		atomic_store(&s->cb_count, 0);
+		s->outcome = O_NONE;
+		int64_t u = (int64_t)su_below(&rng, (uint64_t)(3 * c->R)) - c->R;
+		s->armed_at = su_now_ns();
+		s->cancel_at = s->armed_at + c->D + u;
+		int rc = tmo_arm(c->e, &s->t, c->D, rc_cb, (void *)(uintptr_t)i);
+		if (rc != 0) {
+			if (atomic_fetch_add(&c->arm_errors, 1) == 0)
+				tmo_violation(c->run, "arm #%llu returned %s", (unsigned long long)i,
+				              tmo_errname(rc));
+			atomic_store(&c->stop, 1);
+			break;
+		}
+		atomic_store_explicit(&s->state, S_ARMED, memory_order_release);
+		atomic_store_explicit(&c->armed, i + 1, memory_order_release);
+	}
+out:
+	atomic_store(&c->stop, 1);
+	return NULL;
+}
+
+static void *rc_canceller(void *arg)
+{
+	struct rc_ctx *c = arg;
+	for (uint64_t i = 0;; i++) {
+		/* Stop once the armer stopped and every arm it made is handled. */
+		while (atomic_load_explicit(&c->armed, memory_order_acquire) <= i) {
+			if (atomic_load(&c->stop) && atomic_load(&c->armed) <= i)
+				return NULL;
+			sched_yield();
+		}
+		struct rc_slot *s = &c->slots[i % c->k];
+		su_wait_until(s->cancel_at);
+		int rc = tmo_cancel(c->e, &s->t);
+		int running = atomic_load(&s->in_cb);
+		int n = atomic_load(&s->cb_count);
+		if (running && rc != TMO_CANCEL_PREVENTED) {
+			if (atomic_fetch_add(&c->running, 1) == 0)
+				tmo_violation(c->run, "arm #%llu: cancel returned %s (%d) while the callback "
+				              "was still running",
+				              (unsigned long long)i, rc < 0 ? tmo_errname(rc) : "", rc);
+		}
+		if (rc == TMO_CANCEL_PREVENTED) {
+			s->outcome = O_PREVENTED;
+			if (n != 0 || running) {
+				if (atomic_fetch_add(&c->both, 1) == 0)
+					tmo_violation(c->run, "arm #%llu: cancel %+lld ns from the deadline returned "
+					              "TMO_CANCEL_PREVENTED, but the callback %s",
+					              (unsigned long long)i,
+					              (long long)(s->cancel_at - s->armed_at - c->D),
+					              running ? "was running" : "had run");
+			} else {
+				atomic_fetch_add(&c->cancelled, 1);
+			}
+		} else if (rc == TMO_CANCEL_FIRED || rc == TMO_CANCEL_WAITED) {
+			s->outcome = O_FIRED;
+			if (n == 0) {
+				if (atomic_fetch_add(&c->neither, 1) == 0)
+					tmo_violation(c->run, "arm #%llu: cancel returned %s but the callback never "
+					              "ran",
+					              (unsigned long long)i,
+					              rc == TMO_CANCEL_FIRED ? "TMO_CANCEL_FIRED" : "TMO_CANCEL_WAITED");
+			} else if (n > 1) {
+				if (atomic_fetch_add(&c->doubles, 1) == 0)
+					tmo_violation(c->run, "arm #%llu: callback ran %d times", (unsigned long long)i,
+					              n);
+			} else if (!running) {
+				atomic_fetch_add(&c->fired, 1);
+			}
+		} else {
+			if (atomic_fetch_add(&c->errors, 1) == 0)
+				tmo_violation(c->run, "arm #%llu: cancel returned %s (%d)", (unsigned long long)i,
+				              rc < 0 ? tmo_errname(rc) : "an unknown result", rc);
+		}
+		atomic_store_explicit(&s->state, S_FREE, memory_order_release);
+		atomic_store_explicit(&c->done, i + 1, memory_order_release);
+	}
+}
+
+static int race_run(const struct tmo_run *run)
+{
+	struct rc_ctx *c = calloc(1, sizeof *c);
+	if (c == NULL)
+		return TMO_ENOMEM;
+	c->run = run;
+	c->count = run->quick ? COUNT_QUICK : COUNT_FULL;
+	c->k = su_thread_per_timer(run) ? K_THREAD : K_DEFAULT;
+	c->R = run->ops->resolution_ns > MIN_R ? run->ops->resolution_ns : MIN_R;
+	c->D = 2 * c->R;
+	int64_t cap = (run->quick ? CAP_QUICK_S : CAP_FULL_S) * TMO_NSEC_PER_SEC;
+	c->slots = calloc(c->k, sizeof *c->slots);
+	int rc = c->slots ? tmo_create_ops(run->ops, NULL, &c->e) : TMO_ENOMEM;
+	if (rc != 0) {
+		free(c->slots);
+		free(c);
+		return rc;
+	}
+	rc_current = c;
+	printf("race: %llu arms requested, %llu in flight, timeout %lld us, cancel at deadline %+lld.."
+	       "%+lld us, time cap %lld s\n",
+	       (unsigned long long)c->count, (unsigned long long)c->k, (long long)(c->D / 1000),
+	       (long long)(-c->R / 1000), (long long)(2 * c->R / 1000), (long long)(cap / 1000000000));
+	int64_t t0 = su_now_ns();
+	c->stop_at = t0 + cap;
+	pthread_t a, b;
+	if (pthread_create(&a, NULL, rc_armer, c) != 0) {
+		tmo_destroy(&c->e);
+		free(c->slots);
+		free(c);
+		return TMO_EAGAIN;
+	}
+	if (pthread_create(&b, NULL, rc_canceller, c) != 0) {
+		atomic_store(&c->stop, 1);
+		pthread_join(a, NULL);
+		tmo_destroy(&c->e);
+		free(c->slots);
+		free(c);
+		return TMO_EAGAIN;
+	}
+	while (!atomic_load(&c->stop) || atomic_load(&c->done) < atomic_load(&c->armed)) {
+		tmo_progress(run, "cancel at the deadline", (double)atomic_load(&c->done) / (double)c->count);
+		su_sleep_ns(10 * TMO_NSEC_PER_MSEC);
+	}
+	pthread_join(a, NULL);
+	pthread_join(b, NULL);
+	double secs = (double)(su_now_ns() - t0) / 1e9;
+	/* Late callbacks of PREVENTED arms would show within this. */
+	su_sleep_ns(50 * TMO_NSEC_PER_MSEC);
+	for (uint64_t k = 0; k < c->k; k++) {
+		struct rc_slot *s = &c->slots[k];
+		if (s->outcome == O_PREVENTED && atomic_load(&s->cb_count) != 0 &&
+		    atomic_fetch_add(&c->both, 1) == 0)
+			tmo_violation(run, "arm #%llu: cancel returned TMO_CANCEL_PREVENTED, then its callback "
+			              "ran",
+			              (unsigned long long)atomic_load(&s->iter));
+	}
+	tmo_destroy(&c->e);
+	rc_current = NULL;
+
+	uint64_t ran = atomic_load(&c->done);
+	long long fired = atomic_load(&c->fired), cancelled = atomic_load(&c->cancelled);
+	long long both = atomic_load(&c->both) + atomic_load(&c->stale);
+	long long neither = atomic_load(&c->neither), running = atomic_load(&c->running);
+	long long doubles = atomic_load(&c->doubles), errors = atomic_load(&c->errors);
+	long long arm_errors = atomic_load(&c->arm_errors);
+	long long v = both + neither + running + doubles + errors + arm_errors;
+	printf("race: %llu of %llu arms run in %.1f s%s: fired %lld, cancelled %lld | both %lld, "
+	       "neither %lld, running after cancel %lld, double %lld, cancel errors %lld, arm errors "
+	       "%lld\n",
+	       (unsigned long long)ran, (unsigned long long)c->count, secs,
+	       ran < c->count ? " (stopped at the time cap)" : "", fired, cancelled, both, neither,
+	       running, doubles, errors, arm_errors);
+	if (ran > 0 && (fired == 0 || cancelled == 0))
+		printf("race: note: every cancel landed on one side (%lld fired, %lld cancelled): the "
+		       "race window was not exercised\n",
+		       fired, cancelled);
+	tmo_report(run, "requested", "", (double)c->count, "count");
+	tmo_report(run, "run", "", (double)ran, "count");
+	tmo_report(run, "fired", "", (double)fired, "count");
+	tmo_report(run, "cancelled", "", (double)cancelled, "count");
+	tmo_report(run, "both", "", (double)both, "count");
+	tmo_report(run, "neither", "", (double)neither, "count");
+	tmo_report(run, "running_after_cancel", "", (double)running, "count");
+	tmo_report(run, "double_fires", "", (double)doubles, "count");
+	tmo_report(run, "errors", "", (double)(errors + arm_errors), "count");
+	tmo_report(run, "arms_per_s", "", (double)ran / secs, "arms/s");
+	tmo_report(run, "violations", "", (double)v, "count");
+	free(c->slots);
+	free(c);
+	return v > INT32_MAX ? INT32_MAX : (int)v;
+}
+
+const struct tmo_scenario tmo_scenario_race = {
+	"race",
+	"cancel from another thread at about the deadline, 1M (--quick) / 10M times: fired, "
+	"cancelled, both, neither, still running",
+	1,
+	race_run,
+};
