@@ -1,0 +1,651 @@
+/*
+ * posix: one kernel POSIX timer per arm (timer_create on CLOCK_MONOTONIC),
+ * its expiry delivered as a real-time signal to one engine thread that waits
+ * for it with sigwaitinfo() and runs the callback.
+ *
+ * Design
+ * ------
+ * Signal: SIGRTMIN + TMO_POSIX_SIGNAL_OFFSET (6), sent with SIGEV_THREAD_ID
+ * to the engine thread only.  The engine thread is created with that signal
+ * blocked (pthread_attr_setsigmask_np), so it is taken only by sigwaitinfo;
+ * no other thread's mask is touched.  THE APPLICATION MUST NOT USE THAT
+ * SIGNAL NUMBER: the engine thread's sigwaitinfo also dequeues a
+ * process-directed SIGRTMIN+6 (and drops it: only SI_TIMER signals carrying
+ * a valid slot reference are acted on), and a process-directed SIGRTMIN+6
+ * that lands on a thread which does not block it kills the process (the
+ * default action).
+ *
+ * Why SIGEV_THREAD_ID and not SIGEV_THREAD: SIGEV_THREAD makes glibc start
+ * (or hand off to) a helper thread per expiry that the engine does not own,
+ * cannot join in destroy and cannot park; one engine thread keeps "callbacks
+ * run on a thread the engine owns" and gives the park hook a loop.
+ *
+ * Slots: each arm takes a slot from an engine-owned table; the signal's
+ * sival carries (generation << 32 | slot index), never a pointer, because a
+ * signal may arrive after its arm was cancelled and the slot reused: the
+ * kernel keeps a signal that was queued before timer_delete().  The slot's
+ * atomic word (generation << 8 | state) decides everything:
+ *   ARMED -> CANCELLED   cancel won (CAS): the callback will never run;
+ *   ARMED -> FIRING      engine thread won (CAS) for the signal of that
+ *                        generation: the callback runs once;
+ *   FIRING -> DONE       the callback returned; the slot goes back to the
+ *                        pool and the next arm bumps the generation.
+ * A signal whose generation or state does not match is a late signal of a
+ * cancelled arm and is dropped.  Slots live in chunks that never move or
+ * shrink (type-stable: a stale index is always safe to read); the pool keeps
+ * its high-water mark (48 bytes a slot), reported in held_bytes.
+ *
+ * The caller's timer holds {engine, ref}; ref = gen << 33 | fired << 32 |
+ * index, 0 when idle.  The engine thread sets the fired bit (after winning
+ * the CAS, before the callback: it owns the timer then) and never touches the
+ * timer after the callback starts.  The fired bit stops a late cancel of a
+ * long-fired timer from ever matching a reused slot of the same generation.
+ *
+ * Cancel from another thread while the callback runs waits on wait_cv; the
+ * engine thread, after the callback, waits until every such waiter has
+ * looked (the "drain"), so a waiter cancels a re-arm made by the callback
+ * before the engine can fire it again (a re-arming callback cannot starve
+ * its canceller).  Cancel from inside the callback returns TMO_CANCEL_SELF.
+ *
+ * Locks: arm takes free_mu (the slot free list, shared only by arming
+ * threads; the engine thread and cancels return slots through a lock-free
+ * stack); cancel takes none unless it must wait for a running callback.
+ * The engine thread takes no lock in its loop except to wake such waiters,
+ * and its park hook holds nothing: TMO_CAP_LOCKFREE_ARM.
+ *
+ * Costs (the design needs them): arm = one clock read, timer_create and
+ * timer_settime (two syscalls; the kernel allocates a k_itimer and a
+ * preallocated sigqueue entry, counted against RLIMIT_SIGPENDING: when it
+ * runs out timer_create fails with EAGAIN -> TMO_EAGAIN); cancel = a CAS and
+ * timer_delete (one syscall).  The deadline is absolute (TIMER_ABSTIME, the
+ * clock read at arm entry) so arms keep their order however long the
+ * syscalls take.  No user-space allocation in the steady state (the slot
+ * pool grows by chunks), but the kernel allocates per arm: no
+ * TMO_CAP_NO_ALLOC.
+ *
+ * Resolution: hrtimer expiry is exact to the nanosecond; lateness is the
+ * signal delivery plus the wake-up of the engine thread (~20-60 us idle,
+ * like a condvar wake-up), so resolution_ns = 50 us.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define TMO_POSIX_SIGNAL_OFFSET 6
+
+#define PX_CHUNK_SHIFT 10
+#define PX_CHUNK (1u << PX_CHUNK_SHIFT)
+/* 8 Mi slots: far above any RLIMIT_SIGPENDING, so the kernel runs out first. */
+#define PX_MAX_CHUNKS 8192u
+#define PX_NIL UINT32_MAX
+#define PX_GEN_MASK 0x7fffffffu
+#define PX_FIRED_BIT (UINT64_C(1) << 32)
+/* sival of the control timer: index PX_NIL, generation 0 (never a slot's). */
+#define PX_CTRL ((uint64_t)PX_NIL)
+
+enum px_state { S_FREE = 0, S_ARMED, S_FIRING, S_DONE, S_CANCELLED };
+/* px_attempt's "the callback has started: wait for it" (not an error). */
+#define PX_BUSY 100
+
+struct px_slot {
+	_Atomic uint64_t word; /* gen << 8 | enum px_state */
+	timer_t ktimer;        /* written by arm before word = ARMED */
+	struct tmo_timer *timer;
+	tmo_callback *cb;
+	void *arg;
+	_Atomic uint32_t next; /* free list / returned stack link */
+};
+
+/* What the engine keeps in the caller's timer.  Word 0 is the engine (as in
+ * the libevent engine), word 1 non-zero while armed or fired. */
+struct px_priv {
+	_Atomic(struct tmo *) eng;
+	_Atomic uint64_t ref; /* gen << 33 | fired << 32 | index; 0 = idle */
+};
+TMO__PRIV_FITS(struct px_priv);
+
+extern const struct tmo_engine_ops tmo_engine_posix;
+
+struct tmo {
+	struct tmo_base base;
+	int signo;
+	pid_t tid; /* the engine thread's, for SIGEV_THREAD_ID */
+	pthread_t thread;
+	timer_t ctl; /* control timer: stop and park requests */
+
+	/* Control requests: set the flag, then kick (see ctl_kick). */
+	atomic_int stop;
+	atomic_int park_req;
+	atomic_int ctl_out; /* a control signal is outstanding */
+
+	/* Park and start-up handshakes. */
+	pthread_mutex_t pm;
+	pthread_cond_t pcv;
+	bool parked, started;
+
+	/* Cancels waiting for a running callback, and the drain. */
+	pthread_mutex_t wm;
+	pthread_cond_t wait_cv;  /* a callback returned */
+	pthread_cond_t drain_cv; /* the last waiter has looked */
+	atomic_uint waiters;
+	_Atomic(struct tmo_timer *) running; /* whose callback runs now */
+
+	/* Slot table: dir has PX_MAX_CHUNKS entries, chunks never move. */
+	struct px_slot **dir;
+	atomic_uint nslots;       /* published slots (chunks * PX_CHUNK) */
+	pthread_mutex_t free_mu;  /* free_head, growing the table */
+	uint32_t free_head;
+	atomic_uint ret_head;     /* lock-free stack of returned slots */
+
+	atomic_ullong pending, fired, cancelled;
+};
+
+static _Thread_local struct tmo *px_self; /* set on an engine thread */
+
+static inline struct px_priv *priv(struct tmo_timer *t) { return TMO__PRIV(struct px_priv, t); }
+
+static inline struct px_slot *slot_at(struct tmo *e, uint32_t i)
+{
+	return &e->dir[i >> PX_CHUNK_SHIFT][i & (PX_CHUNK - 1)];
+}
+
+static inline uint64_t mkword(uint32_t gen, enum px_state s) { return (uint64_t)gen << 8 | s; }
+static inline uint32_t word_gen(uint64_t w) { return (uint32_t)(w >> 8) & PX_GEN_MASK; }
+static inline uint64_t mkref(uint32_t gen, uint32_t idx) { return (uint64_t)gen << 33 | idx; }
+static inline uint32_t ref_idx(uint64_t r) { return (uint32_t)r; }
+static inline uint32_t ref_gen(uint64_t r) { return (uint32_t)(r >> 33); }
+
+/* ---- slot pool ----------------------------------------------------------- */
+
+static int slot_get(struct tmo *e, uint32_t *out)
+{
+	pthread_mutex_lock(&e->free_mu);
+	uint32_t i = e->free_head;
+	if (i == PX_NIL)
+		i = atomic_exchange_explicit(&e->ret_head, PX_NIL, memory_order_acquire);
+	if (i == PX_NIL) {
+		uint32_t n = atomic_load_explicit(&e->nslots, memory_order_relaxed);
+		if (n / PX_CHUNK >= PX_MAX_CHUNKS) {
+			pthread_mutex_unlock(&e->free_mu);
+			return TMO_EAGAIN;
+		}
+		struct px_slot *c = tmo__calloc(PX_CHUNK, sizeof *c);
+		if (c == NULL) {
+			pthread_mutex_unlock(&e->free_mu);
+			return TMO_ENOMEM;
+		}
+		for (uint32_t k = 0; k < PX_CHUNK; k++)
+			atomic_init(&c[k].next, k + 1 < PX_CHUNK ? n + k + 1 : PX_NIL);
+		e->dir[n / PX_CHUNK] = c;
+		/* Publish after the chunk pointer: the engine thread bounds-checks
+		 * a signal's index against nslots before reading dir. */
+		atomic_store_explicit(&e->nslots, n + PX_CHUNK, memory_order_release);
+		i = n;
+	}
+	e->free_head = atomic_load_explicit(&slot_at(e, i)->next, memory_order_relaxed);
+	pthread_mutex_unlock(&e->free_mu);
+	*out = i;
+	return 0;
+}
+
+/* Any thread, no lock: a push-only Treiber stack (taken whole by slot_get's
+ * exchange, so no ABA). */
+static void slot_put(struct tmo *e, uint32_t i)
+{
+	struct px_slot *s = slot_at(e, i);
+	uint32_t h = atomic_load_explicit(&e->ret_head, memory_order_relaxed);
+	do
+		atomic_store_explicit(&s->next, h, memory_order_relaxed);
+	while (!atomic_compare_exchange_weak_explicit(&e->ret_head, &h, i, memory_order_release,
+	                                              memory_order_relaxed));
+}
+
+/* ---- control channel ------------------------------------------------------ */
+
+/* Ask the engine thread to look at stop/park_req.  The control timer (its
+ * sigqueue entry is preallocated: this cannot fail for lack of signal queue)
+ * is re-armed only when no control signal is outstanding, i.e. after the
+ * engine thread dequeued the previous one: a one-shot timer is never re-armed
+ * while its own signal is still queued.  Dekker pair with px_main: the
+ * requester writes its flag then ctl_out; the engine thread clears ctl_out
+ * then reads the flags, so one of them sees the other (seq_cst). */
+static void ctl_kick(struct tmo *e)
+{
+	if (atomic_exchange(&e->ctl_out, 1) != 0)
+		return;
+	struct itimerspec its = {.it_value = {.tv_sec = 0, .tv_nsec = 1}};
+	timer_settime(e->ctl, 0, &its, NULL);
+}
+
+static void park_point(struct tmo *e)
+{
+	pthread_mutex_lock(&e->pm);
+	if (atomic_load(&e->park_req)) {
+		e->parked = true;
+		pthread_cond_broadcast(&e->pcv);
+		while (atomic_load(&e->park_req))
+			pthread_cond_wait(&e->pcv, &e->pm);
+		e->parked = false;
+	}
+	pthread_mutex_unlock(&e->pm);
+}
+
+/* ---- the engine thread ---------------------------------------------------- */
+
+static void px_fire(struct tmo *e, uint64_t v)
+{
+	uint32_t idx = (uint32_t)v, gen = (uint32_t)(v >> 32);
+	if (idx >= atomic_load_explicit(&e->nslots, memory_order_acquire))
+		return; /* not ours */
+	struct px_slot *s = slot_at(e, idx);
+	uint64_t w = mkword(gen, S_ARMED);
+	if (!atomic_compare_exchange_strong_explicit(&s->word, &w, mkword(gen, S_FIRING),
+	                                             memory_order_acq_rel, memory_order_relaxed))
+		return; /* late signal of a cancelled arm, or stale generation */
+	struct tmo_timer *t = s->timer;
+	tmo_callback *cb = s->cb;
+	void *arg = s->arg;
+	/* The one-shot kernel timer has expired; release it before the callback
+	 * so a re-arm from the callback finds the resource. */
+	timer_delete(s->ktimer);
+	atomic_fetch_sub_explicit(&e->pending, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&e->fired, 1, memory_order_relaxed);
+	atomic_store_explicit(&priv(t)->ref, mkref(gen, idx) | PX_FIRED_BIT, memory_order_release);
+	atomic_store(&e->running, t);
+	cb(t, arg); /* may free t: not touched again */
+	atomic_store(&e->running, NULL);
+	atomic_store(&s->word, mkword(gen, S_DONE));
+	/* Waiters increment `waiters` before they test the state (seq_cst):
+	 * either they see DONE, or we see them here. */
+	if (atomic_load(&e->waiters) != 0) {
+		pthread_mutex_lock(&e->wm);
+		pthread_cond_broadcast(&e->wait_cv);
+		while (atomic_load(&e->waiters) != 0)
+			pthread_cond_wait(&e->drain_cv, &e->wm);
+		pthread_mutex_unlock(&e->wm);
+	}
+	slot_put(e, idx);
+}
+
+static void *px_main(void *arg)
+{
+	struct tmo *e = arg;
+	px_self = e;
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, e->signo);
+
+	pthread_mutex_lock(&e->pm);
+	e->tid = gettid();
+	e->started = true;
+	pthread_cond_broadcast(&e->pcv);
+	pthread_mutex_unlock(&e->pm);
+
+	for (;;) {
+		siginfo_t si;
+		if (sigwaitinfo(&set, &si) != e->signo)
+			continue; /* EINTR */
+		uint64_t v = (uint64_t)(uintptr_t)si.si_value.sival_ptr;
+		if (si.si_code == SI_QUEUE && si.si_pid == getpid() && v == PX_CTRL &&
+		    atomic_load(&e->stop))
+			break; /* px_create's fallback when the control timer failed */
+		if (si.si_code != SI_TIMER)
+			continue; /* not from one of our timers: dropped */
+		if (v == PX_CTRL) {
+			atomic_store(&e->ctl_out, 0);
+			if (atomic_load(&e->stop))
+				break;
+			park_point(e);
+			continue;
+		}
+		px_fire(e, v);
+	}
+	return NULL;
+}
+
+/* ---- create / destroy ----------------------------------------------------- */
+
+static void destroy_sync(struct tmo *e)
+{
+	pthread_mutex_destroy(&e->free_mu);
+	pthread_cond_destroy(&e->drain_cv);
+	pthread_cond_destroy(&e->wait_cv);
+	pthread_mutex_destroy(&e->wm);
+	pthread_cond_destroy(&e->pcv);
+	pthread_mutex_destroy(&e->pm);
+}
+
+static int make_ktimer(struct tmo *e, uint64_t sival, timer_t *out)
+{
+	if (tmo__fault(TMO_FAULT_SYSRES))
+		return TMO_EAGAIN;
+	struct sigevent sev;
+	memset(&sev, 0, sizeof sev);
+	sev.sigev_notify = SIGEV_THREAD_ID;
+	sev.sigev_signo = e->signo;
+	sev.sigev_value.sival_ptr = (void *)(uintptr_t)sival;
+	sev._sigev_un._tid = e->tid; /* glibc 2.36 has no sigev_notify_thread_id */
+	if (timer_create(CLOCK_MONOTONIC, &sev, out) == 0)
+		return 0;
+	return errno == EAGAIN ? TMO_EAGAIN : errno == ENOMEM ? TMO_ENOMEM : TMO_ESYS;
+}
+
+static int px_create(const struct tmo_config *cfg, struct tmo **out)
+{
+	(void)cfg; /* no granularity of its own: deadlines are exact */
+	struct tmo *e = tmo__calloc(1, sizeof *e);
+	if (e == NULL)
+		return TMO_ENOMEM;
+	e->base.ops = &tmo_engine_posix;
+	e->signo = SIGRTMIN + TMO_POSIX_SIGNAL_OFFSET;
+	e->free_head = PX_NIL;
+	atomic_init(&e->ret_head, PX_NIL);
+	e->dir = tmo__calloc(PX_MAX_CHUNKS, sizeof *e->dir);
+	if (e->dir == NULL) {
+		tmo__free(e);
+		return TMO_ENOMEM;
+	}
+	if (e->signo > SIGRTMAX || pthread_mutex_init(&e->pm, NULL) != 0 ||
+	    pthread_cond_init(&e->pcv, NULL) != 0 || pthread_mutex_init(&e->wm, NULL) != 0 ||
+	    pthread_cond_init(&e->wait_cv, NULL) != 0 ||
+	    pthread_cond_init(&e->drain_cv, NULL) != 0 ||
+	    pthread_mutex_init(&e->free_mu, NULL) != 0) {
+		tmo__free(e->dir);
+		tmo__free(e);
+		return TMO_ESYS; /* glibc's inits cannot fail */
+	}
+
+	/* The engine thread starts with the signal blocked, so there is no
+	 * window in which a signal could take its default action there; the
+	 * creating thread's own mask is left alone. */
+	pthread_attr_t attr;
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, e->signo);
+	int rc = TMO_ESYS;
+	if (pthread_attr_init(&attr) == 0) {
+		if (pthread_attr_setsigmask_np(&attr, &set) == 0)
+			rc = tmo__thread_create(&e->thread, &attr, px_main, e);
+		pthread_attr_destroy(&attr);
+	}
+	if (rc != 0) {
+		destroy_sync(e);
+		tmo__free(e->dir);
+		tmo__free(e);
+		return rc;
+	}
+	pthread_mutex_lock(&e->pm);
+	while (!e->started)
+		pthread_cond_wait(&e->pcv, &e->pm);
+	pthread_mutex_unlock(&e->pm);
+
+	rc = make_ktimer(e, PX_CTRL, &e->ctl);
+	if (rc != 0) {
+		/* No control timer: stop the thread with a queued signal (px_main
+		 * accepts the control value from its own process); retried while
+		 * the signal queue is full. */
+		atomic_store(&e->stop, 1);
+		union sigval v = {.sival_ptr = (void *)(uintptr_t)PX_CTRL};
+		while (pthread_sigqueue(e->thread, e->signo, v) == EAGAIN)
+			sched_yield();
+		pthread_join(e->thread, NULL);
+		destroy_sync(e);
+		tmo__free(e->dir);
+		tmo__free(e);
+		return rc;
+	}
+	*out = e;
+	return 0;
+}
+
+/* Cancel every ARMED slot (the timer is engine-owned while pending, so its
+ * private words are reset here: it is idle and may be armed again). */
+static void sweep(struct tmo *e)
+{
+	uint32_t n = atomic_load_explicit(&e->nslots, memory_order_acquire);
+	for (uint32_t i = 0; i < n; i++) {
+		struct px_slot *s = slot_at(e, i);
+		uint64_t w = atomic_load(&s->word);
+		if ((w & 0xff) != S_ARMED)
+			continue;
+		if (!atomic_compare_exchange_strong(&s->word, &w, mkword(word_gen(w), S_CANCELLED)))
+			continue; /* just fired */
+		timer_delete(s->ktimer);
+		atomic_store(&priv(s->timer)->ref, 0);
+		atomic_fetch_sub(&e->pending, 1);
+		atomic_fetch_add(&e->cancelled, 1);
+		slot_put(e, i);
+	}
+}
+
+static void px_destroy(struct tmo *e)
+{
+	pthread_mutex_lock(&e->pm);
+	atomic_store(&e->park_req, 0);
+	pthread_cond_broadcast(&e->pcv);
+	pthread_mutex_unlock(&e->pm);
+
+	sweep(e); /* kernel timers gone before the thread that receives them */
+	atomic_store(&e->stop, 1);
+	ctl_kick(e);
+	pthread_join(e->thread, NULL);
+	sweep(e); /* arms made by a callback that ran during the first sweep */
+	timer_delete(e->ctl);
+
+	uint32_t n = atomic_load(&e->nslots);
+	for (uint32_t c = 0; c < n / PX_CHUNK; c++)
+		tmo__free(e->dir[c]);
+	tmo__free(e->dir);
+	destroy_sync(e);
+	tmo__free(e);
+}
+
+/* ---- arm / cancel ----------------------------------------------------------- */
+
+static int px_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
+                  void *arg)
+{
+	struct px_priv *p = priv(t);
+	/* The clock read is the design's: an absolute deadline keeps arm order
+	 * whatever the syscalls below cost. */
+	int64_t deadline = tmo_now_ns() + timeout_ns;
+	uint64_t ref = atomic_load_explicit(&p->ref, memory_order_acquire);
+	if (ref != 0 && !(ref & PX_FIRED_BIT))
+		return TMO_EARMED;
+
+	uint32_t idx;
+	int rc = slot_get(e, &idx);
+	if (rc != 0)
+		return rc;
+	struct px_slot *s = slot_at(e, idx);
+	uint32_t gen = (word_gen(atomic_load_explicit(&s->word, memory_order_relaxed)) + 1) &
+	               PX_GEN_MASK;
+	if (gen == 0)
+		gen = 1; /* ref 0 means idle; generation 0 is the control timer's */
+	rc = make_ktimer(e, (uint64_t)gen << 32 | idx, &s->ktimer);
+	if (rc != 0) {
+		slot_put(e, idx);
+		return rc;
+	}
+	s->timer = t;
+	s->cb = cb;
+	s->arg = arg;
+	t->cb = cb;
+	t->arg = arg;
+	atomic_store_explicit(&p->eng, e, memory_order_relaxed);
+	atomic_store_explicit(&p->ref, mkref(gen, idx), memory_order_release);
+	atomic_fetch_add_explicit(&e->pending, 1, memory_order_relaxed);
+	/* Published before timer_settime: the signal cannot precede it. */
+	atomic_store_explicit(&s->word, mkword(gen, S_ARMED), memory_order_release);
+
+	struct itimerspec its = {.it_value = tmo__ts_from_ns(deadline)};
+	if (timer_settime(s->ktimer, TIMER_ABSTIME, &its, NULL) != 0) {
+		/* Not started, and nobody may cancel it yet (the caller
+		 * serializes arm and cancel of one timer): undo. */
+		atomic_store(&s->word, mkword(gen, S_CANCELLED));
+		timer_delete(s->ktimer);
+		atomic_store(&p->ref, 0);
+		atomic_fetch_sub(&e->pending, 1);
+		slot_put(e, idx);
+		return TMO_ESYS;
+	}
+	return 0;
+}
+
+/* One lock-free attempt on the timer's current arm.  Returns PREVENTED (this
+ * call won the CAS), FIRED/WAITED (the callback ran and returned),
+ * ENOTARMED/WAITED (idle), or PX_BUSY (the engine thread won the CAS: the
+ * callback is starting or running; the caller must wait). */
+static int px_attempt(struct tmo *e, struct px_priv *p, bool waited)
+{
+	uint64_t ref = atomic_load_explicit(&p->ref, memory_order_acquire);
+	for (;;) {
+		if (ref == 0)
+			return waited ? TMO_CANCEL_WAITED : TMO_ENOTARMED;
+		uint32_t idx = ref_idx(ref), gen = ref_gen(ref);
+		struct px_slot *s = slot_at(e, idx);
+		if (ref & PX_FIRED_BIT) {
+			/* FIRING until the callback returned (DONE, then reused). */
+			if (atomic_load(&s->word) == mkword(gen, S_FIRING))
+				return PX_BUSY;
+			return waited ? TMO_CANCEL_WAITED : TMO_CANCEL_FIRED;
+		}
+		uint64_t w = mkword(gen, S_ARMED);
+		if (atomic_compare_exchange_strong(&s->word, &w, mkword(gen, S_CANCELLED))) {
+			atomic_store(&p->ref, 0); /* before the slot can be reused */
+			timer_delete(s->ktimer);  /* a signal already queued stays: dropped */
+			atomic_fetch_sub_explicit(&e->pending, 1, memory_order_relaxed);
+			atomic_fetch_add_explicit(&e->cancelled, 1, memory_order_relaxed);
+			slot_put(e, idx);
+			return TMO_CANCEL_PREVENTED;
+		}
+		if (w == mkword(gen, S_FIRING))
+			return PX_BUSY;
+		/* CANCELLED by a concurrent cancel (which resets ref before the
+		 * slot is reused), or ref moved on: look again. */
+		uint64_t again = atomic_load_explicit(&p->ref, memory_order_acquire);
+		if (again == ref)
+			return waited ? TMO_CANCEL_WAITED : TMO_ENOTARMED;
+		ref = again;
+	}
+}
+
+/* Is the callback of this timer's current arm running (or starting)? */
+static bool px_busy(struct tmo *e, struct px_priv *p, struct tmo_timer *t)
+{
+	if (atomic_load(&e->running) == t)
+		return true;
+	uint64_t ref = atomic_load(&p->ref);
+	if (ref == 0)
+		return false;
+	struct px_slot *s = slot_at(e, ref_idx(ref));
+	return atomic_load(&s->word) == mkword(ref_gen(ref), S_FIRING);
+}
+
+/* Other thread: wait for the running callback, then attempt again while
+ * still counted as a waiter (the engine thread holds off firing until every
+ * waiter has looked). */
+static int px_wait_attempt(struct tmo *e, struct px_priv *p, struct tmo_timer *t, bool attempt)
+{
+	int res = TMO_CANCEL_PREVENTED;
+	pthread_mutex_lock(&e->wm);
+	atomic_fetch_add(&e->waiters, 1);
+	for (;;) {
+		while (px_busy(e, p, t))
+			pthread_cond_wait(&e->wait_cv, &e->wm);
+		if (!attempt)
+			break;
+		res = px_attempt(e, p, true);
+		if (res != PX_BUSY)
+			break;
+	}
+	if (atomic_fetch_sub(&e->waiters, 1) == 1)
+		pthread_cond_signal(&e->drain_cv);
+	pthread_mutex_unlock(&e->wm);
+	return res;
+}
+
+static int px_cancel(struct tmo *e, struct tmo_timer *t)
+{
+	struct px_priv *p = priv(t);
+	if (atomic_load_explicit(&p->ref, memory_order_acquire) == 0)
+		return TMO_ENOTARMED;
+	if (atomic_load_explicit(&p->eng, memory_order_relaxed) != e)
+		return TMO_EWRONGENGINE;
+
+	if (px_self == e) {
+		/* On the engine thread only the current callback can run. */
+		if (atomic_load_explicit(&e->running, memory_order_relaxed) == t &&
+		    (atomic_load(&p->ref) & PX_FIRED_BIT))
+			return TMO_CANCEL_SELF; /* not re-armed: it is us */
+		int res = px_attempt(e, p, false);
+		return res == PX_BUSY ? TMO_CANCEL_SELF : res;
+	}
+
+	if (atomic_load(&e->running) == t)
+		return px_wait_attempt(e, p, t, true);
+	int res = px_attempt(e, p, false);
+	if (res == PX_BUSY)
+		return px_wait_attempt(e, p, t, true);
+	if (res == TMO_CANCEL_PREVENTED && atomic_load(&e->running) == t) {
+		/* We cancelled the re-arm of a callback that is still running:
+		 * the caller may free the timer once we return. */
+		px_wait_attempt(e, p, t, false);
+	}
+	return res;
+}
+
+static int px_stats(struct tmo *e, struct tmo_stats *out)
+{
+	uint32_t n = atomic_load_explicit(&e->nslots, memory_order_acquire);
+	out->pending = atomic_load_explicit(&e->pending, memory_order_relaxed);
+	out->held_nodes = n; /* the slot pool keeps its high-water mark */
+	out->held_bytes = (uint64_t)n * sizeof(struct px_slot);
+	out->threads = 1;
+	out->fired = atomic_load_explicit(&e->fired, memory_order_relaxed);
+	out->cancelled = atomic_load_explicit(&e->cancelled, memory_order_relaxed);
+	return 0;
+}
+
+static int px_park(struct tmo *e, int on)
+{
+	if (!on) {
+		pthread_mutex_lock(&e->pm);
+		atomic_store(&e->park_req, 0);
+		pthread_cond_broadcast(&e->pcv);
+		pthread_mutex_unlock(&e->pm);
+		return 0;
+	}
+	if (px_self == e)
+		return TMO_EINVAL; /* it would wait for itself */
+	atomic_store(&e->park_req, 1);
+	ctl_kick(e);
+	pthread_mutex_lock(&e->pm);
+	while (!e->parked)
+		pthread_cond_wait(&e->pcv, &e->pm);
+	pthread_mutex_unlock(&e->pm);
+	return 0;
+}
+
+const struct tmo_engine_ops tmo_engine_posix = {
+	.name = "posix",
+	.summary = "one kernel POSIX timer per arm (timer_create CLOCK_MONOTONIC, absolute, "
+	           "SIGEV_THREAD_ID) delivering SIGRTMIN+6 to one sigwaitinfo engine thread "
+	           "(the application must not use SIGRTMIN+6); slot index+generation in sival; "
+	           "arm = 2 syscalls, cancel = 1; kernel timers limited by RLIMIT_SIGPENDING",
+	.caps = TMO_CAP_LOCKFREE_ARM | TMO_CAP_PARK,
+	.resolution_ns = 50 * TMO_NSEC_PER_USEC,
+	.create = px_create,
+	.destroy = px_destroy,
+	.arm = px_arm,
+	.cancel = px_cancel,
+	.stats = px_stats,
+	.park = px_park,
+};
