@@ -714,3 +714,26 @@ size_t tmo_queue_len(struct tmo_queue *q)
 	pthread_mutex_unlock(&q->lock);
 	return n;
 }
+
+int tmo_queue_remove(struct tmo_queue *q, struct tmo_qnode *node)
+{
+	int found = 0;
+	pthread_mutex_lock(&q->lock);
+	struct tmo_qnode *prev = NULL;
+	for (struct tmo_qnode *n = q->head; n != NULL; prev = n, n = n->next) {
+		if (n != node)
+			continue;
+		if (prev != NULL)
+			prev->next = n->next;
+		else
+			q->head = n->next;
+		if (q->tail == n)
+			q->tail = prev;
+		q->len--;
+		n->next = NULL;
+		found = 1;
+		break;
+	}
+	pthread_mutex_unlock(&q->lock);
+	return found;
+}

@@ -188,6 +188,19 @@ static void test_pop_own_timeout(void)
 		CHECK_EQ(tmo_queue_pop(&q, 0, &n), TMO_WAIT_OK);
 		CHECK(n == &x[i]);
 	}
+	/* remove: middle, tail (the tail pointer must follow), absent. */
+	for (int i = 0; i < 3; i++)
+		tmo_queue_push(&q, &x[i]);
+	CHECK_EQ(tmo_queue_remove(&q, &x[1]), 1);
+	CHECK_EQ(tmo_queue_remove(&q, &x[1]), 0);
+	CHECK_EQ(tmo_queue_remove(&q, &x[2]), 1);
+	tmo_queue_push(&q, &x[1]);
+	CHECK_EQ(tmo_queue_len(&q), 2);
+	CHECK_EQ(tmo_queue_pop(&q, 0, &n), TMO_WAIT_OK);
+	CHECK(n == &x[0]);
+	CHECK_EQ(tmo_queue_pop(&q, 0, &n), TMO_WAIT_OK);
+	CHECK(n == &x[1]);
+	CHECK_EQ(tmo_queue_pop(&q, 0, &n), TMO_WAIT_TIMEDOUT);
 	tmo_queue_destroy(&q);
 }
 

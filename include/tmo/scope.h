@@ -317,12 +317,18 @@ void tmo_queue_push(struct tmo_queue *q, struct tmo_qnode *node);
  * (TMO_WAIT_FOREVER, or 0 for a try).  Returns TMO_WAIT_OK,
  * TMO_WAIT_TIMEDOUT (*out = NULL), TMO_EINVAL (q or out NULL) or
  * TMO_EBADTIMEOUT.  A pending interrupt is raised on entry; while waiting, a
- * node that arrived wins over an interrupt and over the pop's own timeout (it
- * is taken and the interrupt waits for the next point), and a pop interrupted
- * after it was signalled passes the signal on: no node is ever lost or
- * stranded when a message and a timeout race. */
+ * pop that was signalled takes its node even if an interrupt is pending too
+ * (the interrupt waits for the next point), a node present when the pop's own
+ * timeout elapses is taken, and a pop is interrupted only when it consumed no
+ * signal: no node is ever lost or stranded when a message and a timeout
+ * race.  A node taken is never interrupted away: pop returns right after. */
 int tmo_queue_pop(struct tmo_queue *q, int64_t timeout_ns, struct tmo_qnode **out);
 size_t tmo_queue_len(struct tmo_queue *q);
+/* Unlink node if it is queued (O(length): for rare clean-ups, such as a
+ * timeout marker that an engine callback pushed just as the receive it
+ * belonged to got its message).  Returns 1 if it was queued, else 0.  Not an
+ * interruption point. */
+int tmo_queue_remove(struct tmo_queue *q, struct tmo_qnode *node);
 
 #ifdef __cplusplus
 }
