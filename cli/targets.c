@@ -108,7 +108,7 @@ void targets_print(struct tmo_report *r, const struct tmo_scenario *const *scena
 		const char *three[] = {"condvar", "mpsc", "wheel"};
 		for (int i = 0; i < 3; i++) {
 			char what[80], why[64];
-			snprintf(what, sizeof what, "retention after 1M cancels: %s", three[i]);
+			snprintf(what, sizeof what, "retention after cancels (settled): %s", three[i]);
 			snprintf(why, sizeof why, "not measured (%s not run)", three[i]);
 			double b = get(r, "retention", three[i], "held_bytes", "variant=cancelled,when=settled");
 			target(what, b / 1024.0, "<=", 64, " KiB", why);

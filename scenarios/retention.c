@@ -1,0 +1,175 @@
+/*
+ * retention — the core.async document's web service (seed 003): every
+ * request arms a 120 s timeout and cancels it about 1 ms later, because the
+ * service answered.  N = 1M requests (200k with --quick).  What does the
+ * engine still hold?
+ *
+ *  cancelled  arm a batch of BATCH timeouts, cancel each batch 1 ms after its
+ *             first arm; sample the engine's held nodes/bytes (tmo_stats)
+ *             and RSS after every batch (peak), then right after the last
+ *             cancel (after) and SETTLE later (settled: an engine may free
+ *             lazily, but within a time that does not grow with the
+ *             timeout).
+ *  abandoned  the same arms never cancelled (what the document's users did
+ *             first): held right after arming; the engine holds them for
+ *             120 s, and destroy has to cancel them.
+ *
+ * RSS deltas are against the process before the engine existed, the
+ * caller's timers already allocated and touched.  The thread engine's arms
+ * are threads: it gets THREAD_N requests (printed).
+ */
+#include "util.h"
+
+#define N_FULL 1000000
+#define N_QUICK 200000
+#define THREAD_N_FULL 5000
+#define THREAD_N_QUICK 1000
+#define BATCH 1000
+#define TIMEOUT (120 * TMO_NSEC_PER_SEC)
+#define SETTLE (100 * TMO_NSEC_PER_MSEC)
+
+static void rt_cb(struct tmo_timer *t, void *arg) { (void)t, (void)arg; }
+
+struct rt_sample {
+	struct tmo_stats s;
+	int64_t rss;
+};
+
+static void rt_sample(struct tmo *e, struct rt_sample *out, uint64_t rss0)
+{
+	tmo_stats(e, &out->s);
+	out->rss = (int64_t)su_rss_bytes() - (int64_t)rss0;
+}
+
+static void rt_row(const struct tmo_run *run, const char *variant, const char *when,
+                   const struct rt_sample *x)
+{
+	su_report(run, "held_bytes", (double)x->s.held_bytes, "bytes", "variant=%s,when=%s", variant,
+	          when);
+	su_report(run, "held_nodes", (double)x->s.held_nodes, "nodes", "variant=%s,when=%s", variant,
+	          when);
+	su_report(run, "pending", (double)x->s.pending, "timers", "variant=%s,when=%s", variant, when);
+	su_report(run, "threads", (double)x->s.threads, "threads", "variant=%s,when=%s", variant, when);
+	su_report(run, "rss_delta_bytes", (double)x->rss, "bytes", "variant=%s,when=%s", variant, when);
+	printf("  %-9s %-8s held %10llu bytes %9llu nodes, %8llu pending, %5llu threads, RSS %+9.1f "
+	       "MiB\n",
+	       variant, when, (unsigned long long)x->s.held_bytes, (unsigned long long)x->s.held_nodes,
+	       (unsigned long long)x->s.pending, (unsigned long long)x->s.threads,
+	       (double)x->rss / (1024.0 * 1024.0));
+}
+
+static int retention_run(const struct tmo_run *run)
+{
+	size_t n = su_thread_per_timer(run) ? (run->quick ? THREAD_N_QUICK : THREAD_N_FULL)
+	                                    : (run->quick ? N_QUICK : N_FULL);
+	struct tmo_timer *ts = calloc(n, sizeof *ts);
+	if (ts == NULL)
+		return TMO_ENOMEM;
+	/* Touch every page so the caller's timers are in the RSS baseline
+	 * (volatile: a compiler may turn malloc+memset into calloc, and calloc
+	 * pages stay untouched until written). */
+	for (size_t off = 0; off < n * sizeof *ts; off += 4096)
+		((volatile char *)ts)[off] = 0;
+	int v = 0;
+	printf("retention: %zu requests, each arming a 120 s timeout%s\n", n,
+	       su_thread_per_timer(run) ? " (sized down: a thread per timer)" : "");
+
+	/* -- cancelled -- */
+	uint64_t rss0 = su_rss_bytes();
+	struct tmo *e = NULL;
+	int rc = tmo_create_ops(run->ops, NULL, &e);
+	if (rc != 0) {
+		free(ts);
+		return rc;
+	}
+	struct rt_sample peak = {0}, x;
+	size_t bad = 0;
+	for (size_t b = 0; b < n; b += BATCH) {
+		size_t end = b + BATCH < n ? b + BATCH : n;
+		int64_t first = su_now_ns();
+		for (size_t i = b; i < end; i++) {
+			rc = tmo_arm(e, &ts[i], TIMEOUT, rt_cb, NULL);
+			if (rc != 0 && bad++ == 0)
+				tmo_violation(run, "request %zu: arm of a 120 s timeout returned %s", i,
+				              tmo_errname(rc));
+		}
+		rt_sample(e, &x, rss0);
+		if (x.s.held_bytes > peak.s.held_bytes)
+			peak.s = x.s;
+		if (x.rss > peak.rss)
+			peak.rss = x.rss;
+		su_wait_until(first + TMO_NSEC_PER_MSEC);
+		for (size_t i = b; i < end; i++) {
+			rc = tmo_cancel(e, &ts[i]);
+			if (rc != TMO_CANCEL_PREVENTED && bad++ == 0)
+				tmo_violation(run, "request %zu: cancel 1 ms into a 120 s timeout returned %s (%d)",
+				              i, rc < 0 ? tmo_errname(rc) : "not TMO_CANCEL_PREVENTED", rc);
+		}
+		tmo_progress(run, "cancelled variant", (double)end / (double)n / 2);
+	}
+	v += bad > 0;
+	rt_row(run, "cancelled", "peak", &peak);
+	rt_sample(e, &x, rss0);
+	rt_row(run, "cancelled", "after", &x);
+	su_sleep_ns(SETTLE);
+	rt_sample(e, &x, rss0);
+	rt_row(run, "cancelled", "settled", &x);
+	if (x.s.pending != 0) {
+		tmo_violation(run, "after every timer was cancelled the engine reports %llu pending",
+		              (unsigned long long)x.s.pending);
+		v++;
+	}
+	tmo_destroy(&e);
+
+	/* -- abandoned -- */
+	memset(ts, 0, n * sizeof *ts);
+	rss0 = su_rss_bytes();
+	rc = tmo_create_ops(run->ops, NULL, &e);
+	if (rc != 0) {
+		free(ts);
+		return rc;
+	}
+	size_t armed = 0;
+	for (size_t i = 0; i < n; i++) {
+		rc = tmo_arm(e, &ts[i], TIMEOUT, rt_cb, NULL);
+		if (rc == TMO_EAGAIN || rc == TMO_ENOMEM) {
+			/* A named capacity limit (kernel timers, memory), not a broken
+			 * contract: reported as the engine's capacity. */
+			printf("  abandoned: the engine took %zu pending timers, then returned %s\n", i,
+			       tmo_errname(rc));
+			su_report(run, "capacity", (double)i, "timers", "variant=abandoned,error=%s",
+			          tmo_errname(rc));
+			break;
+		}
+		if (rc != 0) {
+			tmo_violation(run, "abandoned: arm %zu of a 120 s timeout returned %s", i,
+			              tmo_errname(rc));
+			v++;
+			break;
+		}
+		armed++;
+		if ((i & 0xfff) == 0)
+			tmo_progress(run, "abandoned variant", 0.5 + (double)i / (double)n / 2);
+	}
+	rt_sample(e, &x, rss0);
+	rt_row(run, "abandoned", "armed", &x);
+	int64_t t0 = su_now_ns();
+	tmo_destroy(&e);
+	double destroy_ms = (double)(su_now_ns() - t0) / 1e6;
+	su_report(run, "destroy_ms", destroy_ms, "ms", "variant=abandoned,timers=%zu", armed);
+	printf("  abandoned: destroy with %zu pending took %.1f ms; without destroy they would be held "
+	       "for 120 s\n",
+	       armed, destroy_ms);
+	su_report(run, "requests", (double)n, "count", "%s", "");
+	free(ts);
+	tmo_report(run, "violations", "", v, "count");
+	return v;
+}
+
+const struct tmo_scenario tmo_scenario_retention = {
+	"retention",
+	"1M requests arm a 120 s timeout and cancel it ~1 ms later: engine-held bytes/nodes and RSS "
+	"at peak, after, settled; and abandoned",
+	1,
+	retention_run,
+};
