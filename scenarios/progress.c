@@ -1,0 +1,261 @@
+/*
+ * progress — do arm and cancel need the timer thread?  Workers (--threads)
+ * arm and cancel 1 s timeouts flat out, first with the engine running, then
+ * with its timer thread parked at its loop's hook (tmo_park), holding
+ * whatever it holds there.  Lock-free engines keep going; lock-based ones
+ * block until the park is released.  A blocked op cannot hang the run: the
+ * park lasts WINDOW, then it is released whatever happened, and every op
+ * that took longer than BOUND counts as blocked.
+ *
+ * Reported per engine and phase: ops, pairs/s, arm+cancel latency p50/p99/
+ * max, blocked workers.  The check is the engine's own declaration: an
+ * engine declaring TMO_CAP_LOCKFREE_ARM that blocks is a violation; one
+ * that blocks without declaring it is reported, not failed.  Engines
+ * without TMO_CAP_PARK must refuse park with TMO_EINVAL (checked) and are
+ * reported as not parkable.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "util.h"
+
+#define WINDOW_FULL (500 * TMO_NSEC_PER_MSEC)
+#define WINDOW_QUICK (200 * TMO_NSEC_PER_MSEC)
+#define BOUND (100 * TMO_NSEC_PER_MSEC)
+#define MAX_SAMPLES 200000 /* per worker and phase */
+#define MAX_WORKERS 64
+
+enum { PH_RUNNING = 0, PH_PARKED = 1, PH_STOP = 2 }; /* PH_* index ops[] and lat[] */
+
+struct pg_worker {
+	_Alignas(64) struct tmo_timer t;
+	pthread_t th;
+	struct pg_ctx *c;
+	atomic_llong ops[2];
+	_Atomic int64_t op_start; /* 0 when between ops */
+	int64_t *lat[2];          /* ns per arm+cancel pair */
+	size_t nlat[2];
+	long long errors;
+	int first_error;
+};
+
+struct pg_ctx {
+	const struct tmo_run *run;
+	struct tmo *e;
+	atomic_int phase;          /* PH_STOP ends the workers */
+	_Atomic int64_t parked_at; /* park(1) was called; INT64_MAX before */
+	int nworkers;
+	struct pg_worker w[MAX_WORKERS];
+};
+
+static void pg_cb(struct tmo_timer *t, void *arg) { (void)t, (void)arg; }
+
+static void *pg_worker_main(void *arg)
+{
+	struct pg_worker *w = arg;
+	struct pg_ctx *c = w->c;
+	for (;;) {
+		if (atomic_load(&c->phase) == PH_STOP)
+			break;
+		int64_t t0 = su_now_ns();
+		atomic_store(&w->op_start, t0);
+		int rc = tmo_arm(c->e, &w->t, TMO_NSEC_PER_SEC, pg_cb, NULL);
+		int rc2 = rc == 0 ? tmo_cancel(c->e, &w->t) : TMO_CANCEL_PREVENTED;
+		int64_t t1 = su_now_ns();
+		atomic_store(&w->op_start, 0);
+		/* An op belongs to the parked phase if it ended after park(1) was
+		 * called: an op the park caught midway counts there too. */
+		int ph = t1 >= atomic_load(&c->parked_at) ? PH_PARKED : PH_RUNNING;
+		if (rc != 0 || rc2 != TMO_CANCEL_PREVENTED) {
+			if (w->errors++ == 0)
+				w->first_error = rc != 0 ? rc : rc2;
+			continue;
+		}
+		if (w->nlat[ph] < MAX_SAMPLES)
+			w->lat[ph][w->nlat[ph]++] = t1 - t0;
+		atomic_fetch_add_explicit(&w->ops[ph], 1, memory_order_relaxed);
+	}
+	return NULL;
+}
+
+/* Watch the workers for `window`: count those stuck in one op for longer
+ * than BOUND (each once). */
+static int pg_watch(struct pg_ctx *c, int64_t window, const char *what, double base)
+{
+	int64_t end = su_now_ns() + window;
+	int blocked[MAX_WORKERS] = {0}, nblocked = 0;
+	while (su_now_ns() < end) {
+		int64_t now = su_now_ns();
+		for (int i = 0; i < c->nworkers; i++) {
+			int64_t s = atomic_load(&c->w[i].op_start);
+			if (s != 0 && now - s > BOUND && !blocked[i]) {
+				blocked[i] = 1;
+				nblocked++;
+			}
+		}
+		tmo_progress(c->run, what, base + 0.5 * (1 - (double)(end - now) / (double)window));
+		su_sleep_ns(TMO_NSEC_PER_MSEC);
+	}
+	return nblocked;
+}
+
+static void pg_phase_report(const struct tmo_run *run, struct pg_ctx *c, int ph, int64_t window,
+                            int blocked)
+{
+	const char *name = ph == PH_PARKED ? "parked" : "running";
+	long long ops = 0;
+	size_t n = 0;
+	for (int i = 0; i < c->nworkers; i++) {
+		ops += atomic_load(&c->w[i].ops[ph]);
+		n += c->w[i].nlat[ph];
+	}
+	int64_t *all = malloc((n ? n : 1) * sizeof *all);
+	size_t k = 0;
+	for (int i = 0; all != NULL && i < c->nworkers; i++)
+		for (size_t j = 0; j < c->w[i].nlat[ph]; j++)
+			all[k++] = c->w[i].lat[ph][j];
+	if (all != NULL)
+		qsort(all, k, sizeof *all, su_cmp_i64);
+	double p50 = all ? (double)su_quantile_i64(all, k, 0.5) : NAN;
+	double p99 = all ? (double)su_quantile_i64(all, k, 0.99) : NAN;
+	double mx = all && k ? (double)all[k - 1] : NAN;
+	free(all);
+	double rate = (double)ops / ((double)window / 1e9);
+	su_report(run, "pairs", (double)ops, "count", "phase=%s,threads=%d", name, c->nworkers);
+	su_report(run, "pairs_per_s", rate, "pairs/s", "phase=%s,threads=%d", name, c->nworkers);
+	su_report(run, "latency_ns", p50, "ns", "phase=%s,threads=%d,q=p50", name, c->nworkers);
+	su_report(run, "latency_ns", p99, "ns", "phase=%s,threads=%d,q=p99", name, c->nworkers);
+	su_report(run, "latency_ns", mx, "ns", "phase=%s,threads=%d,q=max", name, c->nworkers);
+	su_report(run, "blocked_workers", (double)blocked, "count", "phase=%s,threads=%d", name,
+	          c->nworkers);
+	printf("  %-8s %10lld arm+cancel pairs (%.3g/s), latency p50 %8.0f ns  p99 %10.0f ns  max "
+	       "%12.0f ns, %d of %d workers blocked > %lld ms\n",
+	       name, ops, rate, p50, p99, mx, blocked, c->nworkers, (long long)(BOUND / 1000000));
+}
+
+static int progress_run(const struct tmo_run *run)
+{
+	struct pg_ctx *c = calloc(1, sizeof *c);
+	if (c == NULL)
+		return TMO_ENOMEM;
+	c->run = run;
+	c->nworkers = run->threads < MAX_WORKERS ? run->threads : MAX_WORKERS;
+	atomic_store(&c->parked_at, INT64_MAX);
+	int rc = tmo_create_ops(run->ops, NULL, &c->e);
+	if (rc != 0) {
+		free(c);
+		return rc;
+	}
+	int v = 0;
+	int parkable = (run->ops->caps & TMO_CAP_PARK) != 0;
+	if (!parkable) {
+		rc = tmo_park(c->e, 1);
+		if (rc != TMO_EINVAL) {
+			tmo_violation(run, "park on an engine without TMO_CAP_PARK returned %s, want "
+			              "TMO_EINVAL",
+			              tmo_errname(rc));
+			v++;
+			if (rc == 0)
+				tmo_park(c->e, 0);
+		}
+		printf("progress: not parkable (no TMO_CAP_PARK: %s); nothing to measure\n",
+		       (run->ops->caps & TMO_CAP_THREAD_PER_TIMER) ? "a thread per timer, no single "
+		                                                     "timer thread"
+		                                                   : "no park hook");
+		tmo_report(run, "parkable", "", 0, "bool");
+		tmo_destroy(&c->e);
+		free(c);
+		tmo_report(run, "violations", "", v, "count");
+		return v;
+	}
+	tmo_report(run, "parkable", "", 1, "bool");
+	int64_t window = run->quick ? WINDOW_QUICK : WINDOW_FULL;
+	int started = 0;
+	for (int i = 0; i < c->nworkers; i++) {
+		struct pg_worker *w = &c->w[i];
+		w->c = c;
+		w->lat[0] = malloc(MAX_SAMPLES * sizeof(int64_t));
+		w->lat[1] = malloc(MAX_SAMPLES * sizeof(int64_t));
+		if (w->lat[0] == NULL || w->lat[1] == NULL ||
+		    pthread_create(&w->th, NULL, pg_worker_main, w) != 0) {
+			rc = TMO_EAGAIN;
+			break;
+		}
+		started++;
+	}
+	printf("progress: %d workers arm+cancel a 1 s timeout flat out, %.0f ms with the timer thread "
+	       "running, then %.0f ms with it parked\n",
+	       c->nworkers, (double)window / 1e6, (double)window / 1e6);
+	int blocked_running = 0, blocked_parked = 0;
+	if (rc == 0) {
+		blocked_running = pg_watch(c, window, "running", 0);
+		/* Parking waits for the timer thread to reach its hook; only then
+		 * does the parked phase start counting. */
+		atomic_store(&c->parked_at, su_now_ns());
+		rc = tmo_park(c->e, 1);
+		if (rc != 0) {
+			tmo_violation(run, "park(1) returned %s on an engine declaring TMO_CAP_PARK",
+			              tmo_errname(rc));
+			v++;
+		} else {
+			blocked_parked = pg_watch(c, window, "parked", 0.5);
+			/* Stop, then release: no new op starts, and an op blocked by
+			 * the park completes and is counted in the parked phase (with
+			 * the park's length as its latency). */
+			atomic_store(&c->phase, PH_STOP);
+			rc = tmo_park(c->e, 0);
+			if (rc != 0) {
+				tmo_violation(run, "park(0) returned %s", tmo_errname(rc));
+				v++;
+			}
+		}
+		rc = 0;
+	}
+	atomic_store(&c->phase, PH_STOP);
+	for (int i = 0; i < started; i++)
+		pthread_join(c->w[i].th, NULL);
+	if (rc == 0) {
+		pg_phase_report(run, c, PH_RUNNING, window, blocked_running);
+		pg_phase_report(run, c, PH_PARKED, window, blocked_parked);
+		int lockfree = (run->ops->caps & TMO_CAP_LOCKFREE_ARM) != 0;
+		if (blocked_parked > 0 && lockfree) {
+			tmo_violation(run, "declares TMO_CAP_LOCKFREE_ARM, yet %d of %d workers blocked for "
+			              "more than %lld ms while the timer thread was parked",
+			              blocked_parked, c->nworkers, (long long)(BOUND / 1000000));
+			v++;
+		}
+		printf("progress: %s\n",
+		       blocked_parked > 0 ? (lockfree ? "BLOCKED although declared lock-free"
+		                                      : "arm/cancel block while the timer thread is "
+		                                        "parked (lock-based, as declared)")
+		       : lockfree ? "arm/cancel keep going while the timer thread is parked (lock-free, "
+		                    "as declared)"
+		                  : "arm/cancel kept going while parked, though the engine does not "
+		                    "declare TMO_CAP_LOCKFREE_ARM");
+	}
+	long long errors = 0;
+	for (int i = 0; i < c->nworkers; i++) {
+		errors += c->w[i].errors;
+		if (c->w[i].errors > 0 && errors == c->w[i].errors)
+			tmo_violation(run, "worker %d: %lld arm/cancel pairs failed (first: %s, %d)", i,
+			              c->w[i].errors, tmo_errname(c->w[i].first_error),
+			              c->w[i].first_error);
+	}
+	v += errors > 0;
+	tmo_destroy(&c->e);
+	for (int i = 0; i < c->nworkers; i++) {
+		free(c->w[i].lat[0]);
+		free(c->w[i].lat[1]);
+	}
+	free(c);
+	tmo_report(run, "violations", "", v, "count");
+	return rc < 0 ? rc : v;
+}
+
+const struct tmo_scenario tmo_scenario_progress = {
+	"progress",
+	"park the timer thread; arm/cancel latency from other threads meanwhile (lock-free engines "
+	"keep going, lock-based ones block: bounded, counted)",
+	1,
+	progress_run,
+};
