@@ -386,8 +386,18 @@ int tmo_scope_run(struct tmo *engine, int64_t timeout_ns, enum tmo_scope_mode mo
 	if (c == NULL)
 		return TMO_ESYS;
 
-	struct tmo_scope s = {.parent = c->scope, .ctx = c, .engine = engine, .mode = mode,
-	                      .block = block, .arg = arg};
+	/* Field by field: a designated initializer would zero the jmp_buf too
+	 * (~350 bytes, a measurable share of a scope that does not expire). */
+	struct tmo_scope s;
+	s.parent = c->scope;
+	s.ctx = c;
+	s.engine = engine;
+	s.mode = mode;
+	s.armed = 0;
+	s.delivered = 0;
+	s.block = block;
+	s.arg = arg;
+	s.value = 0;
 	atomic_init(&s.fired, 0);
 	tmo_timer_init(&s.timer);
 	s.f.prev = c->top;

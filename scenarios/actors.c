@@ -1,0 +1,772 @@
+/*
+ * actors: the Revactor document's MapReduce word count, on every engine.
+ *
+ * Actors are OS threads (one pthread each), with a mailbox (a struct
+ * tmo_queue of include/tmo/scope.h) and Erlang's `receive ... after T`:
+ * receive with a timeout.  Like Erlang and Revactor, receive looks in the
+ * mailbox first and starts the `after` timer only when it is empty.  Two ways
+ * to build the timeout on an engine are compared:
+ *
+ *   scope  — the wait runs in a timeout scope (throw mode): the engine's
+ *            callback interrupts the blocking pop (Timeout.timeout { q.pop });
+ *   marker — the engine's callback pushes a per-receiver timeout marker into
+ *            the mailbox (eregon's "push some marker on the queue"); a receive
+ *            that got a message first cancels the timer and, if the callback
+ *            already ran, unlinks the stale marker.
+ *
+ * Workload (no network: the corpus is generated from --seed): one mapper
+ * actor per input document sends (word, 1) for every word to a reducer actor
+ * linked to it, then exits (the reducer traps the exit as a message); the
+ * reducer collects with receive-with-timeout until every mapper has exited,
+ * and sends the counts to its parent.  Sequential vs 50 / 100 / 200 actors,
+ * with and without a simulated fetch latency per document (the blog's gain
+ * came from overlapping network reads; with none, actors only add cost).
+ * The counts must equal the sequential result exactly.
+ *
+ * Then the race on its own: a producer sends numbered messages with gaps
+ * around the receiver's `after`, so messages and timeouts collide; every
+ * message must arrive once, in order.  And the cost of one
+ * receive-with-timeout on this engine (timer armed, message present), and
+ * how late an `after` clause runs.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "tmo/scope.h"
+#include "util.h"
+
+#define US TMO_NSEC_PER_USEC
+#define MS TMO_NSEC_PER_MSEC
+
+enum via { VIA_SCOPE, VIA_MARKER };
+static const char *via_name(enum via v) { return v == VIA_SCOPE ? "scope" : "marker"; }
+
+/* ---- messages, actors, receive ------------------------------------------------- */
+
+enum msg_kind { MSG_PAIR, MSG_EXIT, MSG_RESULT, MSG_TIMEOUT_MARKER, MSG_SEQ };
+
+struct actor;
+
+struct msg {
+	struct tmo_qnode node;
+	enum msg_kind kind;
+	struct actor *from;
+	const char *word; /* into the corpus, not copied */
+	uint32_t len;
+	uint32_t count;
+	uint64_t seq;
+};
+
+typedef void actor_fn(struct actor *self);
+
+struct actor {
+	pthread_t th;
+	struct tmo_queue mbox;
+	actor_fn *fn;
+	void *arg;
+	struct actor *link; /* gets MSG_EXIT from us when we end (trap_exit) */
+	struct msg exit_msg;
+};
+
+static void *actor_main(void *p)
+{
+	struct actor *a = p;
+	a->fn(a);
+	if (a->link != NULL) {
+		a->exit_msg.kind = MSG_EXIT;
+		a->exit_msg.from = a;
+		tmo_queue_push(&a->link->mbox, &a->exit_msg.node);
+	}
+	return NULL;
+}
+
+/* Actor.spawn_link: start fn on its own thread, linked to `link`. */
+static int actor_spawn(struct actor *a, actor_fn *fn, void *arg, struct actor *link)
+{
+	a->fn = fn;
+	a->arg = arg;
+	a->link = link;
+	int rc = tmo_queue_init(&a->mbox);
+	if (rc != 0)
+		return rc;
+	if (pthread_create(&a->th, NULL, actor_main, a) != 0) {
+		tmo_queue_destroy(&a->mbox);
+		return TMO_EAGAIN;
+	}
+	return 0;
+}
+
+static void actor_join(struct actor *a)
+{
+	pthread_join(a->th, NULL);
+	tmo_queue_destroy(&a->mbox);
+}
+
+/* The receiving side's timeout machinery and its counters. */
+struct receiver {
+	struct tmo *eng;
+	enum via via;
+	struct tmo_queue *mbox;
+	struct tmo_timer timer;
+	struct msg marker;
+	int fast_path; /* look in the mailbox before arming (Erlang, Revactor) */
+	long receives, armed, timeouts, stale_markers, lost;
+};
+
+static void marker_cb(struct tmo_timer *t, void *arg)
+{
+	struct receiver *r = arg;
+	(void)t;
+	tmo_queue_push(r->mbox, &r->marker.node);
+}
+
+struct pop_arg {
+	struct tmo_queue *q;
+	struct tmo_qnode *n;
+};
+
+static intptr_t pop_block(void *arg)
+{
+	struct pop_arg *p = arg;
+	tmo_queue_pop(p->q, TMO_WAIT_FOREVER, &p->n);
+	return 1;
+}
+
+/* `receive ... after(after_ns)`: 0 with *out = the message, 1 when the after
+ * clause runs, or a negative error. */
+static int receive(struct receiver *r, int64_t after_ns, struct msg **out)
+{
+	struct tmo_qnode *n = NULL;
+	r->receives++;
+	*out = NULL;
+	if (r->fast_path && tmo_queue_pop(r->mbox, 0, &n) == TMO_WAIT_OK) {
+		*out = tmo_container_of(n, struct msg, node);
+		return 0;
+	}
+	r->armed++;
+	if (r->via == VIA_SCOPE) {
+		struct pop_arg p = {r->mbox, NULL};
+		int rc = tmo_scope_run(r->eng, after_ns, TMO_SCOPE_THROW, pop_block, &p, NULL, NULL);
+		if (rc == 0) {
+			*out = tmo_container_of(p.n, struct msg, node);
+			return 0;
+		}
+		if (rc != TMO_ETIMEDOUT)
+			return rc;
+		if (p.n != NULL)
+			r->lost++; /* a message taken and then interrupted away */
+		r->timeouts++;
+		return 1;
+	}
+	int rc = tmo_arm(r->eng, &r->timer, after_ns, marker_cb, r);
+	if (rc != 0)
+		return rc;
+	rc = tmo_queue_pop(r->mbox, TMO_WAIT_FOREVER, &n);
+	if (rc != TMO_WAIT_OK)
+		return rc < 0 ? rc : TMO_ESYS;
+	/* Cancel in every case: it also waits for a callback still running,
+	 * so the timer and the marker are ours again before the next arm. */
+	int c = tmo_cancel(r->eng, &r->timer);
+	if (c < 0)
+		return c;
+	if (n == &r->marker.node) {
+		r->timeouts++;
+		return 1;
+	}
+	if (c == TMO_CANCEL_FIRED || c == TMO_CANCEL_WAITED) {
+		/* The callback pushed the marker behind our message. */
+		if (tmo_queue_remove(r->mbox, &r->marker.node))
+			r->stale_markers++;
+		else
+			r->lost++; /* cannot happen: the marker vanished */
+	}
+	*out = tmo_container_of(n, struct msg, node);
+	return 0;
+}
+
+/* ---- the corpus and the word table ---------------------------------------------- */
+
+struct doc {
+	char *text;
+	size_t len;
+	uint32_t words;
+	struct msg *msgs; /* one per word, reused by every run */
+};
+
+struct corpus {
+	char **vocab;
+	int nvocab;
+	struct doc *docs;
+	int ndocs;
+	uint64_t total_words;
+};
+
+static int is_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+
+static void corpus_free(struct corpus *c)
+{
+	for (int i = 0; i < c->nvocab && c->vocab; i++)
+		free(c->vocab[i]);
+	free(c->vocab);
+	for (int i = 0; i < c->ndocs && c->docs; i++) {
+		free(c->docs[i].text);
+		free(c->docs[i].msgs);
+	}
+	free(c->docs);
+	memset(c, 0, sizeof *c);
+}
+
+/* ndocs documents of about `words` words each, from a vocabulary of nvocab
+ * random words with a skewed (Zipf-like) frequency; separators include
+ * punctuation and digits, which the mapper's scan skips as /[a-z]+/i does. */
+static int corpus_make(struct corpus *c, uint64_t seed, int ndocs, int words, int nvocab)
+{
+	struct su_rng rng = {seed ^ UINT64_C(0x5eed0f0c0de)};
+	memset(c, 0, sizeof *c);
+	c->vocab = calloc((size_t)nvocab, sizeof *c->vocab);
+	c->docs = calloc((size_t)ndocs, sizeof *c->docs);
+	if (c->vocab == NULL || c->docs == NULL)
+		goto oom;
+	c->nvocab = nvocab;
+	c->ndocs = ndocs;
+	for (int i = 0; i < nvocab; i++) {
+		int len = 2 + (int)su_below(&rng, 9);
+		c->vocab[i] = malloc((size_t)len + 1);
+		if (c->vocab[i] == NULL)
+			goto oom;
+		for (int k = 0; k < len; k++)
+			c->vocab[i][k] = (char)((su_below(&rng, 5) == 0 ? 'A' : 'a') + su_below(&rng, 26));
+		c->vocab[i][len] = 0;
+	}
+	static const char *seps[] = {" ", " ", " ", ", ", ". ", "\n", " - ", " 42 ", "'", "(1) "};
+	for (int d = 0; d < ndocs; d++) {
+		int n = words / 2 + (int)su_below(&rng, (uint64_t)words);
+		size_t cap = (size_t)n * 16 + 16, len = 0;
+		char *t = malloc(cap);
+		if (t == NULL)
+			goto oom;
+		for (int w = 0; w < n; w++) {
+			double u = (double)su_below(&rng, 1u << 30) / (double)(1u << 30);
+			const char *word = c->vocab[(int)(u * u * u * nvocab)];
+			const char *sep = seps[su_below(&rng, sizeof seps / sizeof seps[0])];
+			size_t wl = strlen(word), sl = strlen(sep);
+			memcpy(t + len, word, wl);
+			len += wl;
+			memcpy(t + len, sep, sl);
+			len += sl;
+		}
+		t[len] = 0;
+		/* Count what the scan will see (a separator like "'" joins nothing:
+		 * letters on both sides of it are two words). */
+		uint32_t seen = 0;
+		for (size_t i = 0; i < len; i++)
+			if (is_alpha(t[i]) && (i == 0 || !is_alpha(t[i - 1])))
+				seen++;
+		c->docs[d].text = t;
+		c->docs[d].len = len;
+		c->docs[d].words = seen;
+		c->docs[d].msgs = calloc(seen, sizeof(struct msg));
+		if (c->docs[d].msgs == NULL)
+			goto oom;
+		c->total_words += seen;
+	}
+	return 0;
+oom:
+	corpus_free(c);
+	return TMO_ENOMEM;
+}
+
+struct entry {
+	const char *w;
+	uint32_t len;
+	uint64_t count;
+};
+
+struct table {
+	struct entry *e;
+	size_t cap, used;
+	uint64_t total;
+};
+
+static int table_init(struct table *t, size_t expect)
+{
+	t->cap = 16;
+	while (t->cap < expect * 2)
+		t->cap <<= 1;
+	t->e = calloc(t->cap, sizeof *t->e);
+	t->used = 0;
+	t->total = 0;
+	return t->e == NULL ? TMO_ENOMEM : 0;
+}
+
+static uint64_t fnv(const char *w, uint32_t len)
+{
+	uint64_t h = UINT64_C(0xcbf29ce484222325);
+	for (uint32_t i = 0; i < len; i++)
+		h = (h ^ (unsigned char)w[i]) * UINT64_C(0x100000001b3);
+	return h;
+}
+
+static struct entry *table_slot(struct table *t, const char *w, uint32_t len)
+{
+	size_t i = (size_t)fnv(w, len) & (t->cap - 1);
+	for (;; i = (i + 1) & (t->cap - 1)) {
+		struct entry *e = &t->e[i];
+		if (e->w == NULL || (e->len == len && memcmp(e->w, w, len) == 0))
+			return e;
+	}
+}
+
+/* The table never fills: it is sized for twice the vocabulary. */
+static void table_add(struct table *t, const char *w, uint32_t len, uint64_t n)
+{
+	struct entry *e = table_slot(t, w, len);
+	if (e->w == NULL) {
+		e->w = w;
+		e->len = len;
+		t->used++;
+	}
+	e->count += n;
+	t->total += n;
+}
+
+/* The mapper's `scan(/[a-z]+/i)`: the next word at or after *pos.  Returns
+ * 0 at the end of the document. */
+static int next_word(const struct doc *d, size_t *pos, const char **w, uint32_t *len)
+{
+	size_t i = *pos;
+	while (i < d->len && !is_alpha(d->text[i]))
+		i++;
+	if (i >= d->len)
+		return 0;
+	size_t s = i;
+	while (i < d->len && is_alpha(d->text[i]))
+		i++;
+	*w = d->text + s;
+	*len = (uint32_t)(i - s);
+	*pos = i;
+	return 1;
+}
+
+/* ---- the word count ------------------------------------------------------------------ */
+
+struct job {
+	const struct tmo_run *run;
+	struct corpus *corpus;
+	int ndocs;
+	int64_t latency; /* simulated fetch of one document */
+	int64_t after;   /* the reducer's receive timeout */
+	struct receiver rx;
+	struct table result;
+	struct actor *mappers;
+	struct actor *parent;
+	struct msg result_msg;
+	int error;
+};
+
+static void sequential(struct corpus *c, int ndocs, int64_t latency, struct table *t)
+{
+	for (int d = 0; d < ndocs; d++) {
+		struct doc *doc = &c->docs[d];
+		if (latency > 0)
+			su_sleep_ns(latency); /* the fetch */
+		const char *w;
+		uint32_t len;
+		for (size_t pos = 0; next_word(doc, &pos, &w, &len);)
+			table_add(t, w, len, 1);
+	}
+}
+
+struct mapper_arg {
+	struct job *job;
+	struct doc *doc;
+	struct actor *reducer;
+};
+
+static void mapper(struct actor *self)
+{
+	struct mapper_arg *m = self->arg;
+	if (m->job->latency > 0)
+		tmo_sleep(m->job->latency); /* the fetch */
+	uint32_t k = 0;
+	const char *w;
+	uint32_t len;
+	for (size_t pos = 0; next_word(m->doc, &pos, &w, &len) && k < m->doc->words;) {
+		struct msg *msg = &m->doc->msgs[k++];
+		msg->kind = MSG_PAIR;
+		msg->from = self;
+		msg->word = w;
+		msg->len = len;
+		msg->count = 1;
+		tmo_queue_push(&m->reducer->mbox, &msg->node);
+	}
+}
+
+static void reducer(struct actor *self)
+{
+	struct job *j = self->arg;
+	struct mapper_arg *margs = calloc((size_t)j->ndocs, sizeof *margs);
+	int spawned = 0;
+	if (margs == NULL) {
+		j->error = TMO_ENOMEM;
+	} else {
+		for (; spawned < j->ndocs; spawned++) {
+			margs[spawned] = (struct mapper_arg){j, &j->corpus->docs[spawned], self};
+			int rc = actor_spawn(&j->mappers[spawned], mapper, &margs[spawned], self);
+			if (rc != 0) {
+				j->error = rc;
+				break;
+			}
+		}
+	}
+	/* collect_partials: until every mapper we spawned has exited. */
+	j->rx.mbox = &self->mbox;
+	int n = spawned;
+	while (n > 0) {
+		struct msg *m;
+		int rc = receive(&j->rx, j->after, &m);
+		if (rc < 0) {
+			j->error = rc;
+			break;
+		}
+		if (rc == 1)
+			continue; /* after: nothing arrived in time; keep waiting */
+		if (m->kind == MSG_EXIT)
+			n--;
+		else if (m->kind == MSG_PAIR)
+			table_add(&j->result, m->word, m->len, m->count);
+		else
+			j->error = TMO_EINVAL;
+	}
+	for (int i = 0; i < spawned; i++)
+		actor_join(&j->mappers[i]);
+	free(margs);
+	j->result_msg.kind = MSG_RESULT;
+	j->result_msg.from = self;
+	tmo_queue_push(&j->parent->mbox, &j->result_msg.node);
+}
+
+/* Differences between the sequential and the actor counts. */
+static long compare(const struct table *seq, const struct table *act)
+{
+	long diff = 0;
+	for (size_t i = 0; i < seq->cap; i++) {
+		const struct entry *e = &seq->e[i];
+		if (e->w == NULL)
+			continue;
+		const struct entry *o = table_slot((struct table *)act, e->w, e->len);
+		if (o->w == NULL || o->count != e->count)
+			diff++;
+	}
+	if (seq->used != act->used || seq->total != act->total)
+		diff++;
+	return diff;
+}
+
+static int wordcount(const struct tmo_run *run, struct tmo *eng, struct corpus *corpus,
+                     int ndocs, int64_t latency, enum via via)
+{
+	int v = 0;
+	struct table seq;
+	if (table_init(&seq, (size_t)corpus->nvocab) != 0)
+		return TMO_ENOMEM;
+	int64_t t0 = su_now_ns();
+	sequential(corpus, ndocs, latency, &seq);
+	double seq_s = (double)(su_now_ns() - t0) / 1e9;
+
+	struct job j = {.run = run, .corpus = corpus, .ndocs = ndocs, .latency = latency,
+	                .after = 500 * US};
+	j.rx = (struct receiver){.eng = eng, .via = via, .fast_path = 1};
+	j.rx.marker.kind = MSG_TIMEOUT_MARKER;
+	struct actor parent = {0}, red = {0};
+	j.mappers = calloc((size_t)ndocs, sizeof *j.mappers);
+	if (j.mappers == NULL || table_init(&j.result, (size_t)corpus->nvocab) != 0 ||
+	    tmo_queue_init(&parent.mbox) != 0) {
+		free(j.mappers);
+		free(seq.e);
+		free(j.result.e);
+		return TMO_ENOMEM;
+	}
+	j.parent = &parent;
+	t0 = su_now_ns();
+	int rc = actor_spawn(&red, reducer, &j, NULL);
+	if (rc == 0) {
+		struct tmo_qnode *n;
+		tmo_queue_pop(&parent.mbox, TMO_WAIT_FOREVER, &n); /* the result */
+		actor_join(&red);
+	}
+	double act_s = (double)(su_now_ns() - t0) / 1e9;
+	tmo_queue_destroy(&parent.mbox);
+	if (rc == 0 && j.error != 0)
+		rc = j.error;
+	long diff = rc == 0 ? compare(&seq, &j.result) : 0;
+	if (rc == 0 && (diff != 0 || j.rx.lost != 0)) {
+		tmo_violation(run, "word count, %d actors, latency %lld us, via %s: %ld words differ "
+		              "from the sequential count (%zu vs %zu distinct, %llu vs %llu total), "
+		              "%ld messages lost",
+		              ndocs, (long long)(latency / US), via_name(via), diff, j.result.used,
+		              seq.used, (unsigned long long)j.result.total,
+		              (unsigned long long)seq.total, j.rx.lost);
+		v++;
+	}
+	if (rc == 0) {
+		printf("  %4d actors  latency %5.1f ms  via %-6s | sequential %7.1f ms | actors %7.1f ms "
+		       "(x%.2f) | %6llu words, %5zu distinct, %s | receives %ld, timer armed %ld, "
+		       "after ran %ld, stale markers %ld\n",
+		       ndocs, (double)latency / 1e6, via_name(via), seq_s * 1e3, act_s * 1e3,
+		       act_s > 0 ? seq_s / act_s : 0, (unsigned long long)seq.total, seq.used,
+		       diff == 0 ? "counts equal" : "COUNTS DIFFER", j.rx.receives, j.rx.armed,
+		       j.rx.timeouts, j.rx.stale_markers);
+		su_report(run, "wordcount_sequential_ms", seq_s * 1e3, "ms", "actors=%d,latency_us=%lld",
+		          ndocs, (long long)(latency / US));
+		su_report(run, "wordcount_actors_ms", act_s * 1e3, "ms",
+		          "actors=%d,latency_us=%lld,via=%s", ndocs, (long long)(latency / US),
+		          via_name(via));
+		su_report(run, "wordcount_after_ran", (double)j.rx.timeouts, "count",
+		          "actors=%d,latency_us=%lld,via=%s", ndocs, (long long)(latency / US),
+		          via_name(via));
+		su_report(run, "wordcount_count_mismatches", (double)diff, "count",
+		          "actors=%d,latency_us=%lld,via=%s", ndocs, (long long)(latency / US),
+		          via_name(via));
+	}
+	free(j.mappers);
+	free(seq.e);
+	free(j.result.e);
+	return rc < 0 ? rc : v;
+}
+
+/* ---- the race on its own ------------------------------------------------------- */
+
+struct race {
+	struct tmo_queue q;
+	struct msg *msgs;
+	int n;
+	int64_t after;
+	uint64_t seed;
+};
+
+static void *race_producer(void *p)
+{
+	struct race *r = p;
+	struct su_rng rng = {r->seed};
+	for (int i = 0; i < r->n; i++) {
+		/* Gaps from 0 to 2x the receiver's after: some messages land just
+		 * before, some just after, a timeout. */
+		int64_t gap = (int64_t)su_below(&rng, (uint64_t)(2 * r->after));
+		su_wait_until(su_now_ns() + gap);
+		r->msgs[i].kind = MSG_SEQ;
+		r->msgs[i].seq = (uint64_t)i;
+		tmo_queue_push(&r->q, &r->msgs[i].node);
+	}
+	return NULL;
+}
+
+static int race(const struct tmo_run *run, struct tmo *eng, enum via via, int n)
+{
+	int v = 0;
+	struct race r = {.n = n, .after = 200 * US, .seed = run->seed * 7 + (uint64_t)via};
+	r.msgs = calloc((size_t)n, sizeof *r.msgs);
+	if (r.msgs == NULL || tmo_queue_init(&r.q) != 0) {
+		free(r.msgs);
+		return TMO_ENOMEM;
+	}
+	struct receiver rx = {.eng = eng, .via = via, .mbox = &r.q, .fast_path = 1};
+	rx.marker.kind = MSG_TIMEOUT_MARKER;
+	pthread_t th;
+	if (pthread_create(&th, NULL, race_producer, &r) != 0) {
+		tmo_queue_destroy(&r.q);
+		free(r.msgs);
+		return TMO_EAGAIN;
+	}
+	uint64_t next = 0;
+	long bad = 0;
+	int64_t give_up = su_now_ns() + 60 * TMO_NSEC_PER_SEC;
+	int rc = 0;
+	while (next < (uint64_t)n && su_now_ns() < give_up) {
+		struct msg *m;
+		rc = receive(&rx, r.after, &m);
+		if (rc < 0)
+			break;
+		if (rc == 1)
+			continue;
+		if (m->kind != MSG_SEQ || m->seq != next) {
+			if (bad++ < 3)
+				tmo_violation(run, "race via %s: got %s #%llu, expected message #%llu",
+				              via_name(via), m->kind == MSG_SEQ ? "message" : "a marker",
+				              (unsigned long long)m->seq, (unsigned long long)next);
+			if (m->kind == MSG_SEQ)
+				next = m->seq + 1;
+			continue;
+		}
+		next++;
+	}
+	pthread_join(th, NULL);
+	if (rc >= 0 && next < (uint64_t)n) {
+		tmo_violation(run, "race via %s: only %llu of %d messages arrived", via_name(via),
+		              (unsigned long long)next, n);
+		bad++;
+	}
+	struct tmo_qnode *left;
+	if (rc >= 0 && tmo_queue_pop(&r.q, 0, &left) == TMO_WAIT_OK) {
+		tmo_violation(run, "race via %s: something left in the mailbox after the last message",
+		              via_name(via));
+		bad++;
+	}
+	if (rx.lost) {
+		tmo_violation(run, "race via %s: %ld messages lost", via_name(via), rx.lost);
+		bad++;
+	}
+	printf("  race via %-6s: %d messages with gaps 0-%lld us, after %lld us: %llu in order, "
+	       "after ran %ld, timer armed %ld, stale markers removed %ld, %ld bad\n",
+	       via_name(via), n, (long long)(2 * r.after / US), (long long)(r.after / US),
+	       (unsigned long long)next, rx.timeouts, rx.armed, rx.stale_markers, bad);
+	su_report(run, "race_bad", (double)bad, "count", "via=%s,messages=%d", via_name(via), n);
+	su_report(run, "race_after_ran", (double)rx.timeouts, "count", "via=%s,messages=%d",
+	          via_name(via), n);
+	tmo_queue_destroy(&r.q);
+	free(r.msgs);
+	v += (int)bad;
+	return rc < 0 ? rc : v;
+}
+
+/* ---- the cost of one receive-with-timeout ------------------------------------------ */
+
+static int receive_cost(const struct tmo_run *run, struct tmo *eng, int n)
+{
+	struct tmo_queue q;
+	if (tmo_queue_init(&q) != 0)
+		return TMO_ESYS;
+	struct msg m = {.kind = MSG_SEQ};
+	double plain[5], scope[5], marker[5];
+	int bad = 0;
+	for (int round = 0; round < 5; round++) {
+		/* A plain pop of a message that is there (no timeout at all). */
+		int64_t t0 = su_now_ns();
+		for (int i = 0; i < n; i++) {
+			struct tmo_qnode *x;
+			tmo_queue_push(&q, &m.node);
+			bad += tmo_queue_pop(&q, TMO_WAIT_FOREVER, &x) != TMO_WAIT_OK;
+		}
+		plain[round] = (double)(su_now_ns() - t0) / n;
+		/* receive ... after 1 s with the timer armed every time (no fast
+		 * path): push, arm, pop, cancel. */
+		for (int via = VIA_SCOPE; via <= VIA_MARKER; via++) {
+			struct receiver rx = {.eng = eng, .via = (enum via)via, .mbox = &q};
+			rx.marker.kind = MSG_TIMEOUT_MARKER;
+			t0 = su_now_ns();
+			for (int i = 0; i < n; i++) {
+				struct msg *got;
+				tmo_queue_push(&q, &m.node);
+				bad += receive(&rx, TMO_NSEC_PER_SEC, &got) != 0 || got != &m;
+			}
+			double ns = (double)(su_now_ns() - t0) / n;
+			if (via == VIA_SCOPE)
+				scope[round] = ns;
+			else
+				marker[round] = ns;
+		}
+	}
+	/* How late the after clause runs: receives on an empty mailbox. */
+	int k = su_thread_per_timer(run) ? 20 : 50;
+	int64_t *late = calloc((size_t)k * 2, sizeof *late);
+	for (int via = VIA_SCOPE; via <= VIA_MARKER && late != NULL; via++) {
+		struct receiver rx = {.eng = eng, .via = (enum via)via, .mbox = &q};
+		rx.marker.kind = MSG_TIMEOUT_MARKER;
+		for (int i = 0; i < k; i++) {
+			struct msg *got;
+			int64_t t0 = su_now_ns();
+			int rc = receive(&rx, MS, &got);
+			late[via * k + i] = su_now_ns() - t0 - MS;
+			bad += rc != 1;
+			if (late[via * k + i] < 0) {
+				tmo_violation(run, "after clause via %s ran %lld ns early", via_name((enum via)via),
+				              (long long)-late[via * k + i]);
+				bad++;
+			}
+		}
+		qsort(late + via * k, (size_t)k, sizeof *late, su_cmp_i64);
+	}
+	double p = su_median(plain, 5), s = su_median(scope, 5), mk = su_median(marker, 5);
+	printf("  receive cost (median of 5 x %d): plain pop %.0f ns; receive-with-timeout, timer "
+	       "armed: via scope %.0f ns, via marker %.0f ns\n",
+	       n, p, s, mk);
+	su_report(run, "receive_plain_ns", p, "ns", "n=%d", n);
+	su_report(run, "receive_after_ns", s, "ns", "via=scope,n=%d", n);
+	su_report(run, "receive_after_ns", mk, "ns", "via=marker,n=%d", n);
+	if (late != NULL) {
+		for (int via = VIA_SCOPE; via <= VIA_MARKER; via++) {
+			int64_t *l = late + via * k;
+			printf("  after 1 ms on an empty mailbox via %-6s: late by p50 %.0f us, max %.0f us "
+			       "(%d receives)\n",
+			       via_name((enum via)via), (double)su_quantile_i64(l, (size_t)k, 0.5) / 1e3,
+			       (double)l[k - 1] / 1e3, k);
+			su_report(run, "after_late_us_p50", (double)su_quantile_i64(l, (size_t)k, 0.5) / 1e3,
+			          "us", "via=%s,after=1ms", via_name((enum via)via));
+			su_report(run, "after_late_us_max", (double)l[k - 1] / 1e3, "us",
+			          "via=%s,after=1ms", via_name((enum via)via));
+		}
+	}
+	free(late);
+	tmo_queue_destroy(&q);
+	if (bad)
+		tmo_violation(run, "receive cost: %d receives returned the wrong thing", bad);
+	return bad;
+}
+
+/* ---- the scenario ------------------------------------------------------------------- */
+
+static int actors_run(const struct tmo_run *run)
+{
+	struct tmo *eng = NULL;
+	int rc = tmo_create_ops(run->ops, NULL, &eng);
+	if (rc != 0)
+		return rc;
+	int v = 0;
+	struct corpus corpus;
+	int words = run->quick ? 200 : 1000;
+	rc = corpus_make(&corpus, run->seed, 200, words, 4000);
+	if (rc != 0) {
+		tmo_destroy(&eng);
+		return rc;
+	}
+	printf("actors are OS threads (one pthread each); mailboxes are tmo_queue; receive looks in "
+	       "the mailbox first and arms the after timer (500 us) only when it is empty\n");
+	printf("corpus: 200 generated documents, %llu words, vocabulary %d (seed %llu)\n",
+	       (unsigned long long)corpus.total_words, corpus.nvocab,
+	       (unsigned long long)run->seed);
+	static const int counts[] = {50, 100, 200};
+	int64_t latencies[] = {0, run->quick ? 2 * MS : 5 * MS};
+	for (int li = 0; li < 2 && rc >= 0; li++)
+		for (int ci = 0; ci < 3 && rc >= 0; ci++)
+			for (int via = VIA_SCOPE; via <= VIA_MARKER && rc >= 0; via++) {
+				rc = wordcount(run, eng, &corpus, counts[ci], latencies[li], (enum via)via);
+				if (rc > 0)
+					v += rc;
+				tmo_progress(run, "word count", (li * 6 + ci * 2 + via + 1) / 12.0);
+			}
+	for (int via = VIA_SCOPE; via <= VIA_MARKER && rc >= 0; via++) {
+		rc = race(run, eng, (enum via)via, run->quick ? 300 : 3000);
+		if (rc > 0)
+			v += rc;
+	}
+	if (rc >= 0) {
+		rc = receive_cost(run, eng, su_thread_per_timer(run) ? 300 : 20000);
+		if (rc > 0)
+			v += rc;
+	}
+	corpus_free(&corpus);
+	tmo_destroy(&eng);
+	if (rc < 0)
+		return rc;
+	printf("actors: %d violations\n", v);
+	return v;
+}
+
+const struct tmo_scenario tmo_scenario_actors = {
+	.name = "actors",
+	.summary = "Revactor MapReduce word count: actors (threads) with receive-with-timeout on the "
+	           "engine (scope or marker), sequential vs 50/100/200 actors, message/timeout race, "
+	           "cost per receive",
+	.correctness = 1,
+	.run = actors_run,
+};
