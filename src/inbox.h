@@ -1,0 +1,137 @@
+/*
+ * The lock-free inbox core shared by the `mpsc` and `wheel` engines.
+ *
+ * Overview
+ * --------
+ * arm and cancel take no lock.  Each arm takes an engine-owned node from a
+ * thread-local cache, fills it with the RELATIVE timeout and pushes it onto a
+ * Concurrency Kit stack (the inbox).  ONE timer thread owns the ordered
+ * structure (a heap or a wheel, behind struct tmo__ib_sched): it takes the
+ * whole inbox with one exchange, stamps deadline = (its clock read after the
+ * exchange) + timeout -- never earlier than arm time + timeout, so arm reads
+ * no clock -- files the nodes, collects due nodes, then runs their callbacks.
+ *
+ * Nodes, never the caller's timer, live in the inbox and the structure, so
+ * once cancel returns the engine holds no reference to the timer.  Nodes come
+ * from slabs (allocated at create, grown rarely under a mutex); the timer
+ * thread is the only place a node is ever released, so it packs released
+ * nodes into magazines of TMO__IB_MAG nodes and pushes whole magazines onto
+ * a second CK stack; a producer refills its cache with one magazine.
+ *
+ * Exactly once: the node's state word (a generation and a state) has exactly
+ * one winner between cancel and fire:
+ *
+ *   QUEUED --(timer thread files it)--> IN_STRUCT --(due)--> FIRING --> FREE
+ *     |                                     |
+ *     cancel: CANCELLED                     cancel: CANCEL_PENDING, and the
+ *     (dropped when popped)                 canceller pushes the node itself
+ *                                           so it leaves the structure at once
+ *
+ * The generation changes at every arm, so a recycled node is recognised.
+ *
+ * Synchronization: as in include/tmo/tmo.h.  Nothing here is called with a
+ * lock held on the arm/cancel fast paths; the slow paths (pool growth, a
+ * thread using more than TMO__IB_SLOTS engines, thread exit, stats) take a
+ * mutex.
+ */
+#ifndef TMO_INBOX_H
+#define TMO_INBOX_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <ck_stack.h>
+
+#include "heap.h"
+#include "internal.h"
+#include "wheel.h"
+
+/* Nodes per magazine, and the most a thread-local cache holds. */
+#define TMO__IB_MAG 64
+/* Engines one thread keeps a node cache for at once (more: one is evicted,
+ * under a global mutex). */
+#define TMO__IB_SLOTS 4
+
+/* Where the timer thread keeps a node (private to the timer thread). */
+enum tmo__ib_where {
+	TMO__IB_NOWHERE = 0,
+	TMO__IB_IN_STRUCT, /* in the heap / wheel */
+	TMO__IB_UNFILED,   /* the structure could not grow: on the retry list */
+	TMO__IB_DROP,      /* on the retry list but cancelled: release it there */
+};
+
+struct tmo__ib_node {
+	/* inbox link; also the chain inside a magazine or a thread's cache */
+	ck_stack_entry_t link;
+	/* generation << 3 | state; the only word cancel and fire race on */
+	_Atomic uint64_t state;
+	struct tmo_timer *timer;
+	tmo_callback *cb;
+	void *arg;
+	/* relative timeout while QUEUED, absolute deadline once filed */
+	int64_t when;
+	union {
+		struct tmo__ib_node *next; /* due list, retry list (timer thread) */
+		ck_stack_entry_t mag;      /* magazine stack link while free */
+	} aux;
+	uint32_t mag_count; /* nodes in the magazine this node heads */
+	uint8_t where;      /* enum tmo__ib_where */
+	union {
+		struct tmo_heap_node heap;
+		struct tmo_wheel_node wheel;
+	} s;
+};
+
+/* The ordered structure the timer thread owns; every call comes from the
+ * timer thread (or create/destroy), so none needs synchronization. */
+struct tmo__ib_sched {
+	size_t size; /* bytes of its state, allocated inside the engine */
+	/* Returns 0, TMO_EINVAL or TMO_ENOMEM. */
+	int (*init)(void *s, int64_t resolution_ns, int64_t now_ns);
+	void (*fini)(void *s);
+	/* Returns 0, or TMO_ENOMEM (the node is then not filed). */
+	int (*insert)(void *s, struct tmo__ib_node *n, int64_t deadline);
+	void (*remove)(void *s, struct tmo__ib_node *n);
+	/* Earliest time a node may be due (a lower bound); INT64_MAX if empty. */
+	int64_t (*next_deadline)(const void *s);
+	/* Move every node due at now out of the structure and append it
+	 * (linked through aux.next) behind **tail, advancing *tail. */
+	void (*collect)(void *s, int64_t now, struct tmo__ib_node ***tail);
+	/* Bytes it holds beyond its fixed size. */
+	uint64_t (*bytes)(const void *s);
+	/* Nodes filed now. */
+	uint64_t (*count)(const void *s);
+};
+
+struct tmo__ib_params {
+	const struct tmo_engine_ops *ops;
+	const struct tmo__ib_sched *sched;
+	int64_t resolution_ns; /* passed to sched->init */
+	/* While inbox traffic keeps coming, the timer thread polls the inbox
+	 * every nap_ns instead of asking producers to wake it; 0 = never (every
+	 * push onto an empty inbox wakes a sleeping timer thread). */
+	int64_t nap_ns;
+};
+
+int tmo__ib_create(const struct tmo__ib_params *p, const struct tmo_config *cfg,
+                   struct tmo **out);
+void tmo__ib_destroy(struct tmo *e);
+int tmo__ib_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
+                void *arg);
+int tmo__ib_cancel(struct tmo *e, struct tmo_timer *t);
+int tmo__ib_stats(struct tmo *e, struct tmo_stats *out);
+int tmo__ib_park(struct tmo *e, int on);
+
+/* Test view (tests/unit_inbox.c): nodes filed in the structure as of the
+ * timer thread's last loop, and slabs allocated. */
+struct tmo__ib_debug {
+	uint64_t filed;
+	uint64_t slabs;
+	uint64_t cache_count; /* nodes in the calling thread's cache for e */
+};
+void tmo__ib_debug(struct tmo *e, struct tmo__ib_debug *out);
+/* The node a timer was last armed with, and that arm's generation. */
+void *tmo__ib_timer_node(const struct tmo_timer *t, uint64_t *gen);
+
+#endif

@@ -1,0 +1,578 @@
+/*
+ * Focused tests of the lock-free inbox core (src/inbox.c) behind the `mpsc`
+ * and `wheel` engines: what the shared contract tests cannot reach.
+ *
+ *  - generations: a stale copy of a timer whose node was recycled into
+ *    another arm neither cancels that arm nor reports it;
+ *  - cancel racing fire, many times on two threads: exactly once, and the
+ *    cancel result agrees with what the callback saw;
+ *  - thread-local caches: two engines, more engines than cache slots, an
+ *    engine destroyed while another thread's cache still names it, caches
+ *    returned at thread exit; no leak (library allocation count);
+ *  - pool growth while the timer thread is parked, and reuse afterwards;
+ *  - no retention: cancelled filed timers leave the structure promptly;
+ *  - cancel waits for a running callback and cancels its re-arm;
+ *  - destroy leaves pending timers idle (armable again).
+ */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#include "check.h"
+#include "inbox.h"
+#include "tmo/testing.h"
+#include "tmo/tmo.h"
+
+static const char *const engines[] = {"mpsc", "wheel"};
+#define HOUR (3600 * TMO_NSEC_PER_SEC)
+
+static void sleep_ns(int64_t ns)
+{
+	struct timespec ts = {(time_t)(ns / TMO_NSEC_PER_SEC), (long)(ns % TMO_NSEC_PER_SEC)};
+	nanosleep(&ts, NULL);
+}
+
+static void nop_cb(struct tmo_timer *t, void *arg)
+{
+	(void)t;
+	(void)arg;
+}
+
+static struct tmo *make(const char *name)
+{
+	struct tmo *e = NULL;
+	int rc = tmo_create(name, NULL, &e);
+	CHECK_EQ(rc, 0);
+	if (rc != 0) {
+		fprintf(stderr, "cannot create %s: %s\n", name, tmo_errname(rc));
+		exit(1);
+	}
+	return e;
+}
+
+/* Wait (up to ~2 s) until the timer thread has filed `want` nodes. */
+static int wait_filed(struct tmo *e, uint64_t want)
+{
+	struct tmo__ib_debug d;
+	for (int i = 0; i < 2000; i++) {
+		tmo__ib_debug(e, &d);
+		if (d.filed == want)
+			return 1;
+		sleep_ns(TMO_NSEC_PER_MSEC);
+	}
+	fprintf(stderr, "filed %llu, wanted %llu\n", (unsigned long long)d.filed,
+	        (unsigned long long)want);
+	return 0;
+}
+
+/* ---- generations ------------------------------------------------------------ */
+
+static atomic_int gen_fired;
+static void count_cb(struct tmo_timer *t, void *arg)
+{
+	(void)t;
+	(void)arg;
+	atomic_fetch_add(&gen_fired, 1);
+}
+
+static void generations_on(const char *name)
+{
+	struct tmo *e = make(name);
+	struct tmo_timer t1 = TMO_TIMER_INIT, stale, t2 = TMO_TIMER_INIT;
+	CHECK_EQ(tmo_arm(e, &t1, HOUR, nop_cb, NULL), 0);
+	uint64_t g1;
+	void *n1 = tmo__ib_timer_node(&t1, &g1);
+	stale = t1; /* a copy taken while armed */
+	CHECK_EQ(tmo_cancel(e, &t1), TMO_CANCEL_PREVENTED);
+	CHECK_EQ(tmo_cancel(e, &t1), TMO_ENOTARMED);
+
+	/* Arm and cancel t2 until it gets t1's node back (the timer thread
+	 * recycles it through a magazine). */
+	int found = 0;
+	for (int i = 0; i < 200000 && !found; i++) {
+		CHECK_EQ(tmo_arm(e, &t2, HOUR, nop_cb, NULL), 0);
+		uint64_t g2;
+		if (tmo__ib_timer_node(&t2, &g2) == n1) {
+			found = 1;
+			CHECK(g2 > g1);
+			break;
+		}
+		CHECK_EQ(tmo_cancel(e, &t2), TMO_CANCEL_PREVENTED);
+		if (i % 64 == 63)
+			sched_yield();
+	}
+	CHECK(found);
+	if (found) {
+		/* The stale copy names the same node with an older generation: it
+		 * must not cancel t2's arm. */
+		CHECK_EQ(tmo_cancel(e, &stale), TMO_ENOTARMED);
+		CHECK_EQ(tmo_cancel(e, &t2), TMO_CANCEL_PREVENTED);
+	}
+
+	/* Same after a fire: copy taken while pending, the arm fires, its node
+	 * is re-armed for t2 with a short timeout; the stale copy must not
+	 * prevent t2's callback. */
+	atomic_store(&gen_fired, 0);
+	CHECK_EQ(tmo_arm(e, &t1, 0, count_cb, NULL), 0);
+	n1 = tmo__ib_timer_node(&t1, &g1);
+	stale = t1;
+	while (atomic_load(&gen_fired) != 1)
+		sched_yield();
+	CHECK_EQ(tmo_cancel(e, &t1), TMO_CANCEL_FIRED);
+	found = 0;
+	for (int i = 0; i < 200000 && !found; i++) {
+		CHECK_EQ(tmo_arm(e, &t2, 20 * TMO_NSEC_PER_MSEC, count_cb, NULL), 0);
+		if (tmo__ib_timer_node(&t2, NULL) == n1) {
+			found = 1;
+			break;
+		}
+		CHECK_EQ(tmo_cancel(e, &t2), TMO_CANCEL_PREVENTED);
+		if (i % 64 == 63)
+			sched_yield();
+	}
+	CHECK(found);
+	if (found) {
+		int rc = tmo_cancel(e, &stale);
+		CHECK(rc == TMO_CANCEL_FIRED || rc == TMO_ENOTARMED);
+		while (atomic_load(&gen_fired) != 2)
+			sched_yield();
+		CHECK_EQ(tmo_cancel(e, &t2), TMO_CANCEL_FIRED);
+	}
+	tmo_destroy(&e);
+}
+
+static void test_generations(void)
+{
+	for (size_t i = 0; i < 2; i++)
+		generations_on(engines[i]);
+}
+
+/* ---- cancel racing fire ------------------------------------------------------ */
+
+#define RACE_TIMERS 32
+#define RACE_ITERS 20000
+
+struct race_timer {
+	struct tmo_timer t;
+	atomic_int armed;    /* 1 from arm until the callback or a PREVENTED */
+	atomic_int returned; /* the callback for the current arm returned */
+	atomic_int violations;
+};
+
+static void race_cb(struct tmo_timer *t, void *arg)
+{
+	(void)arg;
+	struct race_timer *r = tmo_container_of(t, struct race_timer, t);
+	int one = 1;
+	if (!atomic_compare_exchange_strong(&r->armed, &one, 0))
+		atomic_fetch_add(&r->violations, 1); /* ran twice, or after PREVENTED */
+	atomic_store(&r->returned, 1);
+}
+
+struct race_arg {
+	struct tmo *e;
+	unsigned seed;
+	long arms, prevented, fired, violations;
+};
+
+static void *race_thread(void *p)
+{
+	struct race_arg *a = p;
+	static _Thread_local struct race_timer rt[RACE_TIMERS];
+	memset(rt, 0, sizeof rt);
+	unsigned x = a->seed;
+	for (long i = 0; i < RACE_ITERS; i++) {
+		struct race_timer *r = &rt[i % RACE_TIMERS];
+		x = x * 1103515245u + 12345u;
+		int64_t timeout = (int64_t)((x >> 8) % 20000); /* 0 .. 20 us */
+		atomic_store(&r->armed, 1);
+		atomic_store(&r->returned, 0);
+		if (tmo_arm(a->e, &r->t, timeout, race_cb, NULL) != 0) {
+			a->violations++;
+			continue;
+		}
+		a->arms++;
+		if (i % 16 == 0)
+			sleep_ns((int64_t)((x >> 4) % 100000)); /* let some fire */
+		else
+			for (unsigned spin = (x >> 4) % 2000; spin > 0; spin--)
+				__asm__ volatile("" ::: "memory");
+		int rc = tmo_cancel(a->e, &r->t);
+		if (rc == TMO_CANCEL_PREVENTED) {
+			int one = 1;
+			if (!atomic_compare_exchange_strong(&r->armed, &one, 0))
+				a->violations++; /* prevented, but it ran */
+			a->prevented++;
+		} else if (rc == TMO_CANCEL_FIRED || rc == TMO_CANCEL_WAITED) {
+			/* the callback ran and has returned */
+			if (atomic_load(&r->armed) != 0 || atomic_load(&r->returned) != 1)
+				a->violations++;
+			a->fired++;
+		} else {
+			a->violations++;
+		}
+	}
+	for (int i = 0; i < RACE_TIMERS; i++)
+		a->violations += atomic_load(&rt[i].violations);
+	return NULL;
+}
+
+static void race_on(const char *name)
+{
+	/* a 10 us wheel tick, so the wheel fires within the race window too */
+	static const struct tmo_config fine = {.resolution_ns = 10 * TMO_NSEC_PER_USEC};
+	struct tmo *e = NULL;
+	CHECK_EQ(tmo_create(name, &fine, &e), 0);
+	if (e == NULL)
+		return;
+	struct race_arg a[2] = {{e, 1, 0, 0, 0, 0}, {e, 2, 0, 0, 0, 0}};
+	pthread_t th[2];
+	for (int i = 0; i < 2; i++)
+		CHECK_EQ(pthread_create(&th[i], NULL, race_thread, &a[i]), 0);
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	struct tmo_stats st;
+	tmo_stats(e, &st);
+	long arms = a[0].arms + a[1].arms, prevented = a[0].prevented + a[1].prevented,
+	     fired = a[0].fired + a[1].fired;
+	CHECK_EQ(a[0].violations + a[1].violations, 0);
+	CHECK_EQ(arms, 2 * RACE_ITERS);
+	CHECK_EQ(prevented + fired, arms);
+	CHECK_EQ(st.fired, (uint64_t)fired);
+	CHECK_EQ(st.cancelled, (uint64_t)prevented);
+	CHECK_EQ(st.pending, 0);
+	printf("  %s: %ld arms, %ld prevented, %ld fired\n", name, arms, prevented, fired);
+	/* both outcomes must have happened, or the race was not exercised */
+	CHECK(prevented > 0 && fired > 0);
+	tmo_destroy(&e);
+}
+
+static void test_cancel_race(void)
+{
+	for (size_t i = 0; i < 2; i++)
+		race_on(engines[i]);
+}
+
+/* ---- thread-local caches ----------------------------------------------------- */
+
+#define MANY 6 /* more engines than TMO__IB_SLOTS */
+
+static void test_caches_many_engines(void)
+{
+	int64_t live0 = tmo_testing_live_allocs();
+	struct tmo *e[MANY];
+	for (int i = 0; i < MANY; i++)
+		e[i] = make(engines[i % 2]);
+	struct tmo_timer t = TMO_TIMER_INIT;
+	for (int round = 0; round < 3000; round++) {
+		for (int i = 0; i < MANY; i++) {
+			CHECK_EQ(tmo_arm(e[i], &t, HOUR, nop_cb, NULL), 0);
+			CHECK_EQ(tmo_cancel(e[i], &t), TMO_CANCEL_PREVENTED);
+		}
+		if (round % 100 == 99)
+			sleep_ns(2 * TMO_NSEC_PER_MSEC); /* let the timer threads recycle */
+	}
+	/* The cache cycles through slots, so evicted caches must have gone back
+	 * to their engines (else every eviction would leak up to a magazine and
+	 * the pools would grow). */
+	for (int i = 0; i < MANY; i++) {
+		struct tmo__ib_debug d;
+		struct tmo_stats st;
+		tmo__ib_debug(e[i], &d);
+		tmo_stats(e[i], &st);
+		CHECK_EQ(d.slabs, 1);
+		CHECK_EQ(st.cancelled, 3000);
+		CHECK_EQ(st.pending, 0);
+	}
+	for (int i = 0; i < MANY; i++)
+		tmo_destroy(&e[i]);
+	CHECK_EQ(tmo_testing_live_allocs(), live0);
+}
+
+/* A thread whose cache names an engine that is destroyed meanwhile. */
+struct stale_arg {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int step;
+	struct tmo *e;
+	int rc_arm, rc_cancel;
+};
+
+static void step_wait(struct stale_arg *a, int step)
+{
+	pthread_mutex_lock(&a->mu);
+	while (a->step < step)
+		pthread_cond_wait(&a->cv, &a->mu);
+	pthread_mutex_unlock(&a->mu);
+}
+
+static void step_set(struct stale_arg *a, int step)
+{
+	pthread_mutex_lock(&a->mu);
+	a->step = step;
+	pthread_cond_broadcast(&a->cv);
+	pthread_mutex_unlock(&a->mu);
+}
+
+static void *stale_thread(void *p)
+{
+	struct stale_arg *a = p;
+	struct tmo_timer t = TMO_TIMER_INIT;
+	step_wait(a, 1);
+	/* fill a cache for the first engine */
+	a->rc_arm = tmo_arm(a->e, &t, HOUR, nop_cb, NULL);
+	a->rc_cancel = tmo_cancel(a->e, &t);
+	step_set(a, 2);
+	step_wait(a, 3); /* the engine was destroyed, another created */
+	int rc1 = tmo_arm(a->e, &t, HOUR, nop_cb, NULL);
+	int rc2 = tmo_cancel(a->e, &t);
+	/* keep a cache for the live engine: returned at thread exit */
+	int rc3 = tmo_arm(a->e, &t, HOUR, nop_cb, NULL);
+	int rc4 = tmo_cancel(a->e, &t);
+	if (rc1 != 0 || rc2 != TMO_CANCEL_PREVENTED || rc3 != 0 || rc4 != TMO_CANCEL_PREVENTED)
+		a->rc_arm = -100;
+	return NULL;
+}
+
+static void test_cache_of_destroyed_engine(void)
+{
+	int64_t live0 = tmo_testing_live_allocs();
+	for (size_t k = 0; k < 2; k++) {
+		struct stale_arg a = {.step = 0};
+		pthread_mutex_init(&a.mu, NULL);
+		pthread_cond_init(&a.cv, NULL);
+		pthread_t th;
+		CHECK_EQ(pthread_create(&th, NULL, stale_thread, &a), 0);
+		a.e = make(engines[k]);
+		step_set(&a, 1);
+		step_wait(&a, 2);
+		CHECK_EQ(a.rc_arm, 0);
+		CHECK_EQ(a.rc_cancel, TMO_CANCEL_PREVENTED);
+		tmo_destroy(&a.e);
+		/* likely at the same address: only the id tells them apart */
+		a.e = make(engines[1 - k]);
+		step_set(&a, 3);
+		pthread_join(th, NULL);
+		CHECK_EQ(a.rc_arm, 0);
+		/* the exited thread's cache went back: this thread can drain the
+		 * whole pool without the engine growing */
+		struct tmo_timer t[1024];
+		memset(t, 0, sizeof t);
+		for (int i = 0; i < 1024 - 2 * TMO__IB_MAG; i++)
+			CHECK_EQ(tmo_arm(a.e, &t[i], HOUR, nop_cb, NULL), 0);
+		struct tmo__ib_debug d;
+		tmo__ib_debug(a.e, &d);
+		CHECK_EQ(d.slabs, 1);
+		tmo_destroy(&a.e);
+		pthread_cond_destroy(&a.cv);
+		pthread_mutex_destroy(&a.mu);
+	}
+	CHECK_EQ(tmo_testing_live_allocs(), live0);
+}
+
+/* ---- pool growth ------------------------------------------------------------- */
+
+#define GROW_N 5000
+
+static void growth_on(const char *name)
+{
+	int64_t live0 = tmo_testing_live_allocs();
+	struct tmo *e = make(name);
+	static struct tmo_timer t[GROW_N];
+	memset(t, 0, sizeof t);
+	struct tmo__ib_debug d;
+	struct tmo_stats st;
+	CHECK_EQ(tmo_park(e, 1), 0);
+	for (int i = 0; i < GROW_N; i++)
+		CHECK_EQ(tmo_arm(e, &t[i], HOUR, nop_cb, NULL), 0);
+	tmo_stats(e, &st);
+	tmo__ib_debug(e, &d);
+	CHECK(st.held_nodes >= GROW_N);
+	CHECK(d.slabs > 1);
+	CHECK_EQ(st.pending, GROW_N);
+	CHECK_EQ(d.filed, 0); /* parked: all still in the inbox */
+	uint64_t slabs = d.slabs, held = st.held_nodes;
+	/* cancel half while queued (parked), half once filed */
+	for (int i = 0; i < GROW_N / 2; i++)
+		CHECK_EQ(tmo_cancel(e, &t[i]), TMO_CANCEL_PREVENTED);
+	CHECK_EQ(tmo_park(e, 0), 0);
+	CHECK(wait_filed(e, GROW_N - GROW_N / 2));
+	for (int i = GROW_N / 2; i < GROW_N; i++)
+		CHECK_EQ(tmo_cancel(e, &t[i]), TMO_CANCEL_PREVENTED);
+	CHECK(wait_filed(e, 0));
+	tmo_stats(e, &st);
+	CHECK_EQ(st.pending, 0);
+	CHECK_EQ(st.cancelled, GROW_N);
+	/* every node came back: arming GROW_N again needs no new slab */
+	sleep_ns(20 * TMO_NSEC_PER_MSEC);
+	for (int i = 0; i < GROW_N; i++)
+		CHECK_EQ(tmo_arm(e, &t[i], HOUR, nop_cb, NULL), 0);
+	tmo__ib_debug(e, &d);
+	tmo_stats(e, &st);
+	CHECK_EQ(d.slabs, slabs);
+	CHECK_EQ(st.held_nodes, held);
+	tmo_destroy(&e); /* with GROW_N pending */
+	CHECK_EQ(tmo_testing_live_allocs(), live0);
+}
+
+static void test_pool_growth(void)
+{
+	for (size_t i = 0; i < 2; i++)
+		growth_on(engines[i]);
+}
+
+/* Out of memory while growing: arm reports TMO_ENOMEM and loses nothing. */
+static int fail_all(enum tmo_fault_kind kind, void *ctx)
+{
+	(void)ctx;
+	return kind == TMO_FAULT_ALLOC;
+}
+
+static void test_growth_enomem(void)
+{
+	for (size_t k = 0; k < 2; k++) {
+		struct tmo *e = make(engines[k]);
+		static struct tmo_timer t[GROW_N];
+		memset(t, 0, sizeof t);
+		CHECK_EQ(tmo_park(e, 1), 0);
+		tmo_testing_set_fault(fail_all, NULL);
+		int ok = 0, rc = 0;
+		for (int i = 0; i < GROW_N; i++) {
+			rc = tmo_arm(e, &t[i], HOUR, nop_cb, NULL);
+			if (rc != 0)
+				break;
+			ok++;
+		}
+		tmo_testing_set_fault(NULL, NULL);
+		CHECK_EQ(rc, TMO_ENOMEM);
+		CHECK(ok >= 1024 - 2 * TMO__IB_MAG && ok <= 1024);
+		struct tmo_stats st;
+		tmo_stats(e, &st);
+		CHECK_EQ(st.pending, ok);
+		CHECK_EQ(tmo_park(e, 0), 0);
+		for (int i = 0; i < ok; i++)
+			CHECK_EQ(tmo_cancel(e, &t[i]), TMO_CANCEL_PREVENTED);
+		tmo_destroy(&e);
+	}
+}
+
+/* ---- no retention ------------------------------------------------------------ */
+
+static void test_no_retention(void)
+{
+	for (size_t k = 0; k < 2; k++) {
+		struct tmo *e = make(engines[k]);
+		static struct tmo_timer t[1000];
+		memset(t, 0, sizeof t);
+		for (int i = 0; i < 1000; i++)
+			CHECK_EQ(tmo_arm(e, &t[i], HOUR, nop_cb, NULL), 0);
+		CHECK(wait_filed(e, 1000));
+		int64_t t0 = tmo_now_ns();
+		for (int i = 0; i < 1000; i++)
+			CHECK_EQ(tmo_cancel(e, &t[i]), TMO_CANCEL_PREVENTED);
+		/* filed nodes leave when cancelled, not at their deadline (1 h) */
+		CHECK(wait_filed(e, 0));
+		printf("  %s: 1000 filed 1 h timers out of the structure %.2f ms after cancel\n",
+		       engines[k], (double)(tmo_now_ns() - t0) / 1e6);
+		tmo_destroy(&e);
+	}
+}
+
+/* ---- waits, SELF, re-arm ----------------------------------------------------- */
+
+struct slow {
+	struct tmo_timer t;
+	struct tmo *e;
+	atomic_int entered, returned, rearm, self_rc;
+};
+
+static void slow_cb(struct tmo_timer *t, void *arg)
+{
+	(void)arg;
+	struct slow *s = tmo_container_of(t, struct slow, t);
+	atomic_store(&s->self_rc, tmo_cancel(s->e, t));
+	atomic_store(&s->entered, 1);
+	sleep_ns(30 * TMO_NSEC_PER_MSEC);
+	if (atomic_load(&s->rearm))
+		tmo_arm(s->e, t, HOUR, slow_cb, NULL);
+	atomic_store(&s->returned, 1);
+}
+
+static void test_wait_and_rearm(void)
+{
+	for (size_t k = 0; k < 2; k++) {
+		for (int rearm = 0; rearm < 2; rearm++) {
+			struct slow s;
+			memset(&s, 0, sizeof s);
+			s.e = make(engines[k]);
+			atomic_store(&s.rearm, rearm);
+			CHECK_EQ(tmo_arm(s.e, &s.t, 0, slow_cb, NULL), 0);
+			while (!atomic_load(&s.entered))
+				sched_yield();
+			int rc = tmo_cancel(s.e, &s.t);
+			CHECK_EQ(atomic_load(&s.returned), 1); /* cancel waited */
+			CHECK_EQ(atomic_load(&s.self_rc), TMO_CANCEL_SELF);
+			/* with a re-arm, the cancel prevents the new arm */
+			CHECK_EQ(rc, rearm ? TMO_CANCEL_PREVENTED : TMO_CANCEL_WAITED);
+			CHECK_EQ(tmo_cancel(s.e, &s.t), rearm ? TMO_ENOTARMED : TMO_CANCEL_FIRED);
+			tmo_destroy(&s.e);
+		}
+	}
+}
+
+/* ---- destroy ----------------------------------------------------------------- */
+
+static atomic_int destroy_fired;
+static void destroy_cb(struct tmo_timer *t, void *arg)
+{
+	(void)t;
+	(void)arg;
+	atomic_fetch_add(&destroy_fired, 1);
+}
+
+static void test_destroy_pending(void)
+{
+	for (size_t k = 0; k < 2; k++) {
+		struct tmo *e = make(engines[k]);
+		static struct tmo_timer t[200];
+		memset(t, 0, sizeof t);
+		atomic_store(&destroy_fired, 0);
+		for (int i = 0; i < 100; i++) /* filed */
+			CHECK_EQ(tmo_arm(e, &t[i], 50 * TMO_NSEC_PER_MSEC, destroy_cb, NULL), 0);
+		CHECK(wait_filed(e, 100));
+		CHECK_EQ(tmo_park(e, 1), 0);
+		for (int i = 100; i < 200; i++) /* still in the inbox */
+			CHECK_EQ(tmo_arm(e, &t[i], 0, destroy_cb, NULL), 0);
+		tmo_destroy(&e);
+		sleep_ns(80 * TMO_NSEC_PER_MSEC);
+		CHECK_EQ(atomic_load(&destroy_fired), 0);
+		/* the timers read as idle: armable on another engine, and the old
+		 * arms cannot be cancelled any more */
+		struct tmo *e2 = make(engines[1 - k]);
+		int rc = tmo_cancel(e2, &t[0]);
+		/* e2 may reuse e's address: then the timer reads as not armed */
+		CHECK(rc == TMO_EWRONGENGINE || rc == TMO_ENOTARMED);
+		for (int i = 0; i < 200; i++)
+			CHECK_EQ(tmo_arm(e2, &t[i], HOUR, destroy_cb, NULL), 0);
+		for (int i = 0; i < 200; i++)
+			CHECK_EQ(tmo_cancel(e2, &t[i]), TMO_CANCEL_PREVENTED);
+		tmo_destroy(&e2);
+	}
+}
+
+int main(void)
+{
+	RUN(test_generations);
+	RUN(test_cancel_race);
+	RUN(test_caches_many_engines);
+	RUN(test_cache_of_destroyed_engine);
+	RUN(test_pool_growth);
+	RUN(test_growth_enomem);
+	RUN(test_no_retention);
+	RUN(test_wait_and_rearm);
+	RUN(test_destroy_pending);
+	return TEST_EXIT();
+}
