@@ -116,9 +116,11 @@ static void generations_on(const char *name)
 	 * is re-armed for t2 with a short timeout; the stale copy must not
 	 * prevent t2's callback. */
 	atomic_store(&gen_fired, 0);
+	CHECK_EQ(tmo_park(e, 1), 0); /* copy with no fire in flight */
 	CHECK_EQ(tmo_arm(e, &t1, 0, count_cb, NULL), 0);
 	n1 = tmo__ib_timer_node(&t1, &g1);
 	stale = t1;
+	CHECK_EQ(tmo_park(e, 0), 0);
 	while (atomic_load(&gen_fired) != 1)
 		sched_yield();
 	CHECK_EQ(tmo_cancel(e, &t1), TMO_CANCEL_FIRED);
