@@ -39,11 +39,13 @@
  * Linux reads CLOCK_MONOTONIC_COARSE (one tick, ~4 ms, behind the real
  * clock: timers would fire up to a tick early against CLOCK_MONOTONIC) and
  * sleeps in epoll_wait with millisecond rounding; with it, CLOCK_MONOTONIC
- * and a timerfd.  And with EVENT_BASE_FLAG_NO_CACHE_TIME, because the cached
- * time (taken once per loop iteration) would date an arm made from inside a
- * callback at the start of that iteration: it would fire early by as long as
- * the callbacks before it ran.  So libevent reads the clock on every
- * event_add (under its base lock).  libevent truncates that reading to the
+ * and a timerfd.  And with EVENT_BASE_FLAG_NO_CACHE_TIME, because the time
+ * cached once per loop iteration stays set while the loop runs callbacks
+ * (with the base lock released): an arm from another thread meanwhile is
+ * dated at the start of that iteration and fires early by as long as the
+ * callbacks have run (measured: a 30 ms arm made 20 ms into a 40 ms callback
+ * fired 10-16 ms early without the flag; tests/unit_libevent.c).  So libevent
+ * reads the clock on every event_add (under its base lock).  libevent truncates that reading to the
  * microsecond, so arm rounds the timeout up to the microsecond and adds one
  * more: never early.
  *
