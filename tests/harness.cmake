@@ -1,0 +1,27 @@
+# The harness CLI (cli/): its exit statuses, and the default smoke scenario
+# against every engine.  Included by tests/CMakeLists.txt.
+if(TARGET tmo-harness)
+  set(h $<TARGET_FILE:tmo-harness>)
+  add_test(NAME harness/list COMMAND ${h} --list)
+  add_test(NAME harness/help COMMAND ${h} --help)
+  # Bad command lines exit with status 2 (not 1, which means a violation).
+  foreach(case
+      "unknown_flag|--bogus"
+      "unknown_engine|--impl=no-such-engine"
+      "unknown_scenario|--scenario=no-such-scenario"
+      "unknown_benchmark_flag|--benchmark_no_such_flag=1"
+      "benchmark_out|--benchmark_out=x.json"
+      "bad_threads|--threads=0"
+      "missing_value|--impl"
+      "stray_argument|stray")
+    string(REPLACE "|" ";" parts "${case}")
+    list(GET parts 0 name)
+    list(GET parts 1 arg)
+    add_test(NAME harness/exit2_${name}
+             COMMAND sh -c "\"$0\" \"$1\" >/dev/null 2>&1; test $? -eq 2" ${h} ${arg})
+  endforeach()
+  foreach(engine IN LISTS TMO_ENGINES)
+    add_test(NAME harness-smoke/${engine} COMMAND ${h} --impl=${engine})
+    set_tests_properties(harness-smoke/${engine} PROPERTIES TIMEOUT ${TMO_TEST_TIMEOUT})
+  endforeach()
+endif()
