@@ -161,7 +161,7 @@ static void test_forged_late_signals(void)
 	uint64_t vals[N];
 	for (int i = 0; i < N; i++) {
 		CHECK_EQ(tmo_arm(e, &cancelled[i].t, 10 * TMO_NSEC_PER_SEC, count_cb, NULL), 0);
-		vals[i] = sival_of(cancelled[i].t.tmo_private[1]);
+		vals[i] = sival_of(__atomic_load_n(&cancelled[i].t.tmo_private[1], __ATOMIC_ACQUIRE));
 		CHECK_EQ(tmo_cancel(e, &cancelled[i].t), TMO_CANCEL_PREVENTED);
 	}
 	/* The late signals: exact (index, generation) of cancelled arms, as
@@ -186,7 +186,7 @@ static void test_forged_late_signals(void)
 
 	/* Control: the same forgery for a PENDING arm fires it at once. */
 	CHECK_EQ(tmo_arm(e, &live.t, 60 * TMO_NSEC_PER_SEC, count_cb, NULL), 0);
-	CHECK_EQ(forge(tid, SI_TIMER, sival_of(live.t.tmo_private[1])), 0);
+	CHECK_EQ(forge(tid, SI_TIMER, sival_of(__atomic_load_n(&live.t.tmo_private[1], __ATOMIC_ACQUIRE))), 0);
 	CHECK_EQ(wait_for(&live.runs, 1, 5000), 1);
 	CHECK_EQ(tmo_cancel(e, &live.t), TMO_CANCEL_FIRED);
 
