@@ -255,6 +255,9 @@ int main(int argc, char **argv)
 	if (nscen < 0)
 		return 2;
 
+	const char *scale = getenv("TMO_TEST_SCALE");
+	if (scale != NULL)
+		printf("TMO_TEST_SCALE=%s: scenario sizes are scaled by it (sanitizer runs)\n", scale);
 	struct report_opts ro = {json, "./harness", (int)threads, quick, seed};
 	struct tmo_report *rep = report_open(&ro);
 	if (rep == NULL) {

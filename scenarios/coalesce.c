@@ -160,7 +160,11 @@ static size_t run_model(const struct tmo_run *run, struct co_user *us, size_t n,
 
 static int coalesce_run(const struct tmo_run *run)
 {
-	size_t n = su_thread_per_timer(run) ? N_THREAD : run->quick ? N_QUICK : N_FULL;
+	size_t n = (size_t)su_scaled(su_thread_per_timer(run) ? N_THREAD
+	                             : run->quick                ? N_QUICK
+	                                                         : N_FULL);
+	if (n < 2)
+		n = 2;
 	int64_t window = run->ops->resolution_ns > 0 ? run->ops->resolution_ns : 1;
 	struct co_user *us = calloc(n, sizeof *us);
 	unsigned char *cancel = calloc(n, 1);

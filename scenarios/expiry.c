@@ -267,11 +267,12 @@ static int expiry_run(const struct tmo_run *run)
 	int v = 0;
 	size_t last = 0;
 	for (size_t k = 0; k < nsizes; k++) {
-		size_t n = sizes[k] < cap ? sizes[k] : cap;
+		size_t scaled = (size_t)su_scaled(sizes[k]);
+		size_t n = scaled < cap ? scaled : cap;
 		if (n == last)
 			continue;
-		if (n != sizes[k])
-			printf("n=%zu: sized down to %zu (one OS thread per timer)\n", sizes[k], n);
+		if (n != scaled)
+			printf("n=%zu: sized down to %zu (one OS thread per timer)\n", scaled, n);
 		last = n;
 		struct ex_timer *ts = calloc(n, sizeof *ts);
 		if (ts == NULL) {

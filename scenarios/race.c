@@ -195,11 +195,15 @@ static int race_run(const struct tmo_run *run)
 	if (c == NULL)
 		return TMO_ENOMEM;
 	c->run = run;
-	c->count = run->quick ? COUNT_QUICK : COUNT_FULL;
+	c->count = su_scaled(run->quick ? COUNT_QUICK : COUNT_FULL);
 	c->k = su_thread_per_timer(run) ? K_THREAD : K_DEFAULT;
 	c->R = run->ops->resolution_ns > MIN_R ? run->ops->resolution_ns : MIN_R;
 	c->D = 2 * c->R;
 	int64_t cap = (run->quick ? CAP_QUICK_S : CAP_FULL_S) * TMO_NSEC_PER_SEC;
+	if (su_scale() < 1) /* sanitized: a shorter cap, but at least 3 s */
+		cap = (int64_t)((double)cap * su_scale()) > 3 * TMO_NSEC_PER_SEC
+		              ? (int64_t)((double)cap * su_scale())
+		              : 3 * TMO_NSEC_PER_SEC;
 	c->slots = calloc(c->k, sizeof *c->slots);
 	int rc = c->slots ? tmo_create_ops(run->ops, NULL, &c->e) : TMO_ENOMEM;
 	if (rc != 0) {

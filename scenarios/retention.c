@@ -60,8 +60,9 @@ static void rt_row(const struct tmo_run *run, const char *variant, const char *w
 
 static int retention_run(const struct tmo_run *run)
 {
-	size_t n = su_thread_per_timer(run) ? (run->quick ? THREAD_N_QUICK : THREAD_N_FULL)
-	                                    : (run->quick ? N_QUICK : N_FULL);
+	size_t n = (size_t)su_scaled(su_thread_per_timer(run)
+	                                     ? (run->quick ? THREAD_N_QUICK : THREAD_N_FULL)
+	                                     : (run->quick ? N_QUICK : N_FULL));
 	struct tmo_timer *ts = calloc(n, sizeof *ts);
 	if (ts == NULL)
 		return TMO_ENOMEM;

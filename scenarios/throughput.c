@@ -187,6 +187,8 @@ static void tp_sizes(const struct tmo_run *run, int *rounds, int *ops, double *m
 	else
 		*ops = run->quick ? OPS_QUICK : OPS_FULL;
 	*min_time = run->quick ? MIN_TIME_QUICK : MIN_TIME_FULL;
+	/* Under TMO_TEST_SCALE: fewer ops per round, still a multiple of BATCH. */
+	*ops = (int)((su_scaled((uint64_t)*ops) + BATCH - 1) / BATCH * BATCH);
 }
 
 static struct gb_bench *tp_register(const struct tmo_run *run, const char *what, gb_fn *fn,
@@ -348,7 +350,7 @@ static int throughput_run(const struct tmo_run *run)
 	/* 2. the seed loop with L live timers. */
 	static const size_t lives[] = {1000, 100000, 1000000};
 	for (size_t li = 0; li < sizeof lives / sizeof lives[0]; li++) {
-		size_t live = lives[li];
+		size_t live = (size_t)su_scaled(lives[li]);
 		if (su_thread_per_timer(run) && live > LIVE_THREAD_MAX) {
 			printf("live=%zu: skipped (thread per timer: at most %d live timers)\n", live,
 			       LIVE_THREAD_MAX);

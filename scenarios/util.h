@@ -96,6 +96,21 @@ static inline double su_median(double *v, size_t n)
 	return n == 0 ? NAN : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+/* TMO_TEST_SCALE (0 < s <= 1) shrinks scenario sizes: the sanitizer steps
+ * of scripts/check set it (a sanitized run is 5-15x slower).  Scaled sizes
+ * are what the scenarios print and report, never the nominal ones. */
+static inline double su_scale(void)
+{
+	const char *s = getenv("TMO_TEST_SCALE");
+	double v = s != NULL ? atof(s) : 1.0;
+	return v > 0 && v <= 1 ? v : 1.0;
+}
+static inline uint64_t su_scaled(uint64_t n)
+{
+	double v = (double)n * su_scale();
+	return v < 1 ? 1 : (uint64_t)v;
+}
+
 /* Engines whose arms are OS threads or kernel objects cannot hold a million
  * live timers: scenarios size such runs down and say so in their output. */
 static inline int su_thread_per_timer(const struct tmo_run *run)
