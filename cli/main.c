@@ -7,9 +7,12 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "gbench.h"
 #include "report.h"
@@ -171,6 +174,53 @@ static int select_scenarios(const char *list, const struct tmo_scenario **out)
 	return n == 0 ? -1 : n;
 }
 
+/* A watchdog for hung runs: an engine that deadlocks must fail the run (and
+ * CI) with a message, not hang it.  The limit is per scenario x engine run,
+ * far above any healthy run (the race scenario's time cap is 120 s). */
+#ifndef WATCHDOG_QUICK_S
+#define WATCHDOG_QUICK_S 600
+#endif
+#define WATCHDOG_FULL_S 1800
+
+static struct {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	const char *scenario, *engine;
+	int64_t deadline; /* 0: no run in progress */
+	int quit;
+} dog = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0, 0};
+
+static void *watchdog_main(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&dog.mu);
+	while (!dog.quit) {
+		if (dog.deadline != 0 && tmo_now_ns() >= dog.deadline) {
+			fprintf(stderr,
+			        "\ntmo-harness: [%s/%s] still running after the watchdog's limit: aborting "
+			        "(a hung engine or scenario)\n",
+			        dog.scenario, dog.engine);
+			fflush(stdout);
+			_exit(1);
+		}
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 1;
+		pthread_cond_timedwait(&dog.cv, &dog.mu, &ts);
+	}
+	pthread_mutex_unlock(&dog.mu);
+	return NULL;
+}
+
+static void watchdog_arm(const char *scenario, const char *engine, int64_t limit_ns)
+{
+	pthread_mutex_lock(&dog.mu);
+	dog.scenario = scenario;
+	dog.engine = engine;
+	dog.deadline = limit_ns ? tmo_now_ns() + limit_ns : 0;
+	pthread_mutex_unlock(&dog.mu);
+}
+
 static int parse_u64(const char *s, uint64_t max, uint64_t *out)
 {
 	if (s == NULL || *s == '\0' || *s == '-')
@@ -258,7 +308,16 @@ int main(int argc, char **argv)
 	const char *scale = getenv("TMO_TEST_SCALE");
 	if (scale != NULL)
 		printf("TMO_TEST_SCALE=%s: scenario sizes are scaled by it (sanitizer runs)\n", scale);
-	struct report_opts ro = {json, "./harness", (int)threads, quick, seed};
+	size_t cmdlen = 16;
+	for (int i = 0; i < argc; i++)
+		cmdlen += strlen(argv[i]) + 1;
+	char *command = calloc(1, cmdlen);
+	strcpy(command, "./harness");
+	for (int i = 1; i < argc; i++) {
+		strcat(command, " ");
+		strcat(command, argv[i]);
+	}
+	struct report_opts ro = {json, "./harness", (int)threads, quick, seed, command};
 	struct tmo_report *rep = report_open(&ro);
 	if (rep == NULL) {
 		fprintf(stderr, "tmo-harness: out of memory\n");
@@ -271,13 +330,18 @@ int main(int argc, char **argv)
 		double seconds;
 	} *outcomes = calloc((size_t)(nscen * nengines), sizeof *outcomes);
 	int nout = 0, failed = 0;
+	pthread_t dog_th;
+	int dog_started = pthread_create(&dog_th, NULL, watchdog_main, NULL) == 0;
+	int64_t dog_limit = (quick ? WATCHDOG_QUICK_S : WATCHDOG_FULL_S) * TMO_NSEC_PER_SEC;
 	for (int s = 0; s < nscen; s++) {
 		for (int e = 0; e < nengines; e++) {
 			struct tmo_run run = {engines[e], (int)threads, quick, seed, rep};
 			printf("\n==== %s / %s ====\n", scenarios[s]->name, engines[e]->name);
 			report_begin_run(rep, scenarios[s]->name, engines[e]->name);
+			watchdog_arm(scenarios[s]->name, engines[e]->name, dog_limit);
 			int64_t t0 = tmo_now_ns();
 			int result = scenarios[s]->run(&run);
+			watchdog_arm(NULL, NULL, 0);
 			double secs = (double)(tmo_now_ns() - t0) / 1e9;
 			report_end_run(rep, result, secs);
 			if (result < 0)
@@ -289,6 +353,14 @@ int main(int argc, char **argv)
 			if (report_write(rep) != 0)
 				failed = 1;
 		}
+	}
+
+	if (dog_started) {
+		pthread_mutex_lock(&dog.mu);
+		dog.quit = 1;
+		pthread_cond_signal(&dog.cv);
+		pthread_mutex_unlock(&dog.mu);
+		pthread_join(dog_th, NULL);
 	}
 
 	printf("\n==== summary ====\n");
@@ -308,7 +380,12 @@ int main(int argc, char **argv)
 	if (json != NULL)
 		printf("\nresults: %s and %s\n", json, report_csv_path(rep));
 	printf("%s\n", failed ? "FAILED: see the violations / errors above" : "all runs clean");
+	if (!failed && strcmp(scen, DEFAULT_SCENARIO) == 0)
+		printf("next: ./harness --list (engines, scenarios); ./harness --impl=%s "
+		       "--scenario=throughput --quick\n",
+		       engines[0]->name);
 	free(outcomes);
+	free(command);
 	report_close(rep);
 	free(ours);
 	free(gbs);

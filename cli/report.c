@@ -65,6 +65,19 @@ struct tmo_report *report_open(const struct report_opts *opts)
 	r->context = json_pack("{s:s, s:s, s:{s:i, s:b, s:I}}", "date", date, "host_name", host,
 	                       "tmo", "threads", opts->threads, "quick", opts->quick, "seed",
 	                       (json_int_t)opts->seed);
+	json_t *tmo = json_object_get(r->context, "tmo");
+	if (opts->command != NULL)
+		json_object_set_new(tmo, "command", json_string(opts->command));
+	const char *scale = getenv("TMO_TEST_SCALE");
+	if (scale != NULL)
+		json_object_set_new(tmo, "TMO_TEST_SCALE", json_string(scale));
+	json_t *engines = json_array();
+	for (const struct tmo_engine_ops *const *e = tmo_engines(); *e != NULL; e++)
+		json_array_append_new(engines, json_pack("{s:s, s:s, s:I, s:I}", "name", (*e)->name,
+		                                         "summary", (*e)->summary, "caps",
+		                                         (json_int_t)(*e)->caps, "resolution_ns",
+		                                         (json_int_t)(*e)->resolution_ns));
+	json_object_set_new(tmo, "engines", engines);
 	r->benchmarks = json_array();
 	r->rows = json_array();
 	r->runs = json_array();

@@ -23,6 +23,7 @@ struct report_opts {
 	const char *argv0;     /* how to reproduce: the program name */
 	int threads, quick;
 	uint64_t seed;
+	const char *command; /* the command line, for the JSON's context */
 };
 
 struct tmo_report *report_open(const struct report_opts *opts);
