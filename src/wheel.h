@@ -38,7 +38,9 @@ struct tmo_wheel {
 	uint64_t count;     /* nodes in the wheel */
 	uint64_t occupied[TMO_WHEEL_LEVELS];
 	struct tmo_wheel_list slot[TMO_WHEEL_LEVELS][TMO_WHEEL_SLOTS];
-	struct tmo_wheel_list overflow;
+	struct tmo_wheel_list overflow; /* beyond the top level, re-filed later */
+	uint64_t overflow_min;          /* <= the tick of every overflow node */
+	struct tmo_wheel_list expired;  /* added after their tick was processed */
 };
 
 /* Returns 0, or TMO_EINVAL for a resolution <= 0. */
@@ -48,18 +50,34 @@ static inline void tmo_wheel_node_init(struct tmo_wheel_node *n) { n->pprev = NU
 static inline int tmo_wheel_contains(const struct tmo_wheel_node *n) { return n->pprev != NULL; }
 static inline uint64_t tmo_wheel_count(const struct tmo_wheel *w) { return w->count; }
 
-/* Insert; deadline in ns on the caller's clock (may be in the past: the
- * node is then due at the next advance). */
+/* Insert a node that is not in the wheel; deadline in ns on the caller's
+ * clock (may be in the past: the node is then due at the next advance).
+ * The node is due at the first tick boundary (origin + k * resolution) at
+ * or after its deadline. */
 void tmo_wheel_add(struct tmo_wheel *w, struct tmo_wheel_node *n, int64_t deadline);
 /* Remove a node that is in the wheel. */
 void tmo_wheel_del(struct tmo_wheel *w, struct tmo_wheel_node *n);
 /* Earliest time (ns) at which advance() may find a due node; INT64_MAX
- * when the wheel is empty.  A lower bound: it may be earlier than the true
- * next deadline (a higher-level slot), never later. */
+ * when the wheel is empty (or the time is beyond INT64_MAX).  A lower bound
+ * on the next due time (a deadline rounded up to its tick): never later,
+ * possibly earlier (the start of a higher-level slot; an advance() to it
+ * cascades that slot, so calling next_expiry() again then gives a later,
+ * tighter time -- at most TMO_WHEEL_LEVELS + 1 such steps reach a due
+ * node).  When a node is already due it is <= the last `now` advanced to.
+ * O(TMO_WHEEL_LEVELS): one find-first-set per level. */
 int64_t tmo_wheel_next_expiry(const struct tmo_wheel *w);
-/* Advance to `now`, moving every due node (deadline <= now, rounded up to
- * its tick) out of the wheel onto *due, in deadline order within a tick's
- * granularity.  Returns how many. */
+/* Advance to `now`, moving every due node out of the wheel onto the end of
+ * *due, ordered by tick (nodes of one tick in no particular order).
+ * Returns how many.  Exact guarantee, with r = resolution:
+ *   never early: a node returned has deadline <= now;
+ *   never late:  a node with deadline <= now - (r - 1) is returned (it is
+ *                due at origin + ceil((deadline - origin) / r) * r, the
+ *                first tick boundary >= its deadline), and so is a node
+ *                added after its tick had already been processed.
+ * Nodes on *due are linked through `next` and are out of the wheel
+ * (tmo_wheel_contains() is false): read `next` before re-adding a node.
+ * A `now` earlier than a previous one, or than the `now_ns` given to init
+ * (the origin), processes nothing. */
 size_t tmo_wheel_advance(struct tmo_wheel *w, int64_t now, struct tmo_wheel_list *due);
 
 #endif

@@ -1,0 +1,434 @@
+/*
+ * The timing wheel (src/wheel.h) on a virtual clock, against a reference
+ * model that knows each node's exact due time.
+ *
+ * Bound checked (the one wheel.h promises), with r = resolution and o = the
+ * init time: a node with deadline d is due at
+ *     D(d) = o + ceil((d - o) / r) * r      (D = o when d <= o),
+ * the first tick boundary at or after d.  With a clock that never goes back,
+ * advance(now) must return exactly the live nodes with D <= now: so nothing
+ * is returned early (d <= D <= now) and nothing late (d + r - 1 >= D, so a
+ * node with d <= now - (r - 1) is returned).  Returned nodes come in
+ * non-decreasing D.  next_expiry() must be <= the smallest live D, and
+ * following it (advance to it, ask again) must reach a due node within
+ * TMO_WHEEL_LEVELS + 2 steps.
+ */
+#include <inttypes.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "check.h"
+#include "wheel.h"
+
+#include "tmo/tmo.h"
+
+/* ---- deterministic cases ---------------------------------------------------- */
+
+static size_t drain(struct tmo_wheel *w, int64_t now, struct tmo_wheel_node **out, size_t max)
+{
+	struct tmo_wheel_list due = {NULL};
+	size_t k = tmo_wheel_advance(w, now, &due), i = 0;
+	for (struct tmo_wheel_node *n = due.head; n; n = n->next) {
+		CHECK(!tmo_wheel_contains(n));
+		if (i < max)
+			out[i] = n;
+		i++;
+	}
+	CHECK_EQ(i, k);
+	return k;
+}
+
+static void test_init_rejects_bad_resolution(void)
+{
+	struct tmo_wheel w;
+	CHECK_EQ(tmo_wheel_init(&w, 0, 0), TMO_EINVAL);
+	CHECK_EQ(tmo_wheel_init(&w, -5, 0), TMO_EINVAL);
+	CHECK_EQ(tmo_wheel_init(&w, 1, 0), 0);
+	CHECK_EQ(tmo_wheel_next_expiry(&w), INT64_MAX);
+	CHECK_EQ(tmo_wheel_count(&w), 0);
+}
+
+/* r = 10, origin 1000: a deadline on a boundary is due at it, one past a
+ * boundary is due at the next one. */
+static void test_tick_boundaries(void)
+{
+	struct tmo_wheel w;
+	struct tmo_wheel_node a, b, c, *out[4];
+	tmo_wheel_init(&w, 10, 1000);
+	tmo_wheel_node_init(&a);
+	tmo_wheel_node_init(&b);
+	tmo_wheel_node_init(&c);
+	tmo_wheel_add(&w, &a, 1010); /* on a boundary */
+	tmo_wheel_add(&w, &b, 1011); /* just past one */
+	tmo_wheel_add(&w, &c, 1000); /* at the origin */
+	CHECK(tmo_wheel_contains(&a));
+	CHECK_EQ(tmo_wheel_count(&w), 3);
+	CHECK_EQ(tmo_wheel_next_expiry(&w), 1000);
+	CHECK_EQ(drain(&w, 999, out, 4), 0);
+	CHECK_EQ(drain(&w, 1000, out, 4), 1);
+	CHECK(out[0] == &c);
+	CHECK_EQ(tmo_wheel_next_expiry(&w), 1010);
+	CHECK_EQ(drain(&w, 1009, out, 4), 0);
+	CHECK_EQ(drain(&w, 1010, out, 4), 1);
+	CHECK(out[0] == &a);
+	CHECK_EQ(tmo_wheel_next_expiry(&w), 1020);
+	CHECK_EQ(drain(&w, 1019, out, 4), 0);
+	CHECK_EQ(drain(&w, 1020, out, 4), 1);
+	CHECK(out[0] == &b);
+	CHECK_EQ(tmo_wheel_count(&w), 0);
+	CHECK_EQ(tmo_wheel_next_expiry(&w), INT64_MAX);
+}
+
+/* A node added with a deadline whose tick was already processed is due at
+ * the very next advance, even one to the same `now`. */
+static void test_past_deadline_due_next_advance(void)
+{
+	struct tmo_wheel w;
+	struct tmo_wheel_node a, *out[2];
+	tmo_wheel_init(&w, 100, 0);
+	CHECK_EQ(drain(&w, 550, out, 2), 0);
+	tmo_wheel_node_init(&a);
+	tmo_wheel_add(&w, &a, 500);
+	CHECK(tmo_wheel_next_expiry(&w) <= 550);
+	CHECK_EQ(drain(&w, 550, out, 2), 1);
+	tmo_wheel_add(&w, &a, -1000000); /* before the origin */
+	CHECK_EQ(drain(&w, 550, out, 2), 1);
+	/* 550 is inside tick 5 (500..599), not processed past 600: a deadline
+	 * of 560 is still in the future and due at 600. */
+	tmo_wheel_add(&w, &a, 560);
+	CHECK_EQ(tmo_wheel_next_expiry(&w), 600);
+	CHECK_EQ(drain(&w, 599, out, 2), 0);
+	CHECK_EQ(drain(&w, 600, out, 2), 1);
+}
+
+/* Deleting the only node of a slot clears its bit; deleting one of two
+ * keeps it. */
+static void test_del_updates_bitmap(void)
+{
+	struct tmo_wheel w;
+	struct tmo_wheel_node a, b, c, *out[2];
+	tmo_wheel_init(&w, 1, 0);
+	tmo_wheel_node_init(&a);
+	tmo_wheel_node_init(&b);
+	tmo_wheel_node_init(&c);
+	tmo_wheel_add(&w, &a, 5000);
+	tmo_wheel_add(&w, &b, 5000);
+	tmo_wheel_add(&w, &c, 7);
+	tmo_wheel_del(&w, &c);
+	CHECK(!tmo_wheel_contains(&c));
+	CHECK(tmo_wheel_next_expiry(&w) > 7);
+	tmo_wheel_del(&w, &a);
+	CHECK(tmo_wheel_next_expiry(&w) <= 5000);
+	tmo_wheel_del(&w, &b);
+	CHECK_EQ(tmo_wheel_next_expiry(&w), INT64_MAX);
+	CHECK_EQ(tmo_wheel_count(&w), 0);
+	CHECK_EQ(drain(&w, INT64_MAX, out, 2), 0);
+}
+
+/* Deadlines beyond the top level (2^48 ticks) wait on the overflow list and
+ * are not lost over jumps of many epochs, nor fire early. */
+static void test_overflow_and_big_jumps(void)
+{
+	struct tmo_wheel w;
+	struct tmo_wheel_node n[4], *out[4];
+	const int64_t top = INT64_C(1) << (TMO_WHEEL_BITS * TMO_WHEEL_LEVELS);
+	tmo_wheel_init(&w, 1, 0);
+	for (int i = 0; i < 4; i++)
+		tmo_wheel_node_init(&n[i]);
+	tmo_wheel_add(&w, &n[0], 3 * top + 17);
+	tmo_wheel_add(&w, &n[1], top - 1);
+	tmo_wheel_add(&w, &n[2], TMO_TIMEOUT_MAX);
+	tmo_wheel_add(&w, &n[3], top);
+	CHECK(tmo_wheel_next_expiry(&w) <= top - 1);
+	CHECK_EQ(drain(&w, top - 2, out, 4), 0);
+	CHECK_EQ(drain(&w, top, out, 4), 2);
+	CHECK(out[0] == &n[1] && out[1] == &n[3]);
+	CHECK_EQ(drain(&w, 3 * top + 16, out, 4), 0);
+	CHECK_EQ(drain(&w, 3 * top + 17, out, 4), 1);
+	CHECK(out[0] == &n[0]);
+	CHECK_EQ(drain(&w, TMO_TIMEOUT_MAX - 1, out, 4), 0);
+	CHECK_EQ(drain(&w, INT64_MAX, out, 4), 1);
+	CHECK(out[0] == &n[2]);
+}
+
+/* One advance spanning many ticks returns them in tick order. */
+static void test_order_across_ticks(void)
+{
+	struct tmo_wheel w;
+	struct tmo_wheel_node n[64], *out[64];
+	tmo_wheel_init(&w, 3, 0);
+	for (int i = 0; i < 64; i++) {
+		tmo_wheel_node_init(&n[i]);
+		/* scrambled deadlines 0 .. 63*4100, across levels 0..2 */
+		tmo_wheel_add(&w, &n[i], (int64_t)((i * 37) % 64) * 4100);
+	}
+	CHECK_EQ(drain(&w, 64 * 4100, out, 64), 64);
+	for (int i = 1; i < 64; i++)
+		CHECK(out[i - 1]->deadline <= out[i]->deadline);
+}
+
+/* ---- randomized comparison with the model --------------------------------- */
+
+static uint64_t rng_state;
+static uint64_t rnd(void)
+{
+	uint64_t z = (rng_state += UINT64_C(0x9E3779B97F4A7C15));
+	z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+	z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+	return z ^ (z >> 31);
+}
+static uint64_t below(uint64_t n) { return n ? rnd() % n : 0; }
+
+static int64_t sat_add(int64_t a, int64_t b)
+{
+	int64_t r;
+	if (__builtin_add_overflow(a, b, &r))
+		return b > 0 ? INT64_MAX : INT64_MIN;
+	return r;
+}
+
+#define NODES 256
+
+struct model_node {
+	struct tmo_wheel_node wn;
+	int live;
+	int never;   /* D is beyond INT64_MAX: no advance() can reach it */
+	int64_t due; /* D(deadline), see the top of the file; INT64_MAX if never */
+	int64_t key; /* order key: due, or the last processed tick's start if
+	                that is later (added after its tick was processed) */
+};
+
+struct model {
+	struct tmo_wheel w;
+	struct model_node n[NODES];
+	int64_t origin, r, now;
+	long violations;
+};
+
+static int64_t model_due(const struct model *m, int64_t d, int *never)
+{
+	*never = 0;
+	if (d <= m->origin)
+		return m->origin;
+	uint64_t diff = (uint64_t)d - (uint64_t)m->origin, r = (uint64_t)m->r;
+	uint64_t ticks = diff / r + (diff % r != 0);
+	uint64_t span;
+	if (__builtin_mul_overflow(ticks, r, &span) ||
+	    span > (uint64_t)INT64_MAX - (uint64_t)m->origin) {
+		*never = 1;
+		return INT64_MAX;
+	}
+	return (int64_t)((uint64_t)m->origin + span);
+}
+
+#define VIOLATION(m, ...)                                                      \
+	do {                                                                       \
+		if ((m)->violations++ < 10) {                                          \
+			fprintf(stderr, "wheel model violation: " __VA_ARGS__);            \
+			fputc('\n', stderr);                                               \
+		}                                                                      \
+	} while (0)
+
+static int64_t min_live_due(const struct model *m)
+{
+	int64_t best = INT64_MAX;
+	for (int i = 0; i < NODES; i++)
+		if (m->n[i].live && m->n[i].due < best)
+			best = m->n[i].due;
+	return best;
+}
+
+static size_t live_count(const struct model *m)
+{
+	size_t c = 0;
+	for (int i = 0; i < NODES; i++)
+		c += (size_t)m->n[i].live;
+	return c;
+}
+
+/* Advance both to `now` and compare: exactly the live nodes with due <= now
+ * come back, in non-decreasing due order.  Returns how many came back. */
+static size_t model_advance(struct model *m, int64_t now)
+{
+	if (now < m->now)
+		now = m->now; /* the virtual clock never goes back */
+	m->now = now;
+	struct tmo_wheel_list due = {NULL};
+	size_t k = tmo_wheel_advance(&m->w, now, &due), seen = 0;
+	int64_t prev_due = INT64_MIN;
+	for (struct tmo_wheel_node *wn = due.head; wn; wn = wn->next) {
+		struct model_node *mn = (struct model_node *)wn;
+		seen++;
+		if (!mn->live) {
+			VIOLATION(m, "node %d returned but not live", (int)(mn - m->n));
+			continue;
+		}
+		if (mn->wn.deadline > now)
+			VIOLATION(m, "early: deadline %" PRId64 " returned at now %" PRId64,
+			          mn->wn.deadline, now);
+		if (mn->due > now)
+			VIOLATION(m, "before its tick: due %" PRId64 " now %" PRId64, mn->due, now);
+		if (mn->key < prev_due)
+			VIOLATION(m, "order: key %" PRId64 " after %" PRId64, mn->key, prev_due);
+		if (tmo_wheel_contains(wn))
+			VIOLATION(m, "returned node still in the wheel");
+		prev_due = mn->key;
+		mn->live = 0;
+	}
+	if (seen != k)
+		VIOLATION(m, "advance returned %zu but listed %zu", k, seen);
+	for (int i = 0; i < NODES; i++)
+		if (m->n[i].live && !m->n[i].never && m->n[i].due <= now)
+			VIOLATION(m, "late: deadline %" PRId64 " (due %" PRId64 ") kept at now %" PRId64
+			          " (r %" PRId64 ")", m->n[i].wn.deadline, m->n[i].due, now, m->r);
+	return k;
+}
+
+static void model_check_state(struct model *m)
+{
+	if (tmo_wheel_count(&m->w) != live_count(m))
+		VIOLATION(m, "count %" PRIu64 " vs model %zu", tmo_wheel_count(&m->w), live_count(m));
+	for (int i = 0; i < NODES; i++)
+		if (!!tmo_wheel_contains(&m->n[i].wn) != m->n[i].live)
+			VIOLATION(m, "node %d: contains %d, model live %d", i,
+			          tmo_wheel_contains(&m->n[i].wn), m->n[i].live);
+	int64_t ne = tmo_wheel_next_expiry(&m->w), md = min_live_due(m);
+	if (md > m->now && ne > md)
+		VIOLATION(m, "next_expiry %" PRId64 " later than next due %" PRId64, ne, md);
+	if (md <= m->now && ne > m->now)
+		VIOLATION(m, "a node is due but next_expiry %" PRId64 " > now %" PRId64, ne, m->now);
+}
+
+/* A deadline spread over every distance that matters: the past, exact tick
+ * boundaries and their neighbours, each level, beyond the top level. */
+static int64_t random_deadline(const struct model *m)
+{
+	int64_t r = m->r, now = m->now;
+	switch (below(8)) {
+	case 0: return sat_add(now, -(int64_t)below((uint64_t)r * 200)); /* past */
+	case 1: return sat_add(now, (int64_t)below((uint64_t)r * 4));
+	case 2: { /* a tick boundary, or one either side */
+		int never;
+		int64_t b = model_due(m, sat_add(now, (int64_t)below(300) * r), &never);
+		return sat_add(b, (int64_t)below(3) - 1);
+	}
+	case 3: /* within some level: up to 64^L ticks */
+		return sat_add(now, (int64_t)below((uint64_t)r << (6 * (1 + below(4)))));
+	default: {
+		/* log-uniform up to 2^52 ticks: beyond the top level (2^48) */
+		unsigned bits = (unsigned)below(53);
+		uint64_t ticks = bits ? (UINT64_C(1) << bits) + below(UINT64_C(1) << bits) : 0;
+		int64_t span;
+		if (__builtin_mul_overflow((int64_t)ticks, r, &span))
+			span = INT64_MAX;
+		return sat_add(now, span);
+	}
+	}
+}
+
+static int64_t random_now(struct model *m)
+{
+	int64_t r = m->r, now = m->now;
+	switch (below(7)) {
+	case 0: return now;
+	case 1: return sat_add(now, (int64_t)below((uint64_t)r * 3));
+	case 2: { /* exactly the next due time, or one before */
+		int64_t d = min_live_due(m);
+		return d == INT64_MAX ? now : d - (int64_t)below(2);
+	}
+	case 3: return tmo_wheel_next_expiry(&m->w);
+	case 4: { /* a big jump */
+		unsigned bits = (unsigned)below(52);
+		int64_t span;
+		if (__builtin_mul_overflow((int64_t)(UINT64_C(1) << bits), r, &span))
+			span = INT64_MAX;
+		return sat_add(now, span);
+	}
+	default: return sat_add(now, (int64_t)below((uint64_t)r * 5000));
+	}
+}
+
+/* Follow next_expiry() as an engine would until something is due: it must
+ * get there in a bounded number of steps, without passing a due time. */
+static void model_chase(struct model *m)
+{
+	if (live_count(m) == 0)
+		return;
+	for (int step = 0; step < TMO_WHEEL_LEVELS + 2; step++) {
+		int64_t ne = tmo_wheel_next_expiry(&m->w);
+		if (ne == INT64_MAX && min_live_due(m) == INT64_MAX)
+			return; /* only nodes beyond the clock's range */
+		if (model_advance(m, ne) > 0)
+			return;
+	}
+	VIOLATION(m, "next_expiry did not reach a due node in %d steps", TMO_WHEEL_LEVELS + 2);
+}
+
+static long run_model(uint64_t seed, int64_t r, int64_t origin, int ops)
+{
+	static struct model m;
+	memset(&m, 0, sizeof m);
+	rng_state = seed;
+	m.r = r;
+	m.origin = origin;
+	m.now = origin;
+	if (tmo_wheel_init(&m.w, r, origin) != 0)
+		return 1;
+	for (int i = 0; i < NODES; i++)
+		tmo_wheel_node_init(&m.n[i].wn);
+	for (int op = 0; op < ops && m.violations == 0; op++) {
+		struct model_node *n = &m.n[below(NODES)];
+		unsigned what = (unsigned)below(16);
+		if (what < 8) {
+			if (n->live) {
+				tmo_wheel_del(&m.w, &n->wn);
+				n->live = 0;
+			}
+			int64_t d = random_deadline(&m);
+			tmo_wheel_add(&m.w, &n->wn, d);
+			n->live = 1;
+			n->due = model_due(&m, d, &n->never);
+			/* already due: the wheel counts it as due at the start of the
+			 * last processed tick, the tick of m.now */
+			n->key = n->due <= m.now ? m.now - (int64_t)(((uint64_t)m.now - (uint64_t)m.origin) % (uint64_t)m.r) : n->due;
+		} else if (what < 11) {
+			if (n->live) {
+				tmo_wheel_del(&m.w, &n->wn);
+				n->live = 0;
+			}
+		} else if (what < 15) {
+			model_advance(&m, random_now(&m));
+		} else {
+			model_chase(&m);
+		}
+		model_check_state(&m);
+	}
+	if (m.violations)
+		fprintf(stderr, "seed %" PRIu64 " r %" PRId64 " origin %" PRId64 ": %ld violations\n",
+		        seed, r, origin, m.violations);
+	return m.violations;
+}
+
+static void test_random_against_model(void)
+{
+	static const int64_t res[] = {1, 7, 1000, TMO_NSEC_PER_MSEC};
+	static const int64_t origins[] = {0, -123456789, INT64_C(5000000000000), 1};
+	long total = 0;
+	for (unsigned i = 0; i < 4; i++)
+		for (unsigned j = 0; j < 4; j++)
+			for (uint64_t seed = 1; seed <= 4; seed++)
+				total += run_model(seed * 1000 + i * 10 + j, res[i], origins[j], 20000);
+	CHECK_EQ(total, 0);
+}
+
+int main(void)
+{
+	RUN(test_init_rejects_bad_resolution);
+	RUN(test_tick_boundaries);
+	RUN(test_past_deadline_due_next_advance);
+	RUN(test_del_updates_bitmap);
+	RUN(test_overflow_and_big_jumps);
+	RUN(test_order_across_ticks);
+	RUN(test_random_against_model);
+	return TEST_EXIT();
+}
