@@ -1,0 +1,943 @@
+/*
+ * The engine contract (include/tmo/tmo.h, "Guarantees" and the cancel
+ * Return: list), checked on one engine: `test_engine_contract ENGINE`.
+ *
+ * Every case creates its own engine, counts what it sees, and reports each
+ * violation through CHECK (the exit status is non-zero if any check failed).
+ * Every wait is bounded, so a lost timer fails the case instead of hanging.
+ * Engines with THREAD_PER_TIMER get smaller sizes (an arm starts a thread),
+ * never weaker checks.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "engine_test.h"
+
+#define MS TMO_NSEC_PER_MSEC
+#define US TMO_NSEC_PER_USEC
+/* Upper bound for "a due timer has fired" on 2 noisy cores: a liveness
+ * bound, not a lateness measurement. */
+#define LIVENESS (3 * TMO_NSEC_PER_SEC)
+
+static struct tmo *new_engine(void)
+{
+	struct tmo *e = NULL;
+	int rc = tmo_create(et_name, NULL, &e);
+	CHECK_EQ(rc, 0);
+	CHECK(e != NULL);
+	return e;
+}
+
+static void destroy_engine(struct tmo **e)
+{
+	CHECK_EQ(tmo_destroy(e), 0);
+	CHECK(*e == NULL);
+}
+
+static int is_resolved(int rc)
+{
+	return rc == TMO_CANCEL_FIRED || rc == TMO_CANCEL_WAITED;
+}
+
+/* ---- 1. exactly once, several threads arming and cancelling ------------- */
+
+/* One record per arm: the callback counts into the record of the arm it
+ * belongs to, so a stale fire of an earlier arm cannot hide as a fire of the
+ * current one. */
+struct arm_rec {
+	int64_t t_arm;   /* clock read just before tmo_arm() */
+	int64_t timeout;
+	atomic_int fires;
+	int result; /* what the cancel returned */
+};
+
+static atomic_llong eo_early, eo_fires;
+
+static void eo_cb(struct tmo_timer *t, void *arg)
+{
+	struct arm_rec *r = arg;
+	int64_t now = tmo_now_ns();
+	if (now < r->t_arm + r->timeout)
+		atomic_fetch_add(&eo_early, 1);
+	atomic_fetch_add(&r->fires, 1);
+	atomic_fetch_add(&eo_fires, 1);
+}
+
+struct eo_worker {
+	pthread_t th;
+	struct tmo *e;
+	int id, rounds, slots;
+	struct arm_rec *recs; /* rounds * slots */
+	struct tmo_timer *timers;
+	long arm_errors, bad_results, fired_not_counted;
+	long prevented, fired, waited;
+};
+
+static void *eo_run(void *arg)
+{
+	struct eo_worker *w = arg;
+	struct et_rng rng;
+	et_rng_seed(&rng, 100 + (uint64_t)w->id);
+	int *order = calloc((size_t)w->slots, sizeof *order);
+	for (int round = 0; round < w->rounds; round++) {
+		for (int s = 0; s < w->slots; s++) {
+			struct arm_rec *r = &w->recs[round * w->slots + s];
+			switch (et_below(&rng, 4)) {
+			case 0: r->timeout = 0; break;
+			case 1: r->timeout = (int64_t)et_below(&rng, 500 * US); break;
+			case 2: r->timeout = 500 * US + (int64_t)et_below(&rng, 2500 * US); break;
+			default: r->timeout = 50 * MS; break;
+			}
+			r->t_arm = tmo_now_ns();
+			int rc = tmo_arm(w->e, &w->timers[s], r->timeout, eo_cb, r);
+			if (rc != 0) {
+				fprintf(stderr, "worker %d: arm returned %s\n", w->id, tmo_errname(rc));
+				w->arm_errors++;
+				r->result = -100; /* not armed: must never fire */
+			}
+			order[s] = s;
+		}
+		et_shuffle(&rng, order, w->slots);
+		for (int k = 0; k < w->slots; k++) {
+			int s = order[k];
+			struct arm_rec *r = &w->recs[round * w->slots + s];
+			if (et_below(&rng, 3) == 0)
+				et_sleep_ns((int64_t)et_below(&rng, 400 * US));
+			if (r->result == -100)
+				continue;
+			int rc = tmo_cancel(w->e, &w->timers[s]);
+			r->result = rc;
+			if (rc == TMO_CANCEL_PREVENTED) {
+				w->prevented++;
+			} else if (is_resolved(rc)) {
+				rc == TMO_CANCEL_FIRED ? w->fired++ : w->waited++;
+				/* FIRED/WAITED: the callback ran and returned before
+				 * cancel returned, so its count is visible now. */
+				if (atomic_load(&r->fires) != 1)
+					w->fired_not_counted++;
+			} else {
+				fprintf(stderr, "worker %d: cancel returned %s\n", w->id,
+				        et_result_name(rc));
+				w->bad_results++;
+			}
+		}
+	}
+	free(order);
+	return NULL;
+}
+
+static void test_exactly_once_concurrent(void)
+{
+	const int nthreads = 3;
+	int slots = et_thread_per_timer() ? 24 : 64;
+	int rounds = (int)et_scaled(et_thread_per_timer() ? 20 : 40, 4);
+	struct tmo *e = new_engine();
+	if (!e)
+		return;
+	atomic_store(&eo_early, 0);
+	atomic_store(&eo_fires, 0);
+	struct eo_worker w[4];
+	memset(w, 0, sizeof w);
+	for (int i = 0; i < nthreads; i++) {
+		w[i].e = e;
+		w[i].id = i;
+		w[i].rounds = rounds;
+		w[i].slots = slots;
+		w[i].recs = calloc((size_t)(rounds * slots), sizeof *w[i].recs);
+		w[i].timers = calloc((size_t)slots, sizeof *w[i].timers);
+		CHECK(pthread_create(&w[i].th, NULL, eo_run, &w[i]) == 0);
+	}
+	for (int i = 0; i < nthreads; i++)
+		pthread_join(w[i].th, NULL);
+	/* Give a wrongly prevented timer the time to fire anyway. */
+	et_sleep_ns(60 * MS);
+	long armed = 0, prevented = 0, fires = 0, waited = 0, fired = 0, violations = 0;
+	for (int i = 0; i < nthreads; i++) {
+		CHECK_EQ(w[i].arm_errors, 0);
+		CHECK_EQ(w[i].bad_results, 0);
+		CHECK_EQ(w[i].fired_not_counted, 0);
+		for (int k = 0; k < rounds * slots; k++) {
+			struct arm_rec *r = &w[i].recs[k];
+			int f = atomic_load(&r->fires);
+			if (r->result == -100) {
+				violations += f != 0;
+				continue;
+			}
+			armed++;
+			fires += f;
+			prevented += r->result == TMO_CANCEL_PREVENTED;
+			/* exactly once: fired once, or prevented and never fired */
+			if (f + (r->result == TMO_CANCEL_PREVENTED) != 1) {
+				if (violations < 5)
+					fprintf(stderr, "arm %d/%d: fires %d, cancel %s\n", i, k, f,
+					        et_result_name(r->result));
+				violations++;
+			}
+		}
+		waited += w[i].waited;
+		fired += w[i].fired;
+	}
+	printf("  exactly-once: %d threads, %ld arms: %ld fired (cancel said FIRED %ld, WAITED "
+	       "%ld), %ld prevented, %ld violations, %lld early\n",
+	       nthreads, armed, fires, fired, waited, prevented, violations,
+	       (long long)atomic_load(&eo_early));
+	CHECK_EQ(violations, 0);
+	CHECK_EQ(armed, fires + prevented);
+	CHECK_EQ(atomic_load(&eo_early), 0);
+	struct tmo_stats st;
+	CHECK_EQ(tmo_stats(e, &st), 0);
+	CHECK_EQ(st.pending, 0);
+	CHECK_EQ(st.fired, fires);
+	CHECK_EQ(st.cancelled, prevented);
+	destroy_engine(&e);
+	for (int i = 0; i < nthreads; i++) {
+		free(w[i].recs);
+		free(w[i].timers);
+	}
+}
+
+/* ---- 2. never early ------------------------------------------------------ */
+
+struct ne_slot {
+	struct tmo_timer t;
+	int64_t t_arm, timeout, t_fire;
+	atomic_int fires;
+};
+static atomic_llong ne_count;
+
+static void ne_cb(struct tmo_timer *t, void *arg)
+{
+	struct ne_slot *s = arg;
+	s->t_fire = tmo_now_ns();
+	atomic_fetch_add(&s->fires, 1);
+	atomic_fetch_add(&ne_count, 1);
+}
+
+static void test_never_early(void)
+{
+	static const int64_t base[] = {0,       1,       999,      US,      10 * US, 50 * US,
+	                               100 * US, 250 * US, 999 * US, MS,      MS + 1, 1500 * US,
+	                               2 * MS,  3 * MS,  5 * MS,   7 * MS,  10 * MS, 20 * MS};
+	const int nb = (int)(sizeof base / sizeof base[0]);
+	int n = et_thread_per_timer() ? 3 * nb : 8 * nb;
+	struct ne_slot *s = calloc((size_t)n, sizeof *s);
+	struct tmo *e = new_engine();
+	if (!e)
+		return;
+	struct et_rng rng;
+	et_rng_seed(&rng, 2);
+	atomic_store(&ne_count, 0);
+	for (int i = 0; i < n; i++) {
+		/* the listed values, then random ones with sub-tick offsets */
+		s[i].timeout = i < nb ? base[i] : base[i % nb] + (int64_t)et_below(&rng, 1000);
+		s[i].t_arm = tmo_now_ns();
+		CHECK_EQ(tmo_arm(e, &s[i].t, s[i].timeout, ne_cb, &s[i]), 0);
+	}
+	CHECK(et_wait_ge(&ne_count, n, LIVENESS));
+	int early = 0;
+	int64_t worst = 0, max_late = 0;
+	for (int i = 0; i < n; i++) {
+		CHECK(is_resolved(tmo_cancel(e, &s[i].t)));
+		CHECK_EQ(atomic_load(&s[i].fires), 1);
+		int64_t d = s[i].t_fire - (s[i].t_arm + s[i].timeout);
+		if (d < 0) {
+			early++;
+			if (d < worst)
+				worst = d;
+		} else if (d > max_late) {
+			max_late = d;
+		}
+	}
+	printf("  never-early: %d timers, %d early (worst %lld ns), max lateness %lld us\n", n,
+	       early, (long long)worst, (long long)(max_late / US));
+	CHECK_EQ(early, 0);
+	destroy_engine(&e);
+	free(s);
+}
+
+/* ---- 3. order ------------------------------------------------------------ */
+
+struct ord_slot {
+	struct tmo_timer t;
+	int64_t lo, hi; /* bounds of the engine's deadline: [before, after] arm */
+	int seq;
+	atomic_int fires;
+};
+static atomic_int ord_seq;
+static atomic_llong ord_count;
+
+static void ord_cb(struct tmo_timer *t, void *arg)
+{
+	struct ord_slot *s = arg;
+	s->seq = atomic_fetch_add(&ord_seq, 1);
+	atomic_fetch_add(&s->fires, 1);
+	atomic_fetch_add(&ord_count, 1);
+}
+
+static void test_order(void)
+{
+	enum { N = 16 };
+	int64_t res = et_ops->resolution_ns;
+	/* Deadlines must be further apart than the resolution; 1 ms more keeps
+	 * the pairs we compare clear of scheduler noise on a thread per timer. */
+	int64_t gap = res + MS;
+	struct ord_slot s[N];
+	memset(s, 0, sizeof s);
+	int idx[N];
+	for (int i = 0; i < N; i++)
+		idx[i] = i;
+	struct et_rng rng;
+	et_rng_seed(&rng, 3);
+	et_shuffle(&rng, idx, N);
+	struct tmo *e = new_engine();
+	if (!e)
+		return;
+	atomic_store(&ord_seq, 0);
+	atomic_store(&ord_count, 0);
+	int64_t start = tmo_now_ns() + 10 * MS;
+	for (int k = 0; k < N; k++) {
+		int i = idx[k]; /* armed in shuffled order, deadline by index */
+		int64_t before = tmo_now_ns();
+		int64_t timeout = start + i * gap - before;
+		if (timeout < 0)
+			timeout = 0;
+		CHECK_EQ(tmo_arm(e, &s[i].t, timeout, ord_cb, &s[i]), 0);
+		s[i].lo = before + timeout;
+		s[i].hi = tmo_now_ns() + timeout;
+	}
+	CHECK(et_wait_ge(&ord_count, N, LIVENESS));
+	int pairs = 0, inversions = 0;
+	for (int i = 0; i < N; i++) {
+		CHECK_EQ(atomic_load(&s[i].fires), 1);
+		for (int j = 0; j < N; j++) {
+			/* Only pairs whose deadlines are certainly more than the
+			 * resolution apart (arm latency included) are ordered. */
+			if (s[j].lo - s[i].hi <= res)
+				continue;
+			pairs++;
+			if (s[i].seq > s[j].seq) {
+				inversions++;
+				fprintf(stderr, "order: deadline %d fired after %d\n", i, j);
+			}
+		}
+	}
+	printf("  order: %d timers %lld us apart, %d ordered pairs, %d inversions\n", N,
+	       (long long)(gap / US), pairs, inversions);
+	CHECK(pairs >= N - 1);
+	CHECK_EQ(inversions, 0);
+	for (int i = 0; i < N; i++)
+		CHECK(is_resolved(tmo_cancel(e, &s[i].t)));
+	destroy_engine(&e);
+}
+
+/* ---- 4-6. cancel before the deadline, after the fire, from inside -------- */
+
+struct cnt_slot {
+	struct tmo_timer t;
+	atomic_int fires;
+};
+static atomic_llong cnt_total;
+
+static void cnt_cb(struct tmo_timer *t, void *arg)
+{
+	struct cnt_slot *s = arg;
+	atomic_fetch_add(&s->fires, 1);
+	atomic_fetch_add(&cnt_total, 1);
+}
+
+static void test_cancel_before_deadline(void)
+{
+	enum { N = 50 };
+	struct cnt_slot s[N];
+	memset(s, 0, sizeof s);
+	struct tmo *e = new_engine();
+	if (!e)
+		return;
+	atomic_store(&cnt_total, 0);
+	int64_t t0 = tmo_now_ns();
+	for (int i = 0; i < N; i++)
+		CHECK_EQ(tmo_arm(e, &s[i].t, 30 * MS + i * 100 * US, cnt_cb, &s[i]), 0);
+	int prevented = 0;
+	for (int i = 0; i < N; i++) {
+		int rc = tmo_cancel(e, &s[i].t);
+		if (rc != TMO_CANCEL_PREVENTED)
+			fprintf(stderr, "cancel-before: timer %d: %s after %lld us\n", i,
+			        et_result_name(rc), (long long)((tmo_now_ns() - t0) / US));
+		prevented += rc == TMO_CANCEL_PREVENTED;
+	}
+	/* wait well past every deadline: nothing may fire */
+	et_sleep_ns(60 * MS);
+	CHECK_EQ(prevented, N);
+	CHECK_EQ(atomic_load(&cnt_total), 0);
+	struct tmo_stats st;
+	CHECK_EQ(tmo_stats(e, &st), 0);
+	CHECK_EQ(st.cancelled, N);
+	CHECK_EQ(st.fired, 0);
+	destroy_engine(&e);
+}
+
+static void test_cancel_after_fire(void)
+{
+	struct cnt_slot s;
+	memset(&s, 0, sizeof s);
+	struct tmo *e = new_engine();
+	if (!e)
+		return;
+	atomic_store(&cnt_total, 0);
+	for (int round = 1; round <= 3; round++) {
+		/* the same timer again after each resolution */
+		CHECK_EQ(tmo_arm(e, &s.t, MS, cnt_cb, &s), 0);
+		CHECK(et_wait_ge(&cnt_total, round, LIVENESS));
+		et_sleep_ns(10 * MS); /* let the callback return */
+		CHECK_EQ(tmo_cancel(e, &s.t), TMO_CANCEL_FIRED);
+		CHECK_EQ(atomic_load(&s.fires), round);
+	}
+	destroy_engine(&e);
+}
+
+struct self_ctx {
+	struct tmo_timer t;
+	struct tmo *e;
+	int rearm; /* re-arm (10 s) before cancelling itself */
+	int rc_rearm, rc_cancel;
+	atomic_int fires;
+	atomic_llong done;
+};
+
+static void self_cb(struct tmo_timer *t, void *arg)
+{
+	struct self_ctx *c = arg;
+	atomic_fetch_add(&c->fires, 1);
+	if (c->rearm)
+		c->rc_rearm = tmo_arm(c->e, t, 10 * TMO_NSEC_PER_SEC, self_cb, c);
+	c->rc_cancel = tmo_cancel(c->e, t);
+	atomic_store(&c->done, 1);
+}
+
+static void test_cancel_self(void)
+{
+	struct self_ctx c;
+	memset(&c, 0, sizeof c);
+	c.e = new_engine();
+	if (!c.e)
+		return;
+	CHECK_EQ(tmo_arm(c.e, &c.t, 0, self_cb, &c), 0);
+	CHECK(et_wait_ge(&c.done, 1, LIVENESS));
+	CHECK_EQ(c.rc_cancel, TMO_CANCEL_SELF);
+	et_sleep_ns(5 * MS);
+	CHECK_EQ(tmo_cancel(c.e, &c.t), TMO_CANCEL_FIRED);
+	CHECK_EQ(atomic_load(&c.fires), 1);
+
+	/* Re-armed, then cancelled from inside: the new arm must be accounted
+	 * exactly once.  Either that cancel prevented it, or (SELF) it is still
+	 * pending and a cancel from here prevents it. */
+	atomic_store(&c.done, 0);
+	atomic_store(&c.fires, 0);
+	c.rearm = 1;
+	CHECK_EQ(tmo_arm(c.e, &c.t, 0, self_cb, &c), 0);
+	CHECK(et_wait_ge(&c.done, 1, LIVENESS));
+	et_sleep_ns(5 * MS);
+	CHECK_EQ(c.rc_rearm, 0);
+	if (c.rc_cancel == TMO_CANCEL_SELF) {
+		printf("  cancel-self after re-arm: SELF; the re-arm stays pending\n");
+		CHECK_EQ(tmo_cancel(c.e, &c.t), TMO_CANCEL_PREVENTED);
+	} else {
+		CHECK_EQ(c.rc_cancel, TMO_CANCEL_PREVENTED);
+		CHECK_EQ(tmo_cancel(c.e, &c.t), TMO_ENOTARMED);
+	}
+	CHECK_EQ(atomic_load(&c.fires), 1);
+	destroy_engine(&c.e);
+}
+
+/* ---- 7. cancel waits for a callback running on the engine thread --------- */
+
+struct wait_ctx {
+	struct tmo_timer t;
+	atomic_llong started;
+	atomic_int returned;
+	int64_t t_start, t_return;
+};
+
+static void wait_cb(struct tmo_timer *t, void *arg)
+{
+	struct wait_ctx *c = arg;
+	c->t_start = tmo_now_ns();
+	atomic_store(&c->started, 1);
+	et_sleep_ns(40 * MS);
+	c->t_return = tmo_now_ns();
+	atomic_store(&c->returned, 1);
+}
+
+static void test_cancel_waits_for_running(void)
+{
+	struct tmo *e = new_engine();
+	if (!e)
+		return;
+	for (int i = 0; i < 3; i++) {
+		struct wait_ctx c;
+		memset(&c, 0, sizeof c);
+		CHECK_EQ(tmo_arm(e, &c.t, i * MS, wait_cb, &c), 0);
+		CHECK(et_wait_ge(&c.started, 1, LIVENESS));
+		int64_t t_call = tmo_now_ns();
+		int rc = tmo_cancel(e, &c.t);
+		int64_t t_ret = tmo_now_ns();
+		int returned = atomic_load(&c.returned);
+		CHECK_EQ(rc, TMO_CANCEL_WAITED);
+		/* proof of waiting: the callback's return is recorded before
+		 * cancel returned, and cancel was called while it ran */
+		CHECK_EQ(returned, 1);
+		CHECK(returned && t_ret >= c.t_return);
+		CHECK(t_call < c.t_return);
+		if (i == 0)
+			printf("  cancel-waited: cancel called %lld us after the callback started, "
+			       "returned %lld us after it returned\n",
+			       (long long)((t_call - c.t_start) / US),
+			       (long long)((t_ret - c.t_return) / US));
+	}
+	destroy_engine(&e);
+}
+
+/* ---- 8-9. re-arm from inside the callback, and a cancel racing that ------ */
+
+struct rearm_ctx {
+	struct tmo_timer t;
+	struct tmo *e;
+	int limit; /* re-arm while fires < limit; 0: forever */
+	int64_t timeout;
+	atomic_llong fires;
+	atomic_int in_cb;
+	atomic_int arm_errors;
+};
+
+static void rearm_cb(struct tmo_timer *t, void *arg)
+{
+	struct rearm_ctx *c = arg;
+	atomic_store(&c->in_cb, 1);
+	long long f = atomic_fetch_add(&c->fires, 1) + 1;
+	if (c->limit == 0 || f < c->limit)
+		if (tmo_arm(c->e, t, c->timeout, rearm_cb, c) != 0)
+			atomic_fetch_add(&c->arm_errors, 1);
+	atomic_store(&c->in_cb, 0);
+}
+
+static void test_rearm_in_callback(void)
+{
+	struct rearm_ctx c;
+	memset(&c, 0, sizeof c);
+	c.e = new_engine();
+	if (!c.e)
+		return;
+	c.limit = 5;
+	c.timeout = MS;
+	CHECK_EQ(tmo_arm(c.e, &c.t, MS, rearm_cb, &c), 0);
+	CHECK(et_wait_ge(&c.fires, 5, LIVENESS));
+	et_sleep_ns(20 * MS);
+	CHECK_EQ(atomic_load(&c.fires), 5);
+	CHECK_EQ(atomic_load(&c.arm_errors), 0);
+	CHECK_EQ(tmo_cancel(c.e, &c.t), TMO_CANCEL_FIRED);
+	struct tmo_stats st;
+	CHECK_EQ(tmo_stats(c.e, &st), 0);
+	CHECK_EQ(st.fired, 5);
+	CHECK_EQ(st.pending, 0);
+	destroy_engine(&c.e);
+}
+
+static void test_cancel_races_rearm(void)
+{
+	struct tmo *e = new_engine();
+	if (!e)
+		return;
+	struct et_rng rng;
+	et_rng_seed(&rng, 9);
+	int iters = (int)et_scaled(40, 8), prevented = 0;
+	long long total_fires = 0;
+	for (int i = 0; i < iters; i++) {
+		/* On the heap: if the engine keeps it armed past the checks, it is
+		 * leaked rather than left armed in a dead stack frame. */
+		struct rearm_ctx *c = calloc(1, sizeof *c);
+		c->e = e;
+		c->limit = 0;
+		/* 0: the callback re-arms as fast as the engine fires */
+		c->timeout = i % 3 == 0 ? 0 : (int64_t)et_below(&rng, 200 * US);
+		CHECK_EQ(tmo_arm(e, &c->t, c->timeout, rearm_cb, c), 0);
+		et_sleep_ns((int64_t)et_below(&rng, 3 * MS));
+		int rc = tmo_cancel(e, &c->t);
+		/* The callback always re-arms, so once any running callback has
+		 * returned there is a pending arm for this cancel to prevent. */
+		CHECK_EQ(rc, TMO_CANCEL_PREVENTED);
+		CHECK_EQ(atomic_load(&c->in_cb), 0);
+		prevented += rc == TMO_CANCEL_PREVENTED;
+		long long f = atomic_load(&c->fires);
+		et_sleep_ns(2 * MS);
+		CHECK_EQ(atomic_load(&c->fires), f); /* nothing after cancel returned */
+		CHECK_EQ(atomic_load(&c->arm_errors), 0);
+		rc = tmo_cancel(e, &c->t);
+		CHECK_EQ(rc, TMO_ENOTARMED);
+		for (int k = 0; k < 100 && rc != TMO_ENOTARMED && rc != TMO_CANCEL_PREVENTED; k++)
+			rc = tmo_cancel(e, &c->t);
+		total_fires += f;
+		if (rc == TMO_ENOTARMED || rc == TMO_CANCEL_PREVENTED)
+			free(c);
+	}
+	printf("  cancel-vs-rearm: %d races, %d prevented, %lld callbacks ran\n", iters, prevented,
+	       total_fires);
+	destroy_engine(&e);
+}
+
+/* ---- 10. independence: equal deadlines, cancel half ---------------------- */
+
+static void test_independence(void)
+{
+	enum { N = 100 };
+	struct cnt_slot *s = calloc(N, sizeof *s);
+	int cancel[N], idx[N];
+	struct et_rng rng;
+	et_rng_seed(&rng, 10);
+	for (int i = 0; i < N; i++)
+		idx[i] = i;
+	et_shuffle(&rng, idx, N);
+	for (int k = 0; k < N; k++)
+		cancel[idx[k]] = k < N / 2;
+	struct tmo *e = new_engine();
+	if (!e)
+		return;
+	atomic_store(&cnt_total, 0);
+	/* one absolute deadline for all: they share a heap level, a wheel slot,
+	 * a kernel expiry instant */
+	int64_t deadline = tmo_now_ns() + 80 * MS;
+	for (int i = 0; i < N; i++) {
+		int64_t timeout = deadline - tmo_now_ns();
+		CHECK_EQ(tmo_arm(e, &s[i].t, timeout < 0 ? 0 : timeout, cnt_cb, &s[i]), 0);
+	}
+	int prevented = 0, late_cancels = 0;
+	for (int i = 0; i < N; i++) {
+		if (!cancel[i])
+			continue;
+		int rc = tmo_cancel(e, &s[i].t);
+		if (rc == TMO_CANCEL_PREVENTED)
+			prevented++;
+		else if (is_resolved(rc) && tmo_now_ns() >= deadline)
+			late_cancels++; /* the machine was too slow to cancel in time */
+		else
+			CHECK_EQ(rc, TMO_CANCEL_PREVENTED);
+		if (rc != TMO_CANCEL_PREVENTED)
+			cancel[i] = 0;
+	}
+	CHECK(et_wait_ge(&cnt_total, N - prevented, LIVENESS));
+	et_sleep_ns(20 * MS);
+	int wrong = 0;
+	for (int i = 0; i < N; i++) {
+		int f = atomic_load(&s[i].fires);
+		if (f != (cancel[i] ? 0 : 1))
+			wrong++;
+	}
+	printf("  independence: %d equal deadlines, %d cancelled, %d fired, %d wrong%s\n", N,
+	       prevented, (int)atomic_load(&cnt_total), wrong,
+	       late_cancels ? " (some cancels came after the deadline)" : "");
+	CHECK_EQ(wrong, 0);
+	CHECK(prevented >= N / 4);
+	destroy_engine(&e);
+	free(s);
+}
+
+/* ---- 11-12. freeing timers: right after cancel, and inside the callback -- */
+
+/* Heap-allocated, so AddressSanitizer reports any engine access after the
+ * caller was allowed to free it. */
+struct heap_rec {
+	struct tmo_timer t;
+	int id;
+	int payload;
+};
+static atomic_int *hr_fires;
+static atomic_llong hr_total;
+static atomic_int hr_bad_arg;
+
+static void hr_cb(struct tmo_timer *t, void *arg)
+{
+	struct heap_rec *r = tmo_container_of(t, struct heap_rec, t);
+	if (arg != r)
+		atomic_fetch_add(&hr_bad_arg, 1);
+	r->payload++;
+	atomic_fetch_add(&hr_fires[r->id], 1);
+	atomic_fetch_add(&hr_total, 1);
+}
+
+static void hr_free_cb(struct tmo_timer *t, void *arg)
+{
+	struct heap_rec *r = tmo_container_of(t, struct heap_rec, t);
+	atomic_fetch_add(&hr_fires[r->id], 1);
+	atomic_fetch_add(&hr_total, 1);
+	memset(r, 0xdb, sizeof *r);
+	free(r);
+}
+
+static void test_free_after_cancel(void)
+{
+	int n = (int)et_scaled(et_thread_per_timer() ? 300 : 1000, 50);
+	hr_fires = calloc((size_t)n, sizeof *hr_fires);
+	char *prevented = calloc((size_t)n, 1);
+	struct tmo *e = new_engine();
+	if (!e)
+		return;
+	struct et_rng rng;
+	et_rng_seed(&rng, 11);
+	atomic_store(&hr_total, 0);
+	int bad = 0;
+	for (int i = 0; i < n; i++) {
+		struct heap_rec *r = malloc(sizeof *r);
+		tmo_timer_init(&r->t);
+		r->id = i;
+		r->payload = 0;
+		static const int64_t choice[] = {0, 20 * US, 300 * US, 100 * MS};
+		CHECK_EQ(tmo_arm(e, &r->t, choice[et_below(&rng, 4)], hr_cb, r), 0);
+		if (et_below(&rng, 4) == 0)
+			et_sleep_ns((int64_t)et_below(&rng, 500 * US));
+		int rc = tmo_cancel(e, &r->t);
+		if (rc == TMO_CANCEL_PREVENTED)
+			prevented[i] = 1;
+		else if (!is_resolved(rc))
+			bad++;
+		memset(r, 0xa5, sizeof *r);
+		free(r);
+	}
+	et_sleep_ns(120 * MS);
+	int wrong = 0;
+	for (int i = 0; i < n; i++)
+		wrong += atomic_load(&hr_fires[i]) + prevented[i] != 1;
+	printf("  free-after-cancel: %d timers freed on cancel's return, %lld fired, %d wrong\n",
+	       n, (long long)atomic_load(&hr_total), wrong);
+	CHECK_EQ(bad, 0);
+	CHECK_EQ(wrong, 0);
+	CHECK_EQ(atomic_load(&hr_bad_arg), 0);
+	destroy_engine(&e);
+	free(hr_fires);
+	free(prevented);
+}
+
+static void test_callback_frees_timer(void)
+{
+	int n = (int)et_scaled(et_thread_per_timer() ? 200 : 1000, 50);
+	hr_fires = calloc((size_t)n, sizeof *hr_fires);
+	struct tmo *e = new_engine();
+	if (!e)
+		return;
+	struct et_rng rng;
+	et_rng_seed(&rng, 12);
+	atomic_store(&hr_total, 0);
+	for (int i = 0; i < n; i++) {
+		struct heap_rec *r = malloc(sizeof *r);
+		tmo_timer_init(&r->t);
+		r->id = i;
+		CHECK_EQ(tmo_arm(e, &r->t, (int64_t)et_below(&rng, 2 * MS), hr_free_cb, r), 0);
+	}
+	CHECK(et_wait_ge(&hr_total, n, LIVENESS));
+	et_sleep_ns(10 * MS);
+	int wrong = 0;
+	for (int i = 0; i < n; i++)
+		wrong += atomic_load(&hr_fires[i]) != 1;
+	printf("  callback-frees-timer: %d timers, %d wrong\n", n, wrong);
+	CHECK_EQ(wrong, 0);
+	destroy_engine(&e);
+	free(hr_fires);
+}
+
+/* ---- 13. destroy with pending timers ------------------------------------- */
+
+static atomic_int dp_destroyed, dp_late, dp_inflight, dp_slow_started, dp_slow_returned;
+static atomic_llong dp_fires;
+
+static void dp_cb(struct tmo_timer *t, void *arg)
+{
+	atomic_fetch_add(&dp_inflight, 1);
+	if (atomic_load(&dp_destroyed))
+		atomic_fetch_add(&dp_late, 1);
+	atomic_fetch_add(&dp_fires, 1);
+	atomic_fetch_sub(&dp_inflight, 1);
+}
+
+static void dp_slow_cb(struct tmo_timer *t, void *arg)
+{
+	atomic_fetch_add(&dp_inflight, 1);
+	atomic_store(&dp_slow_started, 1);
+	et_sleep_ns(30 * MS);
+	atomic_store(&dp_slow_returned, 1);
+	atomic_fetch_sub(&dp_inflight, 1);
+}
+
+static void test_destroy_pending(void)
+{
+	int n = (int)et_scaled(et_thread_per_timer() ? 200 : 2000, 50);
+	struct tmo_timer *t = calloc((size_t)n + 1, sizeof *t);
+	int64_t live0 = tmo_testing_live_allocs();
+	int threads0 = et_thread_count();
+	atomic_store(&dp_destroyed, 0);
+	atomic_store(&dp_late, 0);
+	atomic_store(&dp_fires, 0);
+	atomic_store(&dp_slow_started, 0);
+	atomic_store(&dp_slow_returned, 0);
+	struct tmo *e = new_engine();
+	if (!e)
+		return;
+	struct et_rng rng;
+	et_rng_seed(&rng, 13);
+	/* a callback that is running when destroy is called */
+	CHECK_EQ(tmo_arm(e, &t[n], 0, dp_slow_cb, NULL), 0);
+	for (int i = 0; i < n; i++) {
+		/* a tenth may fire before destroy, the rest are pending */
+		int64_t to = i % 10 == 0 ? (int64_t)et_below(&rng, 2 * MS)
+		                         : TMO_NSEC_PER_SEC + (int64_t)et_below(&rng, 10 * TMO_NSEC_PER_SEC);
+		CHECK_EQ(tmo_arm(e, &t[i], to, dp_cb, NULL), 0);
+	}
+	int64_t wait_end = tmo_now_ns() + LIVENESS;
+	while (!atomic_load(&dp_slow_started) && tmo_now_ns() < wait_end)
+		et_sleep_ns(100 * US);
+	CHECK(atomic_load(&dp_slow_started));
+	struct tmo_stats st;
+	CHECK_EQ(tmo_stats(e, &st), 0);
+	int64_t t0 = tmo_now_ns();
+	destroy_engine(&e);
+	int64_t dt = tmo_now_ns() - t0;
+	atomic_store(&dp_destroyed, 1);
+	int inflight = atomic_load(&dp_inflight);
+	int slow_done = atomic_load(&dp_slow_returned);
+	et_sleep_ns(50 * MS);
+	int threads1 = et_wait_thread_count(threads0, TMO_NSEC_PER_SEC);
+	printf("  destroy-pending: %llu pending destroyed in %lld us, %lld fired before; "
+	       "late %d, in flight at return %d, threads %d -> %d, live allocs %lld -> %lld\n",
+	       (unsigned long long)st.pending, (long long)(dt / US),
+	       (long long)atomic_load(&dp_fires), atomic_load(&dp_late), inflight, threads0,
+	       threads1, (long long)live0, (long long)tmo_testing_live_allocs());
+	CHECK_EQ(atomic_load(&dp_late), 0);
+	CHECK_EQ(inflight, 0);
+	CHECK_EQ(slow_done, 1);
+	CHECK_EQ(tmo_testing_live_allocs(), live0);
+	CHECK_EQ(threads1, threads0);
+	free(t);
+}
+
+/* ---- 14. timeout 0 ------------------------------------------------------- */
+
+static int cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return (x > y) - (x < y);
+}
+
+struct zero_ctx {
+	struct tmo_timer t;
+	atomic_llong fired_at;
+};
+
+static void zero_cb(struct tmo_timer *t, void *arg)
+{
+	struct zero_ctx *c = arg;
+	atomic_store(&c->fired_at, tmo_now_ns());
+}
+
+static void test_timeout_zero(void)
+{
+	enum { N = 50 };
+	int64_t lat[N];
+	struct tmo *e = new_engine();
+	if (!e)
+		return;
+	int missing = 0;
+	for (int i = 0; i < N; i++) {
+		struct zero_ctx c;
+		memset(&c, 0, sizeof c);
+		int64_t t0 = tmo_now_ns();
+		CHECK_EQ(tmo_arm(e, &c.t, 0, zero_cb, &c), 0);
+		if (!et_wait_ge(&c.fired_at, 1, LIVENESS)) {
+			missing++;
+			lat[i] = LIVENESS;
+		} else {
+			lat[i] = atomic_load(&c.fired_at) - t0;
+		}
+		CHECK(tmo_cancel(e, &c.t) >= 0);
+	}
+	qsort(lat, N, sizeof lat[0], cmp_i64);
+	printf("  timeout-0: %d arms, fire latency p50 %lld us, max %lld us, %d missing\n", N,
+	       (long long)(lat[N / 2] / US), (long long)(lat[N - 1] / US), missing);
+	CHECK_EQ(missing, 0);
+	destroy_engine(&e);
+}
+
+/* ---- 15. stats add up ------------------------------------------------------ */
+
+static void test_stats(void)
+{
+	enum { LONG = 50, CANCEL = 20, SHORT = 10 };
+	struct cnt_slot s[LONG + SHORT];
+	memset(s, 0, sizeof s);
+	struct tmo *e = new_engine();
+	if (!e)
+		return;
+	atomic_store(&cnt_total, 0);
+	struct tmo_stats st;
+	CHECK_EQ(tmo_stats(e, &st), 0);
+	CHECK_EQ(st.pending, 0);
+	CHECK_EQ(st.fired, 0);
+	CHECK_EQ(st.cancelled, 0);
+	for (int i = 0; i < LONG; i++)
+		CHECK_EQ(tmo_arm(e, &s[i].t, 10 * TMO_NSEC_PER_SEC, cnt_cb, &s[i]), 0);
+	CHECK_EQ(tmo_stats(e, &st), 0);
+	CHECK_EQ(st.pending, LONG);
+	CHECK(st.threads >= 1);
+	for (int i = 0; i < CANCEL; i++)
+		CHECK_EQ(tmo_cancel(e, &s[i].t), TMO_CANCEL_PREVENTED);
+	CHECK_EQ(tmo_stats(e, &st), 0);
+	CHECK_EQ(st.pending, LONG - CANCEL);
+	CHECK_EQ(st.cancelled, CANCEL);
+	for (int i = LONG; i < LONG + SHORT; i++)
+		CHECK_EQ(tmo_arm(e, &s[i].t, MS, cnt_cb, &s[i]), 0);
+	CHECK(et_wait_ge(&cnt_total, SHORT, LIVENESS));
+	for (int i = LONG; i < LONG + SHORT; i++)
+		CHECK(is_resolved(tmo_cancel(e, &s[i].t)));
+	CHECK_EQ(tmo_stats(e, &st), 0);
+	printf("  stats: pending %llu fired %llu cancelled %llu threads %llu held_nodes %llu "
+	       "held_bytes %llu\n",
+	       (unsigned long long)st.pending, (unsigned long long)st.fired,
+	       (unsigned long long)st.cancelled, (unsigned long long)st.threads,
+	       (unsigned long long)st.held_nodes, (unsigned long long)st.held_bytes);
+	CHECK_EQ(st.pending, LONG - CANCEL);
+	CHECK_EQ(st.fired, SHORT);
+	CHECK_EQ(st.cancelled, CANCEL);
+	/* armed == fired + cancelled + pending */
+	CHECK_EQ(LONG + SHORT, st.fired + st.cancelled + st.pending);
+	destroy_engine(&e);
+}
+
+/* argv[2], when given, runs only the cases whose names contain it. */
+static const char *only;
+#define CASE(fn)                                     \
+	do {                                             \
+		if (only == NULL || strstr(#fn, only) != NULL) \
+			RUN(fn);                                 \
+	} while (0)
+
+int main(int argc, char **argv)
+{
+	et_init(argc, argv, "engine_contract");
+	only = argc > 2 ? argv[2] : NULL;
+	CASE(test_exactly_once_concurrent);
+	CASE(test_never_early);
+	CASE(test_order);
+	CASE(test_cancel_before_deadline);
+	CASE(test_cancel_after_fire);
+	CASE(test_cancel_self);
+	CASE(test_cancel_waits_for_running);
+	CASE(test_rearm_in_callback);
+	CASE(test_cancel_races_rearm);
+	CASE(test_independence);
+	CASE(test_free_after_cancel);
+	CASE(test_callback_frees_timer);
+	CASE(test_destroy_pending);
+	CASE(test_timeout_zero);
+	CASE(test_stats);
+	return TEST_EXIT();
+}
