@@ -33,7 +33,8 @@
 #define MIN_R (20 * TMO_NSEC_PER_USEC)
 
 enum { S_FREE = 0, S_ARMED = 1 };
-enum { O_NONE = 0, O_PREVENTED, O_FIRED };
+/* O_BOTH: already counted as a violation; not counted again on reuse. */
+enum { O_NONE = 0, O_PREVENTED, O_FIRED, O_BOTH };
 
 struct rc_slot {
 	_Alignas(64) struct tmo_timer t;
@@ -155,6 +156,7 @@ static void *rc_canceller(void *arg)
 		if (rc == TMO_CANCEL_PREVENTED) {
 			s->outcome = O_PREVENTED;
 			if (n != 0 || running) {
+				s->outcome = O_BOTH;
 				if (atomic_fetch_add(&c->both, 1) == 0)
 					tmo_violation(c->run, "arm #%llu: cancel %+lld ns from the deadline returned "
 					              "TMO_CANCEL_PREVENTED, but the callback %s",

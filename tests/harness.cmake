@@ -25,3 +25,16 @@ if(TARGET tmo-harness)
     set_tests_properties(harness-smoke/${engine} PROPERTIES TIMEOUT ${TMO_TEST_TIMEOUT})
   endforeach()
 endif()
+
+# The correctness checks can fail: broken fixture engines through the real
+# race, expiry and coalesce scenarios (tests/harness_fixtures.c).
+if(TARGET tmo-harness)
+  add_executable(test_harness_fixtures ${PROJECT_SOURCE_DIR}/tests/harness_fixtures.c
+                 ${PROJECT_SOURCE_DIR}/cli/report.c ${PROJECT_SOURCE_DIR}/scenarios/race.c
+                 ${PROJECT_SOURCE_DIR}/scenarios/expiry.c ${PROJECT_SOURCE_DIR}/scenarios/coalesce.c)
+  target_include_directories(test_harness_fixtures PRIVATE ${PROJECT_SOURCE_DIR}/cli
+                                                           ${PROJECT_SOURCE_DIR}/scenarios)
+  target_link_libraries(test_harness_fixtures PRIVATE tmo PkgConfig::JANSSON Threads::Threads m)
+  add_test(NAME harness/checks_can_fail COMMAND test_harness_fixtures)
+  set_tests_properties(harness/checks_can_fail PROPERTIES TIMEOUT ${TMO_TEST_TIMEOUT})
+endif()
