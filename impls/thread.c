@@ -56,6 +56,14 @@
 #define REC_STACK_SIZE (64u * 1024u)
 #endif
 
+/* Threads all thread engines of the process may hold at once; arm beyond
+ * it returns TMO_EAGAIN.  The kernel's own limit is system-wide (pid_max is
+ * 32768 on this machine's kernel): running into it makes every process's
+ * fork and pthread_create fail, not just ours.  Ten thousand pending timers
+ * fit, and two test processes at the limit still leave room. */
+#define THREAD_ENGINE_MAX_THREADS 10000
+static atomic_int process_threads;
+
 enum rec_state {
 	R_WAITING,   /* thread sleeps until the deadline */
 	R_CANCELLED, /* its canceller (or destroy) joins the thread */
@@ -175,6 +183,7 @@ static void join_free(struct tmo *e, struct rec *r)
 {
 	pthread_join(r->th, NULL);
 	atomic_fetch_sub_explicit(&e->threads, 1, memory_order_relaxed);
+	atomic_fetch_sub_explicit(&process_threads, 1, memory_order_relaxed);
 	rec_free(e, r);
 }
 
@@ -294,11 +303,17 @@ static int thr_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_c
 	int rc = 0;
 	if (p->owner == e && p->state == T_PENDING) {
 		rc = TMO_EARMED;
+	} else if (atomic_fetch_add_explicit(&process_threads, 1, memory_order_relaxed) >=
+	           THREAD_ENGINE_MAX_THREADS) {
+		atomic_fetch_sub_explicit(&process_threads, 1, memory_order_relaxed);
+		rc = TMO_EAGAIN;
 	} else {
 		/* Created under the mutex: r->th is written before any other
 		 * thread can compare it, and the new thread (which starts by
 		 * taking the mutex) cannot fire before it is on the list. */
 		rc = tmo__thread_create(&r->th, &e->attr, rec_thread, r);
+		if (rc != 0)
+			atomic_fetch_sub_explicit(&process_threads, 1, memory_order_relaxed);
 	}
 	if (rc != 0) {
 		pthread_mutex_unlock(&e->m);
@@ -403,9 +418,9 @@ static int thr_park(struct tmo *e, int on)
 
 const struct tmo_engine_ops tmo_engine_thread = {
 	.name = "thread",
-	.summary = "one OS thread per armed timer (64 KiB stack) sleeping on its own "
-	           "monotonic condvar; cancel wakes and joins it; no park (no single "
-	           "timer thread)",
+	.summary = "one OS thread per armed timer (64 KiB stack, at most 10000 per "
+	           "process) sleeping on its own monotonic condvar; cancel wakes and "
+	           "joins it; no park (no single timer thread)",
 	.caps = TMO_CAP_THREAD_PER_TIMER | TMO_CAP_CONCURRENT_CALLBACKS,
 	.resolution_ns = 50 * TMO_NSEC_PER_USEC,
 	.create = thr_create,
