@@ -14,6 +14,13 @@
 #                             showing the override is what makes the build
 #                             clean.  If a future toolchain stops reporting,
 #                             this fails and the override can be reconsidered.
+#
+# ASan build only (CMAKE_C_FLAGS has -fsanitize=...address..., preset `asan`):
+#   asan/seeded_{leak,uaf,overflow}         seeded_asan.c with one seeded bug
+#                                           each; WILL_FAIL: LSan, ASan and
+#                                           UBSan must each make it fail.
+#   asan/seeded_{leak,uaf,overflow}_report  the same run must print that
+#                                           sanitizer's own report.
 if(TMO_TSAN)
   set(_tsan_env "TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1")
 
@@ -41,4 +48,24 @@ if(TMO_TSAN)
   set_tests_properties(tsan/seeded_race tsan/seeded_race_report tsan/ck_override_clean
                        tsan/ck_system_headers PROPERTIES
     ENVIRONMENT "${_tsan_env}" TIMEOUT 60 LABELS "sanitizer;tsan")
+endif()
+
+if(CMAKE_C_FLAGS MATCHES "-fsanitize=[^ ]*address")
+  set(_asan_env
+    "ASAN_OPTIONS=detect_leaks=1:detect_stack_use_after_return=1"
+    "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
+  add_executable(seeded_asan ${CMAKE_CURRENT_SOURCE_DIR}/seeded_asan.c)
+  set(_kinds leak uaf overflow)
+  set(_report_leak "ERROR: LeakSanitizer: detected memory leaks")
+  set(_report_uaf "ERROR: AddressSanitizer: heap-use-after-free")
+  set(_report_overflow "runtime error: signed integer overflow")
+  foreach(kind IN LISTS _kinds)
+    add_test(NAME asan/seeded_${kind} COMMAND seeded_asan ${kind})
+    add_test(NAME asan/seeded_${kind}_report COMMAND seeded_asan ${kind})
+    set_tests_properties(asan/seeded_${kind} PROPERTIES WILL_FAIL TRUE)
+    set_tests_properties(asan/seeded_${kind}_report PROPERTIES
+      PASS_REGULAR_EXPRESSION "${_report_${kind}}")
+    set_tests_properties(asan/seeded_${kind} asan/seeded_${kind}_report PROPERTIES
+      ENVIRONMENT "${_asan_env}" TIMEOUT 60 LABELS "sanitizer;asan")
+  endforeach()
 endif()
