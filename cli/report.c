@@ -208,6 +208,9 @@ void tmo_progress(const struct tmo_run *run, const char *what, double fraction)
 
 void report_add_gbench_json(struct tmo_report *r, const char *json_text)
 {
+	/* Nothing ran (--benchmark_filter matched nothing): no document. */
+	if (json_text == NULL || json_text[0] == '\0')
+		return;
 	json_error_t err;
 	json_t *doc = json_loads(json_text, 0, &err);
 	if (doc == NULL) {

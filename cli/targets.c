@@ -22,6 +22,15 @@ static double get(struct tmo_report *r, const char *scen, const char *engine, co
 	return report_lookup(r, scen, engine, metric, param, &v) ? v : NAN;
 }
 
+/* A number, or "-" when it was not measured. */
+static void fmt(char *buf, double v, const char *f)
+{
+	if (isnan(v) || isinf(v))
+		snprintf(buf, 32, "-");
+	else
+		snprintf(buf, 32, f, v);
+}
+
 static int met_count, missed_count, unmeasured_count;
 
 /* One target row: `measured` compared with `want` by `op` ("<=" or ">="). */
@@ -68,7 +77,12 @@ void targets_print(struct tmo_report *r, const struct tmo_scenario *const *scena
 			const char *e = engines[i]->name;
 			double ns = get(r, "throughput", e, "seed_median_ns_per_op", "");
 			double fl = get(r, "throughput", e, "floor_ns_per_op", "");
-			printf("  %-10s %12.1f %12.2f %14.2f %12.0f\n", e, ns, fl, ns / fl, thread / ns);
+			char c[4][32];
+			fmt(c[0], ns, "%.1f");
+			fmt(c[1], fl, "%.2f");
+			fmt(c[2], ns / fl, "%.2f");
+			fmt(c[3], thread / ns, "%.0f");
+			printf("  %-10s %12s %12s %14s %12s\n", e, c[0], c[1], c[2], c[3]);
 		}
 		printf("  (x floor: times slower than an uncontended CAS pair measured in the same "
 		       "run;\n   x vs thread: times faster than the thread engine, - when it was not "
