@@ -169,6 +169,7 @@ static int spread(const struct tmo_run *run, struct tmo *e, struct ex_timer *ts,
 	qsort(by_hi, armed, sizeof *by_hi, cmp_deadline_hi);
 	int64_t res = run->ops->resolution_ns;
 	size_t order = 0, j = 0;
+	int64_t worst_gap = 0; /* largest deadline gap of an inverted pair */
 	uint64_t max_seq = 0;
 	struct ex_timer *max_t = NULL;
 	for (size_t i = 0; i < armed; i++) {
@@ -181,6 +182,9 @@ static int spread(const struct tmo_run *run, struct tmo *e, struct ex_timer *ts,
 			j++;
 		}
 		if (atomic_load(&x->fired) && max_seq > x->seq) {
+			int64_t gap = x->deadline - max_t->deadline_hi;
+			if (gap > worst_gap)
+				worst_gap = gap;
 			if (order++ == 0)
 				tmo_violation(run, "n=%zu: order: a timer due at least %.3f ms after another "
 				              "(more than the resolution, %lld ns) ran first: callback #%llu "
@@ -193,8 +197,9 @@ static int spread(const struct tmo_run *run, struct tmo *e, struct ex_timer *ts,
 	free(by_hi);
 	if (order > 1)
 		tmo_violation(run, "n=%zu: %zu timers ran before one due more than a resolution "
-		              "(%lld ns) earlier",
-		              n, order, (long long)res);
+		              "(%lld ns) earlier; the widest inversion: deadlines %.3f ms apart",
+		              n, order, (long long)res, (double)worst_gap / 1e6);
+	su_report(run, "order_worst_gap_ns", (double)worst_gap, "ns", "n=%zu", n);
 	v += order > 0;
 
 	qsort(late, nl, sizeof *late, su_cmp_i64);
