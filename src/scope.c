@@ -48,6 +48,7 @@ struct ctx {
 	struct frame *top;
 	struct tmo_scope *scope; /* innermost running scope */
 	struct tmo_exc exc;      /* the exception being unwound */
+	struct tmo_scope_stats stats;
 
 	/* Shared with callbacks and signallers. */
 	atomic_int pending; /* written under m; read without it as a hint */
@@ -213,6 +214,7 @@ static void deliver(struct ctx *c)
 		return;
 	}
 	victim->delivered = 1;
+	c->stats.delivered++;
 	recompute_pending(c);
 	struct tmo_exc e = {TMO_EXC_TIMEOUT, TMO_ETIMEDOUT, TMO_EXPIRED_MESSAGE, victim};
 	if (victim->mode == TMO_SCOPE_THROW)
@@ -367,8 +369,13 @@ static void scope_finish(struct ctx *c, struct tmo_scope *s)
 			fatal("engine cancel failed on a scope's timer (engine bug)");
 		s->armed = 0;
 	}
-	if (atomic_load_explicit(&s->fired, memory_order_acquire) && !s->delivered)
-		recompute_pending(c);
+	if (atomic_load_explicit(&s->fired, memory_order_acquire)) {
+		c->stats.expired++;
+		if (!s->delivered) {
+			c->stats.discarded++;
+			recompute_pending(c);
+		}
+	}
 }
 
 int tmo_scope_run(struct tmo *engine, int64_t timeout_ns, enum tmo_scope_mode mode,
@@ -412,6 +419,7 @@ int tmo_scope_run(struct tmo *engine, int64_t timeout_ns, enum tmo_scope_mode mo
 	 * the first interruption point can look for it. */
 	c->scope = &s;
 	c->top = &s.f;
+	c->stats.scopes++;
 
 	int unwound = scope_frame(c, &s);
 	scope_finish(c, &s);
@@ -442,6 +450,11 @@ int tmo_scope_run(struct tmo *engine, int64_t timeout_ns, enum tmo_scope_mode mo
 const struct tmo_scope *tmo_scope_current(void)
 {
 	return tls.scope;
+}
+
+void tmo_scope_stats(struct tmo_scope_stats *out)
+{
+	*out = tls.stats;
 }
 
 int tmo_interrupt_pending(void)

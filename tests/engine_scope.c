@@ -737,6 +737,8 @@ static void test_no_late_interrupt(void)
 {
 	struct edge_run r = {.iterations = 300};
 	struct tmo_exc e;
+	struct tmo_scope_stats s0, s1;
+	tmo_scope_stats(&s0);
 	/* The outer scope (no deadline) is a frame that would catch a late
 	 * interrupt: then its tmo_scope_run returns instead of completing. */
 	int rc = tmo_scope_run(eng, 0, TMO_SCOPE_THROW, edge_outer, &r, NULL, &e);
@@ -744,8 +746,15 @@ static void test_no_late_interrupt(void)
 	CHECK_EQ(r.late, 0);
 	CHECK_EQ(r.inconsistent, 0);
 	CHECK_EQ(r.returned + r.expired, r.iterations);
-	printf("  edge: %d returned, %d expired, 0 late of %d\n", r.returned, r.expired,
-	       r.iterations);
+	/* Every expiry was either delivered (the caller saw the timeout) or
+	 * discarded (the block had returned first): none left over. */
+	tmo_scope_stats(&s1);
+	CHECK_EQ(s1.scopes - s0.scopes, r.iterations + 1);
+	CHECK_EQ(s1.delivered - s0.delivered, r.expired);
+	CHECK_EQ(s1.expired - s0.expired, (s1.delivered - s0.delivered) + (s1.discarded - s0.discarded));
+	printf("  edge: %d returned (%llu of them after their timer fired: discarded), %d expired, "
+	       "0 late of %d\n",
+	       r.returned, (unsigned long long)(s1.discarded - s0.discarded), r.expired, r.iterations);
 }
 
 /* ---- two threads, independent scopes ------------------------------------------- */

@@ -254,6 +254,18 @@ const struct tmo_scope *tmo_scope_current(void);
  * delivered (masked, or no interruption point reached yet). */
 int tmo_interrupt_pending(void);
 
+/* What this thread's scopes did (thread-local counters, never reset):
+ * evidence for the race scenarios that the edge cases happened. */
+struct tmo_scope_stats {
+	uint64_t scopes;    /* tmo_scope_run calls that ran their block */
+	uint64_t expired;   /* engine callbacks that marked one of them */
+	uint64_t delivered; /* interrupts raised at an interruption point */
+	/* Expiries thrown away because the block had returned (or the scope
+	 * was being left) first: each one is a late interrupt prevented. */
+	uint64_t discarded;
+};
+void tmo_scope_stats(struct tmo_scope_stats *out);
+
 /* ---- interruption points ---------------------------------------------- */
 
 /* Deliver a pending interrupt now, if any and not masked.  The cost when none
