@@ -29,10 +29,16 @@
  * Cancel that finds the timer's callback running on another thread waits on
  * that record's condvar until the callback returned (a `waiters` count keeps
  * the record from being reaped meanwhile), then looks again: a re-arm made
- * by the callback is cancelled (PREVENTED).  From inside the callback itself
- * it returns SELF at once.  Several invocations of one timer's callback may
- * run at once (a callback re-arms with a short timeout): cancel waits for
- * every one of them except its own.
+ * by the callback is cancelled (PREVENTED).  Several invocations of one
+ * timer's callback may run at once (a callback re-arms with a timeout
+ * shorter than its own run): cancel waits for every one of them.  While a
+ * cancel is in progress the timer's pending arm does not fire even when due
+ * (`cancelling` in the timer's words), so a chain of re-arming callbacks
+ * cannot keep the canceller waiting forever, and the arm that is pending
+ * when the waiting ends is the one cancel prevents.  From inside one of the
+ * timer's own invocations cancel never waits (two invocations cancelling
+ * each other would wait for each other): it prevents a pending re-arm or
+ * returns SELF at once.
  *
  * Threads get a small stack (64 KiB; more under sanitizers) so ten thousand
  * pending timers fit.  Callbacks run on that stack.
@@ -94,11 +100,12 @@ enum timer_state {
 	T_FIRED,    /* its callback started (running or returned) */
 };
 
-/* What the engine keeps in the caller's timer. */
+/* What the engine keeps in the caller's timer (all under owner->m). */
 struct thr_priv {
-	struct tmo *owner; /* engine of the last arm (TMO_EWRONGENGINE) */
-	struct rec *rec;   /* valid while T_PENDING only */
-	uint32_t state;    /* enum timer_state, under owner->m */
+	struct tmo *owner;   /* engine of the last arm (TMO_EWRONGENGINE) */
+	struct rec *rec;     /* valid while T_PENDING only */
+	uint32_t state;      /* enum timer_state */
+	uint32_t cancelling; /* cancels in progress: its pending arm holds fire */
 };
 TMO__PRIV_FITS(struct thr_priv);
 
@@ -145,9 +152,15 @@ static void *rec_thread(void *arg)
 	pthread_mutex_lock(&e->m);
 	struct timespec ts = tmo__ts_from_ns(r->deadline);
 	while (r->state == R_WAITING) {
+		/* WAITING: the timer is pending, so its words may be read. */
+		if (priv(r->timer)->cancelling > 0) {
+			pthread_cond_wait(&r->cv, &e->m); /* the canceller decides */
+			continue;
+		}
 		int rc = pthread_cond_timedwait(&r->cv, &e->m, &ts);
 		/* Fire only when the clock agrees: never early. */
-		if (rc == ETIMEDOUT && r->state == R_WAITING && tmo_now_ns() >= r->deadline) {
+		if (rc == ETIMEDOUT && r->state == R_WAITING && priv(r->timer)->cancelling == 0 &&
+		    tmo_now_ns() >= r->deadline) {
 			struct tmo_timer *t = r->timer;
 			r->state = R_RUNNING;
 			list_del(&e->waiting, r);
@@ -328,6 +341,8 @@ static int thr_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_c
 	e->npending++;
 	t->cb = cb;
 	t->arg = arg;
+	if (p->owner != e)
+		p->cancelling = 0; /* words last written by another engine */
 	p->owner = e;
 	p->rec = r;
 	p->state = T_PENDING;
@@ -346,17 +361,15 @@ static int thr_cancel(struct tmo *e, struct tmo_timer *t)
 		reap(e, done);
 		return p->owner == NULL ? TMO_ENOTARMED : TMO_EWRONGENGINE;
 	}
-	/* Wait for every running invocation of this timer's callback but our
-	 * own; restart the scan after each wait (the list may have changed). */
 	bool waited = false, self = false;
 	pthread_t me = pthread_self();
-	for (struct rec *r = e->fired.head; r != NULL;) {
+	for (struct rec *r = e->fired.head; r != NULL && !self; r = r->next)
+		self = r->timer == t && r->state == R_RUNNING && pthread_equal(r->th, me);
+	p->cancelling++;
+	/* From another thread: wait for every running invocation of the
+	 * callback; restart the scan after each wait (the list changed). */
+	for (struct rec *r = self ? NULL : e->fired.head; r != NULL;) {
 		if (r->timer != t || r->state != R_RUNNING) {
-			r = r->next;
-			continue;
-		}
-		if (pthread_equal(r->th, me)) {
-			self = true;
 			r = r->next;
 			continue;
 		}
@@ -365,7 +378,6 @@ static int thr_cancel(struct tmo *e, struct tmo_timer *t)
 			pthread_cond_wait(&r->cv, &e->m);
 		r->waiters--;
 		waited = true;
-		self = false;
 		r = e->fired.head;
 	}
 	int res;
@@ -385,10 +397,16 @@ static int thr_cancel(struct tmo *e, struct tmo_timer *t)
 	case T_FIRED:
 		res = self ? TMO_CANCEL_SELF : waited ? TMO_CANCEL_WAITED : TMO_CANCEL_FIRED;
 		break;
-	default:
-		res = self ? TMO_CANCEL_SELF : waited ? TMO_CANCEL_WAITED : TMO_ENOTARMED;
+	default: /* idle: never armed, or prevented (by us: the re-arm of a
+	          * callback we waited for was cancelled by another cancel) */
+		res = waited ? TMO_CANCEL_WAITED : TMO_ENOTARMED;
 		break;
 	}
+	/* Every cancel prevents the arm it finds pending, so none should be
+	 * pending here; should one be, the last cancel out must not leave its
+	 * thread held (it sleeps without a timeout while `cancelling`). */
+	if (--p->cancelling == 0 && p->state == T_PENDING)
+		pthread_cond_signal(&p->rec->cv);
 	pthread_mutex_unlock(&e->m);
 	if (victim != NULL)
 		join_free(e, victim);
