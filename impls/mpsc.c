@@ -39,14 +39,13 @@ static int64_t h_next(const void *s)
 	return top != NULL ? top->deadline : INT64_MAX;
 }
 
-static void h_collect(void *s, int64_t now, struct tmo__ib_node ***tail)
+static void h_collect(void *s, int64_t now, void (*due)(void *ctx, struct tmo__ib_node *n),
+                      void *ctx)
 {
 	struct tmo_heap_node *top;
 	while ((top = tmo_heap_peek(s)) != NULL && top->deadline <= now) {
 		tmo_heap_pop(s);
-		struct tmo__ib_node *n = tmo_container_of(top, struct tmo__ib_node, s.heap);
-		**tail = n;
-		*tail = &n->aux.next;
+		due(ctx, tmo_container_of(top, struct tmo__ib_node, s.heap));
 	}
 }
 

@@ -28,18 +28,16 @@ static void w_remove(void *s, struct tmo__ib_node *n) { tmo_wheel_del(s, &n->s.w
 
 static int64_t w_next(const void *s) { return tmo_wheel_next_expiry(s); }
 
-static void w_collect(void *s, int64_t now, struct tmo__ib_node ***tail)
+static void w_collect(void *s, int64_t now, void (*due)(void *ctx, struct tmo__ib_node *n),
+                      void *ctx)
 {
-	struct tmo_wheel_list due = {NULL};
-	if (tmo_wheel_advance(s, now, &due) == 0)
+	struct tmo_wheel_list list = {NULL};
+	if (tmo_wheel_advance(s, now, &list) == 0)
 		return;
-	/* due nodes are out of the wheel (pprev NULL); relink them through the
-	 * core's own field */
-	for (struct tmo_wheel_node *wn = due.head, *next; wn != NULL; wn = next) {
+	/* due nodes are out of the wheel (pprev NULL) */
+	for (struct tmo_wheel_node *wn = list.head, *next; wn != NULL; wn = next) {
 		next = wn->next;
-		struct tmo__ib_node *n = tmo_container_of(wn, struct tmo__ib_node, s.wheel);
-		**tail = n;
-		*tail = &n->aux.next;
+		due(ctx, tmo_container_of(wn, struct tmo__ib_node, s.wheel));
 	}
 }
 

@@ -9,12 +9,14 @@
  *    the timer thread releases a node with a release store of FREE, and the
  *    magazine stack carries that store to the next producer.
  *  - The timer's private words are C11 atomics written as a small seqlock:
- *    the outcome word (generation << 2 | outcome) is the sequence, so a
+ *    the outcome word (this timer's arm count << 2 | outcome) is the
+ *    sequence; it never repeats for one timer, so a
  *    cancel racing a re-arm from inside the callback never pairs one arm's
  *    node with another arm's generation.
  */
 #include <errno.h>
 #include <limits.h>
+#include <sched.h>
 #include <linux/futex.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -59,7 +61,9 @@ enum { OUT_NONE = 0, OUT_PENDING = 1, OUT_FIRED = 2, OUT_CANCELLED = 3 };
 struct ib_priv {
 	_Atomic(struct tmo *) eng;
 	_Atomic(struct tmo__ib_node *) node;
-	/* generation << 2 | OUT_*: written last by arm (release), by the winner
+	/* the node's generation for this arm */
+	_Atomic uint64_t ngen;
+	/* arm count << 2 | OUT_*: written last by arm (release), by the winner
 	 * of cancel vs fire, and by destroy for timers it cancels */
 	_Atomic uint64_t outcome;
 };
@@ -105,12 +109,23 @@ static const struct ck_ec_mode ec_mode = {.ops = &ec_ops, .single_producer = fal
 #define NAP_IDLE_MAX 4
 /* Retry period for nodes the structure could not take (out of memory). */
 #define UNFILED_RETRY_NS TMO_NSEC_PER_MSEC
+/* A timer thread that has not looped for this long is stalled (a long
+ * callback): producers grow the pool instead of waiting for it. */
+#define STALL_NS TMO_NSEC_PER_MSEC
+/* The longest a producer waits for recycling (a starved timer thread). */
+#define WAIT_MAX_NS (20 * TMO_NSEC_PER_MSEC)
+/* Node pointers the timer thread's batch array starts with. */
+#define BATCH_FIRST 1024u
 
+/* Nodes, then magazines: one per TMO__IB_MAG nodes, plus slack for the
+ * magazines that threads' caches and the timer thread hold part-filled. */
 struct slab {
 	struct slab *next;
-	uint32_t count;
-	struct tmo__ib_node nodes[];
+	uint32_t nnodes, nmags;
+	struct tmo__ib_node *nodes;
+	struct tmo__ib_mag *mags;
 };
+#define MAG_SLACK 4u
 
 struct tls_slot;
 
@@ -122,19 +137,31 @@ struct tmo {
 
 	/* Producers write these; each on its own line. */
 	_Alignas(64) ck_stack_t inbox;
-	_Alignas(64) ck_stack_t free_mags;
+	_Alignas(64) ck_stack_t full_mags;  /* timer thread -> producers */
+	_Alignas(64) ck_stack_t empty_mags; /* producers -> timer thread */
 	_Alignas(64) struct ck_ec32 wake_ec; /* producers -> timer thread */
 	_Atomic int napping;                 /* 1: timer thread polls; no wake needed */
 	_Alignas(64) struct ck_ec32 done_ec; /* timer thread -> waiting cancels */
+	/* the timer whose callback runs now (NULL: none); read by cancel */
+	_Atomic(struct tmo_timer *) running;
 
 	/* Timer thread only. */
-	_Alignas(64) struct tmo__ib_node *fmag; /* partial magazine */
-	uint32_t fmag_count;
+	_Alignas(64) struct tmo__ib_mag *fill; /* magazine being filled */
+	struct tmo__ib_mag *spare;             /* empty magazines, via link */
+	struct tmo__ib_node *loose;            /* released with no magazine, via link */
 	struct tmo__ib_node *unfiled;
+	struct tmo__ib_node *due_head, **due_tail;
+	struct tmo__ib_node **batch; /* one drained chain, oldest first */
+	uint32_t batch_cap;
 	int idle_naps;
 	int napping_cached;
 
-	/* Written by the timer thread, read by stats. */
+	/* Written by the timer thread, read by others. */
+	_Atomic uint64_t rounds; /* loop count: progress, for waiting producers */
+	_Atomic int sleeping;    /* in its wait (napping or not) */
+	_Atomic int in_callback; /* running a callback */
+	_Atomic int fill_req;    /* a producer asks for the part-filled magazine */
+	_Atomic uint64_t fill_ack; /* bumped when such a request was served */
 	_Atomic uint64_t fired;
 	_Atomic uint64_t struct_bytes;
 	_Atomic uint64_t filed;
@@ -146,6 +173,7 @@ struct tmo {
 	_Atomic uint64_t nodes_total;
 	_Atomic uint64_t slab_count;
 	_Atomic uint64_t slab_bytes;
+	_Atomic uint64_t waits;
 
 	/* g_lock: caches of threads that use this engine, and what departed
 	 * caches counted. */
@@ -165,6 +193,18 @@ struct tmo {
 
 static inline void *S(struct tmo *e) { return e->sched_state; }
 
+/* aux: a list link and enum tmo__ib_where in the low bits (nodes are
+ * 64-byte aligned). */
+static inline unsigned where_of(const struct tmo__ib_node *n) { return (unsigned)(n->aux & 3u); }
+static inline struct tmo__ib_node *aux_next(const struct tmo__ib_node *n)
+{
+	return (struct tmo__ib_node *)(n->aux & ~(uintptr_t)3u);
+}
+static inline void set_aux(struct tmo__ib_node *n, struct tmo__ib_node *next, unsigned where)
+{
+	n->aux = (uintptr_t)next | where;
+}
+
 /* ---- thread-local caches --------------------------------------------------
  *
  * A thread keeps, per engine it uses, a chain of free nodes and two
@@ -177,8 +217,7 @@ static inline void *S(struct tmo *e) { return e->sched_state; }
 struct tls_slot {
 	_Atomic uint64_t id; /* 0: empty or its engine was destroyed */
 	struct tmo *eng;
-	struct tmo__ib_node *head;
-	uint32_t count;
+	struct tmo__ib_mag *mag; /* this thread's cache: NULL or a magazine */
 	_Atomic uint64_t armed;     /* written by the owner only */
 	_Atomic uint64_t prevented; /* written by the owner only */
 	struct tls_slot *next, **pprev; /* engine's list, under g_lock */
@@ -204,17 +243,15 @@ static inline void bump(_Atomic uint64_t *c)
 }
 
 static void mags_push_chain(ck_stack_t *st, ck_stack_entry_t *first);
+static void mag_give_back(struct tmo *e, struct tmo__ib_mag *m);
 
 /* Give a live slot's nodes and counts back to its engine.  g_lock held. */
 static void slot_detach_locked(struct tls_slot *s)
 {
 	if (atomic_load_explicit(&s->id, memory_order_relaxed) != 0) {
 		struct tmo *e = s->eng;
-		if (s->head != NULL) {
-			s->head->mag_count = s->count;
-			s->head->aux.mag.next = NULL;
-			mags_push_chain(&e->free_mags, &s->head->aux.mag);
-		}
+		if (s->mag != NULL)
+			mag_give_back(e, s->mag);
 		e->armed_retired += atomic_load_explicit(&s->armed, memory_order_relaxed);
 		e->prevented_retired += atomic_load_explicit(&s->prevented, memory_order_relaxed);
 		*s->pprev = s->next;
@@ -223,8 +260,7 @@ static void slot_detach_locked(struct tls_slot *s)
 	}
 	atomic_store_explicit(&s->id, 0, memory_order_relaxed);
 	s->eng = NULL;
-	s->head = NULL;
-	s->count = 0;
+	s->mag = NULL;
 }
 
 static void tls_exit(void *unused)
@@ -276,7 +312,7 @@ static inline struct tls_slot *slot_for(struct tmo *e)
 
 /* ---- magazines ------------------------------------------------------------ */
 
-/* Push a chain of magazine links (tail unknown) with no walk in the common
+/* Push a chain of stack entries (tail unknown) with no walk in the common
  * case: the stack is usually empty right after a producer took it all.  If
  * not, take what is there and walk that (short: it arrived in the window). */
 static void mags_push_chain(ck_stack_t *st, ck_stack_entry_t *first)
@@ -295,95 +331,220 @@ static void mags_push_chain(ck_stack_t *st, ck_stack_entry_t *first)
 	}
 }
 
-/* Take one magazine into the cache.  Returns 0 if the stack was empty. */
-static int cache_take_mag(struct tmo *e, struct tls_slot *s)
+static inline struct tmo__ib_mag *mag_of(ck_stack_entry_t *ent)
 {
-	ck_stack_entry_t *m = ck_stack_batch_pop_upmc(&e->free_mags);
+	return tmo_container_of(ent, struct tmo__ib_mag, link);
+}
+
+/* Take one full magazine (ABA-free: take the whole stack with one exchange,
+ * give the rest back).  NULL if there is none. */
+static struct tmo__ib_mag *mag_take_full(struct tmo *e)
+{
+	ck_stack_entry_t *m = ck_stack_batch_pop_upmc(&e->full_mags);
 	if (m == NULL)
-		return 0;
-	ck_stack_entry_t *rest = m->next;
-	if (rest != NULL)
-		mags_push_chain(&e->free_mags, rest);
-	struct tmo__ib_node *h = tmo_container_of(m, struct tmo__ib_node, aux.mag);
-	s->head = h;
-	s->count = h->mag_count;
-	return 1;
+		return NULL;
+	if (m->next != NULL)
+		mags_push_chain(&e->full_mags, m->next);
+	return mag_of(m);
 }
 
-/* Chain n[0..count) into magazines; the first `keep` go to the cache. */
-static void slab_distribute(struct tmo *e, struct slab *sl, struct tls_slot *s, uint32_t keep)
+/* A producer's cache goes back: full(ish) to producers, empty to the timer
+ * thread. */
+static void mag_give_back(struct tmo *e, struct tmo__ib_mag *m)
 {
-	ck_stack_entry_t *mags = NULL;
-	uint32_t i = 0;
-	if (keep > sl->count)
-		keep = sl->count;
-	if (keep > 0) {
-		for (uint32_t j = 0; j < keep; j++)
-			sl->nodes[j].link.next = j + 1 < keep ? &sl->nodes[j + 1].link : NULL;
-		s->head = &sl->nodes[0];
-		s->count = keep;
-		i = keep;
-	}
-	while (i < sl->count) {
-		uint32_t n = sl->count - i < TMO__IB_MAG ? sl->count - i : TMO__IB_MAG;
-		for (uint32_t j = 0; j < n; j++)
-			sl->nodes[i + j].link.next = j + 1 < n ? &sl->nodes[i + j + 1].link : NULL;
-		sl->nodes[i].mag_count = n;
-		sl->nodes[i].aux.mag.next = mags;
-		mags = &sl->nodes[i].aux.mag;
-		i += n;
-	}
-	if (mags != NULL)
-		mags_push_chain(&e->free_mags, mags);
+	ck_stack_push_upmc(m->count > 0 ? &e->full_mags : &e->empty_mags, &m->link);
 }
 
-/* Allocate a slab (grow_lock held). */
-static int slab_add(struct tmo *e, struct tls_slot *s, uint32_t keep)
+static inline void prefetch_node(const struct tmo__ib_mag *m, uint32_t i)
 {
-	uint32_t count = e->next_slab;
-	size_t bytes = sizeof(struct slab) + (size_t)count * sizeof(struct tmo__ib_node);
-	struct slab *sl = tmo__aligned_alloc(64, bytes);
-	if (sl == NULL)
+	/* for writing: arm writes the line, and its last holder is usually the
+	 * timer thread (it read the node when it recycled it) */
+	__builtin_prefetch(m->n[i], 1, 3);
+}
+
+/* Allocate a slab of e->next_slab nodes (grow_lock held, or at create).
+ * With s, its first magazine becomes s's cache. */
+static int slab_add(struct tmo *e, struct tls_slot *s)
+{
+	uint32_t nn = e->next_slab;
+	uint32_t nm = (nn + TMO__IB_MAG - 1) / TMO__IB_MAG + MAG_SLACK;
+	size_t node_bytes = (size_t)nn * sizeof(struct tmo__ib_node);
+	size_t bytes = node_bytes + (size_t)nm * sizeof(struct tmo__ib_mag);
+	struct slab *sl = tmo__malloc(sizeof *sl);
+	void *mem = sl != NULL ? tmo__aligned_alloc(64, bytes) : NULL;
+	if (mem == NULL) {
+		tmo__free(sl);
 		return TMO_ENOMEM;
-	memset(sl, 0, bytes);
-	sl->count = count;
-	for (uint32_t i = 0; i < count; i++)
+	}
+	memset(mem, 0, bytes);
+	sl->nnodes = nn;
+	sl->nmags = nm;
+	sl->nodes = mem;
+	sl->mags = (struct tmo__ib_mag *)(void *)((char *)mem + node_bytes);
+	for (uint32_t i = 0; i < nn; i++)
 		atomic_init(&sl->nodes[i].state, mkst(0, ST_FREE));
+
+	ck_stack_entry_t *full = NULL, *empty = NULL;
+	uint32_t i = 0;
+	for (uint32_t k = 0; k < nm; k++) {
+		struct tmo__ib_mag *m = &sl->mags[k];
+		while (i < nn && m->count < TMO__IB_MAG)
+			m->n[m->count++] = &sl->nodes[i++];
+		if (m->count > 0 && s != NULL && s->mag == NULL) {
+			s->mag = m;
+			continue;
+		}
+		ck_stack_entry_t **list = m->count > 0 ? &full : &empty;
+		m->link.next = *list;
+		*list = &m->link;
+	}
 	sl->next = e->slabs;
 	e->slabs = sl;
 	/* double the pool each time, up to SLAB_MAX per slab: growth is rare */
-	e->next_slab = count * 2 > SLAB_MAX ? SLAB_MAX : count * 2;
-	atomic_fetch_add_explicit(&e->nodes_total, count, memory_order_relaxed);
+	uint64_t total = atomic_fetch_add_explicit(&e->nodes_total, nn, memory_order_relaxed) + nn;
+	e->next_slab = total > SLAB_MAX ? SLAB_MAX : (uint32_t)total;
 	atomic_fetch_add_explicit(&e->slab_count, 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&e->slab_bytes, bytes, memory_order_relaxed);
-	slab_distribute(e, sl, s, keep);
+	atomic_fetch_add_explicit(&e->slab_bytes, bytes + sizeof *sl, memory_order_relaxed);
+	if (empty != NULL)
+		mags_push_chain(&e->empty_mags, empty);
+	if (full != NULL)
+		mags_push_chain(&e->full_mags, full);
 	return 0;
 }
+
+/* May this producer grow the pool rather than wait for the timer thread to
+ * recycle nodes?  Yes below the soft cap (or twice what is filed: pending
+ * timers need their nodes), when the timer thread is parked, and when it has
+ * been inside one callback for STALL_NS (arms must not wait on callbacks). */
+static int may_grow(struct tmo *e, uint64_t rounds0, int64_t t0)
+{
+	uint64_t total = atomic_load_explicit(&e->nodes_total, memory_order_relaxed);
+	uint64_t filed = atomic_load_explicit(&e->filed, memory_order_relaxed);
+	if (total < TMO__IB_SOFT_NODES || total < 2 * filed + 2 * TMO__IB_MAG)
+		return 1;
+	if (atomic_load_explicit(&e->park_flag, memory_order_relaxed))
+		return 1;
+	return atomic_load_explicit(&e->in_callback, memory_order_relaxed) &&
+	       atomic_load_explicit(&e->rounds, memory_order_relaxed) == rounds0 &&
+	       tmo_now_ns() - t0 >= STALL_NS;
+}
+
+static void wake_timer(struct tmo *e);
 
 /* Slow path of arm: the cache is empty. */
 static int cache_refill(struct tmo *e, struct tls_slot *s)
 {
-	if (cache_take_mag(e, s))
+	if (s->mag != NULL) {
+		mag_give_back(e, s->mag);
+		s->mag = NULL;
+	}
+	if ((s->mag = mag_take_full(e)) != NULL)
 		return 0;
-	pthread_mutex_lock(&e->grow_lock);
-	/* another producer may have pushed back a remainder meanwhile */
-	int rc = cache_take_mag(e, s) ? 0 : slab_add(e, s, TMO__IB_MAG);
-	pthread_mutex_unlock(&e->grow_lock);
-	return rc;
+	uint64_t rounds0 = atomic_load_explicit(&e->rounds, memory_order_relaxed);
+	int64_t t0 = tmo_now_ns();
+	int force = 0, waited = 0;
+	for (;;) {
+		pthread_mutex_lock(&e->grow_lock);
+		int rc = 1;
+		/* another producer may have grown the pool meanwhile */
+		if ((s->mag = mag_take_full(e)) != NULL)
+			rc = 0;
+		else if (force || may_grow(e, rounds0, t0))
+			rc = slab_add(e, s);
+		pthread_mutex_unlock(&e->grow_lock);
+		if (rc <= 0)
+			return rc;
+		/* Flow control: free nodes are on their way back through the
+		 * timer thread (in the inbox, in the batch it handles, or in its
+		 * part-filled magazine).  Ask for that magazine, make sure the
+		 * thread is awake and let it run until it answers. */
+		if (!waited++)
+			atomic_fetch_add_explicit(&e->waits, 1, memory_order_relaxed);
+		uint64_t ack = atomic_load_explicit(&e->fill_ack, memory_order_acquire);
+		atomic_store_explicit(&e->fill_req, 1, memory_order_release);
+		wake_timer(e);
+		for (;;) {
+			sched_yield();
+			if ((s->mag = mag_take_full(e)) != NULL)
+				return 0;
+			if (atomic_load_explicit(&e->fill_ack, memory_order_acquire) != ack)
+				break;
+			if (may_grow(e, rounds0, t0) || tmo_now_ns() - t0 >= WAIT_MAX_NS) {
+				force = 1; /* a long callback, or starved of CPU */
+				break;
+			}
+		}
+		/* It answered with nothing: if nothing is on its way either, the
+		 * free nodes sit in other threads' caches.  Grow. */
+		if (ck_pr_load_ptr(&e->inbox.head) == NULL &&
+		    ck_pr_load_ptr(&e->full_mags.head) == NULL)
+			force = 1;
+		uint64_t r = atomic_load_explicit(&e->rounds, memory_order_relaxed);
+		if (r != rounds0) {
+			rounds0 = r;
+			t0 = tmo_now_ns();
+		}
+	}
 }
 
-/* Timer thread: a node is released (fired, or its cancel was seen). */
-static void node_release(struct tmo *e, struct tmo__ib_node *n, uint64_t gen)
+/* Timer thread: an empty magazine to fill, or NULL. */
+static struct tmo__ib_mag *mag_get_empty(struct tmo *e)
 {
-	atomic_store_explicit(&n->state, mkst(gen, ST_FREE), memory_order_release);
-	n->where = TMO__IB_NOWHERE;
-	n->link.next = e->fmag != NULL ? &e->fmag->link : NULL;
-	e->fmag = n;
-	if (++e->fmag_count == TMO__IB_MAG) {
-		n->mag_count = TMO__IB_MAG;
-		ck_stack_push_upmc(&e->free_mags, &n->aux.mag);
-		e->fmag = NULL;
-		e->fmag_count = 0;
+	if (e->spare == NULL) {
+		ck_stack_entry_t *got = ck_stack_batch_pop_upmc(&e->empty_mags);
+		e->spare = got != NULL ? mag_of(got) : NULL;
+	}
+	struct tmo__ib_mag *m = e->spare;
+	if (m != NULL) {
+		e->spare = m->link.next != NULL ? mag_of(m->link.next) : NULL;
+		m->count = 0;
+	}
+	return m;
+}
+
+/* Timer thread: publish the magazine being filled. */
+static void fill_publish(struct tmo *e)
+{
+	if (e->fill != NULL && e->fill->count > 0) {
+		ck_stack_push_upmc(&e->full_mags, &e->fill->link);
+		e->fill = NULL;
+	}
+}
+
+/* Timer thread: a node is free again.  Nothing is written to the node:
+ * its state word already says it is resolved (CANCELLED, CANCEL_PENDING or
+ * FREE after a fire), and arm starts the next generation from any state. */
+static void node_release(struct tmo *e, struct tmo__ib_node *n)
+{
+	struct tmo__ib_mag *m = e->fill;
+	if (UNLIKELY(m == NULL)) {
+		m = e->fill = mag_get_empty(e);
+		if (m == NULL) {
+			/* every magazine is out in caches: keep it until one
+			 * comes back (producers grow the pool meanwhile) */
+			n->link.next = e->loose != NULL ? &e->loose->link : NULL;
+			e->loose = n;
+			return;
+		}
+	}
+	m->n[m->count++] = n;
+	if (m->count == TMO__IB_MAG) {
+		ck_stack_push_upmc(&e->full_mags, &m->link);
+		e->fill = NULL;
+	}
+}
+
+/* Timer thread: retry loose nodes once magazines came back. */
+static void loose_retry(struct tmo *e)
+{
+	while (e->loose != NULL) {
+		if (e->fill == NULL && (e->fill = mag_get_empty(e)) == NULL)
+			return;
+		struct tmo__ib_node *n = e->loose;
+		e->loose = n->link.next != NULL
+		                   ? tmo_container_of(n->link.next, struct tmo__ib_node, link)
+		                   : NULL;
+		node_release(e, n);
 	}
 }
 
@@ -422,20 +583,23 @@ int tmo__ib_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_call
 		return TMO_EARMED;
 
 	struct tls_slot *s = slot_for(e);
-	if (UNLIKELY(s->head == NULL)) {
+	struct tmo__ib_mag *m = s->mag;
+	if (UNLIKELY(m == NULL || m->count == 0)) {
 		int rc = cache_refill(e, s);
 		if (rc != 0)
 			return rc;
+		m = s->mag;
+		for (uint32_t i = 1; i < 4 && i <= m->count; i++)
+			prefetch_node(m, m->count - i);
 	}
-	struct tmo__ib_node *n = s->head;
-	s->head = (struct tmo__ib_node *)(void *)n->link.next;
-	s->count--;
+	struct tmo__ib_node *n = m->n[--m->count];
+	/* three arms ahead: the miss overlaps this arm and the next two */
+	if (m->count >= 3)
+		prefetch_node(m, m->count - 3);
 
 	uint64_t gen = gen_of(atomic_load_explicit(&n->state, memory_order_relaxed)) + 1;
 	n->timer = t;
-	n->cb = cb;
-	n->arg = arg;
-	n->when = timeout_ns;
+	n->s.when = timeout_ns;
 	atomic_store_explicit(&n->state, mkst(gen, ST_QUEUED), memory_order_relaxed);
 	t->cb = cb;
 	t->arg = arg;
@@ -445,8 +609,12 @@ int tmo__ib_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_call
 	atomic_thread_fence(memory_order_release);
 	atomic_store_explicit(&p->eng, e, memory_order_relaxed);
 	atomic_store_explicit(&p->node, n, memory_order_relaxed);
-	/* before the push: once pushed, the timer thread may write FIRED */
-	atomic_store_explicit(&p->outcome, gen << 2 | OUT_PENDING, memory_order_release);
+	atomic_store_explicit(&p->ngen, gen, memory_order_relaxed);
+	/* Before the push: once pushed, the timer thread may write FIRED.  The
+	 * count makes every arm's outcome word differ from the previous one's
+	 * (node generations are per node and do repeat across nodes). */
+	uint64_t seq = (atomic_load_explicit(&p->outcome, memory_order_relaxed) >> 2) + 1;
+	atomic_store_explicit(&p->outcome, seq << 2 | OUT_PENDING, memory_order_release);
 	bump(&s->armed);
 	inbox_post(e, n);
 	return 0;
@@ -465,15 +633,34 @@ static void wait_callback(struct tmo *e, struct tmo__ib_node *n, uint64_t gen)
 	}
 }
 
+/* A cancel that prevented an arm made by the timer's own callback (a
+ * re-arm) returns only after that callback returned, unless it is that
+ * callback.  The re-arm's outcome store (which this cancel read) follows the
+ * thread's store of `running`, so the load below cannot miss it. */
+static int prevented_return(struct tmo *e, struct tmo_timer *t)
+{
+	if (UNLIKELY(atomic_load_explicit(&e->running, memory_order_acquire) == t) &&
+	    tls_timer_of != e) {
+		for (;;) {
+			uint32_t v = ck_ec32_value(&e->done_ec);
+			if (atomic_load_explicit(&e->running, memory_order_acquire) != t)
+				break;
+			ck_ec32_wait(&e->done_ec, &ec_mode, v, NULL);
+		}
+	}
+	return TMO_CANCEL_PREVENTED;
+}
+
 int tmo__ib_cancel(struct tmo *e, struct tmo_timer *t)
 {
 	struct ib_priv *p = TMO__PRIV(struct ib_priv, t);
 	int waited = 0;
 	for (;;) {
-		/* seqlock read of (outcome, engine, node) */
+		/* seqlock read of (outcome, engine, node, generation) */
 		uint64_t o = atomic_load_explicit(&p->outcome, memory_order_acquire);
 		struct tmo *pe = atomic_load_explicit(&p->eng, memory_order_relaxed);
 		struct tmo__ib_node *n = atomic_load_explicit(&p->node, memory_order_relaxed);
+		uint64_t gen = atomic_load_explicit(&p->ngen, memory_order_relaxed);
 		atomic_thread_fence(memory_order_acquire);
 		if (atomic_load_explicit(&p->outcome, memory_order_relaxed) != o)
 			continue;
@@ -481,7 +668,7 @@ int tmo__ib_cancel(struct tmo *e, struct tmo_timer *t)
 			return TMO_ENOTARMED;
 		if (pe != e)
 			return TMO_EWRONGENGINE;
-		uint64_t gen = o >> 2;
+		const uint64_t o_cancelled = (o & ~(uint64_t)3) | OUT_CANCELLED;
 		if ((o & 3) == OUT_CANCELLED)
 			return waited ? TMO_CANCEL_WAITED : TMO_ENOTARMED;
 
@@ -494,9 +681,8 @@ int tmo__ib_cancel(struct tmo *e, struct tmo_timer *t)
 				/* still in the inbox: the timer thread drops it when it
 				 * pops it, no message needed */
 				count_prevented(e);
-				atomic_store_explicit(&p->outcome, gen << 2 | OUT_CANCELLED,
-				                      memory_order_release);
-				return TMO_CANCEL_PREVENTED;
+				atomic_store_explicit(&p->outcome, o_cancelled, memory_order_release);
+				return prevented_return(e, t);
 			}
 			if (s == mkst(gen, ST_IN_STRUCT) &&
 			    atomic_compare_exchange_strong_explicit(&n->state, &s,
@@ -504,13 +690,12 @@ int tmo__ib_cancel(struct tmo *e, struct tmo_timer *t)
 			                                            memory_order_acq_rel,
 			                                            memory_order_acquire)) {
 				count_prevented(e);
-				atomic_store_explicit(&p->outcome, gen << 2 | OUT_CANCELLED,
-				                      memory_order_release);
+				atomic_store_explicit(&p->outcome, o_cancelled, memory_order_release);
 				/* Its inbox link is free while it sits in the structure:
 				 * send it back so the timer thread removes it now, not at
 				 * its deadline.  Last: the node may be recycled at once. */
 				inbox_post(e, n);
-				return TMO_CANCEL_PREVENTED;
+				return prevented_return(e, t);
 			}
 			if (s == mkst(gen, ST_CANCELLED) || s == mkst(gen, ST_CANCEL_PENDING))
 				return TMO_ENOTARMED; /* a concurrent cancel won */
@@ -532,97 +717,139 @@ int tmo__ib_cancel(struct tmo *e, struct tmo_timer *t)
 				return TMO_CANCEL_SELF; /* one callback at a time: ours */
 			wait_callback(e, n, gen);
 			waited = 1;
-			/* the callback may have re-armed the timer: cancel that arm */
-			uint64_t o2 = atomic_load_explicit(&p->outcome, memory_order_acquire);
-			if ((o2 & 3) == OUT_PENDING && o2 != o)
-				continue;
-			return TMO_CANCEL_WAITED;
+			/* Look again: the callback may have re-armed the timer (cancel
+			 * that arm), and the re-arm may even be running already. */
+			continue;
 		}
-		if ((o & 3) == OUT_PENDING)
-			continue; /* FIRING ended between the two loads: re-read */
+		/* not running (any more): the callback may have re-armed */
+		if (atomic_load_explicit(&p->outcome, memory_order_acquire) != o)
+			continue;
 		return waited ? TMO_CANCEL_WAITED : TMO_CANCEL_FIRED;
 	}
 }
 
 /* ---- the timer thread ----------------------------------------------------- */
 
-static void drain(struct tmo *e, ck_stack_entry_t *chain, int64_t now)
+static void due_append(void *ctx, struct tmo__ib_node *n)
 {
-	/* The exchange hands the chain newest-first: reverse it, so a cancel's
-	 * push is handled after the arm it cancels. */
-	ck_stack_entry_t *rev = NULL;
-	while (chain != NULL) {
-		ck_stack_entry_t *next = chain->next;
-		chain->next = rev;
-		rev = chain;
-		chain = next;
-	}
-	while (rev != NULL) {
-		struct tmo__ib_node *n = tmo_container_of(rev, struct tmo__ib_node, link);
-		/* read the link first: once the node is IN_STRUCT a cancel may
-		 * push it again, rewriting it */
-		rev = rev->next;
-		uint64_t s = atomic_load_explicit(&n->state, memory_order_acquire);
-		uint64_t gen = gen_of(s);
-		switch (st_of(s)) {
-		case ST_QUEUED: {
-			int64_t deadline = now + n->when; /* both <= 2^62: no overflow */
-			if (!atomic_compare_exchange_strong_explicit(&n->state, &s,
-			                                             mkst(gen, ST_IN_STRUCT),
-			                                             memory_order_acq_rel,
-			                                             memory_order_acquire)) {
-				node_release(e, n, gen); /* cancelled meanwhile */
-				break;
-			}
-			n->when = deadline;
-			if (e->sched->insert(S(e), n, deadline) == 0) {
-				n->where = TMO__IB_IN_STRUCT;
-			} else {
-				n->where = TMO__IB_UNFILED;
-				n->aux.next = e->unfiled;
-				e->unfiled = n;
-			}
-			break;
-		}
-		case ST_CANCELLED:
-			node_release(e, n, gen);
-			break;
-		case ST_CANCEL_PENDING:
-			if (n->where == TMO__IB_IN_STRUCT) {
-				e->sched->remove(S(e), n);
-				node_release(e, n, gen);
-			} else if (n->where == TMO__IB_UNFILED) {
-				n->where = TMO__IB_DROP; /* released by the retry pass */
-			} else {
-				node_release(e, n, gen); /* was already collected as due */
-			}
-			break;
-		default:
-			/* FREE / IN_STRUCT / FIRING nodes are never in the inbox */
-			abort();
-		}
+	struct tmo *e = ctx;
+	set_aux(n, NULL, TMO__IB_NOWHERE);
+	*e->due_tail = n;
+	e->due_tail = (struct tmo__ib_node **)(void *)&n->aux;
+}
+
+static void file_node(struct tmo *e, struct tmo__ib_node *n, int64_t deadline)
+{
+	if (e->sched->insert(S(e), n, deadline) == 0) {
+		set_aux(n, NULL, TMO__IB_IN_STRUCT);
+	} else {
+		n->s.when = deadline;
+		set_aux(n, e->unfiled, TMO__IB_UNFILED);
+		e->unfiled = n;
 	}
 }
 
+static void handle(struct tmo *e, struct tmo__ib_node *n, int64_t now)
+{
+	uint64_t s = atomic_load_explicit(&n->state, memory_order_acquire);
+	uint64_t gen = gen_of(s);
+	switch (st_of(s)) {
+	case ST_QUEUED: {
+		int64_t deadline = now + n->s.when; /* both <= 2^62: no overflow */
+		if (!atomic_compare_exchange_strong_explicit(&n->state, &s, mkst(gen, ST_IN_STRUCT),
+		                                             memory_order_acq_rel,
+		                                             memory_order_acquire)) {
+			node_release(e, n); /* cancelled meanwhile */
+			break;
+		}
+		file_node(e, n, deadline);
+		break;
+	}
+	case ST_CANCELLED:
+		node_release(e, n);
+		break;
+	case ST_CANCEL_PENDING:
+		switch (where_of(n)) {
+		case TMO__IB_IN_STRUCT:
+			e->sched->remove(S(e), n);
+			set_aux(n, NULL, TMO__IB_NOWHERE);
+			node_release(e, n);
+			break;
+		case TMO__IB_UNFILED:
+			set_aux(n, aux_next(n), TMO__IB_DROP); /* released by the retry pass */
+			break;
+		default:
+			node_release(e, n); /* it was collected as due before its cancel */
+			break;
+		}
+		break;
+	default:
+		/* FREE / IN_STRUCT / FIRING nodes are never in the inbox */
+		abort();
+	}
+}
+
+/* Handle one exchanged inbox chain.  It comes newest-first: handle it oldest
+ * first, so arms of equal deadline keep their order.  The chain is walked
+ * once into an array (a read of each node; the walk is where the misses
+ * are), then handled backwards; writing the links to reverse the chain in
+ * place would dirty every node a second time. */
+static void drain(struct tmo *e, ck_stack_entry_t *chain, int64_t now)
+{
+	uint32_t k = 0;
+	ck_stack_entry_t *p = chain;
+	while (p != NULL) {
+		if (UNLIKELY(k == e->batch_cap)) {
+			uint32_t cap = e->batch_cap * 2;
+			struct tmo__ib_node **b = tmo__malloc((size_t)cap * sizeof *b);
+			if (b == NULL)
+				break; /* handle the rest in place, below */
+			memcpy(b, e->batch, (size_t)k * sizeof *b);
+			tmo__free(e->batch);
+			e->batch = b;
+			e->batch_cap = cap;
+		}
+		e->batch[k++] = tmo_container_of(p, struct tmo__ib_node, link);
+		p = p->next;
+	}
+	if (UNLIKELY(p != NULL)) {
+		/* out of memory for the array: the older part of the chain (from
+		 * p on) is reversed in place and handled first */
+		ck_stack_entry_t *rev = NULL;
+		while (p != NULL) {
+			ck_stack_entry_t *next = p->next;
+			p->next = rev;
+			rev = p;
+			p = next;
+		}
+		while (rev != NULL) {
+			struct tmo__ib_node *n = tmo_container_of(rev, struct tmo__ib_node, link);
+			/* read the link first: once the node is filed a cancel may
+			 * push it again, rewriting it */
+			rev = rev->next;
+			handle(e, n, now);
+		}
+	}
+	while (k > 0)
+		handle(e, e->batch[--k], now);
+}
+
 /* Retry nodes the structure could not take; due ones go straight to due. */
-static void retry_unfiled(struct tmo *e, int64_t now, struct tmo__ib_node ***tail)
+static void retry_unfiled(struct tmo *e, int64_t now)
 {
 	struct tmo__ib_node *n = e->unfiled, *keep = NULL;
 	e->unfiled = NULL;
 	while (n != NULL) {
-		struct tmo__ib_node *next = n->aux.next;
-		if (n->where == TMO__IB_DROP) {
-			node_release(e, n, gen_of(atomic_load_explicit(&n->state,
-			                                               memory_order_relaxed)));
-		} else if (n->when <= now) {
-			n->where = TMO__IB_NOWHERE;
-			n->aux.next = NULL;
-			**tail = n;
-			*tail = &n->aux.next;
-		} else if (e->sched->insert(S(e), n, n->when) == 0) {
-			n->where = TMO__IB_IN_STRUCT;
+		struct tmo__ib_node *next = aux_next(n);
+		if (where_of(n) == TMO__IB_DROP) {
+			set_aux(n, NULL, TMO__IB_NOWHERE);
+			node_release(e, n);
+		} else if (n->s.when <= now) {
+			due_append(e, n);
+		} else if (e->sched->insert(S(e), n, n->s.when) == 0) {
+			set_aux(n, NULL, TMO__IB_IN_STRUCT);
 		} else {
-			n->aux.next = keep;
+			set_aux(n, keep, TMO__IB_UNFILED);
 			keep = n;
 		}
 		n = next;
@@ -633,8 +860,8 @@ static void retry_unfiled(struct tmo *e, int64_t now, struct tmo__ib_node ***tai
 static void fire_due(struct tmo *e, struct tmo__ib_node *n)
 {
 	while (n != NULL) {
-		struct tmo__ib_node *next = n->aux.next;
-		n->where = TMO__IB_NOWHERE;
+		struct tmo__ib_node *next = aux_next(n);
+		set_aux(n, NULL, TMO__IB_NOWHERE);
 		uint64_t s = atomic_load_explicit(&n->state, memory_order_acquire);
 		uint64_t gen = gen_of(s);
 		/* CANCEL_PENDING: its cancel won and pushed it; the inbox
@@ -645,15 +872,24 @@ static void fire_due(struct tmo *e, struct tmo__ib_node *n)
 		                                            memory_order_acquire)) {
 			struct tmo_timer *t = n->timer;
 			struct ib_priv *p = TMO__PRIV(struct ib_priv, t);
-			/* before the callback: it may free or re-arm the timer */
-			atomic_store_explicit(&p->outcome, gen << 2 | OUT_FIRED, memory_order_release);
+			/* read before the callback: it may free or re-arm the timer */
+			tmo_callback *cb = t->cb;
+			void *arg = t->arg;
+			atomic_store_explicit(&e->running, t, memory_order_relaxed);
+			uint64_t o = atomic_load_explicit(&p->outcome, memory_order_relaxed);
+			atomic_store_explicit(&p->outcome, (o & ~(uint64_t)3) | OUT_FIRED,
+			                      memory_order_release);
 			/* seqlock: a re-arm inside the callback writes after this */
 			atomic_thread_fence(memory_order_release);
 			bump(&e->fired);
-			n->cb(t, n->arg);
-			node_release(e, n, gen);
-			/* after the release store: a cancel waiting on FIRING wakes */
+			atomic_store_explicit(&e->in_callback, 1, memory_order_relaxed);
+			cb(t, arg);
+			atomic_store_explicit(&e->in_callback, 0, memory_order_relaxed);
+			atomic_store_explicit(&e->running, NULL, memory_order_release);
+			atomic_store_explicit(&n->state, mkst(gen, ST_FREE), memory_order_release);
+			/* after that store: a cancel waiting on FIRING wakes */
 			ck_ec32_add(&e->done_ec, &ec_mode, 1);
+			node_release(e, n);
 		}
 		n = next;
 	}
@@ -681,6 +917,8 @@ static void *timer_main(void *arg)
 			park_hook(e);
 		if (UNLIKELY(atomic_load_explicit(&e->stop, memory_order_acquire)))
 			break;
+		atomic_store_explicit(&e->rounds, atomic_load_explicit(&e->rounds, memory_order_relaxed) + 1,
+		                      memory_order_relaxed);
 
 		ck_stack_entry_t *batch = ck_stack_batch_pop_upmc(&e->inbox);
 		/* read after the exchange: deadline = now + timeout is then no
@@ -688,16 +926,26 @@ static void *timer_main(void *arg)
 		int64_t now = tmo_now_ns();
 		if (batch != NULL)
 			drain(e, batch, now);
+		if (UNLIKELY(e->loose != NULL))
+			loose_retry(e);
+		if (UNLIKELY(atomic_load_explicit(&e->fill_req, memory_order_acquire))) {
+			/* a producer found no free magazine: hand over ours */
+			atomic_store_explicit(&e->fill_req, 0, memory_order_relaxed);
+			fill_publish(e);
+			atomic_fetch_add_explicit(&e->fill_ack, 1, memory_order_release);
+		}
 
-		struct tmo__ib_node *due = NULL, **tail = &due;
-		if (e->unfiled != NULL)
-			retry_unfiled(e, now, &tail);
-		e->sched->collect(S(e), now, &tail);
-		*tail = NULL;
+		e->due_head = NULL;
+		e->due_tail = &e->due_head;
+		if (UNLIKELY(e->unfiled != NULL))
+			retry_unfiled(e, now);
+		e->sched->collect(S(e), now, due_append, e);
 		atomic_store_explicit(&e->filed, e->sched->count(S(e)), memory_order_relaxed);
-		atomic_store_explicit(&e->struct_bytes, e->sched->bytes(S(e)), memory_order_relaxed);
-		if (due != NULL) {
-			fire_due(e, due);
+		atomic_store_explicit(&e->struct_bytes,
+		                      e->sched->bytes(S(e)) + (uint64_t)e->batch_cap * sizeof *e->batch,
+		                      memory_order_relaxed);
+		if (e->due_head != NULL) {
+			fire_due(e, e->due_head);
 			continue; /* callbacks took time: look again before sleeping */
 		}
 
@@ -729,12 +977,14 @@ static void *timer_main(void *arg)
 		if (atomic_load_explicit(&e->park_flag, memory_order_acquire) ||
 		    atomic_load_explicit(&e->stop, memory_order_acquire))
 			continue;
+		atomic_store_explicit(&e->sleeping, 1, memory_order_relaxed);
 		if (wake_at == INT64_MAX) {
 			ck_ec32_wait(&e->wake_ec, &ec_mode, v, NULL);
 		} else {
 			struct timespec ts = tmo__ts_from_ns(wake_at);
 			ck_ec32_wait(&e->wake_ec, &ec_mode, v, &ts);
 		}
+		atomic_store_explicit(&e->sleeping, 0, memory_order_relaxed);
 	}
 	return NULL;
 }
@@ -748,6 +998,7 @@ static void free_slabs(struct tmo *e)
 	while (e->slabs != NULL) {
 		struct slab *sl = e->slabs;
 		e->slabs = sl->next;
+		tmo__free(sl->nodes);
 		tmo__free(sl);
 	}
 }
@@ -766,7 +1017,8 @@ int tmo__ib_create(const struct tmo__ib_params *p, const struct tmo_config *cfg,
 	/* a configured wheel tick also sets how often it polls */
 	e->nap_ns = p->nap_ns > 0 && cfg->resolution_ns > 0 ? res : p->nap_ns;
 	ck_stack_init(&e->inbox);
-	ck_stack_init(&e->free_mags);
+	ck_stack_init(&e->full_mags);
+	ck_stack_init(&e->empty_mags);
 	ck_ec32_init(&e->wake_ec, 0);
 	ck_ec32_init(&e->done_ec, 0);
 	e->next_slab = SLAB_FIRST;
@@ -781,9 +1033,14 @@ int tmo__ib_create(const struct tmo__ib_params *p, const struct tmo_config *cfg,
 	rc = e->sched->init(S(e), res, tmo_now_ns());
 	if (rc != 0)
 		goto fail_cv;
-	rc = slab_add(e, NULL, 0);
-	if (rc != 0)
+	rc = TMO_ENOMEM;
+	e->batch_cap = BATCH_FIRST;
+	e->batch = tmo__malloc(BATCH_FIRST * sizeof *e->batch);
+	if (e->batch == NULL)
 		goto fail_sched;
+	rc = slab_add(e, NULL);
+	if (rc != 0)
+		goto fail_batch;
 	rc = tmo__thread_create(&e->thread, NULL, timer_main, e);
 	if (rc != 0)
 		goto fail_slabs;
@@ -792,6 +1049,8 @@ int tmo__ib_create(const struct tmo__ib_params *p, const struct tmo_config *cfg,
 
 fail_slabs:
 	free_slabs(e);
+fail_batch:
+	tmo__free(e->batch);
 fail_sched:
 	e->sched->fini(S(e));
 fail_cv:
@@ -818,12 +1077,13 @@ void tmo__ib_destroy(struct tmo *e)
 	 * filed is cancelled: record it in its timer so the timer reads as idle
 	 * (it may be armed again elsewhere). */
 	for (struct slab *sl = e->slabs; sl != NULL; sl = sl->next) {
-		for (uint32_t i = 0; i < sl->count; i++) {
+		for (uint32_t i = 0; i < sl->nnodes; i++) {
 			struct tmo__ib_node *n = &sl->nodes[i];
 			uint64_t s = atomic_load_explicit(&n->state, memory_order_acquire);
 			if (st_of(s) == ST_QUEUED || st_of(s) == ST_IN_STRUCT) {
 				struct ib_priv *p = TMO__PRIV(struct ib_priv, n->timer);
-				atomic_store_explicit(&p->outcome, gen_of(s) << 2 | OUT_CANCELLED,
+				uint64_t o = atomic_load_explicit(&p->outcome, memory_order_relaxed);
+				atomic_store_explicit(&p->outcome, (o & ~(uint64_t)3) | OUT_CANCELLED,
 				                      memory_order_release);
 			}
 		}
@@ -841,6 +1101,7 @@ void tmo__ib_destroy(struct tmo *e)
 
 	e->sched->fini(S(e));
 	free_slabs(e);
+	tmo__free(e->batch);
 	pthread_cond_destroy(&e->park_cv);
 	pthread_mutex_destroy(&e->park_lock);
 	pthread_mutex_destroy(&e->grow_lock);
@@ -892,9 +1153,8 @@ int tmo__ib_park(struct tmo *e, int on)
 void *tmo__ib_timer_node(const struct tmo_timer *t, uint64_t *gen)
 {
 	const struct ib_priv *p = (const struct ib_priv *)(const void *)t->tmo_private;
-	uint64_t o = atomic_load_explicit(&p->outcome, memory_order_acquire);
 	if (gen != NULL)
-		*gen = o >> 2;
+		*gen = atomic_load_explicit(&p->ngen, memory_order_relaxed);
 	return atomic_load_explicit(&p->node, memory_order_relaxed);
 }
 
@@ -902,8 +1162,10 @@ void tmo__ib_debug(struct tmo *e, struct tmo__ib_debug *out)
 {
 	out->filed = atomic_load_explicit(&e->filed, memory_order_relaxed);
 	out->slabs = atomic_load_explicit(&e->slab_count, memory_order_relaxed);
+	out->waits = atomic_load_explicit(&e->waits, memory_order_relaxed);
 	out->cache_count = 0;
 	for (unsigned i = 0; i < TMO__IB_SLOTS; i++)
-		if (atomic_load_explicit(&tls_slots[i].id, memory_order_relaxed) == e->id)
-			out->cache_count = tls_slots[i].count;
+		if (atomic_load_explicit(&tls_slots[i].id, memory_order_relaxed) == e->id &&
+		    tls_slots[i].mag != NULL)
+			out->cache_count = tls_slots[i].mag->count;
 }

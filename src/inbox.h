@@ -15,8 +15,16 @@
  * once cancel returns the engine holds no reference to the timer.  Nodes come
  * from slabs (allocated at create, grown rarely under a mutex); the timer
  * thread is the only place a node is ever released, so it packs released
- * nodes into magazines of TMO__IB_MAG nodes and pushes whole magazines onto
- * a second CK stack; a producer refills its cache with one magazine.
+ * nodes into magazines of TMO__IB_MAG node pointers and pushes whole
+ * magazines onto a second CK stack; a producer refills its cache with one
+ * magazine and gives the empty one back on a third.
+ *
+ * Flow control: the pool grows freely up to a soft cap (TMO__IB_SOFT_NODES,
+ * or twice what is filed); beyond it a producer that finds no free magazine
+ * while nodes are still on their way to a running timer thread waits for
+ * the thread to recycle them instead of growing, so arm+cancel flat out holds
+ * bounded memory.  A parked or stalled (>= 1 ms without a loop) timer thread
+ * never makes a producer wait: the pool grows.
  *
  * Exactly once: the node's state word (a generation and a state) has exactly
  * one winner between cancel and fire:
@@ -49,38 +57,47 @@
 
 /* Nodes per magazine, and the most a thread-local cache holds. */
 #define TMO__IB_MAG 64
+/* Pool size up to which producers grow it rather than wait for recycling. */
+#define TMO__IB_SOFT_NODES 8192
 /* Engines one thread keeps a node cache for at once (more: one is evicted,
  * under a global mutex). */
 #define TMO__IB_SLOTS 4
 
-/* Where the timer thread keeps a node (private to the timer thread). */
+/* Where the timer thread keeps a node (private to the timer thread; kept in
+ * the low bits of tmo__ib_node.aux). */
 enum tmo__ib_where {
 	TMO__IB_NOWHERE = 0,
-	TMO__IB_IN_STRUCT, /* in the heap / wheel */
-	TMO__IB_UNFILED,   /* the structure could not grow: on the retry list */
-	TMO__IB_DROP,      /* on the retry list but cancelled: release it there */
+	TMO__IB_IN_STRUCT = 1, /* in the heap / wheel */
+	TMO__IB_UNFILED = 2,   /* the structure could not grow: on the retry list */
+	TMO__IB_DROP = 3,      /* on the retry list but cancelled: release it there */
 };
 
+/* One cache line.  A producer writes link, state, timer and s.when; the
+ * timer thread reads link and state of every node it pops and writes
+ * nothing more to a node that was cancelled while queued (the common case):
+ * free nodes travel in magazines (arrays of pointers), not through a link in
+ * the node, so recycling a node costs the timer thread one read miss. */
 struct tmo__ib_node {
-	/* inbox link; also the chain inside a magazine or a thread's cache */
+	/* inbox link (producers) */
 	ck_stack_entry_t link;
 	/* generation << 3 | state; the only word cancel and fire race on */
 	_Atomic uint64_t state;
 	struct tmo_timer *timer;
-	tmo_callback *cb;
-	void *arg;
-	/* relative timeout while QUEUED, absolute deadline once filed */
-	int64_t when;
+	/* timer thread: next node on the due or retry list | enum tmo__ib_where */
+	uintptr_t aux;
 	union {
-		struct tmo__ib_node *next; /* due list, retry list (timer thread) */
-		ck_stack_entry_t mag;      /* magazine stack link while free */
-	} aux;
-	uint32_t mag_count; /* nodes in the magazine this node heads */
-	uint8_t where;      /* enum tmo__ib_where */
-	union {
+		int64_t when; /* relative timeout while queued; deadline if unfiled */
 		struct tmo_heap_node heap;
 		struct tmo_wheel_node wheel;
 	} s;
+} __attribute__((aligned(64)));
+
+/* A magazine: up to TMO__IB_MAG free nodes, handed between the timer thread
+ * (fills them) and producers (each keeps one as its cache). */
+struct tmo__ib_mag {
+	ck_stack_entry_t link;
+	uint32_t count;
+	struct tmo__ib_node *n[TMO__IB_MAG];
 };
 
 /* The ordered structure the timer thread owns; every call comes from the
@@ -95,9 +112,10 @@ struct tmo__ib_sched {
 	void (*remove)(void *s, struct tmo__ib_node *n);
 	/* Earliest time a node may be due (a lower bound); INT64_MAX if empty. */
 	int64_t (*next_deadline)(const void *s);
-	/* Move every node due at now out of the structure and append it
-	 * (linked through aux.next) behind **tail, advancing *tail. */
-	void (*collect)(void *s, int64_t now, struct tmo__ib_node ***tail);
+	/* Move every node due at now out of the structure and hand each to
+	 * due(ctx, node), in due order. */
+	void (*collect)(void *s, int64_t now, void (*due)(void *ctx, struct tmo__ib_node *n),
+	                void *ctx);
 	/* Bytes it holds beyond its fixed size. */
 	uint64_t (*bytes)(const void *s);
 	/* Nodes filed now. */
@@ -129,6 +147,7 @@ struct tmo__ib_debug {
 	uint64_t filed;
 	uint64_t slabs;
 	uint64_t cache_count; /* nodes in the calling thread's cache for e */
+	uint64_t waits;       /* times a producer waited for recycling */
 };
 void tmo__ib_debug(struct tmo *e, struct tmo__ib_debug *out);
 /* The node a timer was last armed with, and that arm's generation. */
