@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "check.h"
 #include "engine_test.h"
@@ -136,6 +137,8 @@ static long resolve_all(struct tmo *e, struct rec *r, int n, long short_accepted
 
 /* Arm n timers (every 8th due within 1 ms, the rest in 10 s); returns the
  * number of accepted short ones, counts rejections by error. */
+static int env_refusals; /* EAGAIN while the user's signal quota was full */
+
 static long arm_batch(struct tmo *e, struct rec *r, int n, int *rejected, int *wrong_error,
                       int expect)
 {
@@ -149,6 +152,8 @@ static long arm_batch(struct tmo *e, struct rec *r, int n, int *rejected, int *w
 			short_ok += is_short;
 		} else {
 			(*rejected)++;
+			if (rc == TMO_EAGAIN && et_sigq_full())
+				env_refusals++;
 			if (rc != expect) {
 				fprintf(stderr, "  arm %d failed with %s, expected %s\n", i,
 				        tmo_errname(rc), tmo_errname(expect));
@@ -180,6 +185,9 @@ struct tally {
 	long failed;     /* ... and the call under test returned an error */
 	long absorbed;   /* ... and it still returned 0 */
 	long violations; /* wrong error, lost/duplicated timer, leak */
+	long env;        /* runs where other processes had used up this user's
+	                    signal quota, so timer_create refused arms (EAGAIN)
+	                    that no injected fault explains */
 	int sampled;
 };
 
@@ -198,16 +206,44 @@ static long next_n(const struct tally *t, long i)
 	return t->points + (i - DENSE);
 }
 
-static void check_baseline(struct tally *t, int64_t live0, int threads0, const char *what,
-                           long n)
+struct baseline {
+	int64_t live;
+	int threads, ktimers;
+};
+
+/* Threads of this test before any engine existed: the test starts none of
+ * its own, so after every destroy (or failed create) the count returns here.
+ * (Read at each run instead, it could include a just-joined thread that has
+ * not left /proc yet.) */
+static int threads_at_start;
+
+static struct baseline baseline_now(void)
+{
+	return (struct baseline){tmo_testing_live_allocs(), threads_at_start,
+	                         et_kernel_timer_count()};
+}
+
+static void check_baseline(struct tally *t, struct baseline b0, const char *what, long n)
 {
 	int64_t live = tmo_testing_live_allocs();
-	int threads = et_wait_thread_count(threads0, TMO_NSEC_PER_SEC);
-	if (live != live0 || threads != threads0) {
-		fprintf(stderr, "  %s fault #%ld: live allocs %lld -> %lld, threads %d -> %d\n", what,
-		        n, (long long)live0, (long long)live, threads0, threads);
+	int threads = et_wait_thread_count(b0.threads, TMO_NSEC_PER_SEC);
+	int ktimers = et_kernel_timer_count();
+	if (live != b0.live || threads != b0.threads || ktimers != b0.ktimers) {
+		fprintf(stderr,
+		        "  %s fault #%ld: live allocs %lld -> %lld, threads %d -> %d, kernel timers "
+		        "%d -> %d\n",
+		        what, n, (long long)b0.live, (long long)live, b0.threads, threads, b0.ktimers,
+		        ktimers);
 		t->violations++;
 	}
+}
+
+/* Wait (up to 10 s) for this user's signal quota to have room: other
+ * processes of the same user (parallel tests) may hold it all. */
+static void wait_sigq(void)
+{
+	for (int i = 0; i < 100 && et_sigq_full(); i++)
+		et_sleep_ns(100 * MS);
 }
 
 static struct tally phase_create(enum tmo_fault_kind kind)
@@ -225,8 +261,7 @@ static struct tally phase_create(enum tmo_fault_kind kind)
 	t.sampled = t.points > DENSE;
 	for (long i = 1; i < 100000; i++) {
 		long n = next_n(&t, i);
-		int64_t live0 = tmo_testing_live_allocs();
-		int threads0 = et_thread_count();
+		struct baseline b0 = baseline_now();
 		e = NULL;
 		plan_start(kind, n);
 		rc = tmo_create(et_name, NULL, &e);
@@ -250,7 +285,7 @@ static struct tally phase_create(enum tmo_fault_kind kind)
 			t.violations += small_workload(e) != 0;
 			tmo_destroy(&e);
 		}
-		check_baseline(&t, live0, threads0, "create", n);
+		check_baseline(&t, b0, "create", n);
 		if (!hit && n > t.points)
 			break; /* a run past the last point, clean: done */
 	}
@@ -266,29 +301,38 @@ static struct tally phase_arm(enum tmo_fault_kind kind)
 	int rejected = 0, wrong = 0;
 
 	/* clean run: count the points */
+	wait_sigq();
 	CHECK_EQ(tmo_create(et_name, NULL, &e), 0);
 	if (!e)
 		return t;
 	atomic_store(&fired_total, 0);
+	env_refusals = 0;
 	plan_start(kind, 0);
 	long short_ok = arm_batch(e, r, n_timers, &rejected, &wrong, 0);
 	plan_stop();
 	t.points = atomic_load(&plan.calls);
-	CHECK_EQ(rejected, 0);
+	if (rejected != 0 && rejected == env_refusals) {
+		printf("  arm/%s: the clean run was refused %d arms (EAGAIN) because other processes "
+		       "hold this user's whole signal quota; fault points counted as seen\n",
+		       kind_name(kind), rejected);
+		t.env++;
+	} else {
+		CHECK_EQ(rejected, 0);
+	}
 	CHECK_EQ(resolve_all(e, r, n_timers, short_ok), 0);
 	tmo_destroy(&e);
 	t.sampled = t.points > DENSE;
 
 	for (long i = 1; i < 100000; i++) {
 		long n = next_n(&t, i);
-		int64_t live0 = tmo_testing_live_allocs();
-		int threads0 = et_thread_count();
+		wait_sigq();
+		struct baseline b0 = baseline_now();
 		memset(r, 0, (size_t)n_timers * sizeof *r);
 		CHECK_EQ(tmo_create(et_name, NULL, &e), 0);
 		if (!e)
 			break;
 		atomic_store(&fired_total, 0);
-		rejected = wrong = 0;
+		rejected = wrong = env_refusals = 0;
 		plan_start(kind, n);
 		short_ok = arm_batch(e, r, n_timers, &rejected, &wrong, expected_error(kind));
 		/* keep the fault armed while the due timers fire: a fault on the
@@ -305,7 +349,14 @@ static struct tally phase_arm(enum tmo_fault_kind kind)
 				t.absorbed++;
 		}
 		long bad = resolve_all(e, r, n_timers, short_ok);
-		if (bad || wrong || rejected > hit) {
+		int env = 0;
+		if (rejected > hit && !wrong && rejected - env_refusals <= hit) {
+			/* EAGAIN from the kernel itself: a named error, not the engine's
+			 * fault; accepted arms are still checked above */
+			env = 1;
+			t.env++;
+		}
+		if (bad || wrong || (rejected > hit && !env)) {
 			fprintf(stderr, "  arm, %s fault #%ld: %ld unresolved, %d wrong errors, "
 			        "%d rejected for %ld faults\n",
 			        kind_name(kind), n, bad, wrong, rejected, hit);
@@ -319,7 +370,7 @@ static struct tally phase_arm(enum tmo_fault_kind kind)
 			t.violations++;
 		}
 		tmo_destroy(&e);
-		check_baseline(&t, live0, threads0, "arm", n);
+		check_baseline(&t, b0, "arm", n);
 		if (!hit && n > t.points)
 			break;
 	}
@@ -329,16 +380,38 @@ static struct tally phase_arm(enum tmo_fault_kind kind)
 
 static void report(const char *phase, enum tmo_fault_kind kind, const struct tally *t)
 {
-	printf("| %s | %s | %ld%s | %ld | %ld | %ld | %ld | %ld |\n", phase, kind_name(kind),
+	printf("| %s | %s | %ld%s | %ld | %ld | %ld | %ld | %ld%s |\n", phase, kind_name(kind),
 	       t->points, t->sampled ? " (sampled)" : "", t->runs, t->injected, t->failed,
-	       t->absorbed, t->violations);
+	       t->absorbed, t->violations, t->env ? " (signal quota exhausted by others in some runs)" : "");
 	fflush(stdout);
 	CHECK_EQ(t->violations, 0);
+}
+
+/* timer_create's quota (RLIMIT_SIGPENDING) is counted per user, so tests
+ * run in parallel by the same user share it.  Raise ours as far as allowed
+ * so only injected faults refuse arms; refusals while it is full anyway are
+ * told apart (et_sigq_full) and reported, not blamed on the engine. */
+static void raise_sigpending(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_SIGPENDING, &rl) != 0)
+		return;
+	rlim_t before = rl.rlim_cur;
+	struct rlimit want = {1u << 22, 1u << 22};
+	if (setrlimit(RLIMIT_SIGPENDING, &want) != 0) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_SIGPENDING, &rl);
+	}
+	getrlimit(RLIMIT_SIGPENDING, &rl);
+	printf("RLIMIT_SIGPENDING %llu -> %llu\n", (unsigned long long)before,
+	       (unsigned long long)rl.rlim_cur);
 }
 
 int main(int argc, char **argv)
 {
 	et_init(argc, argv, "engine_faults");
+	raise_sigpending();
+	threads_at_start = et_thread_count();
 	static const enum tmo_fault_kind kinds[] = {TMO_FAULT_ALLOC, TMO_FAULT_THREAD,
 	                                            TMO_FAULT_SYSRES};
 	long total = 0;

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 const char *et_name;
@@ -91,6 +92,34 @@ int et_wait_thread_count(int want, int64_t timeout_ns)
 	while ((n = et_thread_count()) != want && tmo_now_ns() < end)
 		et_sleep_ns(TMO_NSEC_PER_MSEC);
 	return n;
+}
+
+int et_kernel_timer_count(void)
+{
+	FILE *f = fopen("/proc/self/timers", "r");
+	if (!f)
+		return -1;
+	char line[256];
+	int n = 0;
+	while (fgets(line, sizeof line, f))
+		n += strncmp(line, "ID:", 3) == 0;
+	fclose(f);
+	return n;
+}
+
+int et_sigq_full(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	if (!f)
+		return 0;
+	char line[256];
+	long used = 0, limit = -1;
+	while (fgets(line, sizeof line, f))
+		if (sscanf(line, "SigQ: %ld/%ld", &used, &limit) == 2)
+			break;
+	fclose(f);
+	/* a 1% margin: other processes' usage moves while we look */
+	return limit > 0 && used >= limit - limit / 100;
 }
 
 void et_rng_seed(struct et_rng *r, uint64_t stream)

@@ -42,6 +42,15 @@ int et_thread_count(void);
  * count seen. */
 int et_wait_thread_count(int want, int64_t timeout_ns);
 
+/* POSIX timers this process holds (lines "ID:" of /proc/self/timers), -1
+ * if unknown: a leak check for engines built on timer_create. */
+int et_kernel_timer_count(void);
+
+/* 1 when this user's queued-signal quota (RLIMIT_SIGPENDING, shared by every
+ * process of the user, SigQ in /proc/self/status) is used up: timer_create
+ * then fails with EAGAIN because of other processes, not the engine. */
+int et_sigq_full(void);
+
 /* xorshift64* PRNG; each thread keeps its own state. */
 struct et_rng {
 	uint64_t s;
