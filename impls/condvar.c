@@ -6,10 +6,16 @@
  * Design
  * ------
  * Arm reads the clock, pushes the timer's own heap node and signals the
- * timer thread only when the new timer became the earliest deadline (any
- * other arm cannot shorten the thread's sleep).  Cancel removes the node at
- * once (O(log n), no lazy deletion), so a cancelled timer holds nothing.
- * Neither allocates, apart from the heap array's amortised doubling.
+ * timer thread only when the new deadline is earlier than the time the
+ * thread sleeps until (`wake_at`): only then can the thread's sleep be too
+ * long.  That is stricter than "became the earliest": after a cancel of the
+ * earliest timer the thread still sleeps until that old deadline, and a
+ * re-arm at a later time needs no wake-up at all; the cost is one spare
+ * wake at the old deadline, where the thread re-reads the heap and sleeps
+ * again.  So a steady arm/cancel loop makes no system call.  Cancel removes
+ * the node at once (O(log n), no lazy deletion), so a cancelled timer holds
+ * nothing, and never signals.  Neither allocates, apart from the heap
+ * array's amortised doubling.
  *
  * The timer thread sleeps until the earliest deadline, reads the clock once
  * (`now`) and then takes the timers due at that `now` off the heap one by one
@@ -75,6 +81,10 @@ struct tmo {
 	struct tmo_heap heap;
 	pthread_t thread;
 	bool stop;
+	/* When the timer thread will next look at the heap: the deadline of its
+	 * timed sleep, INT64_MAX for an untimed one, INT64_MIN while it is
+	 * awake or already signalled (it re-reads the heap before sleeping). */
+	int64_t wake_at;
 	/* Whose callback runs now (compared, never dereferenced once the
 	 * callback returned), how many callbacks have returned, and how many
 	 * cancels wait for the running one. */
@@ -127,13 +137,17 @@ static void *timer_thread(void *arg)
 			break;
 		struct tmo_heap_node *top = tmo_heap_peek(&e->heap);
 		if (top == NULL) {
+			e->wake_at = INT64_MAX;
 			pthread_cond_wait(&e->cv, &e->m);
+			e->wake_at = INT64_MIN;
 			continue;
 		}
 		int64_t now = tmo_now_ns();
 		if (top->deadline > now) {
 			struct timespec ts = tmo__ts_from_ns(top->deadline);
+			e->wake_at = top->deadline;
 			pthread_cond_timedwait(&e->cv, &e->m, &ts);
+			e->wake_at = INT64_MIN;
 			continue; /* re-read the heap: an arm or cancel may have changed it */
 		}
 		/* Run what is due at `now`, earliest first. */
@@ -194,6 +208,7 @@ static int cv_create(const struct tmo_config *cfg, struct tmo **out)
 		return TMO_ESYS;
 	}
 	atomic_init(&e->park_req, 0);
+	e->wake_at = INT64_MIN;
 	/* Hold the mutex across the create so e->thread is written before the
 	 * timer thread (which starts by taking the mutex) can compare it. */
 	pthread_mutex_lock(&e->m);
@@ -260,12 +275,16 @@ static int cv_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_ca
 	t->arg = arg;
 	p->owner = e;
 	p->state = CV_PENDING;
-	bool earliest = tmo_heap_peek(&e->heap) == &p->node;
+	/* Only a deadline before the thread's wake-up time needs a signal;
+	 * once signalled, the thread re-reads the heap before it sleeps again,
+	 * so later arms need none either. */
+	bool wake = deadline < e->wake_at;
+	if (wake)
+		e->wake_at = INT64_MIN;
 	pthread_mutex_unlock(&e->m);
-	/* Only a new earliest deadline shortens the timer thread's sleep.
-	 * Signalled after the unlock so the woken thread does not block on it;
-	 * the thread re-reads the heap under the mutex, so nothing is lost. */
-	if (earliest)
+	/* After the unlock, so the woken thread does not block on the mutex;
+	 * it reads the heap under the mutex, so the push cannot be missed. */
+	if (wake)
 		pthread_cond_signal(&e->cv);
 	return 0;
 }
