@@ -323,6 +323,12 @@ int main(int argc, char **argv)
 		fprintf(stderr, "tmo-harness: out of memory\n");
 		return 1;
 	}
+	/* An unwritable --json is a bad command line: find out before running. */
+	if (report_write(rep) != 0) {
+		report_close(rep);
+		free(command);
+		return usage_error("--json=%s: cannot write the results there", json);
+	}
 
 	struct outcome {
 		const char *scenario, *engine;

@@ -13,7 +13,8 @@ if(TARGET tmo-harness)
       "benchmark_out|--benchmark_out=x.json"
       "bad_threads|--threads=0"
       "missing_value|--impl"
-      "stray_argument|stray")
+      "stray_argument|stray"
+      "unwritable_json|--json=/nonexistent-dir/x.json")
     string(REPLACE "|" ";" parts "${case}")
     list(GET parts 0 name)
     list(GET parts 1 arg)
