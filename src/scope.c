@@ -452,6 +452,11 @@ const struct tmo_scope *tmo_scope_current(void)
 	return tls.scope;
 }
 
+int tmo_scope_expired(const struct tmo_scope *s)
+{
+	return s != NULL && atomic_load_explicit(&s->fired, memory_order_acquire);
+}
+
 void tmo_scope_stats(struct tmo_scope_stats *out)
 {
 	*out = tls.stats;

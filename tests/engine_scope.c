@@ -545,7 +545,7 @@ static void test_nesting(void)
  * outermost interrupt is delivered, and it passes the inner boundary. */
 struct both {
 	const struct tmo_scope *outer, *inner;
-	int inner_returned, inner_after_unmask;
+	int inner_returned, inner_after_unmask, both_expired;
 };
 
 static intptr_t both_inner(void *arg)
@@ -553,9 +553,12 @@ static intptr_t both_inner(void *arg)
 	struct both *b = arg;
 	b->inner = tmo_scope_current();
 	tmo_mask();
-	int64_t end = tmo_now_ns() + 5 * DEADLINE;
-	while (tmo_now_ns() < end)
+	/* Until both callbacks ran (bounded: a loaded machine may delay the
+	 * engine thread, so no fixed wait). */
+	int64_t end = tmo_now_ns() + LONG_WAIT;
+	while (!(tmo_scope_expired(b->outer) && tmo_scope_expired(b->inner)) && tmo_now_ns() < end)
 		tmo_check(); /* masked: nothing delivered */
+	b->both_expired = tmo_scope_expired(b->outer) && tmo_scope_expired(b->inner);
 	tmo_unmask();
 	b->inner_after_unmask = 1;
 	return 0;
@@ -577,6 +580,7 @@ static void test_both_expired_outer_wins(void)
 	struct tmo_exc e = {0};
 	CHECK_EQ(tmo_scope_run(eng, DEADLINE, TMO_SCOPE_THROW, both_outer, &b, NULL, &e),
 	         TMO_ETIMEDOUT);
+	CHECK_EQ(b.both_expired, 1);
 	CHECK(e.scope == b.outer);
 	CHECK_EQ(b.inner_after_unmask, 0);
 	CHECK_EQ(b.inner_returned, 0);
@@ -599,6 +603,11 @@ static intptr_t masked_block(void *arg)
 	int64_t t0 = tmo_now_ns();
 	tmo_sleep(3 * DEADLINE); /* not cut short: masked */
 	m->slept = since(t0);
+	/* The callback normally ran long ago; wait for it (bounded) rather
+	 * than assume it on a loaded machine. */
+	int64_t end = tmo_now_ns() + LONG_WAIT;
+	while (!tmo_scope_expired(tmo_scope_current()) && tmo_now_ns() < end)
+		tmo_sleep(MS);   /* masked: an interruption point that delivers nothing */
 	tmo_check();             /* masked: delivers nothing */
 	m->pending_seen = tmo_interrupt_pending();
 	tmo_unmask();            /* depth 1: still masked */

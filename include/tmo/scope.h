@@ -250,6 +250,11 @@ int tmo_scope_run(struct tmo *engine, int64_t timeout_ns, enum tmo_scope_mode mo
 /* The innermost scope running on this thread, or NULL. */
 const struct tmo_scope *tmo_scope_current(void);
 
+/* Non-zero once the engine's callback marked scope s as expired (delivered
+ * or not).  s must be running on the calling thread (itself or an enclosing
+ * scope of tmo_scope_current()). */
+int tmo_scope_expired(const struct tmo_scope *s);
+
 /* Non-zero when an interrupt has been marked for this thread and not yet
  * delivered (masked, or no interruption point reached yet). */
 int tmo_interrupt_pending(void);
