@@ -33,6 +33,7 @@ struct tmo_wheel_list {
 
 struct tmo_wheel {
 	int64_t resolution_ns;
+	uint64_t res_inv;   /* floor((2^64 - 1) / resolution_ns): divide by a multiply */
 	int64_t origin_ns;  /* ns of tick 0 */
 	uint64_t now_tick;  /* every tick < now_tick has been processed */
 	uint64_t count;     /* nodes in the wheel */

@@ -169,7 +169,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			}
 			case 1: /* exactly the next deadline, or one before it */
 				if (f.n > 0)
-					advance(&f, f.node[f.sorted[0]].deadline - ((op >> 2) & 1), 0);
+					advance(&f, fuzz_sat_add(f.node[f.sorted[0]].deadline, -((op >> 2) & 1)), 0);
 				break;
 			case 2: /* pops with every allocation failing */
 				advance(&f, f.n > 0 ? f.node[f.sorted[(op >> 2) % f.n]].deadline : f.now, 1);

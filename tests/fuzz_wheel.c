@@ -164,9 +164,14 @@ static void check_state(struct fuzz_wheel *f)
 		           (long long)next);
 }
 
-static const int64_t resolutions[8] = {1, 2, 3, 7, 64, 1000, 4096, 1000000};
+/* Resolutions: tiny and odd, powers of two, the engines' 1 ms, a large
+ * prime, 2^40 + 1 (a deadline spans few ticks).  Origins: around zero, far
+ * negative (INT64_MIN: tick arithmetic spans all 64 bits), near the end. */
+static const int64_t resolutions[8] = {
+	1, 3, 7, 64, 4096, 1000000, 999999937, (INT64_C(1) << 40) + 1,
+};
 static const int64_t origins[8] = {
-	0, 1, -1, -123456789, INT64_C(1000000000000), INT64_MIN / 2, INT64_MAX / 2,
+	0, 1, -1, -123456789, INT64_C(1000000000000), INT64_MIN, INT64_MAX / 2,
 	INT64_MAX - (INT64_C(1) << 50),
 };
 
@@ -207,7 +212,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				break;
 			case 2: /* exactly the next due time, or one before it */
 				if (f.n > 0 && !f.sorted[0].never)
-					advance(&f, f.sorted[0].due - ((idx >> 2) & 1));
+					advance(&f, fuzz_sat_add(f.sorted[0].due, -((idx >> 2) & 1)));
 				break;
 			default:
 				advance(&f, f.now);

@@ -409,16 +409,74 @@ static long run_model(uint64_t seed, int64_t r, int64_t origin, int ops)
 	return m.violations;
 }
 
+/* TMO_TEST_SCALE (sanitizer runs set 0.1) shrinks the op count. */
+static int scaled(int n)
+{
+	const char *s = getenv("TMO_TEST_SCALE");
+	double f = s ? atof(s) : 1.0;
+	if (!(f > 0.0) || f > 1.0)
+		f = 1.0;
+	int k = (int)(n * f);
+	return k < 1000 ? 1000 : k;
+}
+
 static void test_random_against_model(void)
 {
-	static const int64_t res[] = {1, 7, 1000, TMO_NSEC_PER_MSEC};
-	static const int64_t origins[] = {0, -123456789, INT64_C(5000000000000), 1};
+	/* Resolutions: tiny, odd, the engines' 1 ms, a large prime, 2^40 + 1
+	 * (deadlines span few ticks); origins down to INT64_MIN, so tick
+	 * arithmetic spans the whole 64-bit range. */
+	static const int64_t res[] = {1, 7, 1000, TMO_NSEC_PER_MSEC, 999999937,
+	                              (INT64_C(1) << 40) + 1};
+	static const int64_t origins[] = {0, -123456789, INT64_C(5000000000000), 1, INT64_MIN};
+	const int nres = (int)(sizeof res / sizeof res[0]);
+	const int norig = (int)(sizeof origins / sizeof origins[0]);
 	long total = 0;
-	for (unsigned i = 0; i < 4; i++)
-		for (unsigned j = 0; j < 4; j++)
+	for (int i = 0; i < nres; i++)
+		for (int j = 0; j < norig; j++)
 			for (uint64_t seed = 1; seed <= 4; seed++)
-				total += run_model(seed * 1000 + i * 10 + j, res[i], origins[j], 20000);
+				total += run_model(seed * 1000 + (uint64_t)(i * 10 + j), res[i], origins[j],
+				                   scaled(20000));
 	CHECK_EQ(total, 0);
+}
+
+/* Tick arithmetic at the ends of the range: origin INT64_MIN, deadlines
+ * up to INT64_MAX (a distance of 2^64 - 1), odd resolutions.  The due time
+ * of each is computed here with 128-bit arithmetic, independently of the
+ * wheel's division. */
+static void test_extreme_range(void)
+{
+	static const int64_t res[] = {1, 3, 999999937, INT64_MAX / 3, INT64_MAX};
+	static const int64_t dl[] = {INT64_MIN, INT64_MIN + 1, -1, 0, 1, INT64_MAX / 2,
+	                             INT64_MAX - 1, INT64_MAX};
+	for (unsigned i = 0; i < sizeof res / sizeof res[0]; i++) {
+		for (unsigned j = 0; j < sizeof dl / sizeof dl[0]; j++) {
+			struct tmo_wheel w;
+			struct tmo_wheel_node n, *out[1];
+			tmo_wheel_init(&w, res[i], INT64_MIN);
+			tmo_wheel_node_init(&n);
+			tmo_wheel_add(&w, &n, dl[j]);
+			__int128 dist = (__int128)dl[j] - INT64_MIN, r = res[i];
+			__int128 due = (__int128)INT64_MIN + (dist + r - 1) / r * r;
+			int64_t ne = tmo_wheel_next_expiry(&w);
+			if (due > INT64_MAX) {
+				/* beyond the clock: never due (next_expiry is only a
+				 * lower bound: it may be a slot start before INT64_MAX) */
+				CHECK_EQ(drain(&w, INT64_MAX, out, 1), 0);
+				CHECK_EQ(tmo_wheel_count(&w), 1);
+				continue;
+			}
+			CHECK(ne <= (int64_t)due);
+			if ((int64_t)due > INT64_MIN)
+				CHECK_EQ(drain(&w, (int64_t)due - 1, out, 1), 0);
+			/* follow next_expiry as an engine would */
+			for (int step = 0; step < TMO_WHEEL_LEVELS + 2 && tmo_wheel_count(&w); step++)
+				drain(&w, tmo_wheel_next_expiry(&w), out, 1);
+			if (tmo_wheel_count(&w) != 0)
+				fprintf(stderr, "r %lld deadline %lld: not due at %lld\n", (long long)res[i],
+				        (long long)dl[j], (long long)due);
+			CHECK_EQ(tmo_wheel_count(&w), 0);
+		}
+	}
 }
 
 int main(void)
@@ -429,6 +487,7 @@ int main(void)
 	RUN(test_del_updates_bitmap);
 	RUN(test_overflow_and_big_jumps);
 	RUN(test_order_across_ticks);
+	RUN(test_extreme_range);
 	RUN(test_random_against_model);
 	return TEST_EXIT();
 }

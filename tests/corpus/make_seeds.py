@@ -19,6 +19,9 @@ def past(k, extra=0):  # -(k ticks + extra ns)
     return [0xC0 | (k & 63), extra & 0xFF]
 
 # ---- fuzz_wheel.c -----------------------------------------------------------------
+# indices into fuzz_wheel.c's resolutions[] and origins[]
+R1, R3, R7, R64, R4096, R1MS, RPRIME, R2P40 = range(8)
+O0, O1, OM1, ONEG, O1E12, OMIN, OHALF, OEND = range(8)
 def wcfg(res, origin):
     return [(res & 7) | ((origin & 7) << 3)]
 def warm(idx, delta):
@@ -30,29 +33,32 @@ def wadv(delta):
 W_NEXT_EXPIRY, W_DUE, W_DUE_MINUS_1, W_SAME = [0xC1], [0xC2], [0xC6], [0xC3]
 
 wheel = {
-    "boundaries_r1": wcfg(0, 0) + warm(0, raw(0)) + warm(1, raw(1)) + warm(2, raw(63))
+    "boundaries_r1": wcfg(R1, O0) + warm(0, raw(0)) + warm(1, raw(1)) + warm(2, raw(63))
         + warm(3, ticks(64 - 1, 1)) + W_DUE_MINUS_1 + W_DUE + W_DUE + W_DUE + W_DUE,
-    "boundaries_ms": wcfg(7, 4) + sum((warm(i, ticks(i * 5, i % 3 - 1)) for i in range(12)), [])
+    "boundaries_ms": wcfg(R1MS, O1E12) + sum((warm(i, ticks(i * 5, i % 3 - 1)) for i in range(12)), [])
         + (W_DUE_MINUS_1 + W_DUE) * 12,
-    "past_deadlines": wcfg(3, 3) + wadv(ticks(40)) + warm(0, past(3)) + warm(1, past(0, 1))
+    "past_deadlines": wcfg(R7, ONEG) + wadv(ticks(40)) + warm(0, past(3)) + warm(1, past(0, 1))
         + W_SAME + warm(2, past(63, 255)) + warm(3, raw(0)) + W_SAME + wadv(raw(1)),
-    "level_cascades": wcfg(4, 2) + warm(0, big(6)) + warm(1, big(12, 1)) + warm(2, big(18, 3, -1))
+    "level_cascades": wcfg(R64, OM1) + warm(0, big(6)) + warm(1, big(12, 1)) + warm(2, big(18, 3, -1))
         + warm(3, big(24, 7, 1)) + W_NEXT_EXPIRY * 12 + W_DUE * 4,
-    "overflow_epochs": wcfg(0, 0) + warm(0, big(45, 0xFFFF)) + warm(1, big(47, 5))
+    "overflow_epochs": wcfg(R1, O0) + warm(0, big(45, 0xFFFF)) + warm(1, big(47, 5))
         + warm(2, big(40)) + warm(3, big(44, 9)) + W_NEXT_EXPIRY * 30,
-    "end_of_time": wcfg(7, 7) + warm(0, big(45, 0xFFFF)) + warm(1, big(20)) + warm(2, ticks(1))
+    "end_of_time": wcfg(R1MS, OEND) + warm(0, big(45, 0xFFFF)) + warm(1, big(20)) + warm(2, ticks(1))
         + wadv(big(45, 0xFFFF)) + W_NEXT_EXPIRY * 4,
-    "cancel_heavy": wcfg(5, 1) + sum((warm(i, ticks(i + 1)) for i in range(16)), [])
+    "cancel_heavy": wcfg(R4096, O1) + sum((warm(i, ticks(i + 1)) for i in range(16)), [])
         + sum((wcancel(i) for i in range(0, 16, 2)), []) + wadv(ticks(20)) + wcancel(1),
-    "rearm_same": wcfg(2, 0) + sum((warm(7, ticks(i % 7 + 1, i % 3 - 1)) for i in range(20)), [])
+    "rearm_same": wcfg(R3, O0) + sum((warm(7, ticks(i % 7 + 1, i % 3 - 1)) for i in range(20)), [])
         + W_DUE + warm(7, raw(0)) + W_SAME,
-    "order_one_jump": wcfg(1, 0) + sum((warm(i, ticks((i * 37) % 64)) for i in range(40)), [])
+    "order_one_jump": wcfg(RPRIME, O0) + sum((warm(i, ticks((i * 37) % 64)) for i in range(40)), [])
         + sum((warm(40 + i, big(6, i)) for i in range(10)), []) + wadv(big(12)),
-    "negative_origin": wcfg(6, 5) + warm(0, big(30, 2)) + warm(1, past(10)) + wadv(raw(5))
-        + warm(2, ticks(3)) + W_NEXT_EXPIRY + W_DUE + W_NEXT_EXPIRY * 6,
-    "tick_64_carry": wcfg(4, 2) + wadv(ticks(63)) + warm(0, ticks(1)) + warm(1, ticks(1, 1))
+    "origin_int64_min": wcfg(R1, OMIN) + warm(0, big(30, 2)) + warm(1, past(10)) + wadv(raw(5))
+        + warm(2, ticks(3)) + W_NEXT_EXPIRY + W_DUE + W_NEXT_EXPIRY * 6
+        # walk the clock to the very end (8 x 2^61 ticks of 1 ns) and arm at
+        # INT64_MAX: tick 2^64 - 1, the last one of all
+        + wadv(big(45, 0xFFFF)) * 8 + warm(5, big(45, 0xFFFF)) + W_NEXT_EXPIRY + warm(6, raw(0)),
+    "tick_64_carry": wcfg(R64, OM1) + wadv(ticks(63)) + warm(0, ticks(1)) + warm(1, ticks(1, 1))
         + warm(2, big(6, 0, -1)) + W_DUE_MINUS_1 + W_DUE + W_DUE + W_DUE,
-    "mixed": wcfg(5, 4) + warm(0, raw(9)) + warm(1, big(9, 300)) + wcancel(0) + warm(2, past(2))
+    "mixed": wcfg(R2P40, OHALF) + warm(0, raw(9)) + warm(1, big(9, 300)) + wcancel(0) + warm(2, past(2))
         + wadv(ticks(9, 1)) + warm(3, big(33, 1)) + W_NEXT_EXPIRY * 3 + wcancel(3)
         + warm(4, ticks(2, -1)) + W_DUE,
 }
