@@ -1,0 +1,15 @@
+# The posix engine's kernel timers count against RLIMIT_SIGPENDING, which is
+# per USER, not per process: destroy/posix takes every timer it can get, and
+# any other posix test running beside it (ctest -j) would then see TMO_EAGAIN
+# on its first arm.  Every test that drives the posix engine takes one lock,
+# so ctest runs them one at a time (and beside anything else).  Deferred to
+# the end of this directory so it also sees tests added by other tests/*.cmake.
+function(tmo_posix_resource_lock)
+  get_property(all DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR} PROPERTY TESTS)
+  foreach(t IN LISTS all)
+    if(t MATCHES "/posix$")
+      set_property(TEST ${t} APPEND PROPERTY RESOURCE_LOCK tmo_posix_kernel_timers)
+    endif()
+  endforeach()
+endfunction()
+cmake_language(DEFER CALL tmo_posix_resource_lock)
