@@ -43,3 +43,34 @@ foreach(t IN LISTS TMO_FUZZ_TARGETS)
     target_link_libraries(fuzz_${t} PRIVATE Threads::Threads)
   endif()
 endforeach()
+
+# The replay must be able to fail.  A copy of src/wheel.c with its round-up
+# removed (deadlines rounded DOWN to a tick: timers fire early) is generated
+# into the build tree and built into fuzz_replay_wheel_planted; ctest
+# fuzz-replay/wheel-planted passes only when the corpus replay reports that
+# mismatch.  Configuring fails if the line to plant the bug in is gone.
+set(tmo_wheel_c ${PROJECT_SOURCE_DIR}/src/wheel.c)
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${tmo_wheel_c})
+file(READ ${tmo_wheel_c} tmo_wheel_src)
+set(tmo_roundup "return q + (rem != 0);")
+string(FIND "${tmo_wheel_src}" "${tmo_roundup}" tmo_at)
+if(tmo_at EQUAL -1)
+  message(FATAL_ERROR "tests/fuzz.cmake: '${tmo_roundup}' (the round-up to break) "
+                      "is not in src/wheel.c any more: update the planted bug")
+endif()
+string(REPLACE "${tmo_roundup}" "return q; /* PLANTED BUG: rounds down */"
+       tmo_wheel_src "${tmo_wheel_src}")
+file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/planted/wheel_planted.c.tmp "${tmo_wheel_src}")
+configure_file(${CMAKE_CURRENT_BINARY_DIR}/planted/wheel_planted.c.tmp
+               ${CMAKE_CURRENT_BINARY_DIR}/planted/wheel_planted.c COPYONLY)
+add_executable(fuzz_replay_wheel_planted ${CMAKE_CURRENT_SOURCE_DIR}/fuzz_wheel.c
+                                         ${CMAKE_CURRENT_SOURCE_DIR}/fuzz_replay.c
+                                         ${CMAKE_CURRENT_BINARY_DIR}/planted/wheel_planted.c)
+target_include_directories(fuzz_replay_wheel_planted PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}
+                                                             ${PROJECT_SOURCE_DIR}/src
+                                                             ${PROJECT_SOURCE_DIR}/include)
+add_test(NAME fuzz-replay/wheel-planted
+         COMMAND fuzz_replay_wheel_planted --expect-mismatch ${CMAKE_CURRENT_SOURCE_DIR}/corpus/wheel)
+set_tests_properties(fuzz-replay/wheel-planted PROPERTIES
+                     TIMEOUT ${TMO_TEST_TIMEOUT}
+                     PASS_REGULAR_EXPRESSION "fuzz mismatch[^\n]*early")

@@ -7,7 +7,10 @@
  * rerun it).  Fails when the paths held no input at all, so a missing corpus
  * cannot pass silently.
  *
- *   fuzz_replay_wheel [--random N] PATH...
+ *   fuzz_replay_wheel [--random N] [--expect-mismatch] PATH...
+ *
+ * --expect-mismatch turns it around, for a build with a planted bug: exit 0
+ * at the first mismatch, 1 if every input passed.
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -25,12 +28,21 @@ static const char *current_name = "(none)";
 static const uint8_t *current_data;
 static size_t current_size;
 static int current_is_random;
+static int expect_mismatch;
 
 static void on_abort(int sig)
 {
-	/* async-signal-safe only: write, open, close */
+	/* async-signal-safe only: write, open, close, _exit */
 	static const char msg[] = "fuzz-replay: the failing input is ";
 	ssize_t rc = write(2, msg, sizeof msg - 1);
+	if (expect_mismatch) {
+		static const char ok[] = "fuzz-replay: the planted bug was caught, as expected\n";
+		rc = write(2, current_name, strlen(current_name));
+		rc = write(2, "\n", 1);
+		rc = write(2, ok, sizeof ok - 1);
+		(void)rc;
+		_exit(0);
+	}
 	rc = write(2, current_name, strlen(current_name));
 	rc = write(2, "\n", 1);
 	if (current_is_random) {
@@ -140,6 +152,10 @@ int main(int argc, char **argv)
 			random_n = strtol(argv[++i], NULL, 10);
 			continue;
 		}
+		if (strcmp(argv[i], "--expect-mismatch") == 0) {
+			expect_mismatch = 1;
+			continue;
+		}
 		paths++;
 		long c = run_path(argv[i]);
 		if (c < 0)
@@ -147,7 +163,7 @@ int main(int argc, char **argv)
 		files += c;
 	}
 	if (paths == 0 && random_n == 0) {
-		fprintf(stderr, "usage: %s [--random N] PATH...\n", argv[0]);
+		fprintf(stderr, "usage: %s [--random N] [--expect-mismatch] PATH...\n", argv[0]);
 		return 2;
 	}
 	if (paths > 0 && files == 0) {
@@ -165,5 +181,9 @@ int main(int argc, char **argv)
 		run_one(name, buf, len, 1);
 	}
 	printf("fuzz-replay: %ld corpus files and %ld random inputs passed\n", files, random_n);
+	if (expect_mismatch) {
+		fprintf(stderr, "fuzz-replay: --expect-mismatch, but no input found one\n");
+		return 1;
+	}
 	return 0;
 }
