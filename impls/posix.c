@@ -165,6 +165,16 @@ static inline struct px_slot *slot_at(struct tmo *e, uint32_t i)
 	return &e->dir[i >> PX_CHUNK_SHIFT][i & (PX_CHUNK - 1)];
 }
 
+/* The slot a timer's reference names, or NULL when this engine never had it
+ * (a reference left by a destroyed engine whose address was reused). */
+static inline struct px_slot *ref_slot(struct tmo *e, uint64_t ref)
+{
+	uint32_t idx = (uint32_t)ref;
+	if (idx >= atomic_load_explicit(&e->nslots, memory_order_acquire))
+		return NULL;
+	return slot_at(e, idx);
+}
+
 static inline uint64_t mkword(uint32_t gen, enum px_state s) { return (uint64_t)gen << 8 | s; }
 static inline uint32_t word_gen(uint64_t w) { return (uint32_t)(w >> 8) & PX_GEN_MASK; }
 static inline uint64_t mkref(uint32_t gen, uint32_t idx) { return (uint64_t)gen << 33 | idx; }
@@ -626,7 +636,9 @@ static int px_attempt(struct tmo *e, struct px_priv *p, bool waited)
 		if (ref == 0)
 			return waited ? TMO_CANCEL_WAITED : TMO_ENOTARMED;
 		uint32_t idx = ref_idx(ref), gen = ref_gen(ref);
-		struct px_slot *s = slot_at(e, idx);
+		struct px_slot *s = ref_slot(e, ref);
+		if (s == NULL) /* not this engine's: nothing of it is pending here */
+			return (ref & PX_FIRED_BIT) ? TMO_CANCEL_FIRED : TMO_ENOTARMED;
 		if (ref & PX_FIRED_BIT) {
 			/* FIRING until the callback returned (DONE, then reused). */
 			if (atomic_load(&s->word) == mkword(gen, S_FIRING))
@@ -659,10 +671,8 @@ static bool px_busy(struct tmo *e, struct px_priv *p, struct tmo_timer *t)
 	if (atomic_load(&e->running) == t)
 		return true;
 	uint64_t ref = atomic_load(&p->ref);
-	if (ref == 0)
-		return false;
-	struct px_slot *s = slot_at(e, ref_idx(ref));
-	return atomic_load(&s->word) == mkword(ref_gen(ref), S_FIRING);
+	struct px_slot *s = ref == 0 ? NULL : ref_slot(e, ref);
+	return s != NULL && atomic_load(&s->word) == mkword(ref_gen(ref), S_FIRING);
 }
 
 /* Other thread: wait for the running callback, then attempt again while
