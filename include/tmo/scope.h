@@ -199,7 +199,8 @@ _Noreturn void tmo_reraise(const struct tmo_exc *exc);
  * handler returns) and its value is the result; anything else passes on.
  * Returns 0 with *value = body's value, 1 with *value = handler's value, or
  * TMO_ENULLCB (body or handler NULL) / TMO_EINVAL (filter empty or with bits
- * that are not exception classes).  value may be NULL. */
+ * that are not exception classes) / TMO_ESYS (the thread's context could not
+ * be set up: mutex or condvar init failed).  value may be NULL. */
 int tmo_rescue(unsigned filter, tmo_block_fn *body, void *arg, tmo_handler_fn *handler,
                void *harg, intptr_t *value);
 
@@ -209,7 +210,7 @@ int tmo_rescue(unsigned filter, tmo_block_fn *body, void *arg, tmo_handler_fn *h
  * *value = body's value, or passes the unwinding on.  The ensure runs with
  * the mask depth of entry; an exception raised by the ensure replaces the one
  * passing through (as in Ruby).  Returns TMO_ENULLCB if body or ensure is
- * NULL.  value may be NULL. */
+ * NULL, TMO_ESYS as tmo_rescue.  value may be NULL. */
 int tmo_ensure(tmo_block_fn *body, void *arg, tmo_ensure_fn *ensure, void *earg,
                intptr_t *value);
 
@@ -238,6 +239,7 @@ enum tmo_scope_mode {
  *  TMO_ENULLCB       block NULL;
  *  TMO_EBADTIMEOUT   timeout_ns negative or above TMO_TIMEOUT_MAX;
  *  TMO_EINVAL        mode unknown;
+ *  TMO_ESYS          the thread's context could not be set up;
  *  TMO_ENOMEM, TMO_EAGAIN  the engine could not arm (the block did not run).
  * value and exc may be NULL.
  *
@@ -278,7 +280,7 @@ void tmo_scope_stats(struct tmo_scope_stats *out);
 void tmo_check(void);
 
 /* Sleep ns nanoseconds (0: just an interruption point).  Returns 0, or
- * TMO_EBADTIMEOUT if ns is negative or above TMO_TIMEOUT_MAX. */
+ * TMO_EBADTIMEOUT if ns is negative or above TMO_TIMEOUT_MAX, or TMO_ESYS. */
 int tmo_sleep(int64_t ns);
 
 /* Mask interrupts (nestable).  tmo_unmask() leaving the outermost region is
