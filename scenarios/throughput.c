@@ -177,6 +177,10 @@ static void bench_cross(gb_state *st, void *arg)
 			}
 		}
 	}
+	/* Counters are summed over threads: only the cancelling thread counts
+	 * pairs, so the rate is pairs (not arms + cancels) per second. */
+	if (!producer)
+		gb_counter(st, "pairs", (double)gb_max_iterations(st), GB_COUNTER_RATE);
 }
 
 static void tp_sizes(const struct tmo_run *run, int *rounds, int *ops, double *min_time)
