@@ -37,6 +37,9 @@
 
 #define LEVEL_SHIFT(l) ((unsigned)(l) * TMO_WHEEL_BITS)
 #define SLOT_MASK ((uint64_t)TMO_WHEEL_SLOTS - 1)
+/* next_expiry() reads at most this many nodes of a higher-level slot to
+ * return an exact time (bounded: it must stay cheap). */
+#define NEXT_EXPIRY_SCAN 16u
 /* Ticks covered by all levels together: the top-level epoch. */
 #define EPOCH_SHIFT LEVEL_SHIFT(TMO_WHEEL_LEVELS)
 
@@ -224,7 +227,29 @@ int64_t tmo_wheel_next_expiry(const struct tmo_wheel *w)
 		return tick_ns(w, w->now_tick - 1);
 	unsigned level;
 	uint64_t t = next_tick(w, &level);
-	return t == UINT64_MAX ? INT64_MAX : tick_ns(w, t);
+	if (t == UINT64_MAX)
+		return INT64_MAX;
+	if (level == TMO_WHEEL_LEVELS) {
+		/* Only the overflow list: overflow_min is a lower bound too, and
+		 * exact unless its node was deleted. */
+		if (w->overflow_min > t)
+			t = w->overflow_min;
+	} else if (level > 0) {
+		/* The earliest node is in this slot (slots and levels are
+		 * ordered).  A short slot is scanned for the exact tick, so an
+		 * engine with a few far timers wakes once, not once per level on
+		 * the way down; a long one costs a cascade step instead. */
+		const struct tmo_wheel_node *n =
+		    w->slot[level][(t >> LEVEL_SHIFT(level)) & SLOT_MASK].head;
+		uint64_t min = UINT64_MAX;
+		unsigned k = 0;
+		for (; n != NULL && k < NEXT_EXPIRY_SCAN; n = n->next, k++)
+			if (n->expires < min)
+				min = n->expires;
+		if (n == NULL)
+			t = min;
+	}
+	return tick_ns(w, t);
 }
 
 /* Move T forward to t, which must be <= the tick of every node still in the

@@ -60,12 +60,13 @@ void tmo_wheel_add(struct tmo_wheel *w, struct tmo_wheel_node *n, int64_t deadli
 void tmo_wheel_del(struct tmo_wheel *w, struct tmo_wheel_node *n);
 /* Earliest time (ns) at which advance() may find a due node; INT64_MAX
  * when the wheel is empty (or the time is beyond INT64_MAX).  A lower bound
- * on the next due time (a deadline rounded up to its tick): never later,
- * possibly earlier (the start of a higher-level slot; an advance() to it
- * cascades that slot, so calling next_expiry() again then gives a later,
- * tighter time -- at most TMO_WHEEL_LEVELS + 1 such steps reach a due
- * node).  When a node is already due it is <= the last `now` advanced to.
- * O(TMO_WHEEL_LEVELS): one find-first-set per level. */
+ * on the next due time (a deadline rounded up to its tick): never later.
+ * Exact when the earliest occupied slot holds at most 16 nodes (it is
+ * scanned); otherwise that slot's start, and an advance() to it cascades
+ * the slot, so calling next_expiry() again gives a later, tighter time: at
+ * most TMO_WHEEL_LEVELS + 1 such steps reach a due node.  When a node is
+ * already due it is <= the last `now` advanced to.  Cost: one find-first-
+ * set per empty level, plus at most 16 nodes read. */
 int64_t tmo_wheel_next_expiry(const struct tmo_wheel *w);
 /* Advance to `now`, moving every due node out of the wheel onto the end of
  * *due, ordered by tick (nodes of one tick in no particular order).

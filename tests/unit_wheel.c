@@ -151,6 +151,51 @@ static void test_overflow_and_big_jumps(void)
 	CHECK(out[0] == &n[2]);
 }
 
+/* A few far timers: next_expiry() is exact (the earliest slot is scanned),
+ * so an engine sleeping until it wakes once per timer.  A crowded slot
+ * gives its start instead, still a lower bound. */
+static void test_next_expiry_exact_when_sparse(void)
+{
+	const int64_t ms = TMO_NSEC_PER_MSEC, s = TMO_NSEC_PER_SEC;
+	struct tmo_wheel w;
+	struct tmo_wheel_node a, b, c, crowd[20], *out[20];
+	tmo_wheel_init(&w, ms, 0);
+	tmo_wheel_node_init(&a);
+	tmo_wheel_node_init(&b);
+	tmo_wheel_node_init(&c);
+	tmo_wheel_add(&w, &a, 10 * s);
+	tmo_wheel_add(&w, &b, 20 * s + 1); /* rounded up to 20.001 s */
+	tmo_wheel_add(&w, &c, 300 * s);
+	CHECK_EQ(tmo_wheel_next_expiry(&w), 10 * s);
+	CHECK_EQ(drain(&w, 10 * s - 1, out, 3), 0);
+	CHECK_EQ(tmo_wheel_next_expiry(&w), 10 * s);
+	CHECK_EQ(drain(&w, 10 * s, out, 3), 1);
+	CHECK_EQ(tmo_wheel_next_expiry(&w), 20 * s + ms);
+	CHECK_EQ(drain(&w, 20 * s + ms, out, 3), 1);
+	CHECK_EQ(tmo_wheel_next_expiry(&w), 300 * s);
+	tmo_wheel_del(&w, &c);
+
+	/* beyond the top level: exact from the overflow list's minimum */
+	struct tmo_wheel w1;
+	tmo_wheel_init(&w1, 1, 0);
+	tmo_wheel_add(&w1, &a, (INT64_C(1) << 50) + 5);
+	tmo_wheel_add(&w1, &b, (INT64_C(1) << 51));
+	CHECK_EQ(tmo_wheel_next_expiry(&w1), (INT64_C(1) << 50) + 5);
+
+	/* Now at tick 20001 (64 * 312 + 33).  20 timers at ticks 20136 ..
+	 * 20155, all in the level-1 slot of ticks 20096 .. 20159: more than
+	 * the scan reads, so next_expiry is the slot's start. */
+	for (int i = 0; i < 20; i++) {
+		tmo_wheel_node_init(&crowd[i]);
+		tmo_wheel_add(&w, &crowd[i], (20136 + i) * ms);
+	}
+	CHECK_EQ(tmo_wheel_next_expiry(&w), 20096 * ms);
+	CHECK_EQ(drain(&w, 20096 * ms, out, 20), 0);
+	/* that advance cascaded the slot to level 0: exact again */
+	CHECK_EQ(tmo_wheel_next_expiry(&w), 20136 * ms);
+	CHECK_EQ(drain(&w, 20155 * ms, out, 20), 20);
+}
+
 /* One advance spanning many ticks returns them in tick order. */
 static void test_order_across_ticks(void)
 {
@@ -487,6 +532,7 @@ int main(void)
 	RUN(test_del_updates_bitmap);
 	RUN(test_overflow_and_big_jumps);
 	RUN(test_order_across_ticks);
+	RUN(test_next_expiry_exact_when_sparse);
 	RUN(test_extreme_range);
 	RUN(test_random_against_model);
 	return TEST_EXIT();
