@@ -113,7 +113,7 @@ static const struct ck_ec_mode ec_mode = {.ops = &ec_ops, .single_producer = fal
  * callback): producers grow the pool instead of waiting for it. */
 #define STALL_NS TMO_NSEC_PER_MSEC
 /* The longest a producer waits for recycling (a starved timer thread). */
-#define WAIT_MAX_NS (20 * TMO_NSEC_PER_MSEC)
+#define WAIT_MAX_NS (50 * TMO_NSEC_PER_MSEC)
 /* Node pointers the timer thread's batch array starts with. */
 #define BATCH_FIRST 1024u
 
@@ -142,6 +142,8 @@ struct tmo {
 	_Alignas(64) struct ck_ec32 wake_ec; /* producers -> timer thread */
 	_Atomic int napping;                 /* 1: timer thread polls; no wake needed */
 	_Alignas(64) struct ck_ec32 done_ec; /* timer thread -> waiting cancels */
+	struct ck_ec32 mag_ec;               /* timer thread -> producers waiting
+	                                        for a magazine */
 	/* the timer whose callback runs now (NULL: none); read by cancel */
 	_Atomic(struct tmo_timer *) running;
 
@@ -162,6 +164,7 @@ struct tmo {
 	_Atomic int in_callback; /* running a callback */
 	_Atomic int fill_req;    /* a producer asks for the part-filled magazine */
 	_Atomic uint64_t fill_ack; /* bumped when such a request was served */
+	_Atomic uint64_t published; /* magazines the timer thread handed out */
 	_Atomic uint64_t fired;
 	_Atomic uint64_t struct_bytes;
 	_Atomic uint64_t filed;
@@ -363,10 +366,10 @@ static inline void prefetch_node(const struct tmo__ib_mag *m, uint32_t i)
 }
 
 /* Allocate a slab of e->next_slab nodes (grow_lock held, or at create).
- * With s, its first magazine becomes s's cache. */
-static int slab_add(struct tmo *e, struct tls_slot *s)
+ * (or `nodes`, if not 0).  With s, its first magazine becomes s's cache. */
+static int slab_add(struct tmo *e, struct tls_slot *s, uint32_t nodes)
 {
-	uint32_t nn = e->next_slab;
+	uint32_t nn = nodes != 0 ? nodes : e->next_slab;
 	uint32_t nm = (nn + TMO__IB_MAG - 1) / TMO__IB_MAG + MAG_SLACK;
 	size_t node_bytes = (size_t)nn * sizeof(struct tmo__ib_node);
 	size_t bytes = node_bytes + (size_t)nm * sizeof(struct tmo__ib_mag);
@@ -412,21 +415,30 @@ static int slab_add(struct tmo *e, struct tls_slot *s)
 	return 0;
 }
 
-/* May this producer grow the pool rather than wait for the timer thread to
- * recycle nodes?  Yes below the soft cap (or twice what is filed: pending
- * timers need their nodes), when the timer thread is parked, and when it has
- * been inside one callback for STALL_NS (arms must not wait on callbacks). */
-static int may_grow(struct tmo *e, uint64_t rounds0, int64_t t0)
+static uint64_t pending_now(struct tmo *e);
+
+/* Must this producer wait for the timer thread rather than grow the pool?
+ * Only when the pool is past its soft cap and more than half of it is NOT
+ * pending timers (so most of it is cancelled nodes on their way back), the
+ * timer thread is not parked, and it is not stuck in one callback for
+ * STALL_NS (arms must not wait on callbacks). */
+static int stalled(struct tmo *e, uint64_t rounds0, int64_t t0)
 {
-	uint64_t total = atomic_load_explicit(&e->nodes_total, memory_order_relaxed);
-	uint64_t filed = atomic_load_explicit(&e->filed, memory_order_relaxed);
-	if (total < TMO__IB_SOFT_NODES || total < 2 * filed + 2 * TMO__IB_MAG)
-		return 1;
 	if (atomic_load_explicit(&e->park_flag, memory_order_relaxed))
 		return 1;
 	return atomic_load_explicit(&e->in_callback, memory_order_relaxed) &&
 	       atomic_load_explicit(&e->rounds, memory_order_relaxed) == rounds0 &&
 	       tmo_now_ns() - t0 >= STALL_NS;
+}
+
+static int may_grow(struct tmo *e, uint64_t rounds0, int64_t t0)
+{
+	uint64_t total = atomic_load_explicit(&e->nodes_total, memory_order_relaxed);
+	if (total < TMO__IB_SOFT_NODES)
+		return 1;
+	if (stalled(e, rounds0, t0))
+		return 1;
+	return total < 2 * pending_now(e) + 2 * TMO__IB_MAG;
 }
 
 static void wake_timer(struct tmo *e);
@@ -450,7 +462,8 @@ static int cache_refill(struct tmo *e, struct tls_slot *s)
 		if ((s->mag = mag_take_full(e)) != NULL)
 			rc = 0;
 		else if (force || may_grow(e, rounds0, t0))
-			rc = slab_add(e, s);
+			/* a stall adds one small slab; need doubles the pool */
+			rc = slab_add(e, s, force ? SLAB_FIRST : 0);
 		pthread_mutex_unlock(&e->grow_lock);
 		if (rc <= 0)
 			return rc;
@@ -461,28 +474,39 @@ static int cache_refill(struct tmo *e, struct tls_slot *s)
 		if (!waited++)
 			atomic_fetch_add_explicit(&e->waits, 1, memory_order_relaxed);
 		uint64_t ack = atomic_load_explicit(&e->fill_ack, memory_order_acquire);
+		uint64_t pub = atomic_load_explicit(&e->published, memory_order_relaxed);
 		atomic_store_explicit(&e->fill_req, 1, memory_order_release);
 		wake_timer(e);
 		for (;;) {
-			sched_yield();
+			/* sleep, not spin: on a busy machine the timer thread
+			 * needs this CPU */
+			uint32_t v = ck_ec32_value(&e->mag_ec);
 			if ((s->mag = mag_take_full(e)) != NULL)
 				return 0;
-			if (atomic_load_explicit(&e->fill_ack, memory_order_acquire) != ack)
+			if (atomic_load_explicit(&e->fill_ack, memory_order_acquire) == ack) {
+				struct timespec ts = tmo__ts_from_ns(tmo_now_ns() + STALL_NS);
+				ck_ec32_wait(&e->mag_ec, &ec_mode, v, &ts);
+				if ((s->mag = mag_take_full(e)) != NULL)
+					return 0;
+			}
+			if (atomic_load_explicit(&e->fill_ack, memory_order_acquire) != ack) {
+				/* It answered and handed out nothing meanwhile, and
+				 * nothing is on its way either: the free nodes sit in
+				 * other threads' caches.  Grow. */
+				if (atomic_load_explicit(&e->published, memory_order_relaxed) == pub &&
+				    ck_pr_load_ptr(&e->inbox.head) == NULL)
+					force = 1;
 				break;
-			if (may_grow(e, rounds0, t0) || tmo_now_ns() - t0 >= WAIT_MAX_NS) {
+			}
+			uint64_t r = atomic_load_explicit(&e->rounds, memory_order_relaxed);
+			if (r != rounds0) {
+				rounds0 = r;
+				t0 = tmo_now_ns();
+			}
+			if (stalled(e, rounds0, t0) || tmo_now_ns() - t0 >= WAIT_MAX_NS) {
 				force = 1; /* a long callback, or starved of CPU */
 				break;
 			}
-		}
-		/* It answered with nothing: if nothing is on its way either, the
-		 * free nodes sit in other threads' caches.  Grow. */
-		if (ck_pr_load_ptr(&e->inbox.head) == NULL &&
-		    ck_pr_load_ptr(&e->full_mags.head) == NULL)
-			force = 1;
-		uint64_t r = atomic_load_explicit(&e->rounds, memory_order_relaxed);
-		if (r != rounds0) {
-			rounds0 = r;
-			t0 = tmo_now_ns();
 		}
 	}
 }
@@ -508,6 +532,8 @@ static void fill_publish(struct tmo *e)
 	if (e->fill != NULL && e->fill->count > 0) {
 		ck_stack_push_upmc(&e->full_mags, &e->fill->link);
 		e->fill = NULL;
+		bump(&e->published);
+		ck_ec32_add(&e->mag_ec, &ec_mode, 1);
 	}
 }
 
@@ -531,6 +557,8 @@ static void node_release(struct tmo *e, struct tmo__ib_node *n)
 	if (m->count == TMO__IB_MAG) {
 		ck_stack_push_upmc(&e->full_mags, &m->link);
 		e->fill = NULL;
+		bump(&e->published);
+		ck_ec32_add(&e->mag_ec, &ec_mode, 1);
 	}
 }
 
@@ -933,6 +961,7 @@ static void *timer_main(void *arg)
 			atomic_store_explicit(&e->fill_req, 0, memory_order_relaxed);
 			fill_publish(e);
 			atomic_fetch_add_explicit(&e->fill_ack, 1, memory_order_release);
+			ck_ec32_add(&e->mag_ec, &ec_mode, 1);
 		}
 
 		e->due_head = NULL;
@@ -1021,6 +1050,7 @@ int tmo__ib_create(const struct tmo__ib_params *p, const struct tmo_config *cfg,
 	ck_stack_init(&e->empty_mags);
 	ck_ec32_init(&e->wake_ec, 0);
 	ck_ec32_init(&e->done_ec, 0);
+	ck_ec32_init(&e->mag_ec, 0);
 	e->next_slab = SLAB_FIRST;
 
 	int rc = TMO_ESYS;
@@ -1038,7 +1068,7 @@ int tmo__ib_create(const struct tmo__ib_params *p, const struct tmo_config *cfg,
 	e->batch = tmo__malloc(BATCH_FIRST * sizeof *e->batch);
 	if (e->batch == NULL)
 		goto fail_sched;
-	rc = slab_add(e, NULL);
+	rc = slab_add(e, NULL, 0);
 	if (rc != 0)
 		goto fail_batch;
 	rc = tmo__thread_create(&e->thread, NULL, timer_main, e);
@@ -1110,7 +1140,8 @@ void tmo__ib_destroy(struct tmo *e)
 
 /* ---- stats, park, debug ----------------------------------------------------- */
 
-int tmo__ib_stats(struct tmo *e, struct tmo_stats *out)
+/* Arms minus fires minus prevented cancels, from every thread's counters. */
+static uint64_t counts(struct tmo *e, uint64_t *fired_out, uint64_t *prevented_out)
 {
 	uint64_t armed, prevented;
 	pthread_mutex_lock(&g_lock);
@@ -1122,7 +1153,19 @@ int tmo__ib_stats(struct tmo *e, struct tmo_stats *out)
 	}
 	pthread_mutex_unlock(&g_lock);
 	uint64_t fired = atomic_load_explicit(&e->fired, memory_order_relaxed);
-	out->pending = armed > fired + prevented ? armed - fired - prevented : 0;
+	if (fired_out != NULL)
+		*fired_out = fired;
+	if (prevented_out != NULL)
+		*prevented_out = prevented;
+	return armed > fired + prevented ? armed - fired - prevented : 0;
+}
+
+static uint64_t pending_now(struct tmo *e) { return counts(e, NULL, NULL); }
+
+int tmo__ib_stats(struct tmo *e, struct tmo_stats *out)
+{
+	uint64_t fired, prevented;
+	out->pending = counts(e, &fired, &prevented);
 	out->held_nodes = atomic_load_explicit(&e->nodes_total, memory_order_relaxed);
 	out->held_bytes = atomic_load_explicit(&e->slab_bytes, memory_order_relaxed) +
 	                  atomic_load_explicit(&e->struct_bytes, memory_order_relaxed);
