@@ -96,7 +96,7 @@ static void test_park(void)
 
 #define NORDER 2000
 static int order_seen[NORDER];
-static atomic_int order_n;
+static atomic_int order_n, order_done;
 
 static void order_cb(struct tmo_timer *t, void *arg)
 {
@@ -104,6 +104,7 @@ static void order_cb(struct tmo_timer *t, void *arg)
 	int i = atomic_fetch_add(&order_n, 1);
 	if (i < NORDER)
 		order_seen[i] = (int)(intptr_t)arg;
+	atomic_fetch_add(&order_done, 1); /* publishes order_seen[i] */
 }
 
 static void test_fifo_order(void)
@@ -115,9 +116,9 @@ static void test_fifo_order(void)
 	 * order, and equal ones (same clock reading) fall back to it. */
 	for (int i = 0; i < NORDER; i++)
 		CHECK_EQ(tmo_arm(e, &t[i], 20 * TMO_NSEC_PER_MSEC, order_cb, (void *)(intptr_t)i), 0);
-	for (int i = 0; i < 400 && atomic_load(&order_n) < NORDER; i++)
+	for (int i = 0; i < 400 && atomic_load(&order_done) < NORDER; i++)
 		sleep_ms(5);
-	CHECK_EQ(atomic_load(&order_n), NORDER);
+	CHECK_EQ(atomic_load(&order_done), NORDER);
 	int bad = 0;
 	for (int i = 0; i < NORDER; i++)
 		bad += order_seen[i] != i;
@@ -131,7 +132,7 @@ struct pair {
 	struct tmo *e;
 	struct tmo_timer a, b;
 	atomic_int b_ran;
-	int cancel_b;
+	atomic_int cancel_b;
 };
 
 static void b_cb(struct tmo_timer *t, void *arg)
@@ -147,7 +148,7 @@ static void a_cb(struct tmo_timer *t, void *arg)
 	/* b is due too (same batch), but has not run: it must still be
 	 * preventable. */
 	sleep_ms(2);
-	p->cancel_b = tmo_cancel(p->e, &p->b);
+	atomic_store(&p->cancel_b, tmo_cancel(p->e, &p->b));
 }
 
 static void test_cancel_due_in_batch(void)
@@ -163,7 +164,7 @@ static void test_cancel_due_in_batch(void)
 	sleep_ms(30);
 	CHECK_EQ(tmo_park(p.e, 0), 0);
 	sleep_ms(50);
-	CHECK_EQ(p.cancel_b, TMO_CANCEL_PREVENTED);
+	CHECK_EQ(atomic_load(&p.cancel_b), TMO_CANCEL_PREVENTED);
 	CHECK_EQ(atomic_load(&p.b_ran), 0);
 	CHECK_EQ(tmo_cancel(p.e, &p.a), TMO_CANCEL_FIRED);
 	CHECK_EQ(tmo_cancel(p.e, &p.b), TMO_ENOTARMED);
