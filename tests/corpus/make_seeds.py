@@ -64,8 +64,8 @@ wheel = {
 }
 
 # ---- fuzz_heap.c ------------------------------------------------------------------
-def hcfg(arity4, cap):
-    return [(1 if arity4 else 0) | ((cap & 7) << 1)]
+def hcfg(arity4, cap, fini_full=False):
+    return [(1 if arity4 else 0) | ((cap & 7) << 1) | (0x10 if fini_full else 0)]
 def harm(idx, delta, r=1, fail=False):
     """Arm timer idx at now + delta (delta scale r); with fail, every
     allocation fails during the push (how byte 192..199: r 1..8)."""
@@ -106,7 +106,7 @@ heap = {
         + harm(6, raw(3)) + H_NEXT,
     "interleaved": hcfg(False, 2) + sum((harm(i, ticks(i % 9, i % 3 - 1), r=1 + i % 16)
         + (H_NEXT if i % 5 == 4 else []) for i in range(40)), []),
-    "drain_then_refill": hcfg(True, 1) + sum((harm(i, raw(i)) for i in range(20)), [])
+    "drain_then_refill": hcfg(True, 1, fini_full=True) + sum((harm(i, raw(i)) for i in range(20)), [])
         + hadv(raw(63)) + sum((harm(i, raw(i)) for i in range(20)), []) + H_NEXT_MINUS_1 + H_NEXT,
 }
 
