@@ -409,12 +409,18 @@ static int lev_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_c
 static int lev_cancel(struct tmo *e, struct tmo_timer *t)
 {
 	struct lev_priv *p = priv(t);
-	if (atomic_load_explicit(&p->rec, memory_order_relaxed) == NULL &&
-	    !atomic_load_explicit(&p->fired, memory_order_relaxed))
-		return TMO_ENOTARMED;
-	if (atomic_load_explicit(&p->eng, memory_order_relaxed) != e)
+	if (atomic_load_explicit(&p->eng, memory_order_relaxed) != e) {
+		/* Not ours (another engine's mutex guards it, or never armed):
+		 * best effort, as the header allows for misuse. */
+		if (atomic_load_explicit(&p->rec, memory_order_relaxed) == NULL &&
+		    !atomic_load_explicit(&p->fired, memory_order_relaxed))
+			return TMO_ENOTARMED;
 		return TMO_EWRONGENGINE;
+	}
 
+	/* Everything else under m: the engine thread clears rec and sets fired
+	 * in two stores, under m; read unlocked between them, a timer that is
+	 * firing would look idle (TMO_ENOTARMED; the race scenario caught it). */
 	bool waited = false;
 	pthread_mutex_lock(&e->m);
 	if (e->running == t && lev_self != e) {
