@@ -10,6 +10,7 @@
  *          cost per op (Debian's Google Benchmark is a debug build).
  *  floor   an uncontended CAS pair on a cache line the caller owns: what an
  *          arm+cancel that touches one shared word costs at best.
+ *          (empty and floor: the seed's rounds, their median.)
  *  threads:N  1..--threads threads, each arming and cancelling its own
  *          timer: aggregate ops/s.
  *  cross   arm on one thread, cancel on another (two threads and a
@@ -282,11 +283,18 @@ static int throughput_run(const struct tmo_run *run)
 		seed_op(c, &c->slots[0].t);
 
 	/* 1. seed, empty, floor, 1..N threads, cross: one Google Benchmark run. */
+	/* The empty loop and the floor run in the same rounds as the seed, so
+	 * their medians compare like with like (one long run of the floor is at
+	 * the mercy of one preemption on a shared machine). */
 	struct gb_bench *b = tp_register(run, "seed", bench_seed, c, 1, 0);
 	gb_iterations(b, (uint64_t)ops);
 	gb_repetitions(b, rounds);
-	tp_register(run, "empty", bench_empty, c, 1, min_time);
-	tp_register(run, "floor", bench_floor, c, 1, min_time);
+	b = tp_register(run, "empty", bench_empty, c, 1, 0);
+	gb_iterations(b, (uint64_t)ops);
+	gb_repetitions(b, rounds);
+	b = tp_register(run, "floor", bench_floor, c, 1, 0);
+	gb_iterations(b, (uint64_t)ops);
+	gb_repetitions(b, rounds);
 	for (int t = 1; t <= nthreads; t++)
 		tp_register(run, "", bench_seed, c, t, min_time);
 	c->pool = calloc(RING, sizeof *c->pool);
@@ -317,14 +325,14 @@ static int throughput_run(const struct tmo_run *run)
 	}
 	double median = nround > 0 ? su_median(round_ns, (size_t)nround) : NAN;
 	tmo_report(run, "seed_median_ns_per_op", "", median, "ns");
-	const struct gb_result *r_empty = tp_find(run, res, n, "empty", 1, "");
-	const struct gb_result *r_floor = tp_find(run, res, n, "floor", 1, "");
+	const struct gb_result *r_empty = tp_find(run, res, n, "empty", 1, "median");
+	const struct gb_result *r_floor = tp_find(run, res, n, "floor", 1, "median");
 	double empty = r_empty ? r_empty->real_ns : NAN, floor_ns = r_floor ? r_floor->real_ns : NAN;
 	tmo_report(run, "empty_loop_ns_per_op", "", empty, "ns");
 	tmo_report(run, "floor_ns_per_op", "", floor_ns, "ns");
 	tmo_report(run, "ratio_to_floor", "", median / floor_ns, "x");
 	printf("\nseed: median %.1f ns/op over %d rounds; loop's own cost %.2f ns/op; floor (CAS "
-	       "pair) %.2f ns/op; %.1fx the floor\n",
+	       "pair) %.2f ns/op; %.1fx the floor (medians of the same rounds)\n",
 	       median, nround, empty, floor_ns, median / floor_ns);
 	double one = NAN;
 	for (int t = 1; t <= nthreads; t++) {
