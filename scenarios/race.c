@@ -266,7 +266,10 @@ static int race_run(const struct tmo_run *run)
 	       "neither %lld, running after cancel %lld, double %lld, cancel errors %lld, arm errors "
 	       "%lld\n",
 	       (unsigned long long)ran, (unsigned long long)c->count, secs,
-	       ran < c->count ? " (stopped at the time cap)" : "", fired, cancelled, both, neither,
+	       ran >= c->count ? ""
+	       : arm_errors > 0 ? " (stopped: an arm failed)"
+	                        : " (stopped at the time cap)",
+	       fired, cancelled, both, neither,
 	       running, doubles, errors, arm_errors);
 	if (ran > 0 && (fired == 0 || cancelled == 0))
 		printf("race: note: every cancel landed on one side (%lld fired, %lld cancelled): the "
