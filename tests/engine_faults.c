@@ -407,6 +407,7 @@ int main(int argc, char **argv)
 {
 	et_init(argc, argv, "engine_faults");
 	raise_sigpending();
+	CHECK_EQ(et_warm_up(), 0);
 	threads_at_start = et_thread_count();
 	static const enum tmo_fault_kind kinds[] = {TMO_FAULT_ALLOC, TMO_FAULT_THREAD,
 	                                            TMO_FAULT_SYSRES};

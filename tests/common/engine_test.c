@@ -71,6 +71,25 @@ int et_wait_ge(atomic_llong *v, long long target, int64_t timeout_ns)
 	}
 }
 
+static atomic_llong warm_fired;
+static void warm_cb(struct tmo_timer *t, void *arg) { atomic_fetch_add(&warm_fired, 1); }
+
+int et_warm_up(void)
+{
+	struct tmo *e = NULL;
+	int rc = tmo_create(et_name, NULL, &e);
+	if (rc != 0)
+		return rc;
+	struct tmo_timer t = TMO_TIMER_INIT;
+	if (tmo_arm(e, &t, 0, warm_cb, NULL) == 0) {
+		et_wait_ge(&warm_fired, 1, TMO_NSEC_PER_SEC);
+		tmo_cancel(e, &t);
+	}
+	tmo_destroy(&e);
+	et_sleep_ns(20 * TMO_NSEC_PER_MSEC);
+	return 0;
+}
+
 int et_thread_count(void)
 {
 	DIR *d = opendir("/proc/self/task");

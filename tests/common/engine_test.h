@@ -34,6 +34,12 @@ void et_sleep_ns(int64_t ns);
 /* Wait until *v >= target or timeout_ns passes; returns 1 if reached. */
 int et_wait_ge(atomic_llong *v, long long target, int64_t timeout_ns);
 
+/* Create the engine, fire one timer, destroy it: afterwards the process has
+ * every thread it will keep (a sanitizer's runtime starts its background
+ * thread with the first engine), so thread counts taken next are a stable
+ * baseline.  Returns 0 or the create error. */
+int et_warm_up(void);
+
 /* Threads in this process (entries of /proc/self/task), -1 if unknown. */
 int et_thread_count(void);
 
