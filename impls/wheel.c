@@ -89,7 +89,7 @@ static int wheel_create(const struct tmo_config *cfg, struct tmo **out)
 		.ops = &tmo_engine_wheel,
 		.sched = &wheel_sched,
 		.resolution_ns = WHEEL_TICK_NS,
-		.nap_ns = WHEEL_TICK_NS,
+		.nap_ns = WHEEL_TICK_NS / 4,
 	};
 	return tmo__ib_create(&params, cfg, out);
 }

@@ -98,8 +98,159 @@ static const struct ck_ec_ops ec_ops = {
 	.wait32 = ec_wait32,
 	.wake32 = ec_wake32,
 };
-/* Many threads increment both event counts. */
+/* Many threads increment every event count here. */
 static const struct ck_ec_mode ec_mode = {.ops = &ec_ops, .single_producer = false};
+
+static int ts_before(const struct timespec *a, const struct timespec *b)
+{
+	return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
+}
+
+/* ck_ec32_wait sleeps in its own back-off steps (2 ms, then 16 ms, ...) and
+ * looks at the caller's deadline only between them, so a 100 us wait took
+ * 2 ms and a 2.5 ms one 16 ms (measured).  The predicate clamps each step to
+ * our deadline and ends the wait once it has passed. */
+static int clamp_to_deadline(const struct ck_ec_wait_state *st, struct timespec *step)
+{
+	const struct timespec *mine = st->data;
+	if (!ts_before(&st->now, mine))
+		return 1;
+	if (ts_before(mine, step))
+		*step = *mine;
+	return 0;
+}
+
+/* Wait until ec's value differs from v, or until deadline_ns (INT64_MAX:
+ * no deadline). */
+static void ec_wait_until(struct ck_ec32 *ec, uint32_t v, int64_t deadline_ns)
+{
+	if (deadline_ns == INT64_MAX) {
+		ck_ec32_wait(ec, &ec_mode, v, NULL);
+	} else {
+		struct timespec ts = tmo__ts_from_ns(deadline_ns);
+		ck_ec32_wait_pred(ec, &ec_mode, v, clamp_to_deadline, &ts, &ts);
+	}
+}
+
+/* One inbox exchange: its nodes in the batch array, and the clock read
+ * right after it (with the TSC read beside it, to date each arm). */
+struct seg {
+	uint32_t start, end;
+	int64_t ns;    /* CLOCK_MONOTONIC just after the exchange */
+	uint64_t tsc;  /* TSC at the same moment */
+	double rate;   /* ns per TSC tick; 0: not calibrated yet */
+	double err_ns; /* uncertainty of the (tsc, ns) pair */
+	double rel;    /* relative uncertainty of the rate */
+};
+
+/* ---- dating arms -----------------------------------------------------------
+ *
+ * Guarantee 4 (order) needs each arm's own time: stamping a whole inbox
+ * exchange with one clock read inverts arms made further apart than the
+ * exchange's span, and under load that span is milliseconds (measured:
+ * inversions of 0.5 ms for mpsc, 31 ms for wheel in the expiry scenario).
+ * A CLOCK_MONOTONIC read costs arm ~25 ns of CPU; the TSC ~10 ns (measured
+ * here).  So with an invariant TSC arm records the TSC, and the timer thread
+ * converts it with a rate measured against CLOCK_MONOTONIC since the first
+ * engine was created, anchored at a (TSC, clock) pair read at the exchange
+ * -- usually microseconds after the arm -- and rounded UP by a margin that
+ * covers both pairs' read skew, the rate's error over that distance and NTP
+ * slew (0.1 %).  The margin is at least MARGIN_NS for every arm, so arms
+ * keep their order (a varying margin would reorder arms it separates by
+ * less).  The result is also capped by the exchange's clock read, itself
+ * never earlier than the arm: never early holds whatever the TSC does.
+ * Without an invariant TSC, arm reads CLOCK_MONOTONIC. */
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#include <x86intrin.h>
+static inline uint64_t read_tsc(void) { return __rdtsc(); }
+static int tsc_invariant(void)
+{
+	unsigned a, b, c, d;
+	return __get_cpuid(0x80000007u, &a, &b, &c, &d) && (d & (1u << 8)) != 0;
+}
+#else
+static inline uint64_t read_tsc(void) { return 0; }
+static int tsc_invariant(void) { return 0; }
+#endif
+
+/* Pairs whose two TSC reads are further apart than this are discarded
+ * (the thread was preempted between them). */
+#define PAIR_MAX_TICKS 20000u
+/* Added to every converted arm time (lateness, not earliness). */
+#define MARGIN_NS 10000.0
+/* A rate is not used while its relative error may exceed this. */
+#define REL_MAX 0.01
+
+static pthread_once_t g_cal_once = PTHREAD_ONCE_INIT;
+static int g_use_tsc;
+static uint64_t g_cal_tsc, g_cal_width;
+static int64_t g_cal_ns;
+
+/* A (TSC, clock) pair; *width_ticks is how far apart the TSC reads were. */
+static void tsc_pair(uint64_t *tsc, int64_t *ns, uint64_t *width_ticks)
+{
+	for (int i = 0;; i++) {
+		uint64_t a = read_tsc();
+		int64_t t = tmo_now_ns();
+		uint64_t b = read_tsc();
+		if (b - a <= PAIR_MAX_TICKS || i == 4) {
+			*tsc = a + (b - a) / 2;
+			*ns = t;
+			*width_ticks = b - a;
+			return;
+		}
+	}
+}
+
+static void cal_init(void)
+{
+	g_use_tsc = tsc_invariant();
+	if (g_use_tsc)
+		tsc_pair(&g_cal_tsc, &g_cal_ns, &g_cal_width);
+}
+
+/* What arm records: the TSC, or the clock. */
+static inline uint64_t arm_stamp(void)
+{
+	return g_use_tsc ? read_tsc() : (uint64_t)tmo_now_ns();
+}
+
+/* The exchange's own clock read, and what converts TSC values. */
+static void seg_stamp(struct seg *sg)
+{
+	if (!g_use_tsc) {
+		sg->ns = tmo_now_ns();
+		sg->rate = 0;
+		return;
+	}
+	uint64_t w;
+	tsc_pair(&sg->tsc, &sg->ns, &w);
+	sg->rate = 0;
+	if (sg->tsc > g_cal_tsc + g_cal_width + w && sg->ns > g_cal_ns) {
+		double rate = (double)(sg->ns - g_cal_ns) / (double)(sg->tsc - g_cal_tsc);
+		/* each pair's clock read lies somewhere within its TSC reads */
+		double rel = (double)(g_cal_width + w) / (double)(sg->tsc - g_cal_tsc) + 1e-3;
+		if (rel <= REL_MAX) {
+			sg->rate = rate;
+			sg->rel = rel;
+			sg->err_ns = (double)w * rate * (1.0 + rel);
+		}
+	}
+}
+
+/* An upper bound on when the arm stamped `st` was called: never earlier. */
+static int64_t arm_time(const struct seg *sg, uint64_t st)
+{
+	if (!g_use_tsc)
+		return (int64_t)st;
+	if (sg->rate <= 0)
+		return sg->ns; /* not calibrated yet: the exchange's time */
+	double d = sg->tsc > st ? (double)(sg->tsc - st) * sg->rate : 0.0;
+	double margin = sg->err_ns + 1000.0 + d * sg->rel;
+	double up = (double)sg->ns - d + (margin > MARGIN_NS ? margin : MARGIN_NS);
+	return up < (double)sg->ns ? (int64_t)up : sg->ns;
+}
 
 /* ---- the engine ---------------------------------------------------------- */
 
@@ -114,6 +265,10 @@ static const struct ck_ec_mode ec_mode = {.ops = &ec_ops, .single_producer = fal
 #define STALL_NS TMO_NSEC_PER_MSEC
 /* The longest a producer waits for recycling (a starved timer thread). */
 #define WAIT_MAX_NS (50 * TMO_NSEC_PER_MSEC)
+/* Inbox exchanges kept before they are handled, and the nodes handled
+ * between two exchanges while a burst keeps the timer thread busy. */
+#define TMO__IB_SEGS 64u
+#define TMO__IB_SEG_NODES 128u
 /* Node pointers the timer thread's batch array starts with. */
 #define BATCH_FIRST 1024u
 
@@ -153,8 +308,11 @@ struct tmo {
 	struct tmo__ib_node *loose;            /* released with no magazine, via link */
 	struct tmo__ib_node *unfiled;
 	struct tmo__ib_node *due_head, **due_tail;
-	struct tmo__ib_node **batch; /* one drained chain, oldest first */
-	uint32_t batch_cap;
+	size_t due_count;
+	struct tmo__ib_node **batch; /* exchanged chains, each newest first */
+	uint32_t batch_cap, batch_used;
+	struct seg seg[TMO__IB_SEGS];
+	uint32_t nseg;
 	int idle_naps;
 	int napping_cached;
 
@@ -484,8 +642,7 @@ static int cache_refill(struct tmo *e, struct tls_slot *s)
 			if ((s->mag = mag_take_full(e)) != NULL)
 				return 0;
 			if (atomic_load_explicit(&e->fill_ack, memory_order_acquire) == ack) {
-				struct timespec ts = tmo__ts_from_ns(tmo_now_ns() + STALL_NS);
-				ck_ec32_wait(&e->mag_ec, &ec_mode, v, &ts);
+				ec_wait_until(&e->mag_ec, v, tmo_now_ns() + STALL_NS);
 				if ((s->mag = mag_take_full(e)) != NULL)
 					return 0;
 			}
@@ -627,7 +784,8 @@ int tmo__ib_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_call
 
 	uint64_t gen = gen_of(atomic_load_explicit(&n->state, memory_order_relaxed)) + 1;
 	n->timer = t;
-	n->s.when = timeout_ns;
+	n->s.q.timeout = timeout_ns;
+	n->s.q.stamp = arm_stamp();
 	atomic_store_explicit(&n->state, mkst(gen, ST_QUEUED), memory_order_relaxed);
 	t->cb = cb;
 	t->arg = arg;
@@ -764,6 +922,7 @@ static void due_append(void *ctx, struct tmo__ib_node *n)
 	set_aux(n, NULL, TMO__IB_NOWHERE);
 	*e->due_tail = n;
 	e->due_tail = (struct tmo__ib_node **)(void *)&n->aux;
+	e->due_count++;
 }
 
 static void file_node(struct tmo *e, struct tmo__ib_node *n, int64_t deadline)
@@ -777,13 +936,14 @@ static void file_node(struct tmo *e, struct tmo__ib_node *n, int64_t deadline)
 	}
 }
 
-static void handle(struct tmo *e, struct tmo__ib_node *n, int64_t now)
+static void handle(struct tmo *e, struct tmo__ib_node *n, const struct seg *sg)
 {
 	uint64_t s = atomic_load_explicit(&n->state, memory_order_acquire);
 	uint64_t gen = gen_of(s);
 	switch (st_of(s)) {
 	case ST_QUEUED: {
-		int64_t deadline = now + n->s.when; /* both <= 2^62: no overflow */
+		/* both <= 2^62: no overflow */
+		int64_t deadline = arm_time(sg, n->s.q.stamp) + n->s.q.timeout;
 		if (!atomic_compare_exchange_strong_explicit(&n->state, &s, mkst(gen, ST_IN_STRUCT),
 		                                             memory_order_acq_rel,
 		                                             memory_order_acquire)) {
@@ -817,32 +977,53 @@ static void handle(struct tmo *e, struct tmo__ib_node *n, int64_t now)
 	}
 }
 
-/* Handle one exchanged inbox chain.  It comes newest-first: handle it oldest
- * first, so arms of equal deadline keep their order.  The chain is walked
- * once into an array (a read of each node; the walk is where the misses
- * are), then handled backwards; writing the links to reverse the chain in
- * place would dirty every node a second time. */
-static void drain(struct tmo *e, ck_stack_entry_t *chain, int64_t now)
+/* Make the batch array hold at least `want` pointers (timer thread).
+ * Returns 0 if it could not grow. */
+static int batch_reserve(struct tmo *e, uint64_t want)
 {
-	uint32_t k = 0;
-	ck_stack_entry_t *p = chain;
-	while (p != NULL) {
-		if (UNLIKELY(k == e->batch_cap)) {
-			uint32_t cap = e->batch_cap * 2;
-			struct tmo__ib_node **b = tmo__malloc((size_t)cap * sizeof *b);
-			if (b == NULL)
-				break; /* handle the rest in place, below */
-			memcpy(b, e->batch, (size_t)k * sizeof *b);
-			tmo__free(e->batch);
-			e->batch = b;
-			e->batch_cap = cap;
-		}
+	if (want <= e->batch_cap)
+		return 1;
+	uint64_t cap = e->batch_cap;
+	while (cap < want)
+		cap *= 2;
+	if (cap > UINT32_MAX)
+		return 0;
+	struct tmo__ib_node **b = tmo__malloc((size_t)cap * sizeof *b);
+	if (b == NULL)
+		return 0;
+	memcpy(b, e->batch, (size_t)e->batch_used * sizeof *b);
+	tmo__free(e->batch);
+	e->batch = b;
+	e->batch_cap = (uint32_t)cap;
+	return 1;
+}
+
+/* Take the inbox with one exchange and append it to the batch array as a
+ * segment stamped with the clock read just after the exchange.  Returns 0
+ * if the inbox was empty, or the array is full (the chain then stays in the
+ * inbox: nothing is lost, it is taken later). */
+static int take_segment(struct tmo *e)
+{
+	if (e->nseg == TMO__IB_SEGS || ck_pr_load_ptr(&e->inbox.head) == NULL)
+		return 0;
+	/* Unhandled nodes are distinct (a node re-enters the inbox only once
+	 * handled), so the pool size bounds what the array must hold. */
+	if (!batch_reserve(e, atomic_load_explicit(&e->nodes_total, memory_order_relaxed)) &&
+	    e->nseg > 0)
+		return 0;
+	ck_stack_entry_t *p = ck_stack_batch_pop_upmc(&e->inbox);
+	/* read after the exchange: no arm in it was called later */
+	struct seg *sg = &e->seg[e->nseg];
+	seg_stamp(sg);
+	uint32_t start = e->batch_used, k = start;
+	while (p != NULL && k < e->batch_cap) {
 		e->batch[k++] = tmo_container_of(p, struct tmo__ib_node, link);
 		p = p->next;
 	}
 	if (UNLIKELY(p != NULL)) {
-		/* out of memory for the array: the older part of the chain (from
-		 * p on) is reversed in place and handled first */
+		/* Only when the array could not grow (out of memory) and this is
+		 * the first segment: the older rest of the chain is handled at
+		 * once, oldest first, after reversing it in place. */
 		ck_stack_entry_t *rev = NULL;
 		while (p != NULL) {
 			ck_stack_entry_t *next = p->next;
@@ -855,11 +1036,43 @@ static void drain(struct tmo *e, ck_stack_entry_t *chain, int64_t now)
 			/* read the link first: once the node is filed a cancel may
 			 * push it again, rewriting it */
 			rev = rev->next;
-			handle(e, n, now);
+			handle(e, n, sg);
 		}
 	}
-	while (k > 0)
-		handle(e, e->batch[--k], now);
+	sg->start = start;
+	sg->end = k;
+	e->nseg++;
+	e->batch_used = k;
+	return 1;
+}
+
+/* Handle everything in the inbox.  Each exchanged chain comes newest-first
+ * and is handled oldest first, so arms of equal deadline keep their order;
+ * it is walked once into an array (a read of each node: the walk is where
+ * the misses are) rather than reversed in place, which would dirty every
+ * node.  While handling, the inbox is taken again every TMO__IB_SEG_NODES
+ * nodes: a chain's stamp is then at most that long after its arms, so
+ * stamps of arms made further apart than that keep their order (guarantee
+ * 4) even when a burst keeps the thread busy for long. */
+static int drain(struct tmo *e)
+{
+	e->nseg = 0;
+	e->batch_used = 0;
+	if (!take_segment(e))
+		return 0;
+	uint32_t handled = 0;
+	for (uint32_t si = 0; si < e->nseg; si++) {
+		const struct seg *sg = &e->seg[si];
+		for (uint32_t i = sg->end; i > sg->start;) {
+			handle(e, e->batch[--i], sg);
+			if (++handled % TMO__IB_SEG_NODES == 0)
+				take_segment(e);
+		}
+		/* the last segment done: anything new arrived meanwhile? */
+		if (si + 1 == e->nseg)
+			take_segment(e);
+	}
+	return 1;
 }
 
 /* Retry nodes the structure could not take; due ones go straight to due. */
@@ -948,12 +1161,8 @@ static void *timer_main(void *arg)
 		atomic_store_explicit(&e->rounds, atomic_load_explicit(&e->rounds, memory_order_relaxed) + 1,
 		                      memory_order_relaxed);
 
-		ck_stack_entry_t *batch = ck_stack_batch_pop_upmc(&e->inbox);
-		/* read after the exchange: deadline = now + timeout is then no
-		 * earlier than any popped arm's call time + its timeout */
+		int busy = drain(e);
 		int64_t now = tmo_now_ns();
-		if (batch != NULL)
-			drain(e, batch, now);
 		if (UNLIKELY(e->loose != NULL))
 			loose_retry(e);
 		if (UNLIKELY(atomic_load_explicit(&e->fill_req, memory_order_acquire))) {
@@ -966,6 +1175,7 @@ static void *timer_main(void *arg)
 
 		e->due_head = NULL;
 		e->due_tail = &e->due_head;
+		e->due_count = 0;
 		if (UNLIKELY(e->unfiled != NULL))
 			retry_unfiled(e, now);
 		e->sched->collect(S(e), now, due_append, e);
@@ -983,7 +1193,7 @@ static void *timer_main(void *arg)
 			wake_at = now + UNFILED_RETRY_NS;
 		int nap = 0;
 		if (e->nap_ns > 0) {
-			if (batch != NULL)
+			if (busy)
 				e->idle_naps = 0;
 			else if (e->idle_naps < NAP_IDLE_MAX)
 				e->idle_naps++;
@@ -1007,12 +1217,7 @@ static void *timer_main(void *arg)
 		    atomic_load_explicit(&e->stop, memory_order_acquire))
 			continue;
 		atomic_store_explicit(&e->sleeping, 1, memory_order_relaxed);
-		if (wake_at == INT64_MAX) {
-			ck_ec32_wait(&e->wake_ec, &ec_mode, v, NULL);
-		} else {
-			struct timespec ts = tmo__ts_from_ns(wake_at);
-			ck_ec32_wait(&e->wake_ec, &ec_mode, v, &ts);
-		}
+		ec_wait_until(&e->wake_ec, v, wake_at);
 		atomic_store_explicit(&e->sleeping, 0, memory_order_relaxed);
 	}
 	return NULL;
@@ -1035,6 +1240,7 @@ static void free_slabs(struct tmo *e)
 int tmo__ib_create(const struct tmo__ib_params *p, const struct tmo_config *cfg,
                    struct tmo **out)
 {
+	pthread_once(&g_cal_once, cal_init);
 	int64_t res = cfg->resolution_ns > 0 ? cfg->resolution_ns : p->resolution_ns;
 	struct tmo *e = tmo__aligned_alloc(64, sizeof *e + p->sched->size);
 	if (e == NULL)
@@ -1043,8 +1249,10 @@ int tmo__ib_create(const struct tmo__ib_params *p, const struct tmo_config *cfg,
 	e->base.ops = p->ops;
 	e->sched = p->sched;
 	e->id = atomic_fetch_add(&g_next_id, 1);
-	/* a configured wheel tick also sets how often it polls */
-	e->nap_ns = p->nap_ns > 0 && cfg->resolution_ns > 0 ? res : p->nap_ns;
+	/* the poll period scales with a configured resolution */
+	e->nap_ns = p->nap_ns > 0 && p->resolution_ns > 0 ? p->nap_ns * res / p->resolution_ns : 0;
+	if (p->nap_ns > 0 && e->nap_ns <= 0)
+		e->nap_ns = 1;
 	ck_stack_init(&e->inbox);
 	ck_stack_init(&e->full_mags);
 	ck_stack_init(&e->empty_mags);

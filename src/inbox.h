@@ -4,12 +4,12 @@
  * Overview
  * --------
  * arm and cancel take no lock.  Each arm takes an engine-owned node from a
- * thread-local cache, fills it with the RELATIVE timeout and pushes it onto a
- * Concurrency Kit stack (the inbox).  ONE timer thread owns the ordered
+ * thread-local cache, fills it with the timeout and the arm time (the TSC,
+ * ~10 ns) and pushes it onto a Concurrency Kit stack (the inbox).  ONE timer thread owns the ordered
  * structure (a heap or a wheel, behind struct tmo__ib_sched): it takes the
- * whole inbox with one exchange, stamps deadline = (its clock read after the
- * exchange) + timeout -- never earlier than arm time + timeout, so arm reads
- * no clock -- files the nodes, collects due nodes, then runs their callbacks.
+ * whole inbox with one exchange, dates each arm (arm records the TSC: see
+ * "dating arms" in inbox.c), files the nodes with deadline = arm time +
+ * timeout, collects due nodes, then runs their callbacks.
  *
  * Nodes, never the caller's timer, live in the inbox and the structure, so
  * once cancel returns the engine holds no reference to the timer.  Nodes come
@@ -86,7 +86,11 @@ struct tmo__ib_node {
 	/* timer thread: next node on the due or retry list | enum tmo__ib_where */
 	uintptr_t aux;
 	union {
-		int64_t when; /* relative timeout while queued; deadline if unfiled */
+		struct {
+			int64_t timeout; /* as given to arm */
+			uint64_t stamp;  /* when arm ran: TSC, or clock ns */
+		} q;                     /* while queued */
+		int64_t when;            /* deadline, while unfiled */
 		struct tmo_heap_node heap;
 		struct tmo_wheel_node wheel;
 	} s;
