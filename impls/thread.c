@@ -9,16 +9,27 @@
  * wakes the thread and joins it, then frees the record: when cancel returns
  * the thread is gone and nothing refers to the caller's timer.
  *
- * One engine mutex guards every record's state, the two record lists and
- * the private words of the timers armed here; each record has its own
- * condvar, so a cancel wakes exactly one thread.  (A mutex per record as
+ * One engine mutex guards every record's state, the engine's record sets
+ * and the private words of the timers armed here; each record has its own
+ * condvar, so a wake-up reaches exactly one thread.  (A mutex per record as
  * well was considered: every transition must update the record and the
- * timer's words together, and arm/fire must update the engine's lists too,
+ * timer's words together, and arm/fire must update the engine's sets too,
  * so a per-record mutex would be taken with the engine one anyway.)
  *
  * Exactly once: a record goes WAITING -> CANCELLED (cancel or destroy) or
  * WAITING -> RUNNING -> DONE (its thread), only under the mutex; the timer's
  * own state (IDLE / PENDING / FIRED) changes in the same critical section.
+ *
+ * Order: independent threads would fire in whatever order the scheduler
+ * wakes them, and on a loaded machine that inverted timers 2 ms apart.  So
+ * the waiting records also sit in a heap by (deadline, arm order), and a
+ * due thread fires only when no waiting record is due more than the
+ * resolution before it (it is the heap's top, or within the resolution of
+ * the top); otherwise it sleeps until it becomes the top.  Whoever takes the
+ * top out (fire, cancel) wakes the new top.  Timers within the resolution of
+ * each other still fire concurrently.  Fire decisions are then ordered;
+ * callback starts can still be reordered by a preemption between the
+ * decision and the callback's first instruction.
  *
  * Threads and memory: a cancelled record's thread is joined by its
  * canceller.  A fired record stays on the `fired` list until its callback
@@ -32,16 +43,19 @@
  * by the callback is cancelled (PREVENTED).  Several invocations of one
  * timer's callback may run at once (a callback re-arms with a timeout
  * shorter than its own run): cancel waits for every one of them.  While a
- * cancel is in progress the timer's pending arm does not fire even when due
- * (`cancelling` in the timer's words), so a chain of re-arming callbacks
- * cannot keep the canceller waiting forever, and the arm that is pending
- * when the waiting ends is the one cancel prevents.  From inside one of the
- * timer's own invocations cancel never waits (two invocations cancelling
- * each other would wait for each other): it prevents a pending re-arm or
- * returns SELF at once.
+ * cancel is in progress the timer's pending arm is held out of the heap and
+ * does not fire even when due (`cancelling` in the timer's words), so a
+ * chain of re-arming callbacks cannot keep the canceller waiting forever,
+ * the arm that is pending when the waiting ends is the one cancel prevents,
+ * and the held record does not delay any other timer.  The last cancel out
+ * always finds the held arm (none can appear after its decision), so no
+ * record stays held.  From inside one of the timer's own invocations cancel
+ * never waits (two invocations cancelling each other would wait for each
+ * other): it prevents a pending re-arm or returns SELF at once.
  *
  * Threads get a small stack (64 KiB; more under sanitizers) so ten thousand
- * pending timers fit.  Callbacks run on that stack.
+ * pending timers fit; callbacks run on that stack.  A process-wide cap keeps
+ * the engine from exhausting the system's thread ids.
  *
  * No single timer thread: park() returns TMO_EINVAL.
  */
@@ -49,36 +63,47 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include "heap.h"
 #include "internal.h"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define REC_STACK_SIZE (1024u * 1024u)
+#define UNDER_SANITIZER 1
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define REC_STACK_SIZE (1024u * 1024u)
+#define UNDER_SANITIZER 1
 #endif
-#endif
-#ifndef REC_STACK_SIZE
-#define REC_STACK_SIZE (64u * 1024u)
 #endif
 
 /* Threads all thread engines of the process may hold at once; arm beyond
  * it returns TMO_EAGAIN.  The kernel's own limit is system-wide (pid_max is
  * 32768 on this machine's kernel): running into it makes every process's
  * fork and pthread_create fail, not just ours.  Ten thousand pending timers
- * fit, and two test processes at the limit still leave room. */
+ * fit, and two test processes at the limit still leave room.  Sanitizer
+ * runtimes need a larger stack and much more memory per thread (TSan
+ * aborted at ~10k threads with "unable to unmap"): there, a thousand. */
+#ifdef UNDER_SANITIZER
+#define REC_STACK_SIZE (1024u * 1024u)
+#define THREAD_ENGINE_MAX_THREADS 1000
+#else
+#define REC_STACK_SIZE (64u * 1024u)
 #define THREAD_ENGINE_MAX_THREADS 10000
+#endif
 static atomic_int process_threads;
 
+/* Deadlines are exact; this is the order granularity (see Order above) and
+ * the declared resolution. */
+#define THREAD_RESOLUTION_NS TMO_NSEC_PER_MSEC
+
 enum rec_state {
-	R_WAITING,   /* thread sleeps until the deadline */
+	R_WAITING,   /* thread sleeps until the deadline (and its turn) */
 	R_CANCELLED, /* its canceller (or destroy) joins the thread */
 	R_RUNNING,   /* the callback runs on the record's thread */
 	R_DONE,      /* callback returned; the thread is finished or finishing */
 };
 
 struct rec {
-	pthread_cond_t cv; /* monotonic: the thread's sleep, and callback-done */
+	struct tmo_heap_node node; /* in e->heap while WAITING and not held */
+	pthread_cond_t cv;         /* monotonic: the thread's sleep, callback-done */
 	pthread_t th;
 	struct tmo *e;
 	/* Dereferenced only while the record is WAITING (the timer is then
@@ -87,7 +112,7 @@ struct rec {
 	int64_t deadline;
 	enum rec_state state;
 	uint32_t waiters; /* cancels waiting for this callback; no reap while > 0 */
-	struct rec *prev, *next;
+	struct rec *prev, *next; /* on e->fired while RUNNING / DONE */
 };
 
 struct rec_list {
@@ -105,7 +130,7 @@ struct thr_priv {
 	struct tmo *owner;   /* engine of the last arm (TMO_EWRONGENGINE) */
 	struct rec *rec;     /* valid while T_PENDING only */
 	uint32_t state;      /* enum timer_state */
-	uint32_t cancelling; /* cancels in progress: its pending arm holds fire */
+	uint32_t cancelling; /* cancels in progress: the pending arm is held */
 };
 TMO__PRIV_FITS(struct thr_priv);
 
@@ -115,8 +140,8 @@ struct tmo {
 	struct tmo_base base;
 	pthread_mutex_t m;
 	pthread_attr_t attr;
-	struct rec_list waiting; /* R_WAITING */
-	struct rec_list fired;   /* R_RUNNING and R_DONE, not yet reaped */
+	struct tmo_heap heap;  /* WAITING records, except held ones */
+	struct rec_list fired; /* RUNNING and DONE, not yet reaped */
 	uint64_t npending, ndone;
 	uint64_t fired_count, cancelled_count;
 	/* Decremented after join/free, outside the mutex. */
@@ -124,6 +149,11 @@ struct tmo {
 };
 
 static inline struct thr_priv *priv(struct tmo_timer *t) { return TMO__PRIV(struct thr_priv, t); }
+
+static inline struct rec *rec_of(struct tmo_heap_node *n)
+{
+	return tmo_container_of(n, struct rec, node);
+}
 
 static void list_add(struct rec_list *l, struct rec *r)
 {
@@ -145,6 +175,17 @@ static void list_del(struct rec_list *l, struct rec *r)
 	r->prev = r->next = NULL;
 }
 
+/* Take r out of the heap; if it was the top, the new top may now be free to
+ * fire: wake it. */
+static void heap_take(struct tmo *e, struct rec *r)
+{
+	bool was_top = tmo_heap_peek(&e->heap) == &r->node;
+	tmo_heap_remove(&e->heap, &r->node);
+	struct tmo_heap_node *top = tmo_heap_peek(&e->heap);
+	if (was_top && top != NULL)
+		pthread_cond_signal(&rec_of(top)->cv);
+}
+
 static void *rec_thread(void *arg)
 {
 	struct rec *r = arg;
@@ -152,33 +193,37 @@ static void *rec_thread(void *arg)
 	pthread_mutex_lock(&e->m);
 	struct timespec ts = tmo__ts_from_ns(r->deadline);
 	while (r->state == R_WAITING) {
-		/* WAITING: the timer is pending, so its words may be read. */
-		if (priv(r->timer)->cancelling > 0) {
-			pthread_cond_wait(&r->cv, &e->m); /* the canceller decides */
+		if (!tmo_heap_contains(&r->node)) {
+			pthread_cond_wait(&r->cv, &e->m); /* held: the canceller decides */
 			continue;
 		}
-		int rc = pthread_cond_timedwait(&r->cv, &e->m, &ts);
-		/* Fire only when the clock agrees: never early. */
-		if (rc == ETIMEDOUT && r->state == R_WAITING && priv(r->timer)->cancelling == 0 &&
-		    tmo_now_ns() >= r->deadline) {
-			struct tmo_timer *t = r->timer;
-			r->state = R_RUNNING;
-			list_del(&e->waiting, r);
-			list_add(&e->fired, r);
-			e->npending--;
-			e->fired_count++;
-			priv(t)->state = T_FIRED;
-			priv(t)->rec = NULL;
-			tmo_callback *cb = t->cb;
-			void *cb_arg = t->arg;
-			pthread_mutex_unlock(&e->m);
-			cb(t, cb_arg); /* may free or re-arm t: not touched again */
-			pthread_mutex_lock(&e->m);
-			r->state = R_DONE;
-			e->ndone++;
-			if (r->waiters > 0)
-				pthread_cond_broadcast(&r->cv);
+		if (tmo_now_ns() < r->deadline) {
+			pthread_cond_timedwait(&r->cv, &e->m, &ts);
+			continue; /* never early: the clock decides, not the wait */
 		}
+		struct tmo_heap_node *top = tmo_heap_peek(&e->heap);
+		if (top != &r->node && top->deadline < r->deadline - THREAD_RESOLUTION_NS) {
+			pthread_cond_wait(&r->cv, &e->m); /* an earlier one first */
+			continue;
+		}
+		/* WAITING and not held: the timer is pending, its words valid. */
+		struct tmo_timer *t = r->timer;
+		heap_take(e, r);
+		r->state = R_RUNNING;
+		list_add(&e->fired, r);
+		e->npending--;
+		e->fired_count++;
+		priv(t)->state = T_FIRED;
+		priv(t)->rec = NULL;
+		tmo_callback *cb = t->cb;
+		void *cb_arg = t->arg;
+		pthread_mutex_unlock(&e->m);
+		cb(t, cb_arg); /* may free or re-arm t: not touched again */
+		pthread_mutex_lock(&e->m);
+		r->state = R_DONE;
+		e->ndone++;
+		if (r->waiters > 0)
+			pthread_cond_broadcast(&r->cv);
 	}
 	/* CANCELLED: the canceller joins us.  DONE: a later call reaps us. */
 	pthread_mutex_unlock(&e->m);
@@ -200,7 +245,7 @@ static void join_free(struct tmo *e, struct rec *r)
 	rec_free(e, r);
 }
 
-/* Under the mutex: move the DONE records nobody waits on to *out (linked
+/* Under the mutex: move the DONE records nobody waits on to a list (linked
  * through `next`), to be joined and freed after the unlock. */
 static struct rec *take_done(struct tmo *e)
 {
@@ -230,18 +275,25 @@ static void reap(struct tmo *e, struct rec *list)
 
 static int thr_create(const struct tmo_config *cfg, struct tmo **out)
 {
-	(void)cfg; /* no granularity of its own */
+	(void)cfg; /* no granularity to configure */
 	struct tmo *e = tmo__calloc(1, sizeof *e);
 	if (e == NULL)
 		return TMO_ENOMEM;
 	e->base.ops = &tmo_engine_thread;
+	int rc = tmo_heap_init(&e->heap, TMO_HEAP_DEFAULT_ARITY, 16);
+	if (rc != 0) {
+		tmo__free(e);
+		return rc;
+	}
 	if (pthread_attr_init(&e->attr) != 0) {
+		tmo_heap_fini(&e->heap);
 		tmo__free(e);
 		return TMO_ESYS;
 	}
 	if (pthread_attr_setstacksize(&e->attr, REC_STACK_SIZE) != 0 ||
 	    pthread_mutex_init(&e->m, NULL) != 0) {
 		pthread_attr_destroy(&e->attr);
+		tmo_heap_fini(&e->heap);
 		tmo__free(e);
 		return TMO_ESYS;
 	}
@@ -251,21 +303,32 @@ static int thr_create(const struct tmo_config *cfg, struct tmo **out)
 	return 0;
 }
 
+/* Under the mutex: a WAITING record's arm is cancelled; its thread will
+ * leave and be joined by the caller of this. */
+static void cancel_rec(struct tmo *e, struct rec *r)
+{
+	struct thr_priv *p = priv(r->timer);
+	if (tmo_heap_contains(&r->node))
+		heap_take(e, r);
+	r->state = R_CANCELLED;
+	pthread_cond_signal(&r->cv);
+	p->state = T_IDLE;
+	p->rec = NULL;
+	e->npending--;
+	e->cancelled_count++;
+}
+
 static void thr_destroy(struct tmo *e)
 {
 	struct rec *tojoin = NULL;
 	pthread_mutex_lock(&e->m);
 	for (;;) {
-		/* Cancel every pending timer. */
-		while (e->waiting.head != NULL) {
-			struct rec *r = e->waiting.head;
-			list_del(&e->waiting, r);
-			r->state = R_CANCELLED;
-			priv(r->timer)->state = T_IDLE;
-			priv(r->timer)->rec = NULL;
-			e->npending--;
-			e->cancelled_count++;
-			pthread_cond_signal(&r->cv);
+		/* Cancel every pending timer (no cancel runs now, so none is
+		 * held: all are in the heap). */
+		struct tmo_heap_node *n;
+		while ((n = tmo_heap_peek(&e->heap)) != NULL) {
+			struct rec *r = rec_of(n);
+			cancel_rec(e, r);
 			r->next = tojoin;
 			tojoin = r;
 		}
@@ -288,6 +351,7 @@ static void thr_destroy(struct tmo *e)
 	}
 	pthread_mutex_unlock(&e->m);
 	reap(e, tojoin);
+	tmo_heap_fini(&e->heap);
 	pthread_mutex_destroy(&e->m);
 	pthread_attr_destroy(&e->attr);
 	tmo__free(e);
@@ -304,15 +368,22 @@ static int thr_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_c
 		tmo__free(r);
 		return TMO_ESYS;
 	}
+	tmo_heap_node_init(&r->node);
 	r->e = e;
 	r->timer = t;
-	r->deadline = tmo_now_ns() + timeout_ns;
 	r->state = R_WAITING;
 	r->waiters = 0;
 	r->prev = r->next = NULL;
+	int64_t deadline = tmo_now_ns() + timeout_ns;
+	r->deadline = deadline;
 
 	pthread_mutex_lock(&e->m);
 	struct rec *done = take_done(e);
+	if (p->owner != e)
+		p->cancelling = 0; /* words last written by another engine */
+	/* Held (not in the heap) while a cancel of this timer is in progress:
+	 * that cancel will prevent it. */
+	bool held = p->cancelling > 0;
 	int rc = 0;
 	if (p->owner == e && p->state == T_PENDING) {
 		rc = TMO_EARMED;
@@ -321,10 +392,17 @@ static int thr_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_c
 		atomic_fetch_sub_explicit(&process_threads, 1, memory_order_relaxed);
 		rc = TMO_EAGAIN;
 	} else {
+		rc = held ? 0 : tmo_heap_push(&e->heap, &r->node, deadline);
 		/* Created under the mutex: r->th is written before any other
 		 * thread can compare it, and the new thread (which starts by
-		 * taking the mutex) cannot fire before it is on the list. */
-		rc = tmo__thread_create(&r->th, &e->attr, rec_thread, r);
+		 * taking the mutex) cannot fire before the record is complete.
+		 * No wake-up for a new top: the new thread is the one to fire
+		 * it, and the previous top, not due yet, needs none. */
+		if (rc == 0) {
+			rc = tmo__thread_create(&r->th, &e->attr, rec_thread, r);
+			if (rc != 0 && !held)
+				tmo_heap_remove(&e->heap, &r->node);
+		}
 		if (rc != 0)
 			atomic_fetch_sub_explicit(&process_threads, 1, memory_order_relaxed);
 	}
@@ -337,12 +415,9 @@ static int thr_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_c
 	}
 	atomic_fetch_add_explicit(&e->threads, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&e->records, 1, memory_order_relaxed);
-	list_add(&e->waiting, r);
 	e->npending++;
 	t->cb = cb;
 	t->arg = arg;
-	if (p->owner != e)
-		p->cancelling = 0; /* words last written by another engine */
 	p->owner = e;
 	p->rec = r;
 	p->state = T_PENDING;
@@ -365,7 +440,9 @@ static int thr_cancel(struct tmo *e, struct tmo_timer *t)
 	pthread_t me = pthread_self();
 	for (struct rec *r = e->fired.head; r != NULL && !self; r = r->next)
 		self = r->timer == t && r->state == R_RUNNING && pthread_equal(r->th, me);
-	p->cancelling++;
+	/* Hold the pending arm, if any, while we wait (see the design). */
+	if (p->cancelling++ == 0 && p->state == T_PENDING && tmo_heap_contains(&p->rec->node))
+		heap_take(e, p->rec);
 	/* From another thread: wait for every running invocation of the
 	 * callback; restart the scan after each wait (the list changed). */
 	for (struct rec *r = self ? NULL : e->fired.head; r != NULL;) {
@@ -385,28 +462,20 @@ static int thr_cancel(struct tmo *e, struct tmo_timer *t)
 	switch ((enum timer_state)p->state) {
 	case T_PENDING:
 		victim = p->rec;
-		victim->state = R_CANCELLED;
-		list_del(&e->waiting, victim);
-		pthread_cond_signal(&victim->cv);
-		e->npending--;
-		e->cancelled_count++;
-		p->state = T_IDLE;
-		p->rec = NULL;
+		cancel_rec(e, victim);
 		res = TMO_CANCEL_PREVENTED;
 		break;
 	case T_FIRED:
 		res = self ? TMO_CANCEL_SELF : waited ? TMO_CANCEL_WAITED : TMO_CANCEL_FIRED;
 		break;
-	default: /* idle: never armed, or prevented (by us: the re-arm of a
-	          * callback we waited for was cancelled by another cancel) */
+	default: /* idle: never armed, or prevented (the re-arm of a callback
+	          * we waited for, by another cancel) */
 		res = waited ? TMO_CANCEL_WAITED : TMO_ENOTARMED;
 		break;
 	}
-	/* Every cancel prevents the arm it finds pending, so none should be
-	 * pending here; should one be, the last cancel out must not leave its
-	 * thread held (it sleeps without a timeout while `cancelling`). */
-	if (--p->cancelling == 0 && p->state == T_PENDING)
-		pthread_cond_signal(&p->rec->cv);
+	/* Nothing is pending now, and nothing can be armed until we unlock:
+	 * no arm is left held. */
+	p->cancelling--;
 	pthread_mutex_unlock(&e->m);
 	if (victim != NULL)
 		join_free(e, victim);
@@ -420,9 +489,11 @@ static int thr_stats(struct tmo *e, struct tmo_stats *out)
 	out->pending = e->npending;
 	out->fired = e->fired_count;
 	out->cancelled = e->cancelled_count;
+	/* The heap's floor array is part of the engine's fixed size. */
+	uint64_t heap_bytes = tmo_heap_bytes(&e->heap) - (uint64_t)e->heap.min_cap * sizeof(void *);
 	pthread_mutex_unlock(&e->m);
 	out->held_nodes = atomic_load_explicit(&e->records, memory_order_relaxed);
-	out->held_bytes = out->held_nodes * sizeof(struct rec);
+	out->held_bytes = out->held_nodes * sizeof(struct rec) + heap_bytes;
 	out->threads = atomic_load_explicit(&e->threads, memory_order_relaxed);
 	return 0;
 }
@@ -437,15 +508,10 @@ static int thr_park(struct tmo *e, int on)
 const struct tmo_engine_ops tmo_engine_thread = {
 	.name = "thread",
 	.summary = "one OS thread per armed timer (64 KiB stack, at most 10000 per "
-	           "process) sleeping on its own monotonic condvar; cancel wakes and "
-	           "joins it; no park (no single timer thread)",
+	           "process) sleeping on its own monotonic condvar, fire order kept by "
+	           "a heap; cancel wakes and joins it; no park (no single timer thread)",
 	.caps = TMO_CAP_THREAD_PER_TIMER | TMO_CAP_CONCURRENT_CALLBACKS,
-	/* Deadlines are exact, but each callback wakes on its own thread, so
-	 * the order of two timers is only as good as the scheduler's wake-up
-	 * latency: ~50 us idle, but on this loaded 2-core machine a TSan run
-	 * inverted two timers 1.05 ms apart.  1 ms is what release builds keep
-	 * (contract order test, 2 ms gaps); sanitizer runs may still not. */
-	.resolution_ns = TMO_NSEC_PER_MSEC,
+	.resolution_ns = THREAD_RESOLUTION_NS,
 	.create = thr_create,
 	.destroy = thr_destroy,
 	.arm = thr_arm,
