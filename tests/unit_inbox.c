@@ -12,7 +12,11 @@
  *  - pool growth while the timer thread is parked, and reuse afterwards;
  *  - no retention: cancelled filed timers leave the structure promptly;
  *  - cancel waits for a running callback and cancels its re-arm;
- *  - destroy leaves pending timers idle (armable again).
+ *  - destroy leaves pending timers idle (armable again);
+ *  - each arm is dated by its own call, not by when the timer thread takes
+ *    it (order across a parked inbox), never early;
+ *  - flow control: two threads arming and cancelling flat out hold a
+ *    bounded pool.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -121,8 +125,8 @@ static void generations_on(const char *name)
 	n1 = tmo__ib_timer_node(&t1, &g1);
 	stale = t1;
 	CHECK_EQ(tmo_park(e, 0), 0);
-	while (atomic_load(&gen_fired) != 1)
-		sched_yield();
+	for (int i = 0; i < 2000 && atomic_load(&gen_fired) != 1; i++)
+		sleep_ns(TMO_NSEC_PER_MSEC);
 	CHECK_EQ(tmo_cancel(e, &t1), TMO_CANCEL_FIRED);
 	found = 0;
 	for (int i = 0; i < 200000 && !found; i++) {
@@ -139,8 +143,8 @@ static void generations_on(const char *name)
 	if (found) {
 		int rc = tmo_cancel(e, &stale);
 		CHECK(rc == TMO_CANCEL_FIRED || rc == TMO_ENOTARMED);
-		while (atomic_load(&gen_fired) != 2)
-			sched_yield();
+		for (int i = 0; i < 2000 && atomic_load(&gen_fired) != 2; i++)
+			sleep_ns(TMO_NSEC_PER_MSEC);
 		CHECK_EQ(tmo_cancel(e, &t2), TMO_CANCEL_FIRED);
 	}
 	tmo_destroy(&e);
@@ -512,7 +516,7 @@ static void test_wait_and_rearm(void)
 			s.e = make(engines[k]);
 			atomic_store(&s.rearm, rearm);
 			CHECK_EQ(tmo_arm(s.e, &s.t, 0, slow_cb, NULL), 0);
-			while (!atomic_load(&s.entered))
+			for (int i = 0; i < 2000000 && !atomic_load(&s.entered); i++)
 				sched_yield();
 			int rc = tmo_cancel(s.e, &s.t);
 			CHECK_EQ(atomic_load(&s.returned), 1); /* cancel waited */
@@ -565,6 +569,109 @@ static void test_destroy_pending(void)
 	}
 }
 
+/* ---- arms are dated by their call ------------------------------------------ */
+
+struct dated {
+	struct tmo_timer t;
+	int64_t armed_at, timeout, fired_at;
+	atomic_int order;
+};
+static atomic_int dated_seq;
+
+static void dated_cb(struct tmo_timer *t, void *arg)
+{
+	(void)arg;
+	struct dated *d = tmo_container_of(t, struct dated, t);
+	d->fired_at = tmo_now_ns();
+	atomic_store(&d->order, atomic_fetch_add(&dated_seq, 1) + 1);
+}
+
+static void test_arm_dating(void)
+{
+	for (size_t k = 0; k < 2; k++) {
+		struct tmo *e = make(engines[k]);
+		struct dated a, b;
+		memset(&a, 0, sizeof a);
+		memset(&b, 0, sizeof b);
+		atomic_store(&dated_seq, 0);
+		/* Parked: both arms wait in the inbox and are taken together.
+		 * Stamped at that moment, b (shorter timeout) would come first;
+		 * dated by their calls, a is due 3 ms before b. */
+		CHECK_EQ(tmo_park(e, 1), 0);
+		a.timeout = 20 * TMO_NSEC_PER_MSEC;
+		a.armed_at = tmo_now_ns();
+		CHECK_EQ(tmo_arm(e, &a.t, a.timeout, dated_cb, NULL), 0);
+		sleep_ns(10 * TMO_NSEC_PER_MSEC);
+		b.timeout = 13 * TMO_NSEC_PER_MSEC;
+		b.armed_at = tmo_now_ns();
+		CHECK_EQ(tmo_arm(e, &b.t, b.timeout, dated_cb, NULL), 0);
+		sleep_ns(5 * TMO_NSEC_PER_MSEC);
+		CHECK_EQ(tmo_park(e, 0), 0);
+		for (int i = 0; i < 2000 && atomic_load(&dated_seq) < 2; i++)
+			sleep_ns(TMO_NSEC_PER_MSEC);
+		CHECK_EQ(atomic_load(&a.order), 1);
+		CHECK_EQ(atomic_load(&b.order), 2);
+		/* never early */
+		CHECK(a.fired_at >= a.armed_at + a.timeout);
+		CHECK(b.fired_at >= b.armed_at + b.timeout);
+		printf("  %s: a late %.3f ms, b late %.3f ms\n", engines[k],
+		       (double)(a.fired_at - a.armed_at - a.timeout) / 1e6,
+		       (double)(b.fired_at - b.armed_at - b.timeout) / 1e6);
+		tmo_destroy(&e);
+	}
+}
+
+/* ---- flow control ------------------------------------------------------------- */
+
+struct flat_arg {
+	struct tmo *e;
+	atomic_int *stop;
+	long pairs, errors;
+};
+
+static void *flat_thread(void *p)
+{
+	struct flat_arg *a = p;
+	struct tmo_timer t = TMO_TIMER_INIT;
+	while (!atomic_load_explicit(a->stop, memory_order_relaxed)) {
+		if (tmo_arm(a->e, &t, HOUR, nop_cb, NULL) != 0 ||
+		    tmo_cancel(a->e, &t) != TMO_CANCEL_PREVENTED)
+			a->errors++;
+		a->pairs++;
+	}
+	return NULL;
+}
+
+static void test_flow_control(void)
+{
+	for (size_t k = 0; k < 2; k++) {
+		struct tmo *e = make(engines[k]);
+		atomic_int stop = 0;
+		struct flat_arg a[2] = {{e, &stop, 0, 0}, {e, &stop, 0, 0}};
+		pthread_t th[2];
+		for (int i = 0; i < 2; i++)
+			CHECK_EQ(pthread_create(&th[i], NULL, flat_thread, &a[i]), 0);
+		sleep_ns(300 * TMO_NSEC_PER_MSEC);
+		atomic_store(&stop, 1);
+		for (int i = 0; i < 2; i++)
+			pthread_join(th[i], NULL);
+		struct tmo_stats st;
+		struct tmo__ib_debug d;
+		tmo_stats(e, &st);
+		tmo__ib_debug(e, &d);
+		CHECK_EQ(a[0].errors + a[1].errors, 0);
+		CHECK_EQ(st.pending, 0);
+		/* Without flow control the pool follows the timer thread's
+		 * backlog (hundreds of thousands of nodes here).  With it: the
+		 * soft cap, plus a small slab per stall of a starved thread. */
+		CHECK(st.held_nodes <= 2 * TMO__IB_SOFT_NODES);
+		printf("  %s: %ld pairs in 0.3 s, %llu nodes held, producers waited %llu times\n",
+		       engines[k], a[0].pairs + a[1].pairs, (unsigned long long)st.held_nodes,
+		       (unsigned long long)d.waits);
+		tmo_destroy(&e);
+	}
+}
+
 int main(void)
 {
 	RUN(test_generations);
@@ -576,5 +683,7 @@ int main(void)
 	RUN(test_no_retention);
 	RUN(test_wait_and_rearm);
 	RUN(test_destroy_pending);
+	RUN(test_arm_dating);
+	RUN(test_flow_control);
 	return TEST_EXIT();
 }
