@@ -359,8 +359,19 @@ static void test_cancel_before_deadline(void)
 	if (!e)
 		return;
 	atomic_store(&cnt_total, 0);
+	/* room to arm them all before the first deadline: 100 ms plus twice the
+	 * measured cost of N arm+cancel pairs */
+	int64_t pair = 0;
+	for (int k = 0; k < 3; k++) {
+		struct tmo_timer probe = TMO_TIMER_INIT;
+		int64_t t0 = tmo_now_ns();
+		CHECK_EQ(tmo_arm(e, &probe, TMO_NSEC_PER_SEC, cnt_cb, &s[0]), 0);
+		CHECK_EQ(tmo_cancel(e, &probe), TMO_CANCEL_PREVENTED);
+		int64_t d = tmo_now_ns() - t0;
+		pair = d > pair ? d : pair;
+	}
 	for (int i = 0; i < N; i++) {
-		int64_t timeout = 100 * MS + i * 200 * US;
+		int64_t timeout = 100 * MS + 2 * N * pair + i * 200 * US;
 		deadline[i] = tmo_now_ns() + timeout; /* no later than the engine's */
 		CHECK_EQ(tmo_arm(e, &s[i].t, timeout, cnt_cb, &s[i]), 0);
 	}
@@ -396,7 +407,7 @@ static void test_cancel_before_deadline(void)
 	CHECK_EQ(atomic_load(&cnt_total), N - prevented);
 	struct tmo_stats st;
 	CHECK_EQ(tmo_stats(e, &st), 0);
-	CHECK_EQ(st.cancelled, prevented);
+	CHECK_EQ(st.cancelled, prevented + 3); /* + the 3 probes */
 	CHECK_EQ(st.fired, N - prevented);
 	destroy_engine(&e);
 }
@@ -628,9 +639,21 @@ static void test_independence(void)
 	if (!e)
 		return;
 	atomic_store(&cnt_total, 0);
+	/* Room to arm and cancel them all before the deadline: 80 ms plus twice
+	 * the measured cost of N arm+cancel pairs (a thread per timer under a
+	 * sanitizer takes milliseconds per arm). */
+	int64_t pair = 0;
+	for (int k = 0; k < 3; k++) {
+		struct tmo_timer probe = TMO_TIMER_INIT;
+		int64_t t0 = tmo_now_ns();
+		CHECK_EQ(tmo_arm(e, &probe, TMO_NSEC_PER_SEC, cnt_cb, &s[0]), 0);
+		CHECK_EQ(tmo_cancel(e, &probe), TMO_CANCEL_PREVENTED);
+		int64_t d = tmo_now_ns() - t0;
+		pair = d > pair ? d : pair;
+	}
 	/* one absolute deadline for all: they share a heap level, a wheel slot,
-	 * a kernel expiry instant (a thread per timer arms slowly: more room) */
-	int64_t deadline = tmo_now_ns() + (et_thread_per_timer() ? 250 : 80) * MS;
+	 * a kernel expiry instant */
+	int64_t deadline = tmo_now_ns() + 80 * MS + 2 * N * pair;
 	for (int i = 0; i < N; i++) {
 		int64_t timeout = deadline - tmo_now_ns();
 		CHECK_EQ(tmo_arm(e, &s[i].t, timeout < 0 ? 0 : timeout, cnt_cb, &s[i]), 0);
