@@ -61,7 +61,11 @@
  * clock read at arm entry) so arms keep their order however long the
  * syscalls take.  No user-space allocation in the steady state (the slot
  * pool grows by chunks), but the kernel allocates per arm: no
- * TMO_CAP_NO_ALLOC.
+ * TMO_CAP_NO_ALLOC.  The kernel finds a timer by id in a table shared by the
+ * whole machine, so the cost grows with every process's timers, not only
+ * ours: measured (kernel 6.18, 2 vCPUs) single-thread arm+cancel 3.9 us
+ * median, 55 us while ANOTHER process held 60000 idle timers, 37 us with
+ * 50000 of our own pending.
  *
  * Resolution (what order is promised at): hrtimer expiry is exact to the
  * nanosecond and lateness is the signal delivery plus the engine thread's
