@@ -52,7 +52,7 @@ static void cb(struct tmo_timer *t, void *arg) { atomic_fetch_add(&fires, 1); }
 static struct tmo *make(void)
 {
 	struct tmo *e = NULL;
-	int rc = tmo_create(et_name, NULL, &e);
+	int rc = tmo_create_ops(et_ops, NULL, &e);
 	CHECK_EQ(rc, 0);
 	return e;
 }
@@ -131,21 +131,21 @@ static void lifecycle(void)
 	CHECK(e == NULL);
 	row("create, NULL engine name", TMO_ENOENGINE, tmo_create(NULL, NULL, &e));
 	row("create, NULL ops", TMO_ENOENGINE, tmo_create_ops(NULL, NULL, &e));
-	row("create, NULL output", TMO_EINVAL, tmo_create(et_name, NULL, NULL));
+	row("create, NULL output", TMO_EINVAL, tmo_create_ops(et_ops, NULL, NULL));
 	struct tmo_config cfg = {.resolution_ns = -1, .flags = 0};
-	row("create, resolution_ns -1", TMO_EINVAL, tmo_create(et_name, &cfg, &e));
+	row("create, resolution_ns -1", TMO_EINVAL, tmo_create_ops(et_ops, &cfg, &e));
 	CHECK(e == NULL);
 	cfg = (struct tmo_config){.resolution_ns = INT64_MIN, .flags = 0};
-	row("create, resolution_ns INT64_MIN", TMO_EINVAL, tmo_create(et_name, &cfg, &e));
+	row("create, resolution_ns INT64_MIN", TMO_EINVAL, tmo_create_ops(et_ops, &cfg, &e));
 	cfg = (struct tmo_config){.resolution_ns = TMO_NSEC_PER_SEC + 1, .flags = 0};
-	row("create, resolution_ns above 1 s", TMO_EINVAL, tmo_create(et_name, &cfg, &e));
+	row("create, resolution_ns above 1 s", TMO_EINVAL, tmo_create_ops(et_ops, &cfg, &e));
 	cfg = (struct tmo_config){.resolution_ns = 0, .flags = 1};
-	row("create, flags 1", TMO_EINVAL, tmo_create(et_name, &cfg, &e));
+	row("create, flags 1", TMO_EINVAL, tmo_create_ops(et_ops, &cfg, &e));
 	cfg = (struct tmo_config){.resolution_ns = 0, .flags = 0x80000000u};
-	row("create, flags 0x80000000", TMO_EINVAL, tmo_create(et_name, &cfg, &e));
+	row("create, flags 0x80000000", TMO_EINVAL, tmo_create_ops(et_ops, &cfg, &e));
 	CHECK(e == NULL);
 
-	row("create with defaults (valid)", TMO_OK, tmo_create(et_name, NULL, &e));
+	row("create with defaults (valid)", TMO_OK, tmo_create_ops(et_ops, NULL, &e));
 	row("destroy (valid)", TMO_OK, tmo_destroy(&e));
 	CHECK(e == NULL);
 	row("arm after destroy (handle was set to NULL)", TMO_ENULLENGINE,

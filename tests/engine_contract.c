@@ -26,7 +26,7 @@
 static struct tmo *new_engine(void)
 {
 	struct tmo *e = NULL;
-	int rc = tmo_create(et_name, NULL, &e);
+	int rc = tmo_create_ops(et_ops, NULL, &e);
 	CHECK_EQ(rc, 0);
 	CHECK(e != NULL);
 	return e;

@@ -60,7 +60,7 @@ int main(int argc, char **argv)
 	int64_t live0 = tmo_testing_live_allocs();
 	int threads0 = et_thread_count();
 	struct tmo *e = NULL;
-	CHECK_EQ(tmo_create(et_name, NULL, &e), 0);
+	CHECK_EQ(tmo_create_ops(et_ops, NULL, &e), 0);
 	if (e == NULL)
 		return TEST_EXIT();
 

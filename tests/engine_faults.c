@@ -248,7 +248,7 @@ static struct tally phase_create(enum tmo_fault_kind kind)
 	struct tmo *e = NULL;
 	/* clean run: count the points */
 	plan_start(kind, 0);
-	int rc = tmo_create(et_name, NULL, &e);
+	int rc = tmo_create_ops(et_ops, NULL, &e);
 	plan_stop();
 	t.points = atomic_load(&plan.calls);
 	CHECK_EQ(rc, 0);
@@ -260,7 +260,7 @@ static struct tally phase_create(enum tmo_fault_kind kind)
 		struct baseline b0 = baseline_now();
 		e = NULL;
 		plan_start(kind, n);
-		rc = tmo_create(et_name, NULL, &e);
+		rc = tmo_create_ops(et_ops, NULL, &e);
 		plan_stop();
 		long hit = atomic_load(&plan.hits);
 		t.runs++;
@@ -298,7 +298,7 @@ static struct tally phase_arm(enum tmo_fault_kind kind)
 
 	/* clean run: count the points */
 	wait_sigq();
-	CHECK_EQ(tmo_create(et_name, NULL, &e), 0);
+	CHECK_EQ(tmo_create_ops(et_ops, NULL, &e), 0);
 	if (!e)
 		return t;
 	atomic_store(&fired_total, 0);
@@ -323,7 +323,7 @@ static struct tally phase_arm(enum tmo_fault_kind kind)
 		wait_sigq();
 		struct baseline b0 = baseline_now();
 		memset(r, 0, (size_t)n_timers * sizeof *r);
-		CHECK_EQ(tmo_create(et_name, NULL, &e), 0);
+		CHECK_EQ(tmo_create_ops(et_ops, NULL, &e), 0);
 		if (!e)
 			break;
 		atomic_store(&fired_total, 0);

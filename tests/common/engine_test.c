@@ -9,6 +9,7 @@
 
 const char *et_name;
 const struct tmo_engine_ops *et_ops;
+const struct tmo_engine_ops *const *et_extra_engines;
 static uint64_t et_seed = 0x7107c0ffee5eedULL;
 static double et_scale = 1.0;
 
@@ -23,6 +24,10 @@ void et_init(int argc, char **argv, const char *test)
 	}
 	et_name = argv[1];
 	et_ops = tmo_engine_find(et_name);
+	for (const struct tmo_engine_ops *const *x = et_extra_engines; et_ops == NULL && x && *x;
+	     x++)
+		if (strcmp((*x)->name, et_name) == 0)
+			et_ops = *x;
 	if (et_ops == NULL) {
 		fprintf(stderr, "%s: no engine named '%s' in the registry\n", test, et_name);
 		exit(2);
@@ -77,7 +82,7 @@ static void warm_cb(struct tmo_timer *t, void *arg) { atomic_fetch_add(&warm_fir
 int et_warm_up(void)
 {
 	struct tmo *e = NULL;
-	int rc = tmo_create(et_name, NULL, &e);
+	int rc = tmo_create_ops(et_ops, NULL, &e);
 	if (rc != 0)
 		return rc;
 	struct tmo_timer t = TMO_TIMER_INIT;

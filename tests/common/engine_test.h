@@ -19,6 +19,11 @@
 extern const char *et_name;
 extern const struct tmo_engine_ops *et_ops;
 
+/* Engines outside the registry that et_init also accepts by name
+ * (NULL-terminated; NULL when none).  Only the fixture builds set it: broken
+ * engines that prove these tests can fail (tests/fixtures/). */
+extern const struct tmo_engine_ops *const *et_extra_engines;
+
 /* Parse argv[1] as an engine name; on failure print why and exit(2).
  * Prints a banner with the engine's caps, resolution and the seed. */
 void et_init(int argc, char **argv, const char *test);

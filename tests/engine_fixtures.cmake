@@ -1,0 +1,34 @@
+# The per-engine tests can fail: each is built once more with broken fixture
+# engines (tests/fixtures/broken_engines.c: wrappers around condvar with one
+# bug each, never in the registry) and run against them.  A broken engine
+# must make the test exit 1 (its checks failed: not a crash, not a pass);
+# the honest wrapper must pass, so the failures are the bugs'.
+set(tmo_fx_src ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/broken_engines.c)
+foreach(t contract badinput faults destroy)
+  add_executable(test_engine_${t}_fixtures ${CMAKE_CURRENT_SOURCE_DIR}/engine_${t}.c ${tmo_fx_src})
+  target_link_libraries(test_engine_${t}_fixtures PRIVATE tmo_testcommon)
+endforeach()
+
+# name | test | fixture engine | case filter or size | expected exit status
+foreach(row
+    "contract_honest|contract|fx-honest||0"
+    "contract_early|contract|fx-early|never_early|1"
+    "contract_liar|contract|fx-liar|exactly_once|1"
+    "contract_lossy|contract|fx-lossy|exactly_once|1"
+    "badinput_honest|badinput|fx-honest||0"
+    "badinput_lax|badinput|fx-lax||1"
+    "faults_honest|faults|fx-honest||0"
+    "faults_faultlossy|faults|fx-faultlossy||1"
+    "destroy_honest|destroy|fx-honest|20000|0"
+    "destroy_leaky|destroy|fx-leaky|20000|1")
+  string(REPLACE "|" ";" f "${row}")
+  list(GET f 0 name)
+  list(GET f 1 t)
+  list(GET f 2 engine)
+  list(GET f 3 arg)
+  list(GET f 4 status)
+  add_test(NAME checks_can_fail/${name}
+           COMMAND sh -c "\"$0\" \"$1\" $2 >/dev/null 2>&1; test $? -eq ${status}"
+                   $<TARGET_FILE:test_engine_${t}_fixtures> ${engine} "${arg}")
+  set_tests_properties(checks_can_fail/${name} PROPERTIES TIMEOUT ${TMO_TEST_TIMEOUT})
+endforeach()
