@@ -34,9 +34,9 @@
  * thread's decision and its callback, let the woken thread preempt it and
  * run its callback first (unit/thread, two CPU spinners, 40 timers 1.25 ms
  * apart: without the heap 3-175 inversions in every run; heap + wake-up,
- * 7 in 1 run of 4; as now, 0 in 10).  Timers within the resolution of each other still
- * fire concurrently.  What remains unordered is a preemption inside the
- * call instruction itself.
+ * 7 in 1 run of 4; as now, 0 in 10).  Timers within the resolution of each
+ * other still fire concurrently.  What remains unordered is a preemption
+ * inside the call instruction itself.
  *
  * Threads and memory: a cancelled record's thread is joined by its
  * canceller.  A fired record stays on the `fired` list until its callback
