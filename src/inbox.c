@@ -49,6 +49,8 @@ enum {
 #define ST_MASK UINT64_C(7)
 
 static inline uint64_t mkst(uint64_t gen, unsigned st) { return gen << ST_BITS | st; }
+/* Slabs come zeroed: a zero state word must read as a FREE node. */
+_Static_assert(ST_FREE == 0, "a zeroed node must be free");
 static inline unsigned st_of(uint64_t s) { return (unsigned)(s & ST_MASK); }
 static inline uint64_t gen_of(uint64_t s) { return s >> ST_BITS; }
 
@@ -255,7 +257,10 @@ static int64_t arm_time(const struct seg *sg, uint64_t st)
 /* ---- the engine ---------------------------------------------------------- */
 
 #define SLAB_FIRST 1024u
-#define SLAB_MAX (64u * 1024u)
+/* Small enough that one growth step stays short even where page faults
+ * are slow (a 64 Ki-node slab took up to 127 ms to fault in on this loaded
+ * machine, stalling an arm past the progress scenario's 100 ms bound). */
+#define SLAB_MAX (8u * 1024u)
 /* Idle naps before the timer thread goes back to sleeping until woken. */
 #define NAP_IDLE_MAX 4
 /* Retry period for nodes the structure could not take (out of memory). */
@@ -276,6 +281,7 @@ static int64_t arm_time(const struct seg *sg, uint64_t st)
  * magazines that threads' caches and the timer thread hold part-filled. */
 struct slab {
 	struct slab *next;
+	void *raw; /* the allocation (nodes is it, aligned to 64) */
 	uint32_t nnodes, nmags;
 	struct tmo__ib_node *nodes;
 	struct tmo__ib_mag *mags;
@@ -532,18 +538,20 @@ static int slab_add(struct tmo *e, struct tls_slot *s, uint32_t nodes)
 	size_t node_bytes = (size_t)nn * sizeof(struct tmo__ib_node);
 	size_t bytes = node_bytes + (size_t)nm * sizeof(struct tmo__ib_mag);
 	struct slab *sl = tmo__malloc(sizeof *sl);
-	void *mem = sl != NULL ? tmo__aligned_alloc(64, bytes) : NULL;
-	if (mem == NULL) {
+	/* Zeroed memory: a zero node is a FREE node of generation 0, so the
+	 * nodes are not touched here; their pages fault in as arms first use
+	 * them, spread over many arms instead of stalling this one. */
+	void *raw = sl != NULL ? tmo__calloc(1, bytes + 64) : NULL;
+	if (raw == NULL) {
 		tmo__free(sl);
 		return TMO_ENOMEM;
 	}
-	memset(mem, 0, bytes);
+	char *mem = (char *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
+	sl->raw = raw;
 	sl->nnodes = nn;
 	sl->nmags = nm;
-	sl->nodes = mem;
-	sl->mags = (struct tmo__ib_mag *)(void *)((char *)mem + node_bytes);
-	for (uint32_t i = 0; i < nn; i++)
-		atomic_init(&sl->nodes[i].state, mkst(0, ST_FREE));
+	sl->nodes = (struct tmo__ib_node *)(void *)mem;
+	sl->mags = (struct tmo__ib_mag *)(void *)(mem + node_bytes);
 
 	ck_stack_entry_t *full = NULL, *empty = NULL;
 	uint32_t i = 0;
@@ -565,7 +573,7 @@ static int slab_add(struct tmo *e, struct tls_slot *s, uint32_t nodes)
 	uint64_t total = atomic_fetch_add_explicit(&e->nodes_total, nn, memory_order_relaxed) + nn;
 	e->next_slab = total > SLAB_MAX ? SLAB_MAX : (uint32_t)total;
 	atomic_fetch_add_explicit(&e->slab_count, 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&e->slab_bytes, bytes + sizeof *sl, memory_order_relaxed);
+	atomic_fetch_add_explicit(&e->slab_bytes, bytes + 64 + sizeof *sl, memory_order_relaxed);
 	if (empty != NULL)
 		mags_push_chain(&e->empty_mags, empty);
 	if (full != NULL)
@@ -1232,7 +1240,7 @@ static void free_slabs(struct tmo *e)
 	while (e->slabs != NULL) {
 		struct slab *sl = e->slabs;
 		e->slabs = sl->next;
-		tmo__free(sl->nodes);
+		tmo__free(sl->raw);
 		tmo__free(sl);
 	}
 }
