@@ -12,7 +12,7 @@
  *          arm+cancel that touches one shared word costs at best.
  *          (empty and floor: the seed's rounds, their median.)
  *  threads:N  1..--threads threads, each arming and cancelling its own
- *          timer: aggregate ops/s.
+ *          timer: aggregate ops/s (min-time runs, repeated: the median).
  *  cross   arm on one thread, cancel on another (two threads and a
  *          single-producer ring between them): pairs/s.
  *  live:L  the seed loop with L (1e3, 1e5, 1e6) other timers armed
@@ -41,6 +41,8 @@
 #define BATCH 100 /* divides every OPS above */
 #define MIN_TIME_FULL 0.3
 #define MIN_TIME_QUICK 0.03
+#define REPS_FULL 5 /* repetitions of the min-time benchmarks: their median */
+#define REPS_QUICK 3
 #define LIVE_THREAD_MAX 1000
 #define RING 256 /* cross-thread ring (power of two) */
 #define MAX_THREADS 256
@@ -199,14 +201,36 @@ static void tp_sizes(const struct tmo_run *run, int *rounds, int *ops, double *m
 static struct gb_bench *tp_register(const struct tmo_run *run, const char *what, gb_fn *fn,
                                     void *ctx, int threads, double min_time)
 {
+	/* min_time > 0: a min-time benchmark, repeated (see tp_median_rate). */
 	char name[160];
 	snprintf(name, sizeof name, "throughput/%s%s%s", run->ops->name, what[0] ? "/" : "", what);
 	struct gb_bench *b = gb_register(name, fn, ctx);
 	gb_threads(b, threads);
 	gb_use_real_time(b);
-	if (min_time > 0)
+	if (min_time > 0) {
 		gb_min_time(b, min_time);
+		gb_repetitions(b, run->quick ? REPS_QUICK : REPS_FULL);
+	}
 	return b;
+}
+
+/* The median over the repetitions of "throughput/<engine>/<what>/threads:N"
+ * of iterations (all threads) per wall second.  Computed from each
+ * repetition: the iteration count may differ between repetitions, so
+ * Google Benchmark's median time and median iterations need not pair up. */
+static double tp_median_rate(const struct tmo_run *run, const struct gb_result *res, size_t n,
+                             const char *what, int threads)
+{
+	char name[200];
+	snprintf(name, sizeof name, "throughput/%s%s%s/threads:%d", run->ops->name,
+	         what[0] ? "/" : "", what, threads);
+	double rates[64];
+	size_t k = 0;
+	for (size_t i = 0; i < n && k < 64; i++)
+		if (!res[i].error && res[i].repetition >= 0 && res[i].real_s > 0 &&
+		    strcmp(res[i].name, name) == 0)
+			rates[k++] = res[i].iterations / res[i].real_s;
+	return k ? su_median(rates, k) : NAN;
 }
 
 /* Look up "throughput/<engine>/<what>/threads:N[_aggregate]". */
@@ -336,18 +360,16 @@ static int throughput_run(const struct tmo_run *run)
 	       median, nround, empty, floor_ns, median / floor_ns);
 	double one = NAN;
 	for (int t = 1; t <= nthreads; t++) {
-		const struct gb_result *r = tp_find(run, res, n, "", t, "");
 		/* real_s is the repetition's wall time; iterations are summed
 		 * over threads: aggregate ops/s. */
-		double ops_s = r ? r->iterations / r->real_s : NAN;
+		double ops_s = tp_median_rate(run, res, n, "", t);
 		if (t == 1)
 			one = ops_s;
 		su_report(run, "ops_per_s", ops_s, "ops/s", "threads=%d", t);
 		printf("threads=%d: %.3g ops/s aggregate (%.2fx one thread)\n", t, ops_s, ops_s / one);
 	}
-	const struct gb_result *r_cross = tp_find(run, res, n, "cross", 2, "");
 	/* Both threads count an iteration per timer: pairs = iterations / 2. */
-	double cross = r_cross ? r_cross->iterations / 2 / r_cross->real_s : NAN;
+	double cross = tp_median_rate(run, res, n, "cross", 2) / 2;
 	su_report(run, "cross_pairs_per_s", cross, "pairs/s", "threads=2");
 	printf("cross-thread (arm on one thread, cancel on another): %.3g pairs/s, %.0f ns per "
 	       "pair\n",
@@ -387,8 +409,7 @@ static int throughput_run(const struct tmo_run *run)
 			snprintf(what, sizeof what, "live:%zu", live);
 			tp_register(run, what, bench_seed, c, 1, min_time);
 			n = gb_run(run, &res);
-			const struct gb_result *r = tp_find(run, res, n, what, 1, "");
-			double ns = r ? r->real_ns : NAN;
+			double ns = 1e9 / tp_median_rate(run, res, n, what, 1);
 			su_report(run, "live_ns_per_op", ns, "ns", "live=%zu", live);
 			printf("live=%zu: %.1f ns/op\n", live, ns);
 			for (size_t i = 0; i < n; i++)
