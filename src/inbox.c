@@ -2,17 +2,18 @@
  * The lock-free inbox core (see inbox.h for the design).
  *
  * Memory ordering, in one place:
- *  - A node's plain fields (timer, cb, arg, when) are published by the inbox
- *    push (a CK CAS, a full barrier on x86 and a builtin CAS under the TSan
+ *  - A node's plain fields (timer, s.q) are published by the inbox push (a
+ *    CK CAS, a full barrier on x86 and a builtin CAS under the TSan
  *    override) and read after the timer thread's exchange of the inbox head.
- *  - The node state word is a C11 atomic: cancel and fire CAS it (acq_rel);
- *    the timer thread releases a node with a release store of FREE, and the
- *    magazine stack carries that store to the next producer.
+ *  - The node state word is a C11 atomic: cancel and fire CAS it (acq_rel).
+ *    A released node keeps its last state (CANCELLED, CANCEL_PENDING, or
+ *    FREE stored with release after its callback); the magazine stacks
+ *    carry everything the timer thread saw to the next producer.
  *  - The timer's private words are C11 atomics written as a small seqlock:
  *    the outcome word (this timer's arm count << 2 | outcome) is the
- *    sequence; it never repeats for one timer, so a
- *    cancel racing a re-arm from inside the callback never pairs one arm's
- *    node with another arm's generation.
+ *    sequence; it never repeats for one timer, so a cancel racing a re-arm
+ *    from inside the callback never pairs one arm's node with another arm's
+ *    generation.
  */
 #include <errno.h>
 #include <limits.h>
@@ -265,8 +266,8 @@ static int64_t arm_time(const struct seg *sg, uint64_t st)
 #define NAP_IDLE_MAX 4
 /* Retry period for nodes the structure could not take (out of memory). */
 #define UNFILED_RETRY_NS TMO_NSEC_PER_MSEC
-/* A timer thread that has not looped for this long is stalled (a long
- * callback): producers grow the pool instead of waiting for it. */
+/* A timer thread inside one callback for this long is stalled: producers
+ * grow the pool instead of waiting for it. */
 #define STALL_NS TMO_NSEC_PER_MSEC
 /* The longest a producer waits for recycling (a starved timer thread). */
 #define WAIT_MAX_NS (50 * TMO_NSEC_PER_MSEC)
@@ -314,7 +315,6 @@ struct tmo {
 	struct tmo__ib_node *loose;            /* released with no magazine, via link */
 	struct tmo__ib_node *unfiled;
 	struct tmo__ib_node *due_head, **due_tail;
-	size_t due_count;
 	struct tmo__ib_node **batch; /* exchanged chains, each newest first */
 	uint32_t batch_cap, batch_used;
 	struct seg seg[TMO__IB_SEGS];
@@ -324,7 +324,6 @@ struct tmo {
 
 	/* Written by the timer thread, read by others. */
 	_Atomic uint64_t rounds; /* loop count: progress, for waiting producers */
-	_Atomic int sleeping;    /* in its wait (napping or not) */
 	_Atomic int in_callback; /* running a callback */
 	_Atomic int fill_req;    /* a producer asks for the part-filled magazine */
 	_Atomic uint64_t fill_ack; /* bumped when such a request was served */
@@ -930,7 +929,6 @@ static void due_append(void *ctx, struct tmo__ib_node *n)
 	set_aux(n, NULL, TMO__IB_NOWHERE);
 	*e->due_tail = n;
 	e->due_tail = (struct tmo__ib_node **)(void *)&n->aux;
-	e->due_count++;
 }
 
 static void file_node(struct tmo *e, struct tmo__ib_node *n, int64_t deadline)
@@ -1183,7 +1181,6 @@ static void *timer_main(void *arg)
 
 		e->due_head = NULL;
 		e->due_tail = &e->due_head;
-		e->due_count = 0;
 		if (UNLIKELY(e->unfiled != NULL))
 			retry_unfiled(e, now);
 		e->sched->collect(S(e), now, due_append, e);
@@ -1224,9 +1221,7 @@ static void *timer_main(void *arg)
 		if (atomic_load_explicit(&e->park_flag, memory_order_acquire) ||
 		    atomic_load_explicit(&e->stop, memory_order_acquire))
 			continue;
-		atomic_store_explicit(&e->sleeping, 1, memory_order_relaxed);
 		ec_wait_until(&e->wake_ec, v, wake_at);
-		atomic_store_explicit(&e->sleeping, 0, memory_order_relaxed);
 	}
 	return NULL;
 }
