@@ -51,6 +51,9 @@ static uint64_t w_bytes(const void *s)
 
 static uint64_t w_count(const void *s) { return tmo_wheel_count(s); }
 
+/* A tick's nodes come out in no particular order: the core sorts by this. */
+static int64_t w_deadline(const struct tmo__ib_node *n) { return n->s.wheel.deadline; }
+
 static const struct tmo__ib_sched wheel_sched = {
 	.size = sizeof(struct tmo_wheel),
 	.init = w_init,
@@ -61,6 +64,7 @@ static const struct tmo__ib_sched wheel_sched = {
 	.collect = w_collect,
 	.bytes = w_bytes,
 	.count = w_count,
+	.deadline = w_deadline,
 };
 
 /* Default tick, chosen by measurement on the 2-core dev machine (2000

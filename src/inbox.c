@@ -158,9 +158,9 @@ struct seg {
  * engine was created, anchored at a (TSC, clock) pair read at the exchange
  * -- usually microseconds after the arm -- and rounded UP by a margin that
  * covers both pairs' read skew, the rate's error over that distance and NTP
- * slew (0.1 %).  The margin is at least MARGIN_NS for every arm, so arms
- * keep their order (a varying margin would reorder arms it separates by
- * less).  The result is also capped by the exchange's clock read, itself
+ * slew (0.1 %).  The margin is at least a floor (MARGIN_NS, or a twentieth
+ * of the resolution if larger) for every arm, so arms keep their order: a
+ * varying margin would reorder arms it separates by less.  The result is also capped by the exchange's clock read, itself
  * never earlier than the arm: never early holds whatever the TSC does.
  * Without an invariant TSC, arm reads CLOCK_MONOTONIC. */
 #if defined(__x86_64__) || defined(__i386__)
@@ -180,8 +180,9 @@ static int tsc_invariant(void) { return 0; }
 /* Pairs whose two TSC reads are further apart than this are discarded
  * (the thread was preempted between them). */
 #define PAIR_MAX_TICKS 20000u
-/* Added to every converted arm time (lateness, not earliness). */
-#define MARGIN_NS 10000.0
+/* The least margin added to a converted arm time (lateness, never
+ * earliness); engines with a coarse resolution use resolution / 20. */
+#define MARGIN_NS 10000
 /* A rate is not used while its relative error may exceed this. */
 #define REL_MAX 0.01
 
@@ -243,7 +244,7 @@ static void seg_stamp(struct seg *sg)
 }
 
 /* An upper bound on when the arm stamped `st` was called: never earlier. */
-static int64_t arm_time(const struct seg *sg, uint64_t st)
+static int64_t arm_time(const struct seg *sg, uint64_t st, double floor_ns)
 {
 	if (!g_use_tsc)
 		return (int64_t)st;
@@ -251,7 +252,7 @@ static int64_t arm_time(const struct seg *sg, uint64_t st)
 		return sg->ns; /* not calibrated yet: the exchange's time */
 	double d = sg->tsc > st ? (double)(sg->tsc - st) * sg->rate : 0.0;
 	double margin = sg->err_ns + 1000.0 + d * sg->rel;
-	double up = (double)sg->ns - d + (margin > MARGIN_NS ? margin : MARGIN_NS);
+	double up = (double)sg->ns - d + (margin > floor_ns ? margin : floor_ns);
 	return up < (double)sg->ns ? (int64_t)up : sg->ns;
 }
 
@@ -275,6 +276,8 @@ static int64_t arm_time(const struct seg *sg, uint64_t st)
  * between two exchanges while a burst keeps the timer thread busy. */
 #define TMO__IB_SEGS 64u
 #define TMO__IB_SEG_NODES 128u
+/* Due batches up to this size are sorted by deadline (see due_sort). */
+#define DUE_SORT_MAX 4096u
 /* Node pointers the timer thread's batch array starts with. */
 #define BATCH_FIRST 1024u
 
@@ -296,6 +299,7 @@ struct tmo {
 	const struct tmo__ib_sched *sched;
 	uint64_t id; /* never reused: keys thread-local caches */
 	int64_t nap_ns;
+	double margin_ns; /* floor of the arm-dating margin */
 
 	/* Producers write these; each on its own line. */
 	_Alignas(64) ck_stack_t inbox;
@@ -315,6 +319,7 @@ struct tmo {
 	struct tmo__ib_node *loose;            /* released with no magazine, via link */
 	struct tmo__ib_node *unfiled;
 	struct tmo__ib_node *due_head, **due_tail;
+	size_t due_count;
 	struct tmo__ib_node **batch; /* exchanged chains, each newest first */
 	uint32_t batch_cap, batch_used;
 	struct seg seg[TMO__IB_SEGS];
@@ -929,6 +934,7 @@ static void due_append(void *ctx, struct tmo__ib_node *n)
 	set_aux(n, NULL, TMO__IB_NOWHERE);
 	*e->due_tail = n;
 	e->due_tail = (struct tmo__ib_node **)(void *)&n->aux;
+	e->due_count++;
 }
 
 static void file_node(struct tmo *e, struct tmo__ib_node *n, int64_t deadline)
@@ -949,7 +955,7 @@ static void handle(struct tmo *e, struct tmo__ib_node *n, const struct seg *sg)
 	switch (st_of(s)) {
 	case ST_QUEUED: {
 		/* both <= 2^62: no overflow */
-		int64_t deadline = arm_time(sg, n->s.q.stamp) + n->s.q.timeout;
+		int64_t deadline = arm_time(sg, n->s.q.stamp, e->margin_ns) + n->s.q.timeout;
 		if (!atomic_compare_exchange_strong_explicit(&n->state, &s, mkst(gen, ST_IN_STRUCT),
 		                                             memory_order_acq_rel,
 		                                             memory_order_acquire)) {
@@ -1104,6 +1110,34 @@ static void retry_unfiled(struct tmo *e, int64_t now)
 	e->unfiled = keep;
 }
 
+/* Stable merge sort of a due list (linked through aux, where bits 0) by the
+ * structure's deadline.  A wheel hands out one tick's nodes in no
+ * particular order; arms whose call times differ by a hair more than a tick
+ * can still share a tick (the arm is dated inside the call, not at its
+ * start), and would then run in either order. */
+static struct tmo__ib_node *due_sort(struct tmo *e, struct tmo__ib_node *list, size_t n)
+{
+	if (n < 2)
+		return list;
+	struct tmo__ib_node *a = list, *b, *p = list;
+	for (size_t i = 1; i < n / 2; i++)
+		p = aux_next(p);
+	b = aux_next(p);
+	set_aux(p, NULL, TMO__IB_NOWHERE);
+	a = due_sort(e, a, n / 2);
+	b = due_sort(e, b, n - n / 2);
+	struct tmo__ib_node *head = NULL, **tail = &head;
+	while (a != NULL && b != NULL) {
+		struct tmo__ib_node **from = e->sched->deadline(b) < e->sched->deadline(a) ? &b : &a;
+		struct tmo__ib_node *x = *from;
+		*from = aux_next(x);
+		*tail = x;
+		tail = (struct tmo__ib_node **)(void *)&x->aux;
+	}
+	*tail = a != NULL ? a : b;
+	return head;
+}
+
 static void fire_due(struct tmo *e, struct tmo__ib_node *n)
 {
 	while (n != NULL) {
@@ -1181,6 +1215,7 @@ static void *timer_main(void *arg)
 
 		e->due_head = NULL;
 		e->due_tail = &e->due_head;
+		e->due_count = 0;
 		if (UNLIKELY(e->unfiled != NULL))
 			retry_unfiled(e, now);
 		e->sched->collect(S(e), now, due_append, e);
@@ -1189,6 +1224,10 @@ static void *timer_main(void *arg)
 		                      e->sched->bytes(S(e)) + (uint64_t)e->batch_cap * sizeof *e->batch,
 		                      memory_order_relaxed);
 		if (e->due_head != NULL) {
+			/* a burst due at one instant (one deadline) gains nothing
+			 * from sorting: it is skipped above DUE_SORT_MAX */
+			if (e->sched->deadline != NULL && e->due_count <= DUE_SORT_MAX)
+				e->due_head = due_sort(e, e->due_head, e->due_count);
 			fire_due(e, e->due_head);
 			continue; /* callbacks took time: look again before sleeping */
 		}
@@ -1252,6 +1291,7 @@ int tmo__ib_create(const struct tmo__ib_params *p, const struct tmo_config *cfg,
 	e->base.ops = p->ops;
 	e->sched = p->sched;
 	e->id = atomic_fetch_add(&g_next_id, 1);
+	e->margin_ns = res / 20 > MARGIN_NS ? (double)(res / 20) : (double)MARGIN_NS;
 	/* the poll period scales with a configured resolution */
 	e->nap_ns = p->nap_ns > 0 && p->resolution_ns > 0 ? p->nap_ns * res / p->resolution_ns : 0;
 	if (p->nap_ns > 0 && e->nap_ns <= 0)

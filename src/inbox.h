@@ -124,6 +124,9 @@ struct tmo__ib_sched {
 	uint64_t (*bytes)(const void *s);
 	/* Nodes filed now. */
 	uint64_t (*count)(const void *s);
+	/* NULL if collect() hands nodes out in deadline order; else a node's
+	 * deadline, and the core sorts due batches by it. */
+	int64_t (*deadline)(const struct tmo__ib_node *n);
 };
 
 struct tmo__ib_params {
