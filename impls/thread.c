@@ -517,6 +517,9 @@ static int thr_stats(struct tmo *e, struct tmo_stats *out)
 	uint64_t heap_bytes = tmo_heap_bytes(&e->heap) - (uint64_t)e->heap.min_cap * sizeof(void *);
 	pthread_mutex_unlock(&e->m);
 	out->held_nodes = atomic_load_explicit(&e->records, memory_order_relaxed);
+	/* Records and the heap's growth.  Not the threads' stacks (64 KiB of
+	 * address space each, mostly untouched): `threads` counts them, and
+	 * the retention scenario's RSS shows what they really cost. */
 	out->held_bytes = out->held_nodes * sizeof(struct rec) + heap_bytes;
 	out->threads = atomic_load_explicit(&e->threads, memory_order_relaxed);
 	return 0;
