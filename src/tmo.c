@@ -121,6 +121,18 @@ int tmo_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback
 		return TMO_ENULLCB;
 	if (timeout_ns < 0 || timeout_ns > TMO_TIMEOUT_MAX)
 		return TMO_EBADTIMEOUT;
+	/* Relaxed: the owner is written once, by the first arm, which the
+	 * caller serializes with every other call on this timer. */
+	struct tmo *owner = __atomic_load_n(&t->owner, __ATOMIC_RELAXED);
+	if (owner != e) {
+		if (owner != NULL)
+			return TMO_EWRONGENGINE;
+		__atomic_store_n(&t->owner, e, __ATOMIC_RELAXED);
+		int rc = tmo_ops(e)->arm(e, t, timeout_ns, cb, arg);
+		if (rc != 0) /* never armed: it belongs to no engine yet */
+			__atomic_store_n(&t->owner, NULL, __ATOMIC_RELAXED);
+		return rc;
+	}
 	return tmo_ops(e)->arm(e, t, timeout_ns, cb, arg);
 }
 
@@ -130,6 +142,11 @@ int tmo_cancel(struct tmo *e, struct tmo_timer *t)
 		return TMO_ENULLENGINE;
 	if (t == NULL)
 		return TMO_ENULLTIMER;
+	struct tmo *owner = __atomic_load_n(&t->owner, __ATOMIC_RELAXED);
+	if (owner == NULL)
+		return TMO_ENOTARMED;
+	if (owner != e)
+		return TMO_EWRONGENGINE;
 	return tmo_ops(e)->cancel(e, t);
 }
 

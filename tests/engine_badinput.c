@@ -103,9 +103,13 @@ static void misuse(struct tmo *a, struct tmo *b)
 	/* the rejected calls did not disturb the original arm */
 	row("cancel via engine A after those (valid)", TMO_CANCEL_PREVENTED, tmo_cancel(a, t));
 	row("cancel twice (second)", TMO_ENOTARMED, tmo_cancel(a, t));
-	/* Not rowed: arm on B of a timer pending on A.  Header note [1] lets an
-	 * engine miss misuse it cannot see under its own synchronization, and
-	 * the engines here accept it (the timer then sits in two engines). */
+	/* A timer belongs to the engine of its first arm (tmo.h): arming it on
+	 * another engine is refused whether the first arm is pending or not, so
+	 * one timer is never in two engines. */
+	CHECK_EQ(tmo_arm(a, t, LONG_TIMEOUT, cb, NULL), 0);
+	row("arm on engine B of a timer pending on A", TMO_EWRONGENGINE,
+	    tmo_arm(b, t, LONG_TIMEOUT, cb, NULL));
+	row("cancel via engine A after that (valid)", TMO_CANCEL_PREVENTED, tmo_cancel(a, t));
 
 	/* after a fire and its resolution, the timer is idle again */
 	t = &mt2;
@@ -116,7 +120,11 @@ static void misuse(struct tmo *a, struct tmo *b)
 		et_sleep_ns(100 * 1000);
 	int rc = tmo_cancel(a, t);
 	CHECK(rc == TMO_CANCEL_FIRED || rc == TMO_CANCEL_WAITED);
-	row("arm on engine B after the fire on A was resolved (valid)", TMO_OK,
+	row("arm on engine B after the fire on A, without re-init", TMO_EWRONGENGINE,
+	    tmo_arm(b, t, LONG_TIMEOUT, cb, NULL));
+	row("cancel via engine B of the timer fired on A", TMO_EWRONGENGINE, tmo_cancel(b, t));
+	tmo_timer_init(t);
+	row("arm on engine B after tmo_timer_init (valid)", TMO_OK,
 	    tmo_arm(b, t, LONG_TIMEOUT, cb, NULL));
 	row("cancel via engine A of the timer now armed on B", TMO_EWRONGENGINE,
 	    tmo_cancel(a, t));

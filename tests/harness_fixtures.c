@@ -62,31 +62,31 @@ static int fx_stats(struct tmo *e, struct tmo_stats *out) { return tmo_stats(FX(
 static int fx_park(struct tmo *e, int on) { return tmo_park(FX(e)->inner, on); }
 static int fx_arm(struct tmo *e, struct tmo_timer *t, int64_t ns, tmo_callback *cb, void *arg)
 {
-	return tmo_arm(FX(e)->inner, t, ns, cb, arg);
+	return tmo_ops(FX(e)->inner)->arm(FX(e)->inner, t, ns, cb, arg);
 }
-static int fx_cancel(struct tmo *e, struct tmo_timer *t) { return tmo_cancel(FX(e)->inner, t); }
+static int fx_cancel(struct tmo *e, struct tmo_timer *t) { return tmo_ops(FX(e)->inner)->cancel(FX(e)->inner, t); }
 
 static int liar_cancel(struct tmo *e, struct tmo_timer *t)
 {
-	int rc = tmo_cancel(FX(e)->inner, t);
+	int rc = tmo_ops(FX(e)->inner)->cancel(FX(e)->inner, t);
 	return rc == TMO_CANCEL_FIRED || rc == TMO_CANCEL_WAITED ? TMO_CANCEL_PREVENTED : rc;
 }
 
 static int early_arm(struct tmo *e, struct tmo_timer *t, int64_t ns, tmo_callback *cb, void *arg)
 {
-	return tmo_arm(FX(e)->inner, t, ns / 2, cb, arg);
+	return tmo_ops(FX(e)->inner)->arm(FX(e)->inner, t, ns / 2, cb, arg);
 }
 
 static int lossy_arm(struct tmo *e, struct tmo_timer *t, int64_t ns, tmo_callback *cb, void *arg)
 {
 	if (atomic_fetch_add(&FX(e)->arms, 1) % 7 == 6)
 		return 0; /* accepted, never armed: the timer is lost */
-	return tmo_arm(FX(e)->inner, t, ns, cb, arg);
+	return tmo_ops(FX(e)->inner)->arm(FX(e)->inner, t, ns, cb, arg);
 }
 
 static int lossy_cancel(struct tmo *e, struct tmo_timer *t)
 {
-	int rc = tmo_cancel(FX(e)->inner, t);
+	int rc = tmo_ops(FX(e)->inner)->cancel(FX(e)->inner, t);
 	/* A dropped timer was never armed: pretend the cancel worked. */
 	return rc == TMO_ENOTARMED ? TMO_CANCEL_PREVENTED : rc;
 }

@@ -73,7 +73,9 @@ enum tmo_error {
 	TMO_EARMED = -4,       /* arm of a timer that is already armed */
 	TMO_ENOTARMED = -5,    /* cancel of a timer that was never armed, or
 	                          whose arm another cancel already prevented */
-	TMO_EWRONGENGINE = -6, /* timer is armed on a different engine */
+	TMO_EWRONGENGINE = -6, /* timer belongs to a different engine (its
+	                          first arm was there; tmo_timer_init() frees
+	                          it for another engine once resolved) */
 	TMO_ENOMEM = -7,       /* out of memory */
 	TMO_EAGAIN = -8,       /* out of threads or kernel timers */
 	TMO_ENOENGINE = -9,    /* no engine of that name */
@@ -109,15 +111,23 @@ typedef void tmo_callback(struct tmo_timer *timer, void *arg);
 /* Caller-owned timer.  Initialise with TMO_TIMER_INIT or tmo_timer_init()
  * (all-zero bytes are also a valid idle timer).  Between a successful arm and
  * its resolution (callback returned, or a cancel returned) the caller must
- * not free or move it. */
+ * not free or move it.  A timer belongs to the engine of its first arm: to
+ * use it with another engine (or after that engine was destroyed), call
+ * tmo_timer_init() again once its last arm has resolved. */
 struct tmo_timer {
 	tmo_callback *cb; /* written by arm; read-only for the caller */
 	void *arg;        /* written by arm; read-only for the caller */
+	/* The engine this timer belongs to: set by its first tmo_arm(), kept
+	 * until tmo_timer_init().  tmo_arm()/tmo_cancel() through any other
+	 * engine answer TMO_EWRONGENGINE, so one timer is never in two engines
+	 * and no engine misreads another's private words.  Never touched by
+	 * engines or the caller. */
+	struct tmo *owner;
 	/* Engine-private words: never touched by the caller. */
 	uint64_t tmo_private[TMO_TIMER_PRIVATE_WORDS];
 };
 
-#define TMO_TIMER_INIT {0, 0, {0}}
+#define TMO_TIMER_INIT {0, 0, 0, {0}}
 void tmo_timer_init(struct tmo_timer *t);
 
 #define tmo_container_of(ptr, type, member) \
