@@ -5,11 +5,12 @@
  * --------
  * arm and cancel take no lock.  Each arm takes an engine-owned node from a
  * thread-local cache, fills it with the timeout and the arm time (the TSC,
- * ~10 ns) and pushes it onto a Concurrency Kit stack (the inbox).  ONE timer thread owns the ordered
- * structure (a heap or a wheel, behind struct tmo__ib_sched): it takes the
- * whole inbox with one exchange, dates each arm (arm records the TSC: see
- * "dating arms" in inbox.c), files the nodes with deadline = arm time +
- * timeout, collects due nodes, then runs their callbacks.
+ * ~10 ns) and pushes it onto a Concurrency Kit stack (the inbox).  ONE timer
+ * thread owns the ordered structure (a heap or a wheel, behind struct
+ * tmo__ib_sched): it takes the whole inbox with one exchange, converts each
+ * arm's TSC to CLOCK_MONOTONIC (rounded up: see "dating arms" in inbox.c),
+ * files the nodes with deadline = arm time + timeout, collects due nodes,
+ * then runs their callbacks.
  *
  * Nodes, never the caller's timer, live in the inbox and the structure, so
  * once cancel returns the engine holds no reference to the timer.  Nodes come
@@ -20,11 +21,13 @@
  * magazine and gives the empty one back on a third.
  *
  * Flow control: the pool grows freely up to a soft cap (TMO__IB_SOFT_NODES,
- * or twice what is filed); beyond it a producer that finds no free magazine
- * while nodes are still on their way to a running timer thread waits for
- * the thread to recycle them instead of growing, so arm+cancel flat out holds
- * bounded memory.  A parked or stalled (>= 1 ms without a loop) timer thread
- * never makes a producer wait: the pool grows.
+ * or twice the pending timers); beyond it a producer that finds no free
+ * magazine asks the timer thread for its part-filled one and sleeps until
+ * the thread recycles nodes, instead of growing: arm+cancel flat out holds
+ * bounded memory (one timer thread touches every node, so producers that
+ * outrun it would otherwise grow the pool without end).  A parked timer
+ * thread, one inside a callback for >= 1 ms, or no progress for 50 ms never
+ * makes a producer wait longer: the pool grows (by one small slab).
  *
  * Exactly once: the node's state word (a generation and a state) has exactly
  * one winner between cancel and fire:
