@@ -45,7 +45,7 @@ static void usage(FILE *f)
 	        "                   line that reproduces them\n"
 	        "  --list           engines (resolution, summary, capabilities) and scenarios\n"
 	        "  --benchmark_filter=REGEX and other --benchmark_* flags go to Google\n"
-	        "                   Benchmark (not --benchmark_out: use --json)\n"
+	        "                   Benchmark (not --benchmark_out/_format: use --json)\n"
 	        "\n"
 	        "exit status: 0 clean, 1 violation or a run that could not complete,\n"
 	        "2 bad command line\n");
@@ -248,7 +248,9 @@ int main(int argc, char **argv)
 	ours[nours++] = gbs[ngbs++] = argv[0];
 	for (int i = 1; i < argc; i++) {
 		if (strncmp(argv[i], "--benchmark_", 12) == 0) {
-			if (strncmp(argv[i], "--benchmark_out", 15) == 0)
+			/* The harness owns the output: its console table and --json. */
+			if (strncmp(argv[i], "--benchmark_out", 15) == 0 ||
+			    strncmp(argv[i], "--benchmark_format", 18) == 0)
 				return usage_error("'%s': results go to --json=FILE (Google Benchmark's "
 				                   "JSON is in it)",
 				                   argv[i]);
