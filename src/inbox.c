@@ -378,8 +378,9 @@ static inline void set_aux(struct tmo__ib_node *n, struct tmo__ib_node *next, un
 
 /* ---- thread-local caches --------------------------------------------------
  *
- * A thread keeps, per engine it uses, a chain of free nodes and two
- * counters.  The slot is keyed by the engine's id, which is never reused, so
+ * A thread keeps, per engine it uses, one magazine of free nodes and two
+ * counters (arms, prevented cancels: stats sums them, so the fast paths
+ * share no counter).  The slot is keyed by the engine's id, which is never reused, so
  * a cache left behind by a destroyed engine is recognised and dropped without
  * touching its nodes (they died with the engine's slabs).  Engines list the
  * slots that name them (under g_lock) so stats can sum the counters and
