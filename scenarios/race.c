@@ -4,9 +4,13 @@
  * time cap run fewer, and the count run is printed and reported).
  *
  * An arming thread arms timer i (timeout D) into slot i % K; a cancelling
- * thread waits until arm time + D + u (u random in [-R, +2R], R = the
- * engine's resolution, at least 20 us, so the cancel lands on both sides of
- * the moment the engine fires) and cancels it.  The callback marks itself
+ * thread waits until arm time + D + O + u and cancels it.  R is the
+ * engine's resolution (at least 20 us), u is random in [-R/2, +R/2], and O
+ * is steered so that about half the arms fire: each fired arm moves it R/64
+ * earlier, each prevented one R/64 later.  The cancels then gather around
+ * the moment this engine really fires, on this machine, under this load
+ * (its lateness, and the cancelling thread's own lag), which is where the
+ * race is.  The callback marks itself
  * running, spins ~0.5 us (widening the window in which a cancel meets a
  * running callback), counts, and marks itself done.  Per arm exactly one of:
  *
@@ -28,7 +32,8 @@
 #define COUNT_QUICK 1000000ull
 #define CAP_FULL_S 120
 #define CAP_QUICK_S 15
-#define K_DEFAULT 1024
+#define K_MIN 16
+#define K_MAX 256
 #define K_THREAD 32
 #define MIN_R (20 * TMO_NSEC_PER_USEC)
 
@@ -44,6 +49,7 @@ struct rc_slot {
 	atomic_int cb_count;  /* callbacks for `iter` */
 	int outcome;          /* canceller's verdict on the previous arm */
 	int64_t armed_at, cancel_at;
+	_Atomic int64_t fired_at; /* when the callback started */
 };
 
 struct rc_ctx {
@@ -52,6 +58,7 @@ struct rc_ctx {
 	struct rc_slot *slots;
 	uint64_t k, count;
 	int64_t D, R, stop_at;
+	_Atomic int64_t offset; /* O: the canceller steers it, the armer reads it */
 	_Alignas(64) atomic_ullong armed; /* arms done (also: the armer's stop) */
 	_Alignas(64) atomic_ullong done;  /* cancels done */
 	atomic_int stop;
@@ -65,6 +72,7 @@ static void rc_cb(struct tmo_timer *t, void *arg)
 {
 	struct rc_slot *s = tmo_container_of(t, struct rc_slot, t);
 	uint64_t i = (uint64_t)(uintptr_t)arg;
+	atomic_store(&s->fired_at, su_now_ns());
 	atomic_store(&s->in_cb, 1);
 	int64_t until = su_now_ns() + 500;
 	while (su_now_ns() < until) {
@@ -113,9 +121,9 @@ static void *rc_armer(void *arg)
 		atomic_store(&s->iter, i);
 		atomic_store(&s->cb_count, 0);
 		s->outcome = O_NONE;
-		int64_t u = (int64_t)su_below(&rng, (uint64_t)(3 * c->R)) - c->R;
+		int64_t u = (int64_t)su_below(&rng, (uint64_t)c->R) - c->R / 2;
 		s->armed_at = su_now_ns();
-		s->cancel_at = s->armed_at + c->D + u;
+		s->cancel_at = s->armed_at + c->D + atomic_load(&c->offset) + u;
 		int rc = tmo_arm(c->e, &s->t, c->D, rc_cb, (void *)(uintptr_t)i);
 		if (rc != 0) {
 			if (atomic_fetch_add(&c->arm_errors, 1) == 0)
@@ -186,6 +194,11 @@ static void *rc_canceller(void *arg)
 				tmo_violation(c->run, "arm #%llu: cancel returned %s (%d)", (unsigned long long)i,
 				              rc < 0 ? tmo_errname(rc) : "an unknown result", rc);
 		}
+		/* Steer O toward the point where half the arms fire, within
+		 * [-D, +10 ms]. */
+		int64_t o = atomic_load(&c->offset) + (s->outcome == O_FIRED ? -1 : 1) * (c->R / 64);
+		o = o < -c->D ? -c->D : o > 10 * TMO_NSEC_PER_MSEC ? 10 * TMO_NSEC_PER_MSEC : o;
+		atomic_store(&c->offset, o);
 		atomic_store_explicit(&s->state, S_FREE, memory_order_release);
 		atomic_store_explicit(&c->done, i + 1, memory_order_release);
 	}
@@ -198,9 +211,15 @@ static int race_run(const struct tmo_run *run)
 		return TMO_ENOMEM;
 	c->run = run;
 	c->count = su_scaled(run->quick ? COUNT_QUICK : COUNT_FULL);
-	c->k = su_thread_per_timer(run) ? K_THREAD : K_DEFAULT;
 	c->R = run->ops->resolution_ns > MIN_R ? run->ops->resolution_ns : MIN_R;
 	c->D = 2 * c->R;
+	/* In flight: enough to keep the engine busy, few enough that the
+	 * cancelling thread, which visits the slots in turn, is not behind by
+	 * more than the timeout itself (~2 us per arm+cancel round trip). */
+	c->k = (uint64_t)(c->D / (2 * TMO_NSEC_PER_USEC));
+	c->k = c->k < K_MIN ? K_MIN : c->k > K_MAX ? K_MAX : c->k;
+	if (su_thread_per_timer(run))
+		c->k = K_THREAD;
 	int64_t cap = (run->quick ? CAP_QUICK_S : CAP_FULL_S) * TMO_NSEC_PER_SEC;
 	if (su_scale() < 1) /* sanitized: a shorter cap, but at least 3 s */
 		cap = (int64_t)((double)cap * su_scale()) > 3 * TMO_NSEC_PER_SEC
@@ -214,10 +233,10 @@ static int race_run(const struct tmo_run *run)
 		return rc;
 	}
 	rc_current = c;
-	printf("race: %llu arms requested, %llu in flight, timeout %lld us, cancel at deadline %+lld.."
-	       "%+lld us, time cap %lld s\n",
+	printf("race: %llu arms requested, %llu in flight, timeout %lld us, cancel at deadline + "
+	       "steered offset %+lld..%+lld us, time cap %lld s\n",
 	       (unsigned long long)c->count, (unsigned long long)c->k, (long long)(c->D / 1000),
-	       (long long)(-c->R / 1000), (long long)(2 * c->R / 1000), (long long)(cap / 1000000000));
+	       (long long)(-c->R / 2000), (long long)(c->R / 2000), (long long)(cap / 1000000000));
 	int64_t t0 = su_now_ns();
 	c->stop_at = t0 + cap;
 	pthread_t a, b;
@@ -285,6 +304,10 @@ static int race_run(const struct tmo_run *run)
 	tmo_report(run, "double_fires", "", (double)doubles, "count");
 	tmo_report(run, "errors", "", (double)(errors + arm_errors), "count");
 	tmo_report(run, "arms_per_s", "", (double)ran / secs, "arms/s");
+	tmo_report(run, "cancel_offset_ns", "", (double)atomic_load(&c->offset), "ns");
+	printf("race: at the end, cancels were aimed at the deadline %+.1f us (where about half the "
+	       "arms fire)\n",
+	       (double)atomic_load(&c->offset) / 1e3);
 	tmo_report(run, "violations", "", (double)v, "count");
 	free(c->slots);
 	free(c);
