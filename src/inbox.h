@@ -61,7 +61,7 @@
 /* Nodes per magazine, and the most a thread-local cache holds. */
 #define TMO__IB_MAG 64
 /* Pool size up to which producers grow it rather than wait for recycling. */
-#define TMO__IB_SOFT_NODES 8192
+#define TMO__IB_SOFT_NODES 4096
 /* Engines one thread keeps a node cache for at once (more: one is evicted,
  * under a global mutex). */
 #define TMO__IB_SLOTS 4
