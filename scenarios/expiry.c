@@ -6,14 +6,18 @@
  *          lateness p50/p99/max and its CDF (lateness = callback start -
  *          (clock read before arm + timeout), so it never under-states),
  *          and the checks: every timer fires exactly once (lost and double
- *          fires counted), never early, and in order: a timer whose deadline
- *          is more than the engine's resolution after another's must not run
- *          before it (guarantee 4).
+ *          fires counted), never early, and in order: a timer surely due
+ *          more than the engine's resolution after another (judged from
+ *          the clock reads around each arm) must not run before it
+ *          (guarantee 4).
  *  burst   N timers all due at the same instant: the drain rate, fires per
  *          second from the first callback to the last.
  *
- * The thread engine runs an OS thread per timer: it gets at most
- * THREAD_MAX timers per size (printed, and in the rows' param n=).
+ * A slow engine is waited for while its callbacks keep coming; a timer is
+ * lost when none came for STALL after the last deadline.  An arm refused
+ * with TMO_EAGAIN/TMO_ENOMEM is the engine's capacity (reported), not a
+ * violation.  The thread engine runs an OS thread per timer: it gets at
+ * most THREAD_MAX timers per size (printed, and in the rows' param n=).
  */
 #include <stdatomic.h>
 
