@@ -388,6 +388,8 @@ int main(int argc, char **argv)
 		       outcomes[i].seconds);
 	}
 	targets_print(rep, scenarios, nscen, engines, nengines);
+	if (report_write(rep) != 0) /* again: now with the targets */
+		failed = 1;
 	if (json != NULL)
 		printf("\nresults: %s and %s\n", json, report_csv_path(rep));
 	printf("%s\n", failed ? "FAILED: see the violations / errors above" : "all runs clean");

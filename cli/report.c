@@ -19,7 +19,7 @@
 struct tmo_report {
 	struct report_opts opts;
 	char *json_path, *csv_path;
-	json_t *context, *benchmarks, *rows, *runs, *violations;
+	json_t *context, *benchmarks, *rows, *runs, *violations, *targets;
 	int64_t family_offset; /* added to Google Benchmark family indices */
 	int64_t total_violations;
 
@@ -82,7 +82,8 @@ struct tmo_report *report_open(const struct report_opts *opts)
 	r->rows = json_array();
 	r->runs = json_array();
 	r->violations = json_array();
-	if (r->context == NULL || r->benchmarks == NULL || r->rows == NULL || r->runs == NULL ||
+	r->targets = json_array();
+	if (r->targets == NULL || r->context == NULL || r->benchmarks == NULL || r->rows == NULL || r->runs == NULL ||
 	    r->violations == NULL) {
 		report_close(r);
 		return NULL;
@@ -99,6 +100,7 @@ void report_close(struct tmo_report *r)
 	json_decref(r->rows);
 	json_decref(r->runs);
 	json_decref(r->violations);
+	json_decref(r->targets);
 	free(r->json_path);
 	free(r->csv_path);
 	pthread_mutex_destroy(&r->mu);
@@ -257,9 +259,9 @@ int report_write(struct tmo_report *r)
 	if (r->json_path == NULL)
 		return 0;
 	pthread_mutex_lock(&r->mu);
-	json_t *doc = json_pack("{s:O, s:O, s:O, s:O, s:O}", "context", r->context, "benchmarks",
-	                        r->benchmarks, "rows", r->rows, "runs", r->runs, "violations",
-	                        r->violations);
+	json_t *doc = json_pack("{s:O, s:O, s:O, s:O, s:O, s:O}", "context", r->context,
+	                        "benchmarks", r->benchmarks, "rows", r->rows, "runs", r->runs,
+	                        "violations", r->violations, "targets", r->targets);
 	int rc = 0;
 	if (doc == NULL || json_dump_file(doc, r->json_path, JSON_INDENT(1) | JSON_REAL_PRECISION(10)) != 0) {
 		fprintf(stderr, "tmo-harness: cannot write %s: %s\n", r->json_path, strerror(errno));
@@ -297,6 +299,17 @@ int report_write(struct tmo_report *r)
 	}
 	pthread_mutex_unlock(&r->mu);
 	return rc;
+}
+
+void report_add_target(struct tmo_report *r, const char *what, double measured, const char *op,
+                       double want, const char *unit, const char *verdict)
+{
+	pthread_mutex_lock(&r->mu);
+	json_t *o = json_pack("{s:s, s:s, s:f, s:s, s:s}", "target", what, "op", op, "wanted", want,
+	                      "unit", unit, "verdict", verdict);
+	json_object_set_new(o, "measured", isfinite(measured) ? json_real(measured) : json_null());
+	json_array_append_new(r->targets, o);
+	pthread_mutex_unlock(&r->mu);
 }
 
 const char *report_csv_path(const struct tmo_report *r) { return r->csv_path; }

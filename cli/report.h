@@ -39,6 +39,11 @@ void report_end_run(struct tmo_report *r, int result, double seconds);
  * runs stay distinct for compare.py), the first context is kept. */
 void report_add_gbench_json(struct tmo_report *r, const char *json_text);
 
+/* One row of the end-of-run targets table, kept in the JSON's "targets"
+ * (measured NaN: not measured). */
+void report_add_target(struct tmo_report *r, const char *what, double measured, const char *op,
+                       double want, const char *unit, const char *verdict);
+
 /* Rewrite the JSON file and the CSV beside it.  Returns 0 or -1 (printed). */
 int report_write(struct tmo_report *r);
 /* The CSV's path (FILE.json -> FILE.csv), or NULL without --json. */

@@ -32,6 +32,7 @@ static void fmt(char *buf, double v, const char *f)
 }
 
 static int met_count, missed_count, unmeasured_count;
+static struct tmo_report *cur_report; /* targets also go to the JSON */
 
 /* One target row: `measured` compared with `want` by `op` ("<=" or ">="). */
 static void target(const char *what, double measured, const char *op, double want,
@@ -55,6 +56,7 @@ static void target(const char *what, double measured, const char *op, double wan
 	char w[48];
 	snprintf(w, sizeof w, "%s %.3g%s", op, want, unit);
 	printf("  %-46s %12s %12s  %s\n", what, m, w, verdict);
+	report_add_target(cur_report, what, measured, op, want, unit, verdict);
 }
 
 void targets_print(struct tmo_report *r, const struct tmo_scenario *const *scenarios, int nscen,
@@ -66,6 +68,7 @@ void targets_print(struct tmo_report *r, const struct tmo_scenario *const *scena
 	if (!tp && !ret && !race)
 		return;
 	met_count = missed_count = unmeasured_count = 0;
+	cur_report = r;
 
 	if (tp) {
 		double thread = get(r, "throughput", "thread", "seed_median_ns_per_op", "");
