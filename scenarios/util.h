@@ -113,6 +113,23 @@ static inline uint64_t su_scaled(uint64_t n)
 
 /* Engines whose arms are OS threads or kernel objects cannot hold a million
  * live timers: scenarios size such runs down and say so in their output. */
+/* tmo_arm, retried while the engine answers TMO_EAGAIN (every 1 ms, for at
+ * most 1 s).  For scenarios that keep few timers in flight: there a refusal
+ * is not the engine's own capacity but a limit shared with other processes
+ * (posix: RLIMIT_SIGPENDING is per user).  Each retry is counted in *retries
+ * so the scenario reports it; the last error is returned if it persists. */
+static inline int su_arm_retry(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns,
+                               tmo_callback *cb, void *arg, uint64_t *retries)
+{
+	int rc = tmo_arm(e, t, timeout_ns, cb, arg);
+	for (int i = 0; rc == TMO_EAGAIN && i < 1000; i++) {
+		++*retries;
+		su_sleep_ns(TMO_NSEC_PER_MSEC);
+		rc = tmo_arm(e, t, timeout_ns, cb, arg);
+	}
+	return rc;
+}
+
 static inline int su_thread_per_timer(const struct tmo_run *run)
 {
 	return (run->ops->caps & TMO_CAP_THREAD_PER_TIMER) != 0;
