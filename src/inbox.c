@@ -270,8 +270,10 @@ static int64_t arm_time(const struct seg *sg, uint64_t st, double floor_ns)
 /* A timer thread inside one callback for this long is stalled: producers
  * grow the pool instead of waiting for it. */
 #define STALL_NS TMO_NSEC_PER_MSEC
-/* The longest a producer waits for recycling (a starved timer thread). */
+/* The longest a producer waits for recycling (a starved timer thread)
+ * before it grows the pool, while the pool is under STARVED_MAX_NODES. */
 #define WAIT_MAX_NS (50 * TMO_NSEC_PER_MSEC)
+#define STARVED_MAX_NODES (2u * TMO__IB_SOFT_NODES)
 /* Inbox exchanges kept before they are handled, and the nodes handled
  * between two exchanges while a burst keeps the timer thread busy. */
 #define TMO__IB_SEGS 64u
@@ -597,6 +599,13 @@ static int stalled(struct tmo *e, uint64_t rounds0, int64_t t0)
 {
 	if (atomic_load_explicit(&e->park_flag, memory_order_relaxed))
 		return 1;
+	/* Past STARVED_MAX_NODES a stall no longer grows the pool: arms then
+	 * wait for recycling even behind a long callback.  Bounded memory wins
+	 * over arms that never wait: a timer thread preempted inside a short
+	 * callback looks exactly like a long callback, and on a loaded machine
+	 * that grew the pool by a slab each time, without end. */
+	if (atomic_load_explicit(&e->nodes_total, memory_order_relaxed) >= STARVED_MAX_NODES)
+		return 0;
 	return atomic_load_explicit(&e->in_callback, memory_order_relaxed) &&
 	       atomic_load_explicit(&e->rounds, memory_order_relaxed) == rounds0 &&
 	       tmo_now_ns() - t0 >= STALL_NS;
@@ -613,6 +622,22 @@ static int may_grow(struct tmo *e, uint64_t rounds0, int64_t t0)
 }
 
 static void wake_timer(struct tmo *e);
+
+/* May the free nodes really be stranded in other threads' caches?  Each
+ * live cache holds at most one magazine, so past STARVED_MAX_NODES plus that
+ * much the nodes are in flight through the timer thread, and growing would
+ * only grow the pool without end (seen: +1024 nodes a few times a minute
+ * under sustain on a loaded machine).  The producer waits instead. */
+static int may_strand(struct tmo *e)
+{
+	uint64_t caches = 1; /* the timer thread's part-filled magazine */
+	pthread_mutex_lock(&g_lock);
+	for (struct tls_slot *s = e->slots; s != NULL; s = s->next)
+		caches++;
+	pthread_mutex_unlock(&g_lock);
+	return atomic_load_explicit(&e->nodes_total, memory_order_relaxed) <
+	       STARVED_MAX_NODES + caches * TMO__IB_MAG;
+}
 
 /* Slow path of arm: the cache is empty. */
 static int cache_refill(struct tmo *e, struct tls_slot *s)
@@ -664,7 +689,7 @@ static int cache_refill(struct tmo *e, struct tls_slot *s)
 				 * nothing is on its way either: the free nodes sit in
 				 * other threads' caches.  Grow. */
 				if (atomic_load_explicit(&e->published, memory_order_relaxed) == pub &&
-				    ck_pr_load_ptr(&e->inbox.head) == NULL)
+				    ck_pr_load_ptr(&e->inbox.head) == NULL && may_strand(e))
 					force = 1;
 				break;
 			}
@@ -673,8 +698,18 @@ static int cache_refill(struct tmo *e, struct tls_slot *s)
 				rounds0 = r;
 				t0 = tmo_now_ns();
 			}
-			if (stalled(e, rounds0, t0) || tmo_now_ns() - t0 >= WAIT_MAX_NS) {
-				force = 1; /* a long callback, or starved of CPU */
+			/* A parked thread or a long callback: grow.  Starved of
+			 * CPU (no round for WAIT_MAX_NS): grow only while the
+			 * pool is under STARVED_MAX_NODES; past it the producer
+			 * keeps waiting, which hands the CPU to the timer thread.
+			 * Otherwise a machine that starves the timer thread now
+			 * and then grows the pool by a slab each time, without
+			 * end (sustain: 1.6 MB after 60 s with a build beside). */
+			if (stalled(e, rounds0, t0) ||
+			    (tmo_now_ns() - t0 >= WAIT_MAX_NS &&
+			     atomic_load_explicit(&e->nodes_total, memory_order_relaxed) <
+			         STARVED_MAX_NODES)) {
+				force = 1;
 				break;
 			}
 		}

@@ -26,8 +26,11 @@
  * the thread recycles nodes, instead of growing: arm+cancel flat out holds
  * bounded memory (one timer thread touches every node, so producers that
  * outrun it would otherwise grow the pool without end).  A parked timer
- * thread, one inside a callback for >= 1 ms, or no progress for 50 ms never
- * makes a producer wait longer: the pool grows (by one small slab).
+ * thread never makes a producer wait: the pool grows.  One inside a callback
+ * for >= 1 ms, or making no progress for 50 ms, grows the pool too, but only
+ * up to twice the soft cap: past that, a producer waits for recycling even
+ * behind a long callback (bounded memory wins; a preempted timer thread
+ * looks exactly like a long callback).
  *
  * Exactly once: the node's state word (a generation and a state) has exactly
  * one winner between cancel and fire:
