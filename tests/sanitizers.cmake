@@ -26,8 +26,8 @@ if(TMO_TSAN)
 
   add_executable(seeded_race ${CMAKE_CURRENT_SOURCE_DIR}/seeded_race.c)
   target_link_libraries(seeded_race PRIVATE Threads::Threads)
-  add_test(NAME tsan/seeded_race COMMAND seeded_race)
-  add_test(NAME tsan/seeded_race_report COMMAND seeded_race)
+  add_test(NAME tsan/seeded_race COMMAND seeded_race 20)
+  add_test(NAME tsan/seeded_race_report COMMAND seeded_race 20)
   set_tests_properties(tsan/seeded_race PROPERTIES WILL_FAIL TRUE)
   set_tests_properties(tsan/seeded_race_report PROPERTIES
     PASS_REGULAR_EXPRESSION
