@@ -1,0 +1,31 @@
+/* Built by tests/install_check.sh against an installed tmo, found only
+ * through pkg-config: the headers, the library and tmo.pc work together. */
+#include <stdio.h>
+#include <time.h>
+#include <tmo/scope.h>
+#include <tmo/tmo.h>
+
+static void cb(struct tmo_timer *t, void *a)
+{
+	(void)t;
+	++*(int *)a;
+}
+
+int main(void)
+{
+	struct tmo *e;
+	int n = 0;
+	struct tmo_timer t = TMO_TIMER_INIT;
+	if (tmo_create("wheel", NULL, &e) != 0)
+		return 1;
+	if (tmo_arm(e, &t, TMO_NSEC_PER_MSEC, cb, &n) != 0)
+		return 1;
+	for (int i = 0; i < 2000 && __atomic_load_n(&n, __ATOMIC_ACQUIRE) == 0; i++) {
+		struct timespec ts = {0, 1000000};
+		nanosleep(&ts, NULL);
+	}
+	int rc = tmo_cancel(e, &t);
+	printf("install consumer: fired %d, cancel -> %s\n", n, rc == TMO_CANCEL_FIRED ? "FIRED" : tmo_errname(rc));
+	tmo_destroy(&e);
+	return n == 1 && rc == TMO_CANCEL_FIRED ? 0 : 1;
+}
