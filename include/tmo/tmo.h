@@ -216,7 +216,10 @@ struct tmo_engine_ops {
 	 *
 	 * Synchronization: callable from any thread and from any callback.  The
 	 * caller must not hold a lock that the timer's callback takes (cancel
-	 * may wait for that callback).
+	 * may wait for that callback).  For the same reason, on engines whose
+	 * callbacks run concurrently (TMO_CAP_CONCURRENT_CALLBACKS), two
+	 * callbacks that cancel each other's timers while both run deadlock,
+	 * as with Linux's timer_delete_sync().
 	 *
 	 * On return the engine holds no reference to @timer: it may be freed or
 	 * armed again at once (unless TMO_CANCEL_SELF: then the callback itself
