@@ -8,7 +8,7 @@
 static void cb(struct tmo_timer *t, void *a)
 {
 	(void)t;
-	++*(int *)a;
+	__atomic_fetch_add((int *)a, 1, __ATOMIC_RELEASE);
 }
 
 int main(void)
@@ -24,7 +24,8 @@ int main(void)
 		struct timespec ts = {0, 1000000};
 		nanosleep(&ts, NULL);
 	}
-	int rc = tmo_cancel(e, &t);
+	int rc = tmo_cancel(e, &t); /* FIRED: the callback has returned */
+	n = __atomic_load_n(&n, __ATOMIC_ACQUIRE);
 	printf("install consumer: fired %d, cancel -> %s\n", n, rc == TMO_CANCEL_FIRED ? "FIRED" : tmo_errname(rc));
 	tmo_destroy(&e);
 	return n == 1 && rc == TMO_CANCEL_FIRED ? 0 : 1;
