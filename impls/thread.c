@@ -73,13 +73,6 @@
 #include "heap.h"
 #include "internal.h"
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define UNDER_SANITIZER 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define UNDER_SANITIZER 1
-#endif
-#endif
 
 /* Threads all thread engines of the process may hold at once; arm beyond
  * it returns TMO_EAGAIN.  The kernel's own limit is system-wide (pid_max is
@@ -88,7 +81,7 @@
  * fit, and two test processes at the limit still leave room.  Sanitizer
  * runtimes need a larger stack and much more memory per thread (TSan
  * aborted at ~10k threads with "unable to unmap"): there, a thousand. */
-#ifdef UNDER_SANITIZER
+#ifdef TMO__UNDER_SANITIZER
 #define REC_STACK_SIZE (1024u * 1024u)
 #define THREAD_ENGINE_MAX_THREADS 1000
 #else

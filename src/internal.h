@@ -34,6 +34,17 @@ int tmo__fault(enum tmo_fault_kind kind);
 	               #type " does not fit in struct tmo_timer's private words")
 #define TMO__PRIV(type, timer) ((type *)(void *)(timer)->tmo_private)
 
+/* Defined in ASan and TSan builds (gcc spells it __SANITIZE_*, clang
+ * __has_feature): their runtimes need far more memory per thread, so thread
+ * limits and the tests that reach them scale down. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define TMO__UNDER_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define TMO__UNDER_SANITIZER 1
+#endif
+#endif
+
 /* Absolute CLOCK_MONOTONIC ns <-> struct timespec. */
 #include <time.h>
 static inline struct timespec tmo__ts_from_ns(int64_t ns)

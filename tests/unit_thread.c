@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "check.h"
+#include "internal.h" /* TMO__UNDER_SANITIZER */
 #include "tmo/testing.h"
 #include "tmo/tmo.h"
 
@@ -79,14 +80,7 @@ static void test_eagain_enomem(void)
 
 /* Sanitizer runtimes need far more memory per thread: there 10k threads
  * do not fit, so the run is scaled down and the cap is not reached. */
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define UNDER_SANITIZER 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define UNDER_SANITIZER 1
-#endif
-#endif
-#ifdef UNDER_SANITIZER
+#ifdef TMO__UNDER_SANITIZER
 #define TEN_K 500 /* the engine's cap is 1000 there */
 #else
 #define TEN_K 10000
@@ -340,7 +334,7 @@ static void test_order_under_load(void)
 	struct tmo *e;
 	CHECK_EQ(tmo_create(ENGINE, NULL, &e), 0);
 	int64_t res = tmo_ops(e)->resolution_ns;
-#ifdef UNDER_SANITIZER
+#ifdef TMO__UNDER_SANITIZER
 	int64_t gap = 4 * res; /* everything runs several times slower */
 #else
 	int64_t gap = res + res / 4;
