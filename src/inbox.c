@@ -871,17 +871,22 @@ static void wait_callback(struct tmo *e, struct tmo__ib_node *n, uint64_t gen)
  * re-arm) returns only after that callback returned, unless it is that
  * callback.  The re-arm's outcome store (which this cancel read) follows the
  * thread's store of `running`, so the load below cannot miss it. */
+/* Wait until the timer thread is no longer inside t's callback. */
+static void wait_not_running(struct tmo *e, struct tmo_timer *t)
+{
+	for (;;) {
+		uint32_t v = ck_ec32_value(&e->done_ec);
+		if (atomic_load_explicit(&e->running, memory_order_acquire) != t)
+			return;
+		ck_ec32_wait(&e->done_ec, &ec_mode, v, NULL);
+	}
+}
+
 static int prevented_return(struct tmo *e, struct tmo_timer *t)
 {
 	if (UNLIKELY(atomic_load_explicit(&e->running, memory_order_acquire) == t) &&
-	    tls_timer_of != e) {
-		for (;;) {
-			uint32_t v = ck_ec32_value(&e->done_ec);
-			if (atomic_load_explicit(&e->running, memory_order_acquire) != t)
-				break;
-			ck_ec32_wait(&e->done_ec, &ec_mode, v, NULL);
-		}
-	}
+	    tls_timer_of != e)
+		wait_not_running(e, t);
 	return TMO_CANCEL_PREVENTED;
 }
 
@@ -958,6 +963,21 @@ int tmo__ib_cancel(struct tmo *e, struct tmo_timer *t)
 		/* not running (any more): the callback may have re-armed */
 		if (atomic_load_explicit(&p->outcome, memory_order_acquire) != o)
 			continue;
+		/* The snapshot can be torn by a re-arm from inside the callback
+		 * that fired this arm: the re-arm stores node and generation
+		 * before its outcome, so (FIRED, the new node, not FIRING) reads
+		 * as settled while that callback is still running and about to
+		 * publish the new arm (contract/mpsc under TSan: FIRED returned,
+		 * callbacks went on).  The fire path sets `running` before it
+		 * writes FIRED, which this cancel read: wait for the callback,
+		 * then look again. */
+		if (UNLIKELY(atomic_load_explicit(&e->running, memory_order_acquire) == t)) {
+			if (tls_timer_of == e)
+				return TMO_CANCEL_SELF;
+			wait_not_running(e, t);
+			waited = 1;
+			continue;
+		}
 		return waited ? TMO_CANCEL_WAITED : TMO_CANCEL_FIRED;
 	}
 }
