@@ -1249,6 +1249,7 @@ static void *timer_main(void *arg)
 {
 	struct tmo *e = arg;
 	tls_timer_of = e;
+	tmo__thread_engine = e;
 	for (;;) {
 		if (UNLIKELY(atomic_load_explicit(&e->park_flag, memory_order_acquire)))
 			park_hook(e);

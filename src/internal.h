@@ -55,6 +55,14 @@ static inline struct timespec tmo__ts_from_ns(int64_t ns)
 	return ts;
 }
 
+/* The engine whose thread this is (NULL on the application's threads).
+ * Every engine sets it at the start of each thread it owns (timer threads,
+ * per-timer threads, the thread that runs its callbacks), so the core can
+ * refuse, with TMO_EDEADLK, calls that would wait for the calling thread
+ * itself: tmo_destroy() and tmo_park() from the engine's own callback, and a
+ * scope on an engine whose callbacks are serialized on this thread. */
+extern _Thread_local struct tmo *tmo__thread_engine;
+
 /* A condition variable on CLOCK_MONOTONIC. Returns 0 or TMO_ESYS. */
 int tmo__cond_init_monotonic(pthread_cond_t *cv);
 

@@ -467,23 +467,8 @@ int tmo_interrupt_pending(void)
 	return atomic_load_explicit(&tls.pending, memory_order_acquire);
 }
 
-const char *tmo_scope_strerror(int err)
-{
-	if (err == TMO_ETIMEDOUT)
-		return TMO_EXPIRED_MESSAGE;
-	if (err == TMO_ERAISED)
-		return "an exception raised in the block left the scope";
-	return tmo_strerror(err);
-}
-
-const char *tmo_scope_errname(int err)
-{
-	if (err == TMO_ETIMEDOUT)
-		return "TMO_ETIMEDOUT";
-	if (err == TMO_ERAISED)
-		return "TMO_ERAISED";
-	return tmo_errname(err);
-}
+const char *tmo_scope_strerror(int err) { return tmo_strerror(err); }
+const char *tmo_scope_errname(int err) { return tmo_errname(err); }
 
 /* ---- interruption points ----------------------------------------------- */
 

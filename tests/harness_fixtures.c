@@ -99,7 +99,7 @@ static int lossy_cancel(struct tmo *e, struct tmo_timer *t)
 	}                                                                                           \
 	const struct tmo_engine_ops fx_##NAME = {                                                   \
 		#NAME, "fixture: condvar with a deliberate bug", TMO_CAP_PARK, 50000, NAME##_create, \
-		fx_destroy, ARM, CANCEL, fx_stats, fx_park,                                         \
+		fx_destroy, ARM, CANCEL, fx_stats, fx_park, NULL,                                   \
 	}
 
 FIXTURE(honest, fx_arm, fx_cancel);

@@ -397,7 +397,7 @@ static void test_stale_reference_after_destroy(void)
 	tmo_destroy(&a);
 	CHECK_EQ(tmo_create("posix", NULL, &b), 0); /* no slot yet */
 	__atomic_store_n(&o.t.tmo_private[0], (uint64_t)(uintptr_t)b, __ATOMIC_RELEASE);
-	o.t.owner = b; /* the same simulated reuse, for tmo_cancel's owner check */
+	o.t.owner = tmo_id(b); /* the same simulated reuse, for tmo_cancel's owner check */
 	CHECK_EQ(tmo_cancel(b, &o.t), TMO_CANCEL_FIRED);
 	/* And the timer is reusable on B. */
 	CHECK_EQ(tmo_arm(b, &o.t, 0, count_cb, NULL), 0);

@@ -116,16 +116,13 @@ extern "C" {
 
 /* ---- results ----------------------------------------------------------- */
 
-enum tmo_scope_error {
-	/* The scope's deadline passed and its interrupt reached the scope's
-	 * boundary: "execution expired". */
-	TMO_ETIMEDOUT = -64,
-	/* An exception raised in the block (not this scope's interrupt) left the
-	 * scope and no outer frame on this thread takes it: it is in *exc. */
-	TMO_ERAISED = -65,
-};
-
-/* Name and meaning of an enum tmo_scope_error or enum tmo_error value. */
+/* A scope's own outcomes are enum tmo_error values (include/tmo/tmo.h):
+ * TMO_ETIMEDOUT, the scope's deadline passed and its interrupt reached the
+ * scope's boundary ("execution expired"); TMO_ERAISED, an exception raised
+ * in the block (not this scope's interrupt) left the scope and no outer
+ * frame on this thread takes it: it is in *exc.  tmo_strerror() and
+ * tmo_errname() name them; the two below are the same functions, kept for
+ * existing callers. */
 const char *tmo_scope_strerror(int err);
 const char *tmo_scope_errname(int err);
 

@@ -37,9 +37,30 @@
  *       another thread waits for the callback, then cancels the new arm.
  *   [4] Cancel of its own timer from inside its callback returns at once
  *       with TMO_CANCEL_SELF (it must not, and does not, wait for itself).
- *   [5] Destroy from inside a callback of the same engine is undefined.
+ *   [5] Destroy (and tmo_park) from a thread the engine owns, a callback
+ *       above all, is refused with TMO_EDEADLK; the engine stays usable.
  *
- * Different engines are fully independent of each other.
+ * Different engines are fully independent of each other, with one
+ * exception that is the waiting cancel's nature (as with Linux's
+ * timer_delete_sync()): when a callback of engine A cancels a timer of
+ * engine B while a callback of B cancels a timer of A, each waits for the
+ * other's callback and both threads deadlock.  Arm and cancel such timers
+ * from outside the callbacks, or have the callbacks only arm.
+ *
+ * Identity: engines are recognised by a 64-bit id that is never reused in
+ * the process (not by address), so a timer left on a destroyed engine is
+ * refused by an engine that malloc later puts at the same address
+ * (TMO_EWRONGENGINE), never misread.
+ *
+ * fork(): in a child process every engine inherited from the parent
+ * refuses every call with TMO_EFORKED (its threads do not exist there, and
+ * nothing the child does may disturb the parent's engine).  tmo_destroy()
+ * in the child frees the child's copy of the engine without touching the
+ * parent's threads, descriptors or kernel timers.  Create new engines in
+ * the child.
+ *
+ * Callback stack: every engine runs callbacks on a stack of at least
+ * TMO_CALLBACK_STACK_MIN bytes.
  *
  * Guarantees (checked by tests/ and the harness scenarios)
  * --------------------------------------------------------
@@ -83,6 +104,14 @@ enum tmo_error {
 	                          already destroyed through tmo_destroy) */
 	TMO_EINVAL = -11,      /* other invalid argument (config fields) */
 	TMO_ESYS = -12,        /* an unexpected system call failure */
+	TMO_EDEADLK = -13,     /* the call would wait for the calling thread
+	                          itself: destroy, park or a scope from a thread
+	                          the engine owns (inside one of its callbacks) */
+	TMO_EFORKED = -14,     /* the engine was created before fork() in the
+	                          parent process: create a new one in the child */
+	/* The scope runtime's outcomes (tmo/scope.h). */
+	TMO_ETIMEDOUT = -64,   /* the scope's deadline passed: "execution expired" */
+	TMO_ERAISED = -65,     /* an exception raised in the block left the scope */
 };
 
 /* Name of an error ("TMO_EBADTIMEOUT") and its meaning in words. */
@@ -101,6 +130,9 @@ const char *tmo_errname(int err);
 /* CLOCK_MONOTONIC in nanoseconds. */
 int64_t tmo_now_ns(void);
 
+/* Every engine runs callbacks on a stack of at least this many bytes. */
+#define TMO_CALLBACK_STACK_MIN (256 * 1024)
+
 /* ---- timers ------------------------------------------------------------ */
 
 struct tmo_timer;
@@ -117,12 +149,13 @@ typedef void tmo_callback(struct tmo_timer *timer, void *arg);
 struct tmo_timer {
 	tmo_callback *cb; /* written by arm; read-only for the caller */
 	void *arg;        /* written by arm; read-only for the caller */
-	/* The engine this timer belongs to: set by its first tmo_arm(), kept
-	 * until tmo_timer_init().  tmo_arm()/tmo_cancel() through any other
-	 * engine answer TMO_EWRONGENGINE, so one timer is never in two engines
-	 * and no engine misreads another's private words.  Never touched by
-	 * engines or the caller. */
-	struct tmo *owner;
+	/* The id of the engine this timer belongs to (0: none): set by its
+	 * first tmo_arm(), kept until tmo_timer_init().  tmo_arm()/tmo_cancel()
+	 * through any other engine answer TMO_EWRONGENGINE, so one timer is
+	 * never in two engines and no engine misreads another's private words.
+	 * This is the only ownership check: engine ops never repeat it.  Never
+	 * touched by engines or the caller. */
+	uint64_t owner;
 	/* Engine-private words: never touched by the caller. */
 	uint64_t tmo_private[TMO_TIMER_PRIVATE_WORDS];
 };
@@ -243,12 +276,25 @@ struct tmo_engine_ops {
 	 * they hold there, and return once parked; on == 0 releases them.
 	 * Engines without one timer thread return TMO_EINVAL. */
 	int (*park)(struct tmo *self, int on);
+
+	/* In a child process after fork(): free the child's copy of the
+	 * engine (memory, the child's own descriptors) without joining threads
+	 * (they do not exist in the child) and without touching anything the
+	 * parent still uses (shared epoll sets, kernel timers).  NULL: the copy
+	 * is left as it is. */
+	void (*destroy_forked)(struct tmo *self);
 };
 
-/* Every struct tmo starts with this header (engines embed it first). */
+/* Every struct tmo starts with this header (engines embed it first and
+ * never write it: the core sets it). */
 struct tmo_base {
 	const struct tmo_engine_ops *ops;
+	/* Never reused in this process: what timers record as their owner.
+	 * In a child after fork() the core sets it to TMO__FORKED_ID, which no
+	 * timer holds, so the inline checks below take their slow path. */
+	uint64_t id;
 };
+#define TMO__FORKED_ID UINT64_MAX
 
 /* ---- registry and the checked public entry points ----------------------- */
 
@@ -261,17 +307,56 @@ const struct tmo_engine_ops *tmo_engine_find(const char *name);
 int tmo_create(const char *name, const struct tmo_config *cfg, struct tmo **out);
 int tmo_create_ops(const struct tmo_engine_ops *ops, const struct tmo_config *cfg,
                    struct tmo **out);
-/* Destroy *engine and set it to NULL.  TMO_ENULLENGINE if already NULL. */
+/* Destroy *engine and set it to NULL.  TMO_ENULLENGINE if already NULL;
+ * TMO_EDEADLK (and *engine untouched, the engine usable) when called from a
+ * thread the engine owns, such as inside one of its callbacks. */
 int tmo_destroy(struct tmo **engine);
 
-/* These validate their arguments (NULL engine, NULL timer, NULL callback,
- * timeout out of range) and then call the engine's op. */
-int tmo_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
-            void *arg);
-int tmo_cancel(struct tmo *e, struct tmo_timer *t);
+/* tmo_arm() and tmo_cancel() validate their arguments (NULL engine, NULL
+ * timer, NULL callback, timeout out of range, a timer of another engine, an
+ * engine inherited across fork) and then call the engine's op.  They are
+ * inline: the checks cost a few instructions on the fast path, and every
+ * error is decided out of line by tmo__arm_slow() / tmo__cancel_slow(). */
+int tmo__arm_slow(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
+                  void *arg);
+int tmo__cancel_slow(struct tmo *e, struct tmo_timer *t);
+
+static inline const struct tmo_engine_ops *tmo_ops(const struct tmo *e)
+{
+	return e == NULL ? NULL : ((const struct tmo_base *)(const void *)e)->ops;
+}
+
+static inline int tmo_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns,
+                          tmo_callback *cb, void *arg)
+{
+	if (__builtin_expect(e == NULL || t == NULL || cb == NULL ||
+	                         (uint64_t)timeout_ns > (uint64_t)TMO_TIMEOUT_MAX,
+	                     0))
+		return tmo__arm_slow(e, t, timeout_ns, cb, arg);
+	const struct tmo_base *b = (const struct tmo_base *)(const void *)e;
+	/* Relaxed: the owner is written by the first arm, which the caller
+	 * serializes with every other call on this timer. */
+	if (__builtin_expect(__atomic_load_n(&t->owner, __ATOMIC_RELAXED) != b->id, 0))
+		return tmo__arm_slow(e, t, timeout_ns, cb, arg);
+	return b->ops->arm(e, t, timeout_ns, cb, arg);
+}
+
+static inline int tmo_cancel(struct tmo *e, struct tmo_timer *t)
+{
+	if (__builtin_expect(e == NULL || t == NULL, 0))
+		return tmo__cancel_slow(e, t);
+	const struct tmo_base *b = (const struct tmo_base *)(const void *)e;
+	if (__builtin_expect(__atomic_load_n(&t->owner, __ATOMIC_RELAXED) != b->id, 0))
+		return tmo__cancel_slow(e, t);
+	return b->ops->cancel(e, t);
+}
+
+/* Fill *out.  TMO_ENULLENGINE, TMO_EINVAL (out NULL), TMO_EFORKED. */
 int tmo_stats(struct tmo *e, struct tmo_stats *out);
+/* The test hook above.  TMO_EDEADLK from a thread the engine owns. */
 int tmo_park(struct tmo *e, int on);
-const struct tmo_engine_ops *tmo_ops(const struct tmo *e);
+/* The engine's id (0 for NULL): what tmo_timer.owner holds once armed. */
+uint64_t tmo_id(const struct tmo *e);
 
 #ifdef __cplusplus
 }
