@@ -1,48 +1,49 @@
 /*
- * wheel: lock-free arm and cancel through a Concurrency Kit inbox to one
- * timer thread that owns a hierarchical timing wheel (src/wheel.h).
+ * wheel: lock-free arm and cancel (src/lf/), hierarchical timing wheels
+ * (src/wheel.h): one per thread that arms, and one of the timer thread's.
  *
- * Same core as mpsc (src/inbox.c); only the structure differs: O(1) filing
- * and removal, deadlines rounded UP to the tick, so nothing fires early and
- * lateness is bounded by one tick plus the thread's wake-up.  While arms keep
- * arriving the timer thread polls the inbox every quarter tick instead of
- * being woken (producers then pay no wake-up at all); after a few idle polls
- * it sleeps until the next expiry and the next push onto an empty inbox
- * wakes it.
+ * An arm is held in its thread's ring, where the same thread's cancel takes
+ * it back with one CAS; it is dated by the tick the timer thread publishes
+ * (one load, no clock read).  A ring slot needed while its arm is still
+ * pending files that arm in the thread's own wheel (a trylock nobody else
+ * holds but for a moment), so threads whose timers live long enough to be
+ * filed never meet in one structure; the timer thread collects due timers
+ * from every wheel and runs them in deadline order.  Deadlines are rounded
+ * UP to the tick: lateness is bounded by one tick plus the thread's
+ * wake-up.  While arms keep coming the timer thread ticks (and polls) every
+ * quarter tick; then it sleeps until the next expiry.
  */
-#include "inbox.h"
+#include "lf/lf.h"
 
-static int w_init(void *s, int64_t resolution_ns, int64_t now_ns)
+static int w_init(void *s, int64_t resolution_ns, int64_t origin_ns)
 {
-	return tmo_wheel_init(s, resolution_ns, now_ns);
+	return tmo_wheel_init(s, resolution_ns, origin_ns);
 }
 
 static void w_fini(void *s) { (void)s; }
 
-static int w_insert(void *s, struct tmo__ib_node *n, int64_t deadline)
+static int w_insert(void *s, struct lf_node *n, int64_t deadline)
 {
 	tmo_wheel_add(s, &n->s.wheel, deadline);
 	return 0;
 }
 
-static void w_remove(void *s, struct tmo__ib_node *n) { tmo_wheel_del(s, &n->s.wheel); }
-
+static void w_remove(void *s, struct lf_node *n) { tmo_wheel_del(s, &n->s.wheel); }
+static int w_contains(const struct lf_node *n) { return tmo_wheel_contains(&n->s.wheel); }
 static int64_t w_next(const void *s) { return tmo_wheel_next_expiry(s); }
 
-static void w_collect(void *s, int64_t now, void (*due)(void *ctx, struct tmo__ib_node *n),
-                      void *ctx)
+static void w_collect(void *s, int64_t now, void (*due)(void *ctx, struct lf_node *n), void *ctx)
 {
 	struct tmo_wheel_list list = {NULL};
 	if (tmo_wheel_advance(s, now, &list) == 0)
 		return;
-	/* due nodes are out of the wheel (pprev NULL) */
 	for (struct tmo_wheel_node *wn = list.head, *next; wn != NULL; wn = next) {
 		next = wn->next;
-		due(ctx, tmo_container_of(wn, struct tmo__ib_node, s.wheel));
+		due(ctx, tmo_container_of(wn, struct lf_node, s.wheel));
 	}
 }
 
-/* The wheel is fixed-size, allocated with the engine: nothing beyond it. */
+/* The wheel is fixed-size, allocated with its base: nothing beyond it. */
 static uint64_t w_bytes(const void *s)
 {
 	(void)s;
@@ -50,21 +51,21 @@ static uint64_t w_bytes(const void *s)
 }
 
 static uint64_t w_count(const void *s) { return tmo_wheel_count(s); }
+static int64_t w_deadline(const struct lf_node *n) { return n->s.wheel.deadline; }
 
-/* A tick's nodes come out in no particular order: the core sorts by this. */
-static int64_t w_deadline(const struct tmo__ib_node *n) { return n->s.wheel.deadline; }
-
-static const struct tmo__ib_sched wheel_sched = {
+static const struct lf_sched wheel_sched = {
 	.size = sizeof(struct tmo_wheel),
 	.init = w_init,
 	.fini = w_fini,
 	.insert = w_insert,
 	.remove = w_remove,
+	.contains = w_contains,
 	.next_deadline = w_next,
 	.collect = w_collect,
 	.bytes = w_bytes,
 	.count = w_count,
 	.deadline = w_deadline,
+	.ordered = 0, /* one tick's nodes come out in no particular order */
 };
 
 /* Default tick, chosen by measurement on the 2-core dev machine (2000
@@ -79,27 +80,29 @@ static int wheel_create(const struct tmo_config *cfg, struct tmo **out);
 
 const struct tmo_engine_ops tmo_engine_wheel = {
 	.name = "wheel",
-	.summary = "lock-free CK inbox (engine-owned nodes, CAS state word, arm dated by "
-	           "the TSC) to one timer thread owning a hierarchical wheel, 1 ms tick "
-	           "(config.resolution_ns); polls the inbox every quarter tick while busy",
+	.summary = "lock-free arm/cancel (per-thread rings: a thread's cancel takes its own arm "
+	           "back with one CAS), arms dated by a published tick, hierarchical wheels "
+	           "per thread plus the timer thread's, 1 ms tick (config.resolution_ns)",
 	.caps = TMO_CAP_LOCKFREE_ARM | TMO_CAP_NO_SYSCALL | TMO_CAP_NO_ALLOC | TMO_CAP_PARK |
 	        TMO_CAP_BUCKETED,
 	.resolution_ns = WHEEL_TICK_NS,
 	.create = wheel_create,
-	.destroy = tmo__ib_destroy,
-	.arm = tmo__ib_arm,
-	.cancel = tmo__ib_cancel,
-	.stats = tmo__ib_stats,
-	.park = tmo__ib_park,
+	.destroy = lf_destroy,
+	.arm = lf_arm,
+	.cancel = lf_cancel,
+	.stats = lf_stats,
+	.park = lf_park,
+	.destroy_forked = lf_destroy_forked,
 };
 
 static int wheel_create(const struct tmo_config *cfg, struct tmo **out)
 {
-	static const struct tmo__ib_params params = {
+	static const struct lf_params params = {
 		.ops = &tmo_engine_wheel,
 		.sched = &wheel_sched,
 		.resolution_ns = WHEEL_TICK_NS,
-		.nap_ns = WHEEL_TICK_NS / 4,
+		.tick_ns = WHEEL_TICK_NS / 4,
+		.thread_bases = 1,
 	};
-	return tmo__ib_create(&params, cfg, out);
+	return lf_create(&params, cfg, out);
 }

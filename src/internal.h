@@ -44,6 +44,14 @@ int tmo__fault(enum tmo_fault_kind kind);
 #define TMO__UNDER_SANITIZER 1
 #endif
 #endif
+/* ThreadSanitizer alone (it does not model membarrier). */
+#if defined(__SANITIZE_THREAD__)
+#define TMO__UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TMO__UNDER_TSAN 1
+#endif
+#endif
 
 /* Absolute CLOCK_MONOTONIC ns <-> struct timespec. */
 #include <time.h>

@@ -1,0 +1,607 @@
+/*
+ * arm and cancel, and the records behind them: what the application's
+ * threads run (lf.h has the design).
+ *
+ * Ordering on the fast path (one arm, its cancel by the same thread):
+ *   arm:    node fields; state = RING|g (release); timer word (release);
+ *           ring slot (release); compiler barrier (or a fence, see clock.c);
+ *           tick word: is the timer thread asleep?
+ *   cancel: timer word (acquire); CAS state RING|g -> CANCELLED|g; timer
+ *           word = CANCELLED; clear the slot; the node back to the cache.
+ * The timer thread steals with the same CAS (RING -> QUEUED), so exactly
+ * one of them wins; every field it then reads was published by the release
+ * store of the state word it CASed.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "lf.h"
+
+/* ---- records and the thread-local cache --------------------------------------- */
+
+/* Engines a thread keeps a record for besides the hot one; using more
+ * detaches the least recently used (its record stays with the engine). */
+#define TLS_MORE 4
+
+struct tls_ent {
+	uint64_t id; /* the engine's tmo_base.id; 0: empty */
+	struct lf_rec *rec;
+};
+
+#define TLS_IE __attribute__((tls_model("initial-exec")))
+static _Thread_local struct tls_ent tls_hot TLS_IE;
+static _Thread_local struct tls_ent tls_more[TLS_MORE];
+static _Thread_local unsigned tls_victim;
+/* 0: no exit hook yet; 1: the exit hook will run; 2: it ran (this thread
+ * is exiting: later arms and cancels take the record-less path) */
+static _Thread_local int tls_state;
+
+/* Live engines of this core, so a thread's exit hook only touches records
+ * of engines that still exist (ids are never reused). */
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct tmo **g_engines;
+static size_t g_len, g_cap;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static pthread_key_t g_key;
+static int g_key_ok;
+
+static void tls_exit(void *unused);
+static void fork_prepare(void) { pthread_mutex_lock(&g_lock); }
+static void fork_after(void) { pthread_mutex_unlock(&g_lock); }
+static void once_init(void)
+{
+	g_key_ok = pthread_key_create(&g_key, tls_exit) == 0;
+	pthread_atfork(fork_prepare, fork_after, fork_after);
+}
+
+void lf_engine_register(struct tmo *e)
+{
+	pthread_once(&g_once, once_init);
+	pthread_mutex_lock(&g_lock);
+	if (g_len == g_cap) {
+		size_t cap = g_cap ? 2 * g_cap : 16;
+		struct tmo **n = realloc(g_engines, cap * sizeof *n);
+		if (n == NULL)
+			abort(); /* a few pointers; the engine is already built */
+		g_engines = n;
+		g_cap = cap;
+	}
+	g_engines[g_len++] = e;
+	pthread_mutex_unlock(&g_lock);
+}
+
+void lf_engine_unregister(struct tmo *e)
+{
+	pthread_mutex_lock(&g_lock);
+	for (size_t i = 0; i < g_len; i++)
+		if (g_engines[i] == e) {
+			g_engines[i] = g_engines[--g_len];
+			break;
+		}
+	pthread_mutex_unlock(&g_lock);
+}
+
+/* g_lock held. */
+static struct tmo *engine_by_id(uint64_t id)
+{
+	for (size_t i = 0; i < g_len; i++)
+		if (atomic_load_explicit((_Atomic uint64_t *)&g_engines[i]->base.id,
+		                         memory_order_relaxed) == id)
+			return g_engines[i];
+	return NULL;
+}
+
+static inline uint64_t id_of(struct tmo *e)
+{
+	return atomic_load_explicit((_Atomic uint64_t *)&e->base.id, memory_order_relaxed);
+}
+
+struct lf_rec *lf_rec_new(struct tmo *e)
+{
+	struct lf_rec *r = tmo__aligned_alloc(64, sizeof *r);
+	if (r == NULL)
+		return NULL;
+	memset(r, 0, sizeof *r);
+	if (e->p->thread_bases && (r->base = lf_base_new(e)) == NULL) {
+		tmo__free(r);
+		return NULL;
+	}
+	atomic_fetch_add_explicit(&e->rec_bytes, sizeof *r, memory_order_relaxed);
+	return r;
+}
+
+void lf_recs_free(struct tmo *e)
+{
+	struct lf_rec *r = atomic_load_explicit(&e->recs, memory_order_acquire);
+	while (r != NULL) {
+		struct lf_rec *next = atomic_load_explicit(&r->next, memory_order_relaxed);
+		if (r->base != NULL)
+			lf_base_free(e, r->base);
+		tmo__free(r);
+		r = next;
+	}
+	atomic_store_explicit(&e->recs, NULL, memory_order_relaxed);
+}
+
+static void node_free(struct tmo *e, struct lf_node *n);
+static void ring_evict(struct tmo *e, struct lf_rec *r, uint32_t i, uint64_t w);
+
+/* The calling thread gives r back (its exit, or it uses too many engines):
+ * ring nodes go to the inbox, free nodes to the depot; the record, its
+ * counters and its base stay with the engine for the next thread. */
+static void rec_detach(struct tmo *e, struct lf_rec *r)
+{
+	for (uint32_t i = 0; i < LF_RING_SLOTS; i++) {
+		uint64_t w = atomic_load_explicit(&r->ring[i], memory_order_relaxed);
+		if (w != 0)
+			ring_evict(e, r, i, w);
+		atomic_store_explicit(&r->ring[i], 0, memory_order_relaxed);
+	}
+	lf_cache_return(e, r);
+	pthread_mutex_lock(&e->rec_lock);
+	r->attached = 0;
+	r->next_free = e->free_recs;
+	e->free_recs = r;
+	pthread_mutex_unlock(&e->rec_lock);
+}
+
+/* Detach the entry's record if its engine still exists (g_lock held). */
+static void ent_drop_locked(struct tls_ent *x)
+{
+	struct tmo *e = x->id != 0 ? engine_by_id(x->id) : NULL;
+	if (e != NULL)
+		rec_detach(e, x->rec);
+	x->id = 0;
+	x->rec = NULL;
+}
+
+static void tls_exit(void *unused)
+{
+	(void)unused;
+	tls_state = 2;
+	pthread_mutex_lock(&g_lock);
+	ent_drop_locked(&tls_hot);
+	for (unsigned i = 0; i < TLS_MORE; i++)
+		ent_drop_locked(&tls_more[i]);
+	pthread_mutex_unlock(&g_lock);
+}
+
+static struct lf_rec *rec_attach(struct tmo *e)
+{
+	pthread_mutex_lock(&e->rec_lock);
+	struct lf_rec *r = e->free_recs;
+	if (r != NULL) {
+		e->free_recs = r->next_free;
+	} else if ((r = lf_rec_new(e)) != NULL) {
+		atomic_store_explicit(&r->next, atomic_load_explicit(&e->recs, memory_order_relaxed),
+		                      memory_order_relaxed);
+		/* release: the timer thread walks the list without the lock */
+		atomic_store_explicit(&e->recs, r, memory_order_release);
+	}
+	if (r != NULL)
+		r->attached = 1;
+	pthread_mutex_unlock(&e->rec_lock);
+	return r;
+}
+
+/* The calling thread's record for e, attaching one; NULL on the timer
+ * thread, after this thread's exit hook ran, or out of memory. */
+static struct lf_rec *rec_slow(struct tmo *e)
+{
+	if (tls_state == 2 || tmo__thread_engine == e)
+		return NULL;
+	uint64_t id = id_of(e);
+	for (unsigned i = 0; i < TLS_MORE; i++) {
+		if (tls_more[i].id == id) {
+			struct tls_ent x = tls_more[i];
+			tls_more[i] = tls_hot;
+			tls_hot = x;
+			return x.rec;
+		}
+	}
+	pthread_once(&g_once, once_init);
+	if (tls_state == 0 && g_key_ok && pthread_setspecific(g_key, &tls_hot) == 0)
+		tls_state = 1; /* only so that tls_exit runs */
+	struct lf_rec *r = rec_attach(e);
+	if (r == NULL)
+		return NULL;
+	/* the hot entry moves to a free (or the victim's) place */
+	if (tls_hot.id != 0) {
+		unsigned k = TLS_MORE;
+		for (unsigned i = 0; i < TLS_MORE && k == TLS_MORE; i++)
+			if (tls_more[i].id == 0)
+				k = i;
+		if (k == TLS_MORE) {
+			k = tls_victim++ % TLS_MORE;
+			pthread_mutex_lock(&g_lock);
+			ent_drop_locked(&tls_more[k]);
+			pthread_mutex_unlock(&g_lock);
+		}
+		tls_more[k] = tls_hot;
+	}
+	tls_hot.id = id;
+	tls_hot.rec = r;
+	return r;
+}
+
+static inline struct lf_rec *rec_get(struct tmo *e)
+{
+	if (LF_LIKELY(tls_hot.id == e->base.id))
+		return tls_hot.rec;
+	return rec_slow(e);
+}
+
+uint64_t lf_my_cache_count(struct tmo *e)
+{
+	return tls_hot.id == e->base.id ? tls_hot.rec->cache_n : 0;
+}
+
+static inline void bump(_Atomic uint64_t *c)
+{
+	/* one writer: a plain increment, atomic only so readers see no race */
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
+	                      memory_order_relaxed);
+}
+
+static void count_prevented(struct tmo *e)
+{
+	struct lf_rec *r = rec_get(e);
+	if (r != NULL)
+		bump(&r->prevented);
+	else if (tmo__thread_engine == e)
+		bump(&e->tt_rec->prevented);
+	else
+		atomic_fetch_add_explicit(&e->prevented_bare, 1, memory_order_relaxed);
+}
+
+static void node_free(struct tmo *e, struct lf_node *n)
+{
+	struct lf_rec *r = rec_get(e);
+	if (r == NULL && tmo__thread_engine == e)
+		r = e->tt_rec;
+	if (r != NULL)
+		lf_cache_put(e, r, n);
+	else
+		lf_free_bare(e, n);
+}
+
+/* ---- publishing: inbox and bases ------------------------------------------------ */
+
+void lf_inbox_post(struct tmo *e, struct lf_node *n, int64_t deadline_lower)
+{
+	ck_stack_push_upmc(&e->inbox, &n->link);
+	uint64_t tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
+	lf_light_barrier(tw);
+	if (atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_SLEEPING)
+		lf_wake_for(e, deadline_lower);
+}
+
+static int64_t deadline_lower(struct tmo *e, struct lf_node *n)
+{
+	int64_t lo = lf_arm_time_lower(e, atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed));
+	return lo > 0 ? lo + atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed) : 0;
+}
+
+void lf_base_drain_cancels(struct tmo *e, struct lf_base *b, struct lf_rec *r)
+{
+	ck_stack_entry_t *l = ck_stack_batch_pop_upmc(&b->cancels);
+	const struct lf_sched *sc = e->p->sched;
+	while (l != NULL) {
+		ck_stack_entry_t *next = l->next;
+		struct lf_node *n = lf_node_of_link(l);
+		if (sc->contains(n))
+			sc->remove(lf_sched_of(b), n);
+		if (r != NULL)
+			lf_cache_put(e, r, n);
+		else
+			lf_free_bare(e, n);
+		l = next;
+	}
+}
+
+/* File a QUEUED node (ours to place) in our own base: 1, or 0 if the base
+ * is busy (the caller sends it through the inbox). */
+static int file_own_base(struct tmo *e, struct lf_rec *r, struct lf_node *n, uint64_t gen)
+{
+	struct lf_base *b = r->base;
+	if (!lf_base_trylock(b))
+		return 0;
+	const struct lf_sched *sc = e->p->sched;
+	int64_t deadline = lf_arm_time_upper(e, atomic_load_explicit(&n->s.q.stamp,
+	                                                             memory_order_relaxed)) +
+	                   atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed);
+	atomic_store_explicit(&n->aux, (uintptr_t)b | LF_IN_THREAD, memory_order_relaxed);
+	if (sc->insert(lf_sched_of(b), n, deadline) != 0) {
+		lf_base_unlock(b);
+		return 0;
+	}
+	uint64_t s = lf_st(gen, LF_QUEUED);
+	if (!atomic_compare_exchange_strong_explicit(&n->state, &s, lf_st(gen, LF_IN_STRUCT),
+	                                             memory_order_acq_rel, memory_order_acquire)) {
+		/* cancelled on the way: ours to free */
+		sc->remove(lf_sched_of(b), n);
+		lf_cache_put(e, r, n);
+	} else if (deadline < atomic_load_explicit(&b->next, memory_order_relaxed)) {
+		atomic_store_explicit(&b->next, deadline, memory_order_relaxed);
+	}
+	lf_base_drain_cancels(e, b, r);
+	lf_base_unlock(b);
+	uint64_t tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
+	lf_light_barrier(tw);
+	if (atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_SLEEPING)
+		lf_wake_for(e, deadline);
+	return 1;
+}
+
+/* Slot i of our ring is needed again (or we detach) while it holds arm w:
+ * spill the arm if it is still in the ring, reclaim the node if another
+ * thread's cancel took the arm back, else (the timer thread stole it)
+ * leave it. */
+static void ring_evict(struct tmo *e, struct lf_rec *r, uint32_t i, uint64_t w)
+{
+	(void)i;
+	struct lf_node *n = lf_node_at(e, lf_word_idx(w));
+	uint64_t gen = lf_word_gen(w);
+	uint64_t s = lf_st(gen, LF_RING);
+	if (atomic_compare_exchange_strong_explicit(&n->state, &s, lf_st(gen, LF_QUEUED),
+	                                            memory_order_acq_rel, memory_order_acquire)) {
+		bump(&r->spilled);
+		if (r->base != NULL && r->attached && file_own_base(e, r, n, gen))
+			return;
+		lf_inbox_post(e, n, deadline_lower(e, n));
+	} else if (s == lf_st(gen, LF_CANCELLED)) {
+		lf_cache_put(e, r, n);
+	}
+}
+
+/* ---- arm -------------------------------------------------------------------------- */
+
+static int arm_bare(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
+                    void *arg)
+{
+	int err = TMO_ENOMEM;
+	struct lf_node *n = lf_alloc_bare(e, &err);
+	if (n == NULL)
+		return err;
+	uint64_t gen = (lf_gen_of(atomic_load_explicit(&n->state, memory_order_relaxed)) + 1) &
+	               LF_GEN_MASK;
+	n->timer = t;
+	atomic_store_explicit(&n->s.q.timeout, timeout_ns, memory_order_relaxed);
+	atomic_store_explicit(&n->s.q.stamp, lf_stamp_precise(), memory_order_relaxed);
+	n->s.q.rec = NULL;
+	t->cb = cb;
+	t->arg = arg;
+	atomic_store_explicit(&n->state, lf_st(gen, LF_QUEUED), memory_order_release);
+	atomic_store_explicit(lf_timer_word(t), lf_word(lf_idx_of(e, n), gen, LF_PENDING),
+	                      memory_order_release);
+	atomic_fetch_add_explicit(&e->armed_bare, 1, memory_order_relaxed);
+	lf_inbox_post(e, n, deadline_lower(e, n));
+	return 0;
+}
+
+static __attribute__((noinline)) int arm_slow(struct tmo *e, struct tmo_timer *t,
+                                              int64_t timeout_ns, tmo_callback *cb, void *arg)
+{
+	if (tmo__thread_engine == e)
+		return lf_arm_on_timer(e, t, timeout_ns, cb, arg);
+	return arm_bare(e, t, timeout_ns, cb, arg);
+}
+
+/* From the values arm stored: once published, the node may be stolen
+ * and filed, and its fields rewritten. */
+static __attribute__((noinline)) void arm_wake(struct tmo *e, uint64_t stamp, int64_t timeout_ns)
+{
+	int64_t lo = lf_arm_time_lower(e, stamp);
+	lf_wake_for(e, lo > 0 ? lo + timeout_ns : 0);
+}
+
+int lf_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb, void *arg)
+{
+	_Atomic uint64_t *word = lf_timer_word(t);
+	if (LF_UNLIKELY(lf_word_out(atomic_load_explicit(word, memory_order_relaxed)) ==
+	                LF_PENDING))
+		return TMO_EARMED;
+	struct lf_rec *r = rec_get(e);
+	if (LF_UNLIKELY(r == NULL))
+		return arm_slow(e, t, timeout_ns, cb, arg);
+	struct lf_node *n = r->cache;
+	if (LF_UNLIKELY(n == NULL)) {
+		int err = TMO_ENOMEM;
+		if ((n = lf_cache_refill(e, r, &err)) == NULL)
+			return err;
+	}
+	r->cache = n->link.next != NULL ? lf_node_of_link(n->link.next) : NULL;
+	r->cache_n--;
+
+	uint64_t tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
+	uint64_t stamp = LF_UNLIKELY(tw & LF_TW_PRECISE) ? lf_stamp_precise() : tw >> LF_TW_SHIFT;
+	uint64_t gen = (lf_gen_of(atomic_load_explicit(&n->state, memory_order_relaxed)) + 1) &
+	               LF_GEN_MASK;
+	uint32_t i = r->head++ & (LF_RING_SLOTS - 1);
+	uint64_t prev = atomic_load_explicit(&r->ring[i], memory_order_relaxed);
+	if (LF_UNLIKELY(prev != 0))
+		ring_evict(e, r, i, prev);
+
+	n->timer = t;
+	atomic_store_explicit(&n->s.q.timeout, timeout_ns, memory_order_relaxed);
+	atomic_store_explicit(&n->s.q.stamp, stamp, memory_order_relaxed);
+	n->s.q.rec = r;
+	n->s.q.slot = i;
+	t->cb = cb;
+	t->arg = arg;
+	uint64_t w = lf_word(lf_idx_of(e, n), gen, LF_PENDING);
+	/* the timer's word before the slot: once in the slot the arm may be
+	 * stolen and fire, and fire writes FIRED over it */
+	atomic_store_explicit(&n->state, lf_st(gen, LF_RING), memory_order_release);
+	atomic_store_explicit(word, w, memory_order_release);
+	atomic_store_explicit(&r->ring[i], w, memory_order_release);
+	bump(&r->armed);
+	lf_light_barrier(tw);
+	if (LF_UNLIKELY(atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_SLEEPING))
+		arm_wake(e, stamp, timeout_ns);
+	return 0;
+}
+
+/* ---- cancel ----------------------------------------------------------------------- */
+
+/* Wait until the callback of (n, gen) has returned. */
+static void wait_firing(struct tmo *e, struct lf_node *n, uint64_t gen)
+{
+	for (;;) {
+		uint32_t v = lf_ec_value(&e->done_ec);
+		if (atomic_load_explicit(&n->state, memory_order_acquire) != lf_st(gen, LF_FIRING))
+			return;
+		lf_ec_wait(&e->done_ec, v, INT64_MAX);
+	}
+}
+
+/* A cancel that prevented an arm its own callback made (a re-arm, filed by
+ * the timer thread) returns only after that callback returned [3]. */
+static int prevented_return(struct tmo *e, struct tmo_timer *t)
+{
+	if (LF_UNLIKELY(atomic_load_explicit(&e->running, memory_order_acquire) == t) &&
+	    tmo__thread_engine != e) {
+		for (;;) {
+			uint32_t v = lf_ec_value(&e->done_ec);
+			if (atomic_load_explicit(&e->running, memory_order_acquire) != t)
+				break;
+			lf_ec_wait(&e->done_ec, v, INT64_MAX);
+		}
+	}
+	return TMO_CANCEL_PREVENTED;
+}
+
+/* A filed arm was prevented (CANCEL_PENDING, ours): take it out of its base,
+ * or leave it to the base's holder, who frees it. */
+static void unfile(struct tmo *e, struct lf_node *n)
+{
+	uintptr_t aux = atomic_load_explicit(&n->aux, memory_order_relaxed);
+	struct lf_base *b = (aux & 3u) == LF_IN_THREAD ? (struct lf_base *)(aux & ~(uintptr_t)3)
+	                                                : e->tt_base;
+	if (b != e->tt_base && lf_base_trylock(b)) {
+		const struct lf_sched *sc = e->p->sched;
+		if (sc->contains(n))
+			sc->remove(lf_sched_of(b), n);
+		/* else the timer thread collected it as due: its CAS to FIRING
+		 * fails on our state, and it never frees a node it did not fire */
+		lf_base_unlock(b);
+		node_free(e, n);
+		return;
+	}
+	ck_stack_push_upmc(&b->cancels, &n->link);
+	/* the holder frees it; make sure one comes soon (no retention) */
+	uint64_t tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
+	lf_light_barrier(tw);
+	if (atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_SLEEPING)
+		lf_wake_for(e, 0);
+}
+
+static __attribute__((noinline)) int cancel_slow(struct tmo *e, struct tmo_timer *t,
+                                                 uint64_t w)
+{
+	_Atomic uint64_t *word = lf_timer_word(t);
+	int waited = 0;
+	for (;; w = atomic_load_explicit(word, memory_order_acquire)) {
+		unsigned out = lf_word_out(w);
+		if (out == LF_NONE)
+			return TMO_ENOTARMED;
+		if (out == LF_CANCELLED_OUT)
+			return waited ? TMO_CANCEL_WAITED : TMO_ENOTARMED;
+		struct lf_node *n = lf_node_at(e, lf_word_idx(w));
+		uint64_t gen = lf_word_gen(w);
+		uint64_t s = atomic_load_explicit(&n->state, memory_order_acquire);
+		/* a node that moved on (reused) was resolved, and its outcome is in
+		 * the word by then: FIRED ends below, anything else is re-read */
+		unsigned st = lf_gen_of(s) == gen ? lf_st_of(s) : LF_FREE;
+		if (st == LF_FREE && out == LF_PENDING)
+			continue;
+		uint64_t cancelled = (w & ~(uint64_t)3) | LF_CANCELLED_OUT;
+		if (out == LF_PENDING) {
+			if (st == LF_RING || st == LF_QUEUED) {
+				unsigned to = st == LF_RING ? LF_CANCELLED : LF_DROPPED;
+				if (!atomic_compare_exchange_strong_explicit(&n->state, &s,
+				                                             lf_st(gen, to),
+				                                             memory_order_acq_rel,
+				                                             memory_order_acquire))
+					continue;
+				atomic_store_explicit(word, cancelled, memory_order_release);
+				count_prevented(e);
+				if (st == LF_RING) {
+					struct lf_rec *r = rec_get(e);
+					if (r != NULL && n->s.q.rec == r) {
+						atomic_store_explicit(&r->ring[n->s.q.slot], 0,
+						                      memory_order_relaxed);
+						lf_cache_put(e, r, n);
+					}
+					/* else its owner reclaims it from the slot */
+				}
+				/* QUEUED: whoever holds it in transit drops it */
+				return TMO_CANCEL_PREVENTED;
+			}
+			if (st == LF_IN_STRUCT) {
+				if (!atomic_compare_exchange_strong_explicit(
+				        &n->state, &s, lf_st(gen, LF_CANCEL_PENDING),
+				        memory_order_acq_rel, memory_order_acquire))
+					continue;
+				atomic_store_explicit(word, cancelled, memory_order_release);
+				count_prevented(e);
+				unfile(e, n);
+				return prevented_return(e, t);
+			}
+			if (st == LF_CANCELLED || st == LF_CANCEL_PENDING || st == LF_DROPPED)
+				return TMO_ENOTARMED; /* a concurrent cancel won */
+		}
+		if (st == LF_FIRING) {
+			if (tmo__thread_engine == e)
+				return TMO_CANCEL_SELF; /* one callback at a time: ours */
+			wait_firing(e, n, gen);
+			waited = 1;
+			continue; /* the callback may have re-armed the timer */
+		}
+		if (out != LF_FIRED)
+			continue;
+		/* Fired and returned.  A re-arm from inside that callback stores
+		 * its word before the callback returns, and the timer thread
+		 * clears `running` after: seeing `running` != t first, then the
+		 * word unchanged, means there was no re-arm. */
+		if (atomic_load_explicit(&e->running, memory_order_acquire) == t) {
+			if (tmo__thread_engine == e)
+				return TMO_CANCEL_SELF;
+			prevented_return(e, t); /* waits until it is not running */
+			waited = 1;
+			continue;
+		}
+		if (atomic_load_explicit(word, memory_order_acquire) != w)
+			continue;
+		return waited ? TMO_CANCEL_WAITED : TMO_CANCEL_FIRED;
+	}
+}
+
+int lf_cancel(struct tmo *e, struct tmo_timer *t)
+{
+	_Atomic uint64_t *word = lf_timer_word(t);
+	uint64_t w = atomic_load_explicit(word, memory_order_acquire);
+	if (LF_LIKELY(lf_word_out(w) == LF_PENDING)) {
+		struct lf_node *n = lf_node_at(e, lf_word_idx(w));
+		uint64_t gen = lf_word_gen(w);
+		uint64_t s = lf_st(gen, LF_RING);
+		if (LF_LIKELY(atomic_compare_exchange_strong_explicit(
+		        &n->state, &s, lf_st(gen, LF_CANCELLED), memory_order_acq_rel,
+		        memory_order_relaxed))) {
+			/* won: the node's fields are ours to read now */
+			atomic_store_explicit(word, (w & ~(uint64_t)3) | LF_CANCELLED_OUT,
+			                      memory_order_release);
+			struct lf_rec *r = rec_get(e);
+			if (LF_LIKELY(r != NULL && n->s.q.rec == r)) {
+				/* taken back from our own ring: it never left this thread */
+				atomic_store_explicit(&r->ring[n->s.q.slot], 0, memory_order_relaxed);
+				bump(&r->prevented);
+				lf_cache_put(e, r, n);
+			} else {
+				count_prevented(e); /* its owner reclaims it from the slot */
+			}
+			return TMO_CANCEL_PREVENTED;
+		}
+	}
+	return cancel_slow(e, t, w);
+}

@@ -1,0 +1,473 @@
+/*
+ * The lock-free core shared by the `mpsc` and `wheel` engines.
+ *
+ * Overview
+ * --------
+ * An arm is held where its own thread can take it back.  Each thread that
+ * uses an engine has a record (struct lf_rec, engine memory) with a ring of
+ * LF_RING_SLOTS slots.  arm takes a node from the record's cache, fills it, and
+ * stores it in the next slot with plain stores; a cancel by the same thread
+ * before anyone else has looked takes it back with one CAS on the node's
+ * state word and puts the node back in the cache ("local annihilation"): the
+ * seed's arm+cancel pair never leaves the core it runs on.
+ *
+ * ONE timer thread per engine (timer.c) polls the rings while arms keep
+ * coming and steals, with the same CAS, every ring node that could come due
+ * before it looks again.  A ring slot needed again while its node is still
+ * armed is spilled by its owner: to the engine's lock-free inbox (mpsc), or
+ * into the owner's own base (wheel: a per-thread timing wheel, so threads
+ * whose timers live long enough to be filed never meet in one structure).
+ * The timer thread owns one base of its own (the heap, or a wheel) for what
+ * it steals, what the inbox brings and what callbacks arm; it collects due
+ * nodes from every base, sorts them by deadline and runs the callbacks.
+ *
+ * Exactly once: every arm has a node; the node's state word (generation <<
+ * 3 | state) has exactly one winner among cancel, steal, spill and fire:
+ *
+ *   RING --steal/spill--> QUEUED --file--> IN_STRUCT --due--> FIRING --> FREE
+ *    |                      |                  |
+ *    cancel: CANCELLED      cancel: DROPPED    cancel: CANCEL_PENDING, then
+ *    (its ring's owner      (its holder in     removed from its base by the
+ *    frees it)              transit frees it)  canceller or the base's holder
+ *
+ * QUEUED is "in transit": held by whoever took it out of the ring (the
+ * timer thread, or its owner spilling it: into the inbox or its own base).
+ * Who frees a prevented node is decided by the state it was prevented in,
+ * so every node is freed exactly once.
+ *
+ * The timer's private word 0 is the only state a timer keeps: the node's
+ * index in the engine's arena, the arm's generation and its outcome (see
+ * lf_word below), written by arm, by the winner of cancel vs fire and by
+ * destroy.  A node is recognised by (index, generation): a stale reader
+ * (a cancel racing a fire) can only lose a CAS.
+ *
+ * Time (clock.c): the timer thread publishes a tick while it polls; arm
+ * stores the tick it reads (one load), and the deadline is the clock read
+ * just after the NEXT tick was published plus the timeout: never early.
+ * When the timer thread sleeps, or when its ticks come late (a CPU hog),
+ * arms stamp the TSC instead ("precise"), converted the way the old inbox
+ * did.  mpsc stamps precisely always (its resolution is finer than a tick).
+ *
+ * Memory (pool.c): nodes live in one reserved arena, never unmapped while
+ * the engine lives (type-stable: a stale reader never faults); free pages
+ * are given back with madvise(MADV_DONTNEED) and come back with a
+ * generation floor above every generation they used, so a stale (index,
+ * generation) never matches again.
+ *
+ * Files, by who runs the code: arm.c (arm, cancel, records: the application's
+ * threads), timer.c (the timer thread, create/destroy/stats/park), pool.c
+ * (memory), clock.c (the time source and the wake-up protocol).
+ *
+ * Synchronization: as in include/tmo/tmo.h.  arm and cancel never wait for
+ * the timer thread or a callback (TMO_CAP_LOCKFREE_ARM): bases are taken
+ * with trylock only, and a busy base sends the node through the inbox.
+ */
+#ifndef TMO_LF_H
+#define TMO_LF_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include <ck_ec.h>
+#include <ck_stack.h>
+
+#include "heap.h"
+#include "internal.h"
+#include "wheel.h"
+
+#define LF_LIKELY(x) __builtin_expect(!!(x), 1)
+#define LF_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* ---- node state and the timer's word -------------------------------------- */
+
+enum lf_state {
+	LF_FREE = 0,
+	LF_RING = 1,           /* armed, in its owner's ring */
+	LF_QUEUED = 2,         /* armed, in the inbox */
+	LF_IN_STRUCT = 3,      /* armed, filed in a base */
+	LF_FIRING = 4,         /* its callback runs (or is about to) */
+	LF_CANCELLED = 5,      /* prevented before it was filed */
+	LF_CANCEL_PENDING = 6, /* prevented while filed: leaving its base */
+	LF_DROPPED = 7,        /* prevented in transit (QUEUED): its holder frees it */
+};
+
+/* Generations are 38 bits wide, both in the state word and in the timer's
+ * word: a stale (index, generation) could only match after 2^38 arms of one
+ * node while its reader sleeps between two instructions (about an hour of
+ * nothing but arm+cancel on that node). */
+#define LF_GEN_BITS 38
+#define LF_GEN_MASK ((UINT64_C(1) << LF_GEN_BITS) - 1)
+#define LF_IDX_BITS 24 /* at most 2^24 nodes: a 1 GiB arena */
+
+static inline uint64_t lf_st(uint64_t gen, unsigned st) { return (gen & LF_GEN_MASK) << 3 | st; }
+static inline unsigned lf_st_of(uint64_t s) { return (unsigned)(s & 7u); }
+static inline uint64_t lf_gen_of(uint64_t s) { return s >> 3; }
+
+enum lf_outcome { LF_NONE = 0, LF_PENDING = 1, LF_FIRED = 2, LF_CANCELLED_OUT = 3 };
+
+/* The timer's word: generation << 26 | node index << 2 | outcome.  All-zero
+ * is an idle timer (tmo_timer_init). */
+static inline uint64_t lf_word(uint32_t idx, uint64_t gen, unsigned out)
+{
+	return (gen & LF_GEN_MASK) << (LF_IDX_BITS + 2) | (uint64_t)idx << 2 | out;
+}
+static inline unsigned lf_word_out(uint64_t w) { return (unsigned)(w & 3u); }
+static inline uint32_t lf_word_idx(uint64_t w)
+{
+	return (uint32_t)(w >> 2) & ((1u << LF_IDX_BITS) - 1);
+}
+static inline uint64_t lf_word_gen(uint64_t w) { return w >> (LF_IDX_BITS + 2); }
+static inline _Atomic uint64_t *lf_timer_word(struct tmo_timer *t)
+{
+	return (_Atomic uint64_t *)(void *)&t->tmo_private[0];
+}
+
+/* ---- nodes ------------------------------------------------------------------- */
+
+/* Where a filed node is (aux's low bits; the rest is its per-thread base, or
+ * the timer thread's unfiled-list link). */
+enum lf_where {
+	LF_NOWHERE = 0,
+	LF_IN_TT = 1,     /* the timer thread's base */
+	LF_IN_THREAD = 2, /* a per-thread base: aux & ~3 is it */
+	LF_UNFILED = 3,   /* timer thread: its base could not grow; retried */
+};
+
+struct lf_rec;
+struct lf_base;
+
+/* One cache line. */
+struct lf_node {
+	_Atomic uint64_t state;
+	struct tmo_timer *timer;
+	/* inbox, a base's cancel stack, or a free chain */
+	ck_stack_entry_t link;
+	/* enum lf_where | base or unfiled link; written before the node is
+	 * published IN_STRUCT, so a canceller that wins reads it */
+	_Atomic uintptr_t aux;
+	union {
+		struct {
+			/* atomics: the timer thread reads them before it decides
+			 * to steal (validated by the state word) */
+			_Atomic int64_t timeout;
+			_Atomic uint64_t stamp; /* clock.c: a tick, or LF_PRECISE | TSC */
+			struct lf_rec *rec;     /* whose ring holds it */
+			uint32_t slot;
+		} q;                            /* RING, QUEUED */
+		struct tmo_heap_node heap;      /* IN_STRUCT (mpsc) */
+		struct tmo_wheel_node wheel;    /* IN_STRUCT (wheel) */
+		struct {
+			int64_t when;
+		} unfiled;                      /* LF_UNFILED */
+		uint32_t chain_n;               /* FREE: a free chain's length (its head) */
+	} s;
+} __attribute__((aligned(64)));
+_Static_assert(sizeof(struct lf_node) == 64, "a node is one cache line");
+
+static inline struct lf_node *lf_node_of_link(ck_stack_entry_t *l)
+{
+	return tmo_container_of(l, struct lf_node, link);
+}
+
+/* ---- the structure behind a base (heap or wheel) ----------------------------- */
+
+/* Every call is made by the base's holder (its lock, or the timer thread
+ * for its own base): no synchronization inside. */
+struct lf_sched {
+	size_t size; /* bytes of its state */
+	/* origin_ns: the engine's time origin (wheels of one engine share a
+	 * tick grid).  Returns 0, TMO_EINVAL or TMO_ENOMEM. */
+	int (*init)(void *s, int64_t resolution_ns, int64_t origin_ns);
+	void (*fini)(void *s);
+	/* Returns 0, or TMO_ENOMEM (the node is then not filed). */
+	int (*insert)(void *s, struct lf_node *n, int64_t deadline);
+	void (*remove)(void *s, struct lf_node *n);
+	int (*contains)(const struct lf_node *n);
+	/* A lower bound on the earliest deadline; INT64_MAX if empty. */
+	int64_t (*next_deadline)(const void *s);
+	/* Move every node due at `now` out, handing each to due(ctx, n) in
+	 * deadline order, or (wheel) in tick order. */
+	void (*collect)(void *s, int64_t now, void (*due)(void *ctx, struct lf_node *n), void *ctx);
+	uint64_t (*bytes)(const void *s); /* beyond its fixed size */
+	uint64_t (*count)(const void *s); /* nodes filed */
+	int64_t (*deadline)(const struct lf_node *n);
+	/* 1: collect() hands out exact deadline order (no sort needed) */
+	int ordered;
+};
+
+/* A base: a structure and who may touch it. */
+struct lf_base {
+	/* 0 free, 1 held; per-thread bases only (trylock, never waited on) */
+	_Alignas(64) _Atomic int lock;
+	/* a lower bound on its earliest deadline (INT64_MAX: empty) */
+	_Atomic int64_t next;
+	/* CANCEL_PENDING nodes whose canceller could not take the lock: the
+	 * next holder removes and frees them */
+	ck_stack_t cancels;
+	_Alignas(64) unsigned char sched[];
+};
+
+/* ---- records: one per thread that uses the engine ----------------------------- */
+
+#define LF_RING_SLOTS 8
+/* Free nodes a record keeps; beyond, whole chains go to the depot. */
+#define LF_CACHE_MAX 32
+#define LF_CHAIN 16
+
+struct lf_rec {
+	/* lf_word(index, generation, LF_PENDING) of the arm in each slot, 0 if
+	 * none: the slot names the arm, not just the node, so a node that moved
+	 * on (stolen, fired, reused) is never mistaken for the slot's arm.
+	 * Written by its owner only; read by the timer thread. */
+	_Alignas(64) _Atomic uint64_t ring[LF_RING_SLOTS];
+	/* Owner-only (stats read the counters). */
+	_Alignas(64) uint32_t head;
+	uint32_t cache_n;
+	struct lf_node *cache; /* free nodes, linked through link.next */
+	_Atomic uint64_t armed, prevented, spilled;
+	struct lf_base *base; /* wheel: this thread's base; mpsc: NULL */
+	/* Under the engine's rec_lock. */
+	int attached;
+	struct lf_rec *next_free;
+	/* Append-only list of every record (the timer thread walks it). */
+	struct lf_rec *_Atomic next;
+	/* Timer thread only: `armed` when it last looked. */
+	uint64_t seen_armed;
+};
+
+/* ---- engine parameters and the engine ---------------------------------------- */
+
+struct lf_params {
+	const struct tmo_engine_ops *ops;
+	const struct lf_sched *sched;
+	int64_t resolution_ns;
+	/* Tick period while arms keep coming (and poll period); 0: never
+	 * tick, every arm is stamped precisely. */
+	int64_t tick_ns;
+	/* 1: spilled nodes go to their owner's base (wheel); 0: to the inbox */
+	int thread_bases;
+};
+
+/* clock.c: one published tick's clock reading (after the tick was stored). */
+struct lf_tick {
+	_Atomic uint64_t tick;
+	_Atomic int64_t ns;
+	_Atomic uint64_t tsc;
+};
+#define LF_TICKS 256u
+/* The tick word's low bits. */
+#define LF_TW_PRECISE 1u /* arms stamp the TSC */
+#define LF_TW_SLEEPING 2u /* the timer thread sleeps: wake it if needed */
+#define LF_TW_FENCE 4u /* no membarrier: arms fence before looking */
+#define LF_TW_SHIFT 3
+#define LF_PRECISE (UINT64_C(1) << 63) /* a stamp that is a TSC value */
+
+/* TSC -> CLOCK_MONOTONIC conversion, published by the timer thread under a
+ * sequence count (clock.c). */
+struct lf_cal {
+	_Atomic uint32_t seq;
+	_Atomic uint64_t tsc;
+	_Atomic int64_t ns;
+	_Atomic uint64_t rate_bits, err_bits, rel_bits; /* doubles, as bits */
+};
+
+struct lf_run;
+struct lf_pool {
+	char *arena;           /* the reservation: node i at arena + 64 * i */
+	size_t reserved_nodes; /* its capacity */
+	/* growth: taken by producers only, never by the timer thread */
+	pthread_mutex_t grow_lock;
+	_Atomic uint32_t hwm_pages;       /* pages ever populated */
+	struct lf_run *reuse;             /* released runs taken over (grow_lock) */
+	_Atomic uint64_t populated_pages; /* resident now */
+	ck_stack_t released;              /* runs the timer thread gave back */
+	/* The depot: free chains (each at most LF_CHAIN nodes, linked through
+	 * the head's aux), under depot_lock, which producers only try-lock. */
+	pthread_mutex_t depot_lock;
+	struct lf_node *depot;
+	_Atomic uint64_t depot_nodes;
+	/* single nodes freed by threads without a record: the timer thread
+	 * moves them to the depot */
+	ck_stack_t loose;
+	_Atomic uint64_t trimmed_pages;
+};
+
+struct tmo {
+	struct tmo_base base;
+	const struct lf_params *p;
+	int64_t resolution_ns, tick_ns, margin_ns;
+	int64_t origin_ns; /* every base's tick grid starts here */
+
+	/* Read on every arm; written by the timer thread once per tick. */
+	_Alignas(64) _Atomic uint64_t tickw;
+	_Alignas(64) struct lf_tick tab[LF_TICKS];
+	struct lf_cal cal;
+	_Atomic int64_t sleep_until; /* while SLEEPING: when it wakes itself */
+
+	/* Producers -> timer thread. */
+	_Alignas(64) ck_stack_t inbox;
+	_Alignas(64) struct ck_ec32 wake_ec;
+	/* Timer thread -> cancels waiting for a callback. */
+	_Alignas(64) struct ck_ec32 done_ec;
+	_Atomic(struct tmo_timer *) running;
+	_Atomic uint64_t fired;
+
+	/* Threads' records. */
+	pthread_mutex_t rec_lock;
+	struct lf_rec *_Atomic recs;
+	struct lf_rec *free_recs;
+	_Atomic uint64_t rec_bytes;
+	/* arms and prevented cancels of threads without a record (their
+	 * thread-exit destructors ran) */
+	_Atomic uint64_t armed_bare, prevented_bare;
+
+	struct lf_pool pool;
+
+	/* The timer thread's own base and state (timer.c). */
+	struct lf_base *tt_base;
+	struct lf_rec *tt_rec; /* its node cache, for callbacks' arms */
+	struct lf_tt *tt;
+	pthread_t thread;
+	_Atomic int stop;
+	/* park (test hook) */
+	pthread_mutex_t park_lock;
+	pthread_cond_t park_cv;
+	int park_req, parked;
+	_Atomic int park_flag;
+};
+
+
+/* ---- pool.c ------------------------------------------------------------------ */
+
+int lf_pool_init(struct tmo *e);
+void lf_pool_fini(struct tmo *e);
+static inline struct lf_node *lf_node_at(const struct tmo *e, uint32_t idx)
+{
+	return (struct lf_node *)(void *)(e->pool.arena + ((size_t)idx << 6));
+}
+static inline uint32_t lf_idx_of(const struct tmo *e, const struct lf_node *n)
+{
+	return (uint32_t)(((const char *)n - e->pool.arena) >> 6);
+}
+/* A free node for r's cache: refills it from the depot or the arena.
+ * Returns NULL with *err = TMO_ENOMEM or TMO_EAGAIN (the arena is full). */
+struct lf_node *lf_cache_refill(struct tmo *e, struct lf_rec *r, int *err);
+/* r's cache grew past LF_CACHE_MAX: a chain goes to the depot. */
+void lf_cache_spill(struct tmo *e, struct lf_rec *r);
+static inline void lf_cache_put(struct tmo *e, struct lf_rec *r, struct lf_node *n)
+{
+	n->link.next = r->cache != NULL ? &r->cache->link : NULL;
+	r->cache = n;
+	if (LF_UNLIKELY(++r->cache_n > LF_CACHE_MAX))
+		lf_cache_spill(e, r);
+}
+/* A thread with no record frees one node / takes one. */
+void lf_free_bare(struct tmo *e, struct lf_node *n);
+struct lf_node *lf_alloc_bare(struct tmo *e, int *err);
+/* A whole cache goes back (a record detaches). */
+void lf_cache_return(struct tmo *e, struct lf_rec *r);
+/* Timer thread: give back fully free pages (keeping `keep` free nodes). */
+void lf_pool_trim(struct tmo *e);
+uint64_t lf_pool_bytes(const struct tmo *e);
+uint64_t lf_pool_nodes(const struct tmo *e);
+/* Every node in a populated page, for destroy. */
+void lf_pool_each(struct tmo *e, void (*fn)(struct tmo *e, struct lf_node *n));
+
+/* ---- clock.c ----------------------------------------------------------------- */
+
+void lf_clock_init(struct tmo *e);
+/* Timer thread: publish the next tick (flags: LF_TW_*); returns its clock
+ * reading, taken after the tick is visible. */
+int64_t lf_tick_publish(struct tmo *e, unsigned flags);
+/* The stamp an arm stores, given the tick word it read. */
+uint64_t lf_stamp_precise(void);
+/* Upper bound on the time an arm stamped `stamp` was called: never earlier.
+ * Reads the clock when the tables cannot tell (the caller runs after the
+ * arm). */
+int64_t lf_arm_time_upper(struct tmo *e, uint64_t stamp);
+/* The same, given a clock reading known to be later than the arm (the
+ * timer thread reads one per batch). */
+int64_t lf_arm_time_upper_before(struct tmo *e, uint64_t stamp, int64_t later_ns);
+/* Lower bound on that time; 0 if unknown. */
+int64_t lf_arm_time_lower(struct tmo *e, uint64_t stamp);
+/* Timer thread: refresh the TSC calibration. */
+void lf_cal_update(struct tmo *e);
+/* Sleep / wake (futex event counts through ck_ec). */
+void lf_ec_wait(struct ck_ec32 *ec, uint32_t v, int64_t deadline_ns);
+void lf_ec_wake(struct ck_ec32 *ec);
+uint32_t lf_ec_value(struct ck_ec32 *ec);
+/* The timer thread's side of the asymmetric Dekker with arm: after it set
+ * LF_TW_SLEEPING and before it looks at rings, bases and the inbox. */
+void lf_heavy_barrier(struct tmo *e);
+/* Producers: after publishing work, before reading the tick word again. */
+static inline void lf_light_barrier(uint64_t tw)
+{
+	if (LF_UNLIKELY(tw & LF_TW_FENCE))
+		atomic_thread_fence(memory_order_seq_cst);
+	else
+		atomic_signal_fence(memory_order_seq_cst);
+}
+/* How long arms stay precise after a late tick. */
+int64_t lf_precise_hold_ns(void);
+/* Producers: make sure the timer thread will look at work due no earlier
+ * than `deadline_lower` (0: as soon as possible). */
+void lf_wake_for(struct tmo *e, int64_t deadline_lower);
+
+/* ---- arm.c ------------------------------------------------------------------- */
+
+int lf_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb, void *arg);
+int lf_cancel(struct tmo *e, struct tmo_timer *t);
+struct lf_rec *lf_rec_new(struct tmo *e);
+void lf_recs_free(struct tmo *e);
+/* Put a QUEUED node in the inbox and wake the timer thread if needed. */
+void lf_inbox_post(struct tmo *e, struct lf_node *n, int64_t deadline_lower);
+/* Base lock (trylock only, except the owner of a dying record). */
+static inline int lf_base_trylock(struct lf_base *b)
+{
+	int z = 0;
+	return atomic_load_explicit(&b->lock, memory_order_relaxed) == 0 &&
+	       atomic_compare_exchange_strong_explicit(&b->lock, &z, 1, memory_order_acquire,
+	                                               memory_order_relaxed);
+}
+static inline void lf_base_unlock(struct lf_base *b)
+{
+	atomic_store_explicit(&b->lock, 0, memory_order_release);
+}
+/* Holder of b: remove and free what cancellers left on its cancel stack
+ * (into r's cache, or the depot when r is NULL). */
+void lf_base_drain_cancels(struct tmo *e, struct lf_base *b, struct lf_rec *r);
+void lf_engine_register(struct tmo *e);
+/* Free nodes in the calling thread's cache for e (tests). */
+uint64_t lf_my_cache_count(struct tmo *e);
+void lf_engine_unregister(struct tmo *e);
+
+/* ---- timer.c ------------------------------------------------------------------ */
+
+int lf_create(const struct lf_params *p, const struct tmo_config *cfg, struct tmo **out);
+void lf_destroy(struct tmo *e);
+void lf_destroy_forked(struct tmo *e);
+int lf_stats(struct tmo *e, struct tmo_stats *out);
+int lf_park(struct tmo *e, int on);
+/* The timer thread's own arm (from a callback): filed at once. */
+int lf_arm_on_timer(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
+                    void *arg);
+struct lf_base *lf_base_new(struct tmo *e);
+void lf_base_free(struct tmo *e, struct lf_base *b);
+static inline void *lf_sched_of(struct lf_base *b) { return b->sched; }
+
+/* Test view (tests/unit_lf.c). */
+struct lf_debug {
+	uint64_t filed;       /* nodes in bases (as of the timer thread's last look) */
+	uint64_t stolen;      /* ring nodes the timer thread took */
+	uint64_t spilled;     /* ring nodes their owners spilled */
+	uint64_t inbox;       /* nodes that went through the inbox */
+	uint64_t trims;       /* pages given back */
+	uint64_t cache_count; /* free nodes in the calling thread's cache */
+	uint64_t precise;     /* 1: arms stamp the TSC now */
+};
+void lf_debug(struct tmo *e, struct lf_debug *out);
+
+#endif

@@ -1,0 +1,415 @@
+/*
+ * Memory of the lock-free core: nodes in one type-stable arena.
+ *
+ * The arena is one reservation (up to 1 GiB of address space, MAP_NORESERVE:
+ * only touched pages cost memory) that stays mapped until destroy, so a
+ * stale reader -- a cancel that read a timer's word just before its arm
+ * fired and its node was freed -- may still load and CAS the node's state
+ * word: it only loses the CAS.  Why not ck_epoch or QSBR: both cost the arm
+ * or cancel path a store pair per call, and the fast path here has no
+ * other shared write to hide it behind; a type-stable arena costs it
+ * nothing.
+ *
+ * Pages (64 nodes each) are populated on demand by producers (grow_lock;
+ * the timer thread never takes it).  Free nodes live in each record's cache
+ * (at most LF_CACHE_MAX) and in the depot (chains of LF_CHAIN nodes under
+ * depot_lock, which producers only try-lock: a busy depot makes them grow
+ * the pool instead of waiting).  Past TMO's cap (the reservation) arm
+ * answers TMO_EAGAIN.
+ *
+ * Giving memory back: when the timer thread is about to sleep and the
+ * depot holds more than TRIM_KEEP nodes, it takes the depot, counts free
+ * nodes per page, returns every page whose 64 nodes are all free with
+ * madvise(MADV_DONTNEED), and puts the rest back as chains of one page
+ * each.  A given-back page reads as zeros; when it is populated again its
+ * nodes start at a generation floor above every generation they used, so
+ * no stale (index, generation) matches a new arm.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "lf.h"
+
+#define NODE_SHIFT 6
+#define PAGE_NODES 64u
+#define PAGE_BYTES (PAGE_NODES << NODE_SHIFT)
+/* The reservation tried first, and the least accepted. */
+#define ARENA_MAX ((size_t)1 << (LF_IDX_BITS + NODE_SHIFT))
+#define ARENA_MIN ((size_t)16 << 20)
+/* Pages a growth step populates at most. */
+#define GROW_PAGES 4u
+/* Free nodes trim leaves in the depot. */
+#define TRIM_KEEP (2u * PAGE_NODES)
+
+/* Pages given back, waiting to be populated again. */
+struct lf_run {
+	ck_stack_entry_t link;
+	uint32_t first, count; /* pages */
+	uint64_t gen_floor;    /* above every generation these pages used */
+};
+
+static inline uint32_t page_of(const struct tmo *e, const struct lf_node *n)
+{
+	return lf_idx_of(e, n) / PAGE_NODES;
+}
+
+int lf_pool_init(struct tmo *e)
+{
+	struct lf_pool *p = &e->pool;
+	if (tmo__fault(TMO_FAULT_ALLOC))
+		return TMO_ENOMEM;
+	for (size_t sz = ARENA_MAX; sz >= ARENA_MIN; sz /= 2) {
+		void *m = mmap(NULL, sz, PROT_READ | PROT_WRITE,
+		               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (m != MAP_FAILED) {
+			p->arena = m;
+			p->reserved_nodes = sz >> NODE_SHIFT;
+			break;
+		}
+	}
+	if (p->arena == NULL)
+		return TMO_ENOMEM;
+	ck_stack_init(&p->released);
+	ck_stack_init(&p->loose);
+	if (pthread_mutex_init(&p->grow_lock, NULL) != 0)
+		goto fail_map;
+	if (pthread_mutex_init(&p->depot_lock, NULL) != 0)
+		goto fail_grow;
+	return 0;
+fail_grow:
+	pthread_mutex_destroy(&p->grow_lock);
+fail_map:
+	munmap(p->arena, p->reserved_nodes << NODE_SHIFT);
+	p->arena = NULL;
+	return TMO_ESYS;
+}
+
+static void runs_free(ck_stack_entry_t *r)
+{
+	while (r != NULL) {
+		ck_stack_entry_t *next = r->next;
+		tmo__free(tmo_container_of(r, struct lf_run, link));
+		r = next;
+	}
+}
+
+void lf_pool_fini(struct tmo *e)
+{
+	struct lf_pool *p = &e->pool;
+	runs_free(ck_stack_batch_pop_upmc(&p->released));
+	while (p->reuse != NULL) {
+		struct lf_run *r = p->reuse;
+		p->reuse = r->link.next ? tmo_container_of(r->link.next, struct lf_run, link) : NULL;
+		tmo__free(r);
+	}
+	pthread_mutex_destroy(&p->depot_lock);
+	pthread_mutex_destroy(&p->grow_lock);
+	munmap(p->arena, p->reserved_nodes << NODE_SHIFT);
+	p->arena = NULL;
+}
+
+/* ---- growth ------------------------------------------------------------------ */
+
+/* Populate pages (grow_lock held): a chain of their nodes, *count of them.
+ * NULL with *err when the arena is full (TMO_EAGAIN) or a fault is
+ * injected (TMO_ENOMEM). */
+static struct lf_node *grow_locked(struct tmo *e, uint32_t *count, int *err)
+{
+	struct lf_pool *p = &e->pool;
+	if (tmo__fault(TMO_FAULT_ALLOC)) {
+		*err = TMO_ENOMEM;
+		return NULL;
+	}
+	uint32_t first, pages;
+	uint64_t floor = 0;
+	if (p->reuse == NULL) {
+		ck_stack_entry_t *got = ck_stack_batch_pop_upmc(&p->released);
+		p->reuse = got != NULL ? tmo_container_of(got, struct lf_run, link) : NULL;
+	}
+	if (p->reuse != NULL) {
+		struct lf_run *r = p->reuse;
+		first = r->first;
+		pages = r->count < GROW_PAGES ? r->count : GROW_PAGES;
+		floor = r->gen_floor;
+		r->first += pages;
+		r->count -= pages;
+		if (r->count == 0) {
+			p->reuse = r->link.next ? tmo_container_of(r->link.next, struct lf_run, link)
+			                        : NULL;
+			tmo__free(r);
+		}
+	} else {
+		uint32_t hwm = atomic_load_explicit(&p->hwm_pages, memory_order_relaxed);
+		uint64_t cap = p->reserved_nodes / PAGE_NODES;
+		if (hwm >= cap) {
+			*err = TMO_EAGAIN;
+			return NULL;
+		}
+		first = hwm;
+		pages = cap - hwm < GROW_PAGES ? (uint32_t)(cap - hwm) : GROW_PAGES;
+		/* release: the trimmer reads hwm, then the nodes' states */
+		atomic_store_explicit(&p->hwm_pages, hwm + pages, memory_order_release);
+	}
+	struct lf_node *head = NULL;
+	uint32_t n = pages * PAGE_NODES;
+	for (uint32_t i = n; i-- > 0;) {
+		struct lf_node *x = lf_node_at(e, first * PAGE_NODES + i);
+		if (floor != 0)
+			atomic_store_explicit(&x->state, lf_st(floor, LF_FREE), memory_order_relaxed);
+		x->link.next = head != NULL ? &head->link : NULL;
+		head = x;
+	}
+	atomic_fetch_add_explicit(&p->populated_pages, pages, memory_order_relaxed);
+	*count = n;
+	return head;
+}
+
+/* ---- the depot ---------------------------------------------------------------- */
+
+static struct lf_node *chain_next(struct lf_node *head)
+{
+	return (struct lf_node *)atomic_load_explicit(&head->aux, memory_order_relaxed);
+}
+
+/* depot_lock held. */
+static struct lf_node *depot_take_locked(struct tmo *e, uint32_t *count)
+{
+	struct lf_pool *p = &e->pool;
+	struct lf_node *c = p->depot;
+	if (c != NULL) {
+		p->depot = chain_next(c);
+		*count = c->s.chain_n;
+		atomic_fetch_sub_explicit(&p->depot_nodes, *count, memory_order_relaxed);
+	}
+	return c;
+}
+
+static void depot_put_locked(struct tmo *e, struct lf_node *head, uint32_t count)
+{
+	struct lf_pool *p = &e->pool;
+	head->s.chain_n = count;
+	atomic_store_explicit(&head->aux, (uintptr_t)p->depot, memory_order_relaxed);
+	p->depot = head;
+	atomic_fetch_add_explicit(&p->depot_nodes, count, memory_order_relaxed);
+}
+
+struct lf_node *lf_cache_refill(struct tmo *e, struct lf_rec *r, int *err)
+{
+	struct lf_pool *p = &e->pool;
+	struct lf_node *c = NULL;
+	uint32_t count = 0;
+	if (pthread_mutex_trylock(&p->depot_lock) == 0) {
+		c = depot_take_locked(e, &count);
+		pthread_mutex_unlock(&p->depot_lock);
+	}
+	if (c == NULL) {
+		pthread_mutex_lock(&p->grow_lock);
+		c = grow_locked(e, &count, err);
+		pthread_mutex_unlock(&p->grow_lock);
+		if (c == NULL)
+			return NULL;
+	}
+	/* the chain joins whatever the cache holds (at most a few nodes) */
+	struct lf_node *tail = c;
+	while (tail->link.next != NULL)
+		tail = lf_node_of_link(tail->link.next);
+	tail->link.next = r->cache != NULL ? &r->cache->link : NULL;
+	r->cache = c;
+	r->cache_n += count;
+	return c;
+}
+
+/* Split LF_CHAIN nodes off r's cache into the depot.  Producers try-lock:
+ * with the depot busy the cache stays over its bound until the next free. */
+static void cache_spill(struct tmo *e, struct lf_rec *r, int may_wait)
+{
+	struct lf_pool *p = &e->pool;
+	if (may_wait)
+		pthread_mutex_lock(&p->depot_lock);
+	else if (pthread_mutex_trylock(&p->depot_lock) != 0)
+		return;
+	while (r->cache_n > LF_CACHE_MAX - LF_CHAIN) {
+		struct lf_node *head = r->cache, *tail = head;
+		for (uint32_t i = 1; i < LF_CHAIN; i++)
+			tail = lf_node_of_link(tail->link.next);
+		r->cache = tail->link.next ? lf_node_of_link(tail->link.next) : NULL;
+		tail->link.next = NULL;
+		r->cache_n -= LF_CHAIN;
+		depot_put_locked(e, head, LF_CHAIN);
+	}
+	pthread_mutex_unlock(&p->depot_lock);
+}
+
+void lf_cache_spill(struct tmo *e, struct lf_rec *r) { cache_spill(e, r, r == e->tt_rec); }
+
+void lf_cache_return(struct tmo *e, struct lf_rec *r)
+{
+	struct lf_pool *p = &e->pool;
+	pthread_mutex_lock(&p->depot_lock);
+	while (r->cache != NULL) {
+		struct lf_node *head = r->cache, *tail = head;
+		uint32_t k = 1;
+		while (k < LF_CHAIN && tail->link.next != NULL) {
+			tail = lf_node_of_link(tail->link.next);
+			k++;
+		}
+		r->cache = tail->link.next ? lf_node_of_link(tail->link.next) : NULL;
+		tail->link.next = NULL;
+		depot_put_locked(e, head, k);
+	}
+	r->cache_n = 0;
+	pthread_mutex_unlock(&p->depot_lock);
+}
+
+void lf_free_bare(struct tmo *e, struct lf_node *n)
+{
+	ck_stack_push_upmc(&e->pool.loose, &n->link);
+}
+
+struct lf_node *lf_alloc_bare(struct tmo *e, int *err)
+{
+	struct lf_pool *p = &e->pool;
+	struct lf_node *c = NULL;
+	uint32_t count = 0;
+	if (pthread_mutex_trylock(&p->depot_lock) == 0) {
+		c = depot_take_locked(e, &count);
+		if (c != NULL && count > 1) {
+			depot_put_locked(e, lf_node_of_link(c->link.next), count - 1);
+			c->link.next = NULL;
+		}
+		pthread_mutex_unlock(&p->depot_lock);
+	}
+	if (c == NULL) {
+		pthread_mutex_lock(&p->grow_lock);
+		c = grow_locked(e, &count, err);
+		pthread_mutex_unlock(&p->grow_lock);
+		if (c == NULL)
+			return NULL;
+		if (count > 1) {
+			pthread_mutex_lock(&p->depot_lock);
+			depot_put_locked(e, lf_node_of_link(c->link.next), count - 1);
+			pthread_mutex_unlock(&p->depot_lock);
+			c->link.next = NULL;
+		}
+	}
+	return c;
+}
+
+/* ---- giving memory back (timer thread) ----------------------------------------- */
+
+/* Chains of single nodes freed by threads without a record join the depot. */
+static void loose_collect(struct tmo *e)
+{
+	ck_stack_entry_t *l = ck_stack_batch_pop_upmc(&e->pool.loose);
+	while (l != NULL) {
+		ck_stack_entry_t *next = l->next;
+		lf_cache_put(e, e->tt_rec, lf_node_of_link(l));
+		l = next;
+	}
+}
+
+void lf_pool_trim(struct tmo *e)
+{
+	struct lf_pool *p = &e->pool;
+	loose_collect(e);
+	if (atomic_load_explicit(&p->depot_nodes, memory_order_relaxed) <= TRIM_KEEP)
+		return;
+	uint32_t hwm = atomic_load_explicit(&p->hwm_pages, memory_order_acquire);
+	uint8_t *free_in = tmo__calloc(hwm, 1);
+	struct lf_node **by_page = tmo__calloc(hwm, sizeof *by_page);
+	if (free_in == NULL || by_page == NULL) {
+		tmo__free(free_in);
+		tmo__free(by_page);
+		return; /* try again next time */
+	}
+	pthread_mutex_lock(&p->depot_lock);
+	struct lf_node *chains = p->depot;
+	p->depot = NULL;
+	atomic_store_explicit(&p->depot_nodes, 0, memory_order_relaxed);
+	pthread_mutex_unlock(&p->depot_lock);
+
+	/* Bucket every free node by page. */
+	struct lf_node *late = NULL; /* nodes of pages populated after hwm was read */
+	uint32_t late_n = 0;
+	while (chains != NULL) {
+		struct lf_node *next_chain = chain_next(chains), *n = chains;
+		while (n != NULL) {
+			struct lf_node *next = n->link.next ? lf_node_of_link(n->link.next) : NULL;
+			uint32_t pg = page_of(e, n);
+			struct lf_node **list = pg < hwm ? &by_page[pg] : &late;
+			n->link.next = *list != NULL ? &(*list)->link : NULL;
+			*list = n;
+			if (pg < hwm)
+				free_in[pg]++;
+			else
+				late_n++;
+			n = next;
+		}
+		chains = next_chain;
+	}
+
+	/* Give back runs of wholly free pages; chain the rest page by page. */
+	uint64_t kept = 0, gave = 0;
+	pthread_mutex_lock(&p->depot_lock);
+	if (late != NULL)
+		depot_put_locked(e, late, late_n); /* may exceed LF_CHAIN: fine */
+	for (uint32_t pg = 0; pg < hwm;) {
+		if (free_in[pg] != PAGE_NODES || kept < TRIM_KEEP) {
+			if (by_page[pg] != NULL) {
+				depot_put_locked(e, by_page[pg], free_in[pg]);
+				kept += free_in[pg];
+			}
+			pg++;
+			continue;
+		}
+		uint32_t first = pg;
+		uint64_t floor = 0;
+		while (pg < hwm && free_in[pg] == PAGE_NODES) {
+			for (uint32_t i = 0; i < PAGE_NODES; i++) {
+				uint64_t g = lf_gen_of(atomic_load_explicit(
+				    &lf_node_at(e, pg * PAGE_NODES + i)->state, memory_order_relaxed));
+				if (g > floor)
+					floor = g;
+			}
+			pg++;
+		}
+		struct lf_run *run = tmo__malloc(sizeof *run);
+		if (run == NULL) { /* keep them */
+			for (uint32_t q = first; q < pg; q++)
+				depot_put_locked(e, by_page[q], PAGE_NODES);
+			continue;
+		}
+		run->first = first;
+		run->count = pg - first;
+		/* floor + 1 > every generation used; LF_GEN_MASK wraps after 2^38 */
+		run->gen_floor = (floor + 1) & LF_GEN_MASK;
+		madvise(p->arena + ((size_t)first * PAGE_BYTES), (size_t)run->count * PAGE_BYTES,
+		        MADV_DONTNEED);
+		atomic_fetch_sub_explicit(&p->populated_pages, run->count, memory_order_relaxed);
+		gave += run->count;
+		ck_stack_push_upmc(&p->released, &run->link);
+	}
+	pthread_mutex_unlock(&p->depot_lock);
+	atomic_fetch_add_explicit(&p->trimmed_pages, gave, memory_order_relaxed);
+	tmo__free(free_in);
+	tmo__free(by_page);
+}
+
+uint64_t lf_pool_nodes(const struct tmo *e)
+{
+	return atomic_load_explicit(&e->pool.populated_pages, memory_order_relaxed) * PAGE_NODES;
+}
+
+uint64_t lf_pool_bytes(const struct tmo *e)
+{
+	return atomic_load_explicit(&e->pool.populated_pages, memory_order_relaxed) * PAGE_BYTES;
+}
+
+void lf_pool_each(struct tmo *e, void (*fn)(struct tmo *e, struct lf_node *n))
+{
+	uint32_t hwm = atomic_load_explicit(&e->pool.hwm_pages, memory_order_acquire);
+	for (uint64_t i = 0; i < (uint64_t)hwm * PAGE_NODES; i++)
+		fn(e, lf_node_at(e, (uint32_t)i));
+}
+

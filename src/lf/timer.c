@@ -1,0 +1,645 @@
+/*
+ * The timer thread of the lock-free core, and the engine's life: create,
+ * destroy, stats, park (lf.h has the design).
+ *
+ * One round of the loop:
+ *   1. publish a tick (clock.c);
+ *   2. steal every ring arm that could come due before the next round, and
+ *      take the inbox: both are filed in the timer thread's own base;
+ *   3. collect what is due from its base and every per-thread base (each
+ *      try-locked; a busy one is retried a little later), sort by deadline;
+ *   4. run the callbacks, one at a time, stopping at once for destroy;
+ *   5. sleep: one tick while arms keep coming; else, after a few idle
+ *      rounds, set LF_TW_SLEEPING, give back free pages, look everywhere
+ *      once more (Dekker with arm, clock.c) and sleep until the earliest
+ *      deadline or a wake-up.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+
+#include "lf.h"
+
+/* Idle rounds (no arm anywhere, nothing in the inbox) before it sleeps. */
+#define IDLE_ROUNDS 4
+/* Due batches up to this size are sorted by deadline. */
+#define DUE_SORT_MAX 4096u
+#define DUE_FIRST 1024u
+/* A busy per-thread base is retried after this share of a tick. */
+#define RETRY_DIV 4
+
+struct due {
+	struct lf_node *n;
+	uint64_t gen;
+	int64_t deadline;
+};
+
+/* Timer-thread state (timer thread only, besides the debug counters). */
+struct lf_tt {
+	struct due *due, *tmp;
+	size_t due_n, due_cap;
+	struct lf_node *unfiled; /* QUEUED nodes its base could not take yet */
+	int64_t last_tick, precise_until;
+	int idle;
+	int napped; /* the last round ended in a one-tick nap (or ran on) */
+	_Atomic uint64_t stolen, via_inbox, filed;
+};
+
+/* ---- bases ---------------------------------------------------------------------- */
+
+struct lf_base *lf_base_new(struct tmo *e)
+{
+	const struct lf_sched *sc = e->p->sched;
+	struct lf_base *b = tmo__aligned_alloc(64, sizeof *b + sc->size);
+	if (b == NULL)
+		return NULL;
+	memset(b, 0, sizeof *b + sc->size);
+	if (sc->init(lf_sched_of(b), e->resolution_ns, e->origin_ns) != 0) {
+		tmo__free(b);
+		return NULL;
+	}
+	atomic_store_explicit(&b->next, INT64_MAX, memory_order_relaxed);
+	ck_stack_init(&b->cancels);
+	atomic_fetch_add_explicit(&e->rec_bytes, sizeof *b + sc->size, memory_order_relaxed);
+	return b;
+}
+
+void lf_base_free(struct tmo *e, struct lf_base *b)
+{
+	e->p->sched->fini(lf_sched_of(b));
+	tmo__free(b);
+}
+
+/* ---- filing (timer thread) -------------------------------------------------------- */
+
+/* A QUEUED node we hold goes into our base (or waits on `unfiled`). */
+static void file_tt(struct tmo *e, struct lf_node *n, uint64_t gen, int64_t deadline)
+{
+	const struct lf_sched *sc = e->p->sched;
+	atomic_store_explicit(&n->aux, LF_IN_TT, memory_order_relaxed);
+	if (sc->insert(lf_sched_of(e->tt_base), n, deadline) != 0) {
+		n->s.unfiled.when = deadline;
+		n->link.next = e->tt->unfiled != NULL ? &e->tt->unfiled->link : NULL;
+		e->tt->unfiled = n;
+		return;
+	}
+	uint64_t s = lf_st(gen, LF_QUEUED);
+	if (!atomic_compare_exchange_strong_explicit(&n->state, &s, lf_st(gen, LF_IN_STRUCT),
+	                                             memory_order_acq_rel, memory_order_acquire)) {
+		sc->remove(lf_sched_of(e->tt_base), n); /* cancelled on the way */
+		lf_cache_put(e, e->tt_rec, n);
+	}
+}
+
+static void retry_unfiled(struct tmo *e)
+{
+	struct lf_node *n = e->tt->unfiled;
+	e->tt->unfiled = NULL;
+	while (n != NULL) {
+		struct lf_node *next = n->link.next ? lf_node_of_link(n->link.next) : NULL;
+		uint64_t s = atomic_load_explicit(&n->state, memory_order_acquire);
+		if (lf_st_of(s) == LF_DROPPED)
+			lf_cache_put(e, e->tt_rec, n);
+		else
+			file_tt(e, n, lf_gen_of(s), n->s.unfiled.when);
+		n = next;
+	}
+}
+
+/* ---- steal and drain ---------------------------------------------------------------- */
+
+/* Steal a ring arm.  Every arm still in a ring when the timer thread looks
+ * is taken: an arm that lives longer than a tick gains nothing from staying
+ * (its cancel then costs a CAS and a trip through the base either way), and
+ * the thread never reads a node it has not won.  Returns 1 if it stole. */
+static int steal_one(struct tmo *e, uint64_t w)
+{
+	struct lf_node *n = lf_node_at(e, lf_word_idx(w));
+	uint64_t gen = lf_word_gen(w);
+	uint64_t s = lf_st(gen, LF_RING);
+	if (atomic_load_explicit(&n->state, memory_order_relaxed) != s ||
+	    !atomic_compare_exchange_strong_explicit(&n->state, &s, lf_st(gen, LF_QUEUED),
+	                                             memory_order_acq_rel, memory_order_relaxed))
+		return 0;
+	int64_t later = tmo_now_ns(); /* after the arm */
+	uint64_t stamp = atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed);
+	int64_t timeout = atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed);
+	file_tt(e, n, gen, lf_arm_time_upper_before(e, stamp, later) + timeout);
+	atomic_fetch_add_explicit(&e->tt->stolen, 1, memory_order_relaxed);
+	return 1;
+}
+
+/* Walk every record: steal from rings, note activity.  Returns 1 if any
+ * thread armed since the last look, 2 if it also stole. */
+static int steal_rings(struct tmo *e)
+{
+	int active = 0;
+	for (struct lf_rec *r = atomic_load_explicit(&e->recs, memory_order_acquire); r != NULL;
+	     r = atomic_load_explicit(&r->next, memory_order_relaxed)) {
+		uint64_t armed = atomic_load_explicit(&r->armed, memory_order_relaxed);
+		if (armed != r->seen_armed) {
+			r->seen_armed = armed;
+			active = 1;
+		}
+		for (uint32_t i = 0; i < LF_RING_SLOTS; i++) {
+			uint64_t w = atomic_load_explicit(&r->ring[i], memory_order_acquire);
+			if (w != 0 && steal_one(e, w))
+				active |= 2;
+		}
+	}
+	return active;
+}
+
+/* Take the inbox, oldest first (equal deadlines keep their arm order).
+ * Returns 1 if it held anything. */
+static int drain_inbox(struct tmo *e)
+{
+	ck_stack_entry_t *l = ck_stack_batch_pop_upmc(&e->inbox);
+	if (l == NULL)
+		return 0;
+	int64_t later = tmo_now_ns(); /* after every arm in the chain */
+	ck_stack_entry_t *rev = NULL;
+	while (l != NULL) {
+		ck_stack_entry_t *next = l->next;
+		l->next = rev;
+		rev = l;
+		l = next;
+	}
+	while (rev != NULL) {
+		struct lf_node *n = lf_node_of_link(rev);
+		rev = rev->next; /* before filing: a cancel may push it again */
+		uint64_t s = atomic_load_explicit(&n->state, memory_order_acquire);
+		if (lf_st_of(s) != LF_QUEUED) { /* DROPPED on the way */
+			lf_cache_put(e, e->tt_rec, n);
+			continue;
+		}
+		uint64_t stamp = atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed);
+		int64_t timeout = atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed);
+		file_tt(e, n, lf_gen_of(s), lf_arm_time_upper_before(e, stamp, later) + timeout);
+		atomic_fetch_add_explicit(&e->tt->via_inbox, 1, memory_order_relaxed);
+	}
+	return 1;
+}
+
+/* ---- collect, sort, fire ------------------------------------------------------------- */
+
+/* collect() hands each due node here; due_reserve made room first. */
+static void due_add(void *ctx, struct lf_node *n)
+{
+	struct tmo *e = ctx;
+	struct lf_tt *tt = e->tt;
+	tt->due[tt->due_n++] = (struct due){
+	    n, lf_gen_of(atomic_load_explicit(&n->state, memory_order_relaxed)),
+	    e->p->sched->deadline(n)};
+}
+
+/* Make room for every node a base holds before collecting from it, so
+ * due_add never fails.  Returns 0 when it cannot (collect later). */
+static int due_reserve(struct tmo *e, uint64_t more)
+{
+	struct lf_tt *tt = e->tt;
+	if (tt->due_n + more <= tt->due_cap)
+		return 1;
+	size_t cap = tt->due_cap;
+	while (cap < tt->due_n + more)
+		cap *= 2;
+	struct due *d = tmo__malloc(cap * sizeof *d), *t2 = tmo__malloc(cap * sizeof *t2);
+	if (d == NULL || t2 == NULL) {
+		tmo__free(d);
+		tmo__free(t2);
+		return 0;
+	}
+	memcpy(d, tt->due, tt->due_n * sizeof *d);
+	tmo__free(tt->due);
+	tmo__free(tt->tmp);
+	tt->due = d;
+	tt->tmp = t2;
+	tt->due_cap = cap;
+	return 1;
+}
+
+/* Collect from base b (held).  Returns its next deadline. */
+static int64_t collect_base(struct tmo *e, struct lf_base *b, struct lf_rec *free_to, int64_t now)
+{
+	const struct lf_sched *sc = e->p->sched;
+	lf_base_drain_cancels(e, b, free_to);
+	void *s = lf_sched_of(b);
+	if (sc->next_deadline(s) <= now && due_reserve(e, sc->count(s)))
+		sc->collect(s, now, due_add, e);
+	int64_t next = sc->next_deadline(s);
+	atomic_store_explicit(&b->next, next, memory_order_relaxed);
+	return next;
+}
+
+static void collect_all(struct tmo *e, int64_t now, int64_t *wake)
+{
+	int64_t next = collect_base(e, e->tt_base, e->tt_rec, now);
+	if (next < *wake)
+		*wake = next;
+	uint64_t filed = e->p->sched->count(lf_sched_of(e->tt_base));
+	atomic_store_explicit(&e->tt->filed, filed, memory_order_relaxed);
+	if (!e->p->thread_bases)
+		return;
+	for (struct lf_rec *r = atomic_load_explicit(&e->recs, memory_order_acquire); r != NULL;
+	     r = atomic_load_explicit(&r->next, memory_order_relaxed)) {
+		struct lf_base *b = r->base;
+		next = atomic_load_explicit(&b->next, memory_order_relaxed);
+		if (next <= now || ck_pr_load_ptr(&b->cancels.head) != NULL) {
+			if (lf_base_trylock(b)) {
+				next = collect_base(e, b, e->tt_rec, now);
+				filed += e->p->sched->count(lf_sched_of(b));
+				lf_base_unlock(b);
+			} else {
+				next = now + e->tick_ns / RETRY_DIV;
+			}
+		}
+		if (next < *wake)
+			*wake = next;
+	}
+	atomic_store_explicit(&e->tt->filed, filed, memory_order_relaxed);
+}
+
+/* Stable merge sort of the due array by deadline. */
+static void due_sort(struct due *a, struct due *tmp, size_t n)
+{
+	for (size_t w = 1; w < n; w *= 2) {
+		for (size_t lo = 0; lo < n; lo += 2 * w) {
+			size_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+			size_t i = lo, j = mid, k = lo;
+			while (i < mid && j < hi)
+				tmp[k++] = a[j].deadline < a[i].deadline ? a[j++] : a[i++];
+			while (i < mid)
+				tmp[k++] = a[i++];
+			while (j < hi)
+				tmp[k++] = a[j++];
+		}
+		memcpy(a, tmp, n * sizeof *a);
+	}
+}
+
+/* Order the batch: every deadline further apart than the resolution in
+ * order.  A large batch sorted by tick already (one wheel's burst) is left
+ * as it is. */
+static void due_order(struct tmo *e)
+{
+	struct lf_tt *tt = e->tt;
+	size_t n = tt->due_n;
+	if (n < 2 || (e->p->sched->ordered && !e->p->thread_bases))
+		return;
+	if (n > DUE_SORT_MAX) {
+		int64_t r = e->resolution_ns;
+		size_t i = 1;
+		while (i < n && tt->due[i].deadline / r >= tt->due[i - 1].deadline / r)
+			i++;
+		if (i == n)
+			return;
+	}
+	due_sort(tt->due, tt->tmp, n);
+}
+
+static void fire(struct tmo *e, struct due *d)
+{
+	struct lf_node *n = d->n;
+	uint64_t s = lf_st(d->gen, LF_IN_STRUCT);
+	/* a node whose cancel won (CANCEL_PENDING, or already freed) is the
+	 * canceller's to free */
+	if (!atomic_compare_exchange_strong_explicit(&n->state, &s, lf_st(d->gen, LF_FIRING),
+	                                             memory_order_acq_rel, memory_order_acquire))
+		return;
+	struct tmo_timer *t = n->timer;
+	/* read before the callback: it may free or re-arm the timer */
+	tmo_callback *cb = t->cb;
+	void *arg = t->arg;
+	atomic_store_explicit(&e->running, t, memory_order_relaxed);
+	atomic_store_explicit(lf_timer_word(t), lf_word(lf_idx_of(e, n), d->gen, LF_FIRED),
+	                      memory_order_release);
+	atomic_fetch_add_explicit(&e->fired, 1, memory_order_relaxed);
+	cb(t, arg);
+	atomic_store_explicit(&e->running, NULL, memory_order_release);
+	atomic_store_explicit(&n->state, lf_st(d->gen, LF_FREE), memory_order_release);
+	lf_ec_wake(&e->done_ec); /* after that store: a cancel waiting on FIRING wakes */
+	lf_cache_put(e, e->tt_rec, n);
+}
+
+/* ---- the loop ------------------------------------------------------------------------ */
+
+static void park_hook(struct tmo *e)
+{
+	pthread_mutex_lock(&e->park_lock);
+	if (e->park_req) {
+		e->parked = 1;
+		pthread_cond_broadcast(&e->park_cv);
+		while (e->park_req && !atomic_load(&e->stop))
+			pthread_cond_wait(&e->park_cv, &e->park_lock);
+		e->parked = 0;
+	}
+	pthread_mutex_unlock(&e->park_lock);
+}
+
+/* After LF_TW_SLEEPING is visible: anything published before it that the
+ * round missed?  Lowers *wake to the earliest base's next deadline. */
+static int work_waiting(struct tmo *e, int64_t *wake)
+{
+	if ((steal_rings(e) & 2) || ck_pr_load_ptr(&e->inbox.head) != NULL ||
+	    ck_pr_load_ptr(&e->tt_base->cancels.head) != NULL)
+		return 1;
+	if (!e->p->thread_bases)
+		return 0;
+	for (struct lf_rec *r = atomic_load_explicit(&e->recs, memory_order_acquire); r != NULL;
+	     r = atomic_load_explicit(&r->next, memory_order_relaxed)) {
+		if (ck_pr_load_ptr(&r->base->cancels.head) != NULL)
+			return 1;
+		int64_t next = atomic_load_explicit(&r->base->next, memory_order_relaxed);
+		if (next < *wake)
+			*wake = next;
+	}
+	return 0;
+}
+
+static void *timer_main(void *arg)
+{
+	struct tmo *e = arg;
+	struct lf_tt *tt = e->tt;
+	tmo__thread_engine = e;
+	/* wake-ups are what the resolution is made of: no slack on them */
+	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+	for (;;) {
+		if (LF_UNLIKELY(atomic_load_explicit(&e->park_flag, memory_order_acquire)))
+			park_hook(e);
+		if (LF_UNLIKELY(atomic_load_explicit(&e->stop, memory_order_acquire)))
+			break;
+
+		/* 1. tick: a gap later than a quarter resolution past the
+		 * period makes arms precise for a while */
+		int64_t now = tmo_now_ns();
+		if (e->tick_ns > 0 && tt->napped &&
+		    now - tt->last_tick > e->tick_ns + e->resolution_ns / 4)
+			tt->precise_until = now + lf_precise_hold_ns();
+		unsigned flags = e->tick_ns == 0 || now < tt->precise_until ? LF_TW_PRECISE : 0;
+		now = lf_tick_publish(e, flags);
+		tt->last_tick = now;
+		lf_cal_update(e);
+
+		/* 2. steal, drain */
+		int64_t wake = INT64_MAX;
+		int active = steal_rings(e);
+		active |= drain_inbox(e);
+		if (LF_UNLIKELY(tt->unfiled != NULL))
+			retry_unfiled(e);
+
+		/* 3, 4. collect and fire */
+		now = tmo_now_ns();
+		tt->due_n = 0;
+		collect_all(e, now, &wake);
+		if (tt->due_n > 0) {
+			due_order(e);
+			for (size_t i = 0; i < tt->due_n; i++) {
+				if (atomic_load_explicit(&e->stop, memory_order_acquire))
+					break; /* destroy cancels the rest */
+				fire(e, &tt->due[i]);
+			}
+			tt->idle = 0;
+			tt->napped = 1;
+			continue; /* callbacks took time: look again */
+		}
+
+		/* 5. sleep */
+		if (tt->unfiled != NULL && wake > now + TMO_NSEC_PER_MSEC)
+			wake = now + TMO_NSEC_PER_MSEC;
+		tt->idle = active ? 0 : tt->idle + 1;
+		uint32_t v = lf_ec_value(&e->wake_ec);
+		int64_t poll = e->tick_ns > 0 ? e->tick_ns : e->resolution_ns;
+		tt->napped = tt->idle < IDLE_ROUNDS;
+		if (tt->napped) {
+			/* arms keep coming: the next tick is due */
+			if (wake > now + poll)
+				wake = now + poll;
+		} else {
+			lf_pool_trim(e);
+			atomic_store_explicit(&e->sleep_until, wake, memory_order_relaxed);
+			lf_tick_publish(e, LF_TW_SLEEPING | LF_TW_PRECISE);
+			lf_heavy_barrier(e);
+			/* look everywhere once more: what arms published before they
+			 * could see SLEEPING */
+			int64_t w2 = wake;
+			if (work_waiting(e, &w2) || w2 < wake) {
+				tt->idle = 0;
+				tt->napped = 0;
+				continue;
+			}
+			if (atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_FENCE &&
+			    wake > now + poll)
+				wake = now + poll; /* see lf_heavy_barrier */
+			tt->idle = IDLE_ROUNDS;
+		}
+		if (atomic_load_explicit(&e->park_flag, memory_order_acquire) ||
+		    atomic_load_explicit(&e->stop, memory_order_acquire))
+			continue;
+		lf_ec_wait(&e->wake_ec, v, wake);
+	}
+	return NULL;
+}
+
+/* ---- create / destroy ------------------------------------------------------------------ */
+
+static void engine_free(struct tmo *e)
+{
+	lf_recs_free(e);
+	if (e->tt_base != NULL)
+		lf_base_free(e, e->tt_base);
+	tmo__free(e->tt_rec);
+	if (e->tt != NULL) {
+		tmo__free(e->tt->due);
+		tmo__free(e->tt->tmp);
+		tmo__free(e->tt);
+	}
+	if (e->pool.arena != NULL)
+		lf_pool_fini(e);
+	tmo__free(e);
+}
+
+int lf_create(const struct lf_params *p, const struct tmo_config *cfg, struct tmo **out)
+{
+	struct tmo *e = tmo__aligned_alloc(64, sizeof *e);
+	if (e == NULL)
+		return TMO_ENOMEM;
+	memset(e, 0, sizeof *e);
+	e->base.ops = p->ops;
+	e->p = p;
+	e->resolution_ns = cfg->resolution_ns > 0 ? cfg->resolution_ns : p->resolution_ns;
+	/* the tick period scales with a configured resolution */
+	e->tick_ns = p->tick_ns > 0 ? p->tick_ns * e->resolution_ns / p->resolution_ns : 0;
+	if (p->tick_ns > 0 && e->tick_ns <= 0)
+		e->tick_ns = 1;
+	e->margin_ns = e->resolution_ns / 20 > 10000 ? e->resolution_ns / 20 : 10000;
+	e->origin_ns = tmo_now_ns(); /* every base's tick grid starts here */
+	ck_stack_init(&e->inbox);
+	ck_ec32_init(&e->wake_ec, 0);
+	ck_ec32_init(&e->done_ec, 0);
+	int rc = TMO_ESYS;
+	if (pthread_mutex_init(&e->rec_lock, NULL) != 0)
+		goto fail_free;
+	if (pthread_mutex_init(&e->park_lock, NULL) != 0)
+		goto fail_rec;
+	if (pthread_cond_init(&e->park_cv, NULL) != 0)
+		goto fail_park;
+	if ((rc = lf_pool_init(e)) != 0)
+		goto fail_cv;
+	lf_clock_init(e);
+	rc = TMO_ENOMEM;
+	e->tt = tmo__calloc(1, sizeof *e->tt);
+	if (e->tt == NULL)
+		goto fail_mem;
+	e->tt->due_cap = DUE_FIRST;
+	e->tt->due = tmo__malloc(DUE_FIRST * sizeof *e->tt->due);
+	e->tt->tmp = tmo__malloc(DUE_FIRST * sizeof *e->tt->tmp);
+	if (e->tt->due == NULL || e->tt->tmp == NULL)
+		goto fail_mem;
+	if ((e->tt_base = lf_base_new(e)) == NULL)
+		goto fail_mem;
+	if ((e->tt_rec = tmo__aligned_alloc(64, sizeof *e->tt_rec)) == NULL)
+		goto fail_mem;
+	memset(e->tt_rec, 0, sizeof *e->tt_rec);
+	if ((rc = tmo__thread_create(&e->thread, NULL, timer_main, e)) != 0)
+		goto fail_mem;
+	lf_engine_register(e);
+	*out = e;
+	return 0;
+
+fail_mem:
+	pthread_cond_destroy(&e->park_cv);
+	pthread_mutex_destroy(&e->park_lock);
+	pthread_mutex_destroy(&e->rec_lock);
+	engine_free(e);
+	return rc;
+fail_cv:
+	pthread_cond_destroy(&e->park_cv);
+fail_park:
+	pthread_mutex_destroy(&e->park_lock);
+fail_rec:
+	pthread_mutex_destroy(&e->rec_lock);
+fail_free:
+	tmo__free(e);
+	return rc;
+}
+
+/* Destroy: an arm still pending is cancelled, and its timer says so. */
+static void cancel_left(struct tmo *e, struct lf_node *n)
+{
+	uint64_t s = atomic_load_explicit(&n->state, memory_order_acquire);
+	unsigned st = lf_st_of(s);
+	if (st == LF_RING || st == LF_QUEUED || st == LF_IN_STRUCT)
+		atomic_store_explicit(lf_timer_word(n->timer),
+		                      lf_word(lf_idx_of(e, n), lf_gen_of(s), LF_CANCELLED_OUT),
+		                      memory_order_release);
+}
+
+void lf_destroy(struct tmo *e)
+{
+	atomic_store_explicit(&e->stop, 1, memory_order_release);
+	pthread_mutex_lock(&e->park_lock);
+	pthread_cond_broadcast(&e->park_cv);
+	pthread_mutex_unlock(&e->park_lock);
+	lf_ec_wake(&e->wake_ec);
+	pthread_join(e->thread, NULL);
+	/* no thread exit touches our records after this */
+	lf_engine_unregister(e);
+	lf_pool_each(e, cancel_left);
+	pthread_cond_destroy(&e->park_cv);
+	pthread_mutex_destroy(&e->park_lock);
+	pthread_mutex_destroy(&e->rec_lock);
+	engine_free(e);
+}
+
+void lf_destroy_forked(struct tmo *e)
+{
+	/* The child has no timer thread; the parent's locks may have been
+	 * held at fork time: free memory only. */
+	lf_engine_unregister(e);
+	engine_free(e);
+}
+
+/* ---- stats, park, debug ------------------------------------------------------------------ */
+
+int lf_stats(struct tmo *e, struct tmo_stats *out)
+{
+	uint64_t armed = atomic_load_explicit(&e->armed_bare, memory_order_relaxed) +
+	                 atomic_load_explicit(&e->tt_rec->armed, memory_order_relaxed);
+	uint64_t prevented = atomic_load_explicit(&e->prevented_bare, memory_order_relaxed) +
+	                     atomic_load_explicit(&e->tt_rec->prevented, memory_order_relaxed);
+	for (struct lf_rec *r = atomic_load_explicit(&e->recs, memory_order_acquire); r != NULL;
+	     r = atomic_load_explicit(&r->next, memory_order_relaxed)) {
+		armed += atomic_load_explicit(&r->armed, memory_order_relaxed);
+		prevented += atomic_load_explicit(&r->prevented, memory_order_relaxed);
+	}
+	uint64_t fired = atomic_load_explicit(&e->fired, memory_order_relaxed);
+	out->pending = armed > fired + prevented ? armed - fired - prevented : 0;
+	out->held_nodes = lf_pool_nodes(e);
+	out->held_bytes = lf_pool_bytes(e) + atomic_load_explicit(&e->rec_bytes, memory_order_relaxed);
+	out->threads = 1;
+	out->fired = fired;
+	out->cancelled = prevented;
+	return 0;
+}
+
+int lf_park(struct tmo *e, int on)
+{
+	pthread_mutex_lock(&e->park_lock);
+	if (on) {
+		e->park_req = 1;
+		atomic_store_explicit(&e->park_flag, 1, memory_order_release);
+		lf_ec_wake(&e->wake_ec);
+		while (!e->parked)
+			pthread_cond_wait(&e->park_cv, &e->park_lock);
+	} else {
+		e->park_req = 0;
+		atomic_store_explicit(&e->park_flag, 0, memory_order_release);
+		pthread_cond_broadcast(&e->park_cv);
+	}
+	pthread_mutex_unlock(&e->park_lock);
+	return 0;
+}
+
+int lf_arm_on_timer(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
+                    void *arg)
+{
+	struct lf_rec *r = e->tt_rec;
+	int err = TMO_ENOMEM;
+	struct lf_node *n = r->cache;
+	if (n == NULL && (n = lf_cache_refill(e, r, &err)) == NULL)
+		return err;
+	r->cache = n->link.next != NULL ? lf_node_of_link(n->link.next) : NULL;
+	r->cache_n--;
+	uint64_t gen = (lf_gen_of(atomic_load_explicit(&n->state, memory_order_relaxed)) + 1) &
+	               LF_GEN_MASK;
+	n->timer = t;
+	t->cb = cb;
+	t->arg = arg;
+	atomic_store_explicit(&n->aux, LF_IN_TT, memory_order_relaxed);
+	if (e->p->sched->insert(lf_sched_of(e->tt_base), n, tmo_now_ns() + timeout_ns) != 0) {
+		lf_cache_put(e, r, n);
+		return TMO_ENOMEM;
+	}
+	atomic_store_explicit(&n->state, lf_st(gen, LF_IN_STRUCT), memory_order_release);
+	atomic_store_explicit(lf_timer_word(t), lf_word(lf_idx_of(e, n), gen, LF_PENDING),
+	                      memory_order_release);
+	atomic_store_explicit(&r->armed, atomic_load_explicit(&r->armed, memory_order_relaxed) + 1,
+	                      memory_order_relaxed);
+	return 0;
+}
+
+void lf_debug(struct tmo *e, struct lf_debug *out)
+{
+	memset(out, 0, sizeof *out);
+	out->filed = atomic_load_explicit(&e->tt->filed, memory_order_relaxed);
+	out->stolen = atomic_load_explicit(&e->tt->stolen, memory_order_relaxed);
+	out->inbox = atomic_load_explicit(&e->tt->via_inbox, memory_order_relaxed);
+	out->trims = atomic_load_explicit(&e->pool.trimmed_pages, memory_order_relaxed);
+	out->precise = atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_PRECISE;
+	out->cache_count = lf_my_cache_count(e);
+	pthread_mutex_lock(&e->rec_lock);
+	for (struct lf_rec *r = atomic_load_explicit(&e->recs, memory_order_acquire); r != NULL;
+	     r = atomic_load_explicit(&r->next, memory_order_relaxed))
+		out->spilled += atomic_load_explicit(&r->spilled, memory_order_relaxed);
+	pthread_mutex_unlock(&e->rec_lock);
+}
