@@ -13,6 +13,10 @@ static _Atomic(void *) fault_ctx;
 static atomic_llong live_allocs;
 static atomic_llong total_allocs;
 
+static _Atomic uint64_t node_cap;
+void tmo_testing_set_node_cap(uint64_t nodes) { atomic_store(&node_cap, nodes); }
+uint64_t tmo__node_cap(void) { return atomic_load(&node_cap); }
+
 void tmo_testing_set_fault(tmo_fault_fn *fn, void *ctx)
 {
 	atomic_store(&fault_ctx, ctx);

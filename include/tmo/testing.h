@@ -28,6 +28,12 @@ typedef int tmo_fault_fn(enum tmo_fault_kind kind, void *ctx);
 /* Install (or, with NULL, remove) the fault hook. */
 void tmo_testing_set_fault(tmo_fault_fn *fn, void *ctx);
 
+/* The lock-free engines (mpsc, wheel) created after this call hold at most
+ * `nodes` timer nodes (rounded up to a page of 64 nodes); 0 restores the
+ * default (2^24, a 1 GiB reservation).  Past its cap arm answers TMO_EAGAIN
+ * and never waits. */
+void tmo_testing_set_node_cap(uint64_t nodes);
+
 /* Library allocations currently live (allocated and not yet freed), and
  * total ever made: a leak check that works without a sanitizer. */
 int64_t tmo_testing_live_allocs(void);

@@ -510,11 +510,16 @@ static __attribute__((noinline)) int cancel_slow(struct tmo *e, struct tmo_timer
 		struct lf_node *n = lf_node_at(e, lf_word_idx(w));
 		uint64_t gen = lf_word_gen(w);
 		uint64_t s = atomic_load_explicit(&n->state, memory_order_acquire);
-		/* a node that moved on (reused) was resolved, and its outcome is in
-		 * the word by then: FIRED ends below, anything else is re-read */
+		/* A node that moved on (reused) was resolved, and its outcome is in
+		 * the word by then: FIRED ends below, anything else is re-read.  A
+		 * word that still names an arm its node no longer has was copied
+		 * or corrupted by the caller: refuse, never spin. */
 		unsigned st = lf_gen_of(s) == gen ? lf_st_of(s) : LF_FREE;
-		if (st == LF_FREE && out == LF_PENDING)
+		if (st == LF_FREE && out == LF_PENDING) {
+			if (atomic_load_explicit(word, memory_order_acquire) == w)
+				return TMO_ENOTARMED;
 			continue;
+		}
 		uint64_t cancelled = (w & ~(uint64_t)3) | LF_CANCELLED_OUT;
 		if (out == LF_PENDING) {
 			if (st == LF_RING || st == LF_QUEUED) {

@@ -278,6 +278,7 @@ struct lf_run;
 struct lf_pool {
 	char *arena;           /* the reservation: node i at arena + 64 * i */
 	size_t reserved_nodes; /* its capacity */
+	size_t reserved_nodes_cap; /* what may be used (tmo_testing_set_node_cap) */
 	/* growth: taken by producers only, never by the timer thread */
 	pthread_mutex_t grow_lock;
 	_Atomic uint32_t hwm_pages;       /* pages ever populated */

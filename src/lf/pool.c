@@ -70,6 +70,11 @@ int lf_pool_init(struct tmo *e)
 	}
 	if (p->arena == NULL)
 		return TMO_ENOMEM;
+	uint64_t cap = tmo__node_cap();
+	if (cap != 0 && cap < p->reserved_nodes)
+		p->reserved_nodes_cap = (cap + PAGE_NODES - 1) / PAGE_NODES * PAGE_NODES;
+	else
+		p->reserved_nodes_cap = p->reserved_nodes;
 	ck_stack_init(&p->released);
 	ck_stack_init(&p->loose);
 	if (pthread_mutex_init(&p->grow_lock, NULL) != 0)
@@ -141,7 +146,7 @@ static struct lf_node *grow_locked(struct tmo *e, uint32_t *count, int *err)
 		}
 	} else {
 		uint32_t hwm = atomic_load_explicit(&p->hwm_pages, memory_order_relaxed);
-		uint64_t cap = p->reserved_nodes / PAGE_NODES;
+		uint64_t cap = p->reserved_nodes_cap / PAGE_NODES;
 		if (hwm >= cap) {
 			*err = TMO_EAGAIN;
 			return NULL;

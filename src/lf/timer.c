@@ -27,6 +27,8 @@
 #define DUE_FIRST 1024u
 /* A busy per-thread base is retried after this share of a tick. */
 #define RETRY_DIV 4
+/* Inbox nodes filed between two ticks while a long inbox drains. */
+#define DRAIN_TICK 256u
 
 struct due {
 	struct lf_node *n;
@@ -40,8 +42,10 @@ struct lf_tt {
 	size_t due_n, due_cap;
 	struct lf_node *unfiled; /* QUEUED nodes its base could not take yet */
 	int64_t last_tick, precise_until;
+	int last_precise; /* the last tick made arms precise */
 	int idle;
-	int napped; /* the last round ended in a one-tick nap (or ran on) */
+	/* bytes it holds beyond its fixed size (stats) */
+	_Atomic uint64_t bytes;
 	_Atomic uint64_t stolen, via_inbox, filed;
 };
 
@@ -152,6 +156,7 @@ static int steal_rings(struct tmo *e)
 
 /* Take the inbox, oldest first (equal deadlines keep their arm order).
  * Returns 1 if it held anything. */
+static int64_t tt_tick(struct tmo *e, unsigned flags);
 static int drain_inbox(struct tmo *e)
 {
 	ck_stack_entry_t *l = ck_stack_batch_pop_upmc(&e->inbox);
@@ -165,9 +170,11 @@ static int drain_inbox(struct tmo *e)
 		rev = l;
 		l = next;
 	}
-	while (rev != NULL) {
+	for (uint32_t k = 1; rev != NULL; k++) {
 		struct lf_node *n = lf_node_of_link(rev);
 		rev = rev->next; /* before filing: a cancel may push it again */
+		if (k % DRAIN_TICK == 0)
+			tt_tick(e, 0); /* a long drain must not leave arms dated coarsely */
 		uint64_t s = atomic_load_explicit(&n->state, memory_order_acquire);
 		if (lf_st_of(s) != LF_QUEUED) { /* DROPPED on the way */
 			lf_cache_put(e, e->tt_rec, n);
@@ -193,6 +200,9 @@ static void due_add(void *ctx, struct lf_node *n)
 	    e->p->sched->deadline(n)};
 }
 
+static void tt_bytes_update(struct tmo *e);
+static int64_t tt_tick(struct tmo *e, unsigned flags);
+
 /* Make room for every node a base holds before collecting from it, so
  * due_add never fails.  Returns 0 when it cannot (collect later). */
 static int due_reserve(struct tmo *e, uint64_t more)
@@ -215,7 +225,37 @@ static int due_reserve(struct tmo *e, uint64_t more)
 	tt->due = d;
 	tt->tmp = t2;
 	tt->due_cap = cap;
+	tt_bytes_update(e);
 	return 1;
+}
+
+static void tt_bytes_update(struct tmo *e)
+{
+	struct lf_tt *tt = e->tt;
+	uint64_t b = (tt->due_cap - DUE_FIRST) * 2 * sizeof(struct due) +
+	             e->p->sched->bytes(lf_sched_of(e->tt_base));
+	atomic_store_explicit(&tt->bytes, b, memory_order_relaxed);
+}
+
+/* Idle: a due array grown by a burst goes back to its first size. */
+static void due_shrink(struct tmo *e)
+{
+	struct lf_tt *tt = e->tt;
+	if (tt->due_cap > DUE_FIRST) {
+		struct due *d = tmo__malloc(DUE_FIRST * sizeof *d), *t2 = tmo__malloc(DUE_FIRST * sizeof *t2);
+		if (d != NULL && t2 != NULL) {
+			tmo__free(tt->due);
+			tmo__free(tt->tmp);
+			tt->due = d;
+			tt->tmp = t2;
+			tt->due_cap = DUE_FIRST;
+			tt->due_n = 0;
+		} else {
+			tmo__free(d);
+			tmo__free(t2);
+		}
+	}
+	tt_bytes_update(e);
 }
 
 /* Collect from base b (held).  Returns its next deadline. */
@@ -356,6 +396,25 @@ static int work_waiting(struct tmo *e, int64_t *wake)
 	return 0;
 }
 
+/* Publish a tick.  A gap since the last one longer than the period plus a
+ * quarter resolution, after a tick that left arms coarse, means arms made
+ * in that gap may be dated beyond the resolution (a hog, a preempted timer
+ * thread): arms stay precise for a while.  Work that may take long (a batch
+ * of callbacks, giving memory back, parking) is preceded by a precise tick. */
+static int64_t tt_tick(struct tmo *e, unsigned flags)
+{
+	struct lf_tt *tt = e->tt;
+	int64_t now = tmo_now_ns();
+	if (e->tick_ns > 0 && !tt->last_precise &&
+	    now - tt->last_tick > e->tick_ns + e->resolution_ns / 4)
+		tt->precise_until = now + lf_precise_hold_ns();
+	if (e->tick_ns == 0 || now < tt->precise_until)
+		flags |= LF_TW_PRECISE;
+	tt->last_tick = lf_tick_publish(e, flags);
+	tt->last_precise = (flags & LF_TW_PRECISE) != 0;
+	return tt->last_tick;
+}
+
 static void *timer_main(void *arg)
 {
 	struct tmo *e = arg;
@@ -363,24 +422,18 @@ static void *timer_main(void *arg)
 	tmo__thread_engine = e;
 	/* wake-ups are what the resolution is made of: no slack on them */
 	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+	tt->last_precise = 1;
 	for (;;) {
-		if (LF_UNLIKELY(atomic_load_explicit(&e->park_flag, memory_order_acquire)))
+		if (LF_UNLIKELY(atomic_load_explicit(&e->park_flag, memory_order_acquire))) {
+			tt_tick(e, LF_TW_PRECISE);
 			park_hook(e);
+		}
 		if (LF_UNLIKELY(atomic_load_explicit(&e->stop, memory_order_acquire)))
 			break;
 
-		/* 1. tick: a gap later than a quarter resolution past the
-		 * period makes arms precise for a while */
-		int64_t now = tmo_now_ns();
-		if (e->tick_ns > 0 && tt->napped &&
-		    now - tt->last_tick > e->tick_ns + e->resolution_ns / 4)
-			tt->precise_until = now + lf_precise_hold_ns();
-		unsigned flags = e->tick_ns == 0 || now < tt->precise_until ? LF_TW_PRECISE : 0;
-		now = lf_tick_publish(e, flags);
-		tt->last_tick = now;
+		/* 1, 2. tick, steal, drain */
+		int64_t now = tt_tick(e, 0);
 		lf_cal_update(e);
-
-		/* 2. steal, drain */
 		int64_t wake = INT64_MAX;
 		int active = steal_rings(e);
 		active |= drain_inbox(e);
@@ -393,13 +446,13 @@ static void *timer_main(void *arg)
 		collect_all(e, now, &wake);
 		if (tt->due_n > 0) {
 			due_order(e);
+			tt_tick(e, LF_TW_PRECISE);
 			for (size_t i = 0; i < tt->due_n; i++) {
 				if (atomic_load_explicit(&e->stop, memory_order_acquire))
 					break; /* destroy cancels the rest */
 				fire(e, &tt->due[i]);
 			}
 			tt->idle = 0;
-			tt->napped = 1;
 			continue; /* callbacks took time: look again */
 		}
 
@@ -409,22 +462,21 @@ static void *timer_main(void *arg)
 		tt->idle = active ? 0 : tt->idle + 1;
 		uint32_t v = lf_ec_value(&e->wake_ec);
 		int64_t poll = e->tick_ns > 0 ? e->tick_ns : e->resolution_ns;
-		tt->napped = tt->idle < IDLE_ROUNDS;
-		if (tt->napped) {
+		if (tt->idle < IDLE_ROUNDS) {
 			/* arms keep coming: the next tick is due */
 			if (wake > now + poll)
 				wake = now + poll;
 		} else {
-			lf_pool_trim(e);
 			atomic_store_explicit(&e->sleep_until, wake, memory_order_relaxed);
-			lf_tick_publish(e, LF_TW_SLEEPING | LF_TW_PRECISE);
+			tt_tick(e, LF_TW_SLEEPING | LF_TW_PRECISE);
+			lf_pool_trim(e);
+			due_shrink(e);
 			lf_heavy_barrier(e);
 			/* look everywhere once more: what arms published before they
 			 * could see SLEEPING */
 			int64_t w2 = wake;
 			if (work_waiting(e, &w2) || w2 < wake) {
 				tt->idle = 0;
-				tt->napped = 0;
 				continue;
 			}
 			if (atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_FENCE &&
@@ -575,7 +627,8 @@ int lf_stats(struct tmo *e, struct tmo_stats *out)
 	uint64_t fired = atomic_load_explicit(&e->fired, memory_order_relaxed);
 	out->pending = armed > fired + prevented ? armed - fired - prevented : 0;
 	out->held_nodes = lf_pool_nodes(e);
-	out->held_bytes = lf_pool_bytes(e) + atomic_load_explicit(&e->rec_bytes, memory_order_relaxed);
+	out->held_bytes = lf_pool_bytes(e) + atomic_load_explicit(&e->rec_bytes, memory_order_relaxed) +
+	                  atomic_load_explicit(&e->tt->bytes, memory_order_relaxed);
 	out->threads = 1;
 	out->fired = fired;
 	out->cancelled = prevented;

@@ -1,0 +1,445 @@
+/*
+ * The lock-free core (src/lf/) as the mpsc and wheel engines use it: what
+ * the engine-wide tests cannot see from outside.
+ *
+ *  - local annihilation: a thread's arm+cancel pairs never leave it (the
+ *    pool does not grow, the timer thread steals at most what it finds in
+ *    flight);
+ *  - a ring arm cancelled by another thread is reclaimed by its owner;
+ *  - arms that outlive the ring spill (to the inbox or the thread's own
+ *    wheel) and are all cancelled or fired;
+ *  - memory settles to at most 64 KiB after a burst of cancelled timers;
+ *  - no arm or cancel waits for a callback: 20,000 held arms and 100,000
+ *    pairs complete while a callback blocks (a wait would deadlock here);
+ *  - arm and cancel from thread-exit destructors (pthread keys made before
+ *    and after the engine's own, C11 tss) work and leave the engine whole;
+ *  - the node cap answers TMO_EAGAIN at once and recovers;
+ *  - a corrupted timer word is refused, never spun on;
+ *  - arms made while the timer thread is parked are dated precisely.
+ * Every wait is on state, bounded by a deadline far beyond need.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <threads.h>
+
+#include "check.h"
+#include "engine_test.h"
+#include "lf/lf.h"
+
+#define MS TMO_NSEC_PER_MSEC
+#define SEC TMO_NSEC_PER_SEC
+#define WAIT (30 * SEC) /* bounded waits: far beyond need, never hit when correct */
+
+static const char *eng;
+
+static struct tmo *make(void)
+{
+	struct tmo *e = NULL;
+	CHECK_EQ(tmo_create(eng, NULL, &e), 0);
+	return e;
+}
+
+static atomic_llong fired;
+static void count_cb(struct tmo_timer *t, void *arg)
+{
+	(void)t;
+	(void)arg;
+	atomic_fetch_add(&fired, 1);
+}
+
+static void no_cb(struct tmo_timer *t, void *arg)
+{
+	(void)t;
+	(void)arg;
+	abort(); /* never due in these tests */
+}
+
+/* Wait until f(e) holds, polling stats; returns 1 if it did. */
+static int wait_stats(struct tmo *e, int (*f)(const struct tmo_stats *), struct tmo_stats *st)
+{
+	int64_t end = tmo_now_ns() + WAIT;
+	for (;;) {
+		CHECK_EQ(tmo_stats(e, st), 0);
+		if (f(st))
+			return 1;
+		if (tmo_now_ns() > end)
+			return 0;
+		et_sleep_ns(MS);
+	}
+}
+
+/* ---- local annihilation ------------------------------------------------------ */
+
+static void test_annihilation(void)
+{
+	struct tmo *e = make();
+	struct tmo_timer t = TMO_TIMER_INIT;
+	long n = et_scaled(200000, 10000), bad = 0;
+	for (long i = 0; i < n; i++) {
+		bad += tmo_arm(e, &t, SEC, no_cb, NULL) != 0;
+		bad += tmo_cancel(e, &t) != TMO_CANCEL_PREVENTED;
+	}
+	CHECK_EQ(bad, 0);
+	struct tmo_stats st;
+	struct lf_debug d;
+	CHECK_EQ(tmo_stats(e, &st), 0);
+	lf_debug(e, &d);
+	printf("  %s: %ld pairs: %llu nodes held, %llu stolen, %llu spilled, %llu via inbox\n", eng,
+	       n, (unsigned long long)st.held_nodes, (unsigned long long)d.stolen,
+	       (unsigned long long)d.spilled, (unsigned long long)d.inbox);
+	CHECK_EQ(st.pending, 0);
+	CHECK_EQ(st.cancelled, n);
+	/* one growth step (4 pages) serves them all */
+	CHECK(st.held_nodes <= 256);
+	CHECK_EQ(d.spilled, 0);
+	/* the timer thread only finds the one arm in flight when it looks */
+	CHECK(d.stolen < (uint64_t)n / 10);
+	CHECK_EQ(tmo_destroy(&e), 0);
+}
+
+/* ---- a ring arm cancelled by another thread ------------------------------------ */
+
+struct xc {
+	struct tmo *e;
+	struct tmo_timer t;
+	atomic_int phase; /* 1: armed, 2: cancelled */
+	int rc;
+};
+
+static void *xc_cancel(void *arg)
+{
+	struct xc *x = arg;
+	while (atomic_load(&x->phase) != 1)
+		et_sleep_ns(10000);
+	x->rc = tmo_cancel(x->e, &x->t);
+	atomic_store(&x->phase, 2);
+	return NULL;
+}
+
+static void test_cross_thread_ring_cancel(void)
+{
+	struct xc x = {.e = make()};
+	struct tmo_timer more[64];
+	memset(more, 0, sizeof more);
+	long rounds = et_scaled(200, 20), bad = 0;
+	struct tmo_stats st0, st;
+	for (long r = 0; r < rounds; r++) {
+		atomic_store(&x.phase, 0);
+		pthread_t th;
+		CHECK_EQ(pthread_create(&th, NULL, xc_cancel, &x), 0);
+		bad += tmo_arm(x.e, &x.t, SEC, no_cb, NULL) != 0;
+		atomic_store(&x.phase, 1);
+		pthread_join(th, NULL);
+		bad += x.rc != TMO_CANCEL_PREVENTED;
+		/* the owner's next arms pass over the slot and reclaim the node */
+		for (int i = 0; i < 64; i++) {
+			bad += tmo_arm(x.e, &more[i], SEC, no_cb, NULL) != 0;
+			bad += tmo_cancel(x.e, &more[i]) != TMO_CANCEL_PREVENTED;
+		}
+		if (r == 0)
+			CHECK_EQ(tmo_stats(x.e, &st0), 0);
+	}
+	CHECK_EQ(bad, 0);
+	CHECK_EQ(tmo_stats(x.e, &st), 0);
+	CHECK_EQ(st.pending, 0);
+	/* nothing leaked: the pool did not grow with the rounds */
+	CHECK(st.held_nodes <= st0.held_nodes);
+	CHECK_EQ(tmo_destroy(&x.e), 0);
+}
+
+/* ---- spilling --------------------------------------------------------------------- */
+
+static void test_spill(void)
+{
+	struct tmo *e = make();
+	long n = et_scaled(20000, 1000), bad = 0;
+	struct tmo_timer *t = calloc((size_t)n, sizeof *t);
+	atomic_store(&fired, 0);
+	for (long i = 0; i < n; i++)
+		bad += tmo_arm(e, &t[i], i % 2 ? 3600 * SEC : 5 * MS, count_cb, NULL) != 0;
+	struct tmo_stats st;
+	struct lf_debug d;
+	lf_debug(e, &d);
+	CHECK(d.spilled + d.stolen >= (uint64_t)(n - LF_RING_SLOTS));
+	/* the short half fires, the long half is cancelled */
+	CHECK(et_wait_ge(&fired, n / 2, WAIT));
+	long prevented = 0;
+	for (long i = 0; i < n; i++) {
+		int rc = tmo_cancel(e, &t[i]);
+		if (i % 2) {
+			prevented += rc == TMO_CANCEL_PREVENTED;
+		} else {
+			bad += rc != TMO_CANCEL_FIRED && rc != TMO_CANCEL_WAITED;
+		}
+	}
+	CHECK_EQ(bad, 0);
+	CHECK_EQ(prevented, n / 2);
+	CHECK_EQ(tmo_stats(e, &st), 0);
+	CHECK_EQ(st.pending, 0);
+	CHECK_EQ(st.fired, n - n / 2);
+	CHECK_EQ(atomic_load(&fired), n - n / 2);
+	lf_debug(e, &d);
+	printf("  %s: %ld arms: %llu spilled, %llu stolen, %llu via inbox\n", eng, n,
+	       (unsigned long long)d.spilled, (unsigned long long)d.stolen,
+	       (unsigned long long)d.inbox);
+	CHECK_EQ(tmo_destroy(&e), 0);
+	free(t);
+}
+
+/* ---- giving memory back ------------------------------------------------------------- */
+
+#define SETTLED_BYTES (64 * 1024)
+static int settled(const struct tmo_stats *st) { return st->held_bytes <= SETTLED_BYTES; }
+
+static void test_retention(void)
+{
+	struct tmo *e = make();
+	long n = et_scaled(200000, 20000), bad = 0;
+	struct tmo_timer *t = calloc((size_t)n, sizeof *t);
+	struct tmo_stats peak, st;
+	for (long i = 0; i < n; i++)
+		bad += tmo_arm(e, &t[i], 120 * SEC, no_cb, NULL) != 0;
+	CHECK_EQ(tmo_stats(e, &peak), 0);
+	for (long i = 0; i < n; i++)
+		bad += tmo_cancel(e, &t[i]) != TMO_CANCEL_PREVENTED;
+	CHECK_EQ(bad, 0);
+	int ok = wait_stats(e, settled, &st);
+	struct lf_debug d;
+	lf_debug(e, &d);
+	printf("  %s: %ld cancelled 120 s timers: peak %llu B, settled %llu B (%llu pages given "
+	       "back)\n",
+	       eng, n, (unsigned long long)peak.held_bytes, (unsigned long long)st.held_bytes,
+	       (unsigned long long)d.trims);
+	CHECK(ok);
+	CHECK(peak.held_bytes > SETTLED_BYTES); /* the burst did hold memory */
+	CHECK_EQ(st.pending, 0);
+	/* and the pages come back when needed */
+	for (long i = 0; i < n / 10; i++)
+		bad += tmo_arm(e, &t[i], 120 * SEC, no_cb, NULL) != 0;
+	for (long i = 0; i < n / 10; i++)
+		bad += tmo_cancel(e, &t[i]) != TMO_CANCEL_PREVENTED;
+	CHECK_EQ(bad, 0);
+	CHECK_EQ(tmo_destroy(&e), 0);
+	free(t);
+}
+
+/* ---- never waits for a callback ------------------------------------------------------- */
+
+static atomic_int gate_in, gate_open;
+static void gate_cb(struct tmo_timer *t, void *arg)
+{
+	(void)t;
+	(void)arg;
+	atomic_store(&gate_in, 1);
+	while (!atomic_load(&gate_open))
+		et_sleep_ns(100000);
+}
+
+static void test_never_waits_for_callback(void)
+{
+	struct tmo *e = make();
+	struct tmo_timer g = TMO_TIMER_INIT;
+	atomic_store(&gate_in, 0);
+	atomic_store(&gate_open, 0);
+	CHECK_EQ(tmo_arm(e, &g, 0, gate_cb, NULL), 0);
+	int64_t end = tmo_now_ns() + WAIT;
+	while (!atomic_load(&gate_in) && tmo_now_ns() < end)
+		et_sleep_ns(100000);
+	CHECK(atomic_load(&gate_in));
+	/* The callback blocks the timer thread.  If any arm or cancel below
+	 * waited for it, this test would hang (and its ctest time out). */
+	long held = et_scaled(20000, 2000), pairs = et_scaled(100000, 10000), bad = 0;
+	struct tmo_timer *t = calloc((size_t)held, sizeof *t);
+	int64_t worst = 0;
+	for (long i = 0; i < held; i++) {
+		int64_t t0 = tmo_now_ns();
+		bad += tmo_arm(e, &t[i], i % 4 ? 60 * SEC : 0, count_cb, NULL) != 0;
+		int64_t dt = tmo_now_ns() - t0;
+		worst = dt > worst ? dt : worst;
+	}
+	struct tmo_timer s = TMO_TIMER_INIT;
+	for (long i = 0; i < pairs; i++) {
+		bad += tmo_arm(e, &s, SEC, no_cb, NULL) != 0;
+		bad += tmo_cancel(e, &s) != TMO_CANCEL_PREVENTED;
+	}
+	long prevented = 0;
+	for (long i = 0; i < held; i++)
+		prevented += tmo_cancel(e, &t[i]) == TMO_CANCEL_PREVENTED;
+	CHECK(atomic_load(&gate_in));
+	atomic_store(&gate_open, 1);
+	CHECK_EQ(bad, 0);
+	/* the timer thread was stuck: none could fire, all were prevented */
+	CHECK_EQ(prevented, held);
+	CHECK_EQ(tmo_cancel(e, &g), TMO_CANCEL_WAITED);
+	printf("  %s: %ld held arms and %ld pairs while a callback blocked; slowest arm %.1f us\n",
+	       eng, held, pairs, (double)worst / 1e3);
+	CHECK_EQ(tmo_destroy(&e), 0);
+	free(t);
+}
+
+/* ---- thread-exit destructors -------------------------------------------------------------- */
+
+static struct tmo *exit_e;
+static atomic_llong exit_bad;
+
+/* What a destructor does: arm and cancel a long timer, arm a short one that
+ * must fire (its timer lives in static storage, one per thread). */
+#define EXIT_THREADS 64
+static struct tmo_timer exit_short[3][EXIT_THREADS];
+static void exit_work(int kind, int id)
+{
+	struct tmo_timer t = TMO_TIMER_INIT;
+	if (tmo_arm(exit_e, &t, 60 * SEC, no_cb, NULL) != 0 ||
+	    tmo_cancel(exit_e, &t) != TMO_CANCEL_PREVENTED)
+		atomic_fetch_add(&exit_bad, 1);
+	if (tmo_arm(exit_e, &exit_short[kind][id], MS, count_cb, NULL) != 0)
+		atomic_fetch_add(&exit_bad, 1);
+}
+
+static pthread_key_t key_before, key_after;
+static tss_t tss_key;
+static void dtor_before(void *p) { exit_work(0, (int)(intptr_t)p - 1); }
+static void dtor_after(void *p) { exit_work(1, (int)(intptr_t)p - 1); }
+static void dtor_tss(void *p) { exit_work(2, (int)(intptr_t)p - 1); }
+
+static void *exit_thread(void *arg)
+{
+	intptr_t id = (intptr_t)arg + 1;
+	pthread_setspecific(key_before, (void *)id);
+	pthread_setspecific(key_after, (void *)id);
+	tss_set(tss_key, (void *)id);
+	/* this thread uses the engine before it exits, too */
+	struct tmo_timer t = TMO_TIMER_INIT;
+	if (tmo_arm(exit_e, &t, SEC, no_cb, NULL) != 0 ||
+	    tmo_cancel(exit_e, &t) != TMO_CANCEL_PREVENTED)
+		atomic_fetch_add(&exit_bad, 1);
+	return NULL;
+}
+
+static void test_thread_exit(void)
+{
+	exit_e = make();
+	atomic_store(&exit_bad, 0);
+	atomic_store(&fired, 0);
+	memset(exit_short, 0, sizeof exit_short);
+	/* key_after is created once the library has made its own key (the
+	 * engine was used above), so its destructor runs after the library's */
+	CHECK_EQ(pthread_key_create(&key_after, dtor_after), 0);
+	int n = (int)et_scaled(EXIT_THREADS, 8);
+	for (int i = 0; i < n; i++) {
+		pthread_t th;
+		CHECK_EQ(pthread_create(&th, NULL, exit_thread, (void *)(intptr_t)i), 0);
+		pthread_join(th, NULL);
+	}
+	CHECK_EQ(atomic_load(&exit_bad), 0);
+	CHECK(et_wait_ge(&fired, 3 * n, WAIT));
+	CHECK_EQ(atomic_load(&fired), 3 * n);
+	/* the engine is whole: stats, new threads, destroy all return */
+	struct tmo_stats st;
+	CHECK_EQ(tmo_stats(exit_e, &st), 0);
+	CHECK_EQ(st.pending, 0);
+	pthread_t th;
+	CHECK_EQ(pthread_create(&th, NULL, exit_thread, (void *)(intptr_t)0), 0);
+	pthread_join(th, NULL);
+	CHECK(et_wait_ge(&fired, 3 * n + 3, WAIT));
+	for (int k = 0; k < 3; k++)
+		for (int i = 0; i < n; i++)
+			CHECK_EQ(tmo_cancel(exit_e, &exit_short[k][i]), TMO_CANCEL_FIRED);
+	CHECK_EQ(tmo_destroy(&exit_e), 0);
+	pthread_key_delete(key_after);
+}
+
+/* ---- the node cap ---------------------------------------------------------------------------- */
+
+static void test_node_cap(void)
+{
+	tmo_testing_set_node_cap(256);
+	struct tmo *e = make();
+	tmo_testing_set_node_cap(0);
+	struct tmo_timer t[400];
+	memset(t, 0, sizeof t);
+	int armed = 0, rc = 0;
+	while (armed < 400 && (rc = tmo_arm(e, &t[armed], 60 * SEC, no_cb, NULL)) == 0)
+		armed++;
+	CHECK_EQ(rc, TMO_EAGAIN);
+	CHECK(armed > 200 && armed <= 256);
+	for (int i = 0; i < armed; i++)
+		CHECK_EQ(tmo_cancel(e, &t[i]), TMO_CANCEL_PREVENTED);
+	/* Freed nodes come back (some through the timer thread, which frees
+	 * what was filed in its own base): an application retries; every arm
+	 * answers at once either way. */
+	int64_t end = tmo_now_ns() + WAIT;
+	while ((rc = tmo_arm(e, &t[0], 60 * SEC, no_cb, NULL)) == TMO_EAGAIN &&
+	       tmo_now_ns() < end)
+		et_sleep_ns(MS);
+	CHECK_EQ(rc, 0);
+	CHECK_EQ(tmo_cancel(e, &t[0]), TMO_CANCEL_PREVENTED);
+	printf("  %s: cap of 256 nodes: %d arms, then TMO_EAGAIN\n", eng, armed);
+	CHECK_EQ(tmo_destroy(&e), 0);
+}
+
+/* ---- a corrupted word ------------------------------------------------------------------------- */
+
+static void test_corrupted_word(void)
+{
+	struct tmo *e = make();
+	struct tmo_timer a = TMO_TIMER_INIT, b = TMO_TIMER_INIT;
+	CHECK_EQ(tmo_arm(e, &a, SEC, no_cb, NULL), 0);
+	uint64_t stale = a.tmo_private[0];
+	CHECK_EQ(tmo_cancel(e, &a), TMO_CANCEL_PREVENTED);
+	/* b reuses the node; a's word is set back to the arm it no longer has */
+	CHECK_EQ(tmo_arm(e, &b, SEC, no_cb, NULL), 0);
+	a.tmo_private[0] = stale;
+	CHECK_EQ(tmo_cancel(e, &a), TMO_ENOTARMED);
+	CHECK_EQ(tmo_cancel(e, &b), TMO_CANCEL_PREVENTED); /* b untouched */
+	CHECK_EQ(tmo_destroy(&e), 0);
+}
+
+/* ---- dating while parked ---------------------------------------------------------------------- */
+
+static void test_precise_while_parked(void)
+{
+	struct tmo *e = make();
+	struct lf_debug d;
+	CHECK_EQ(tmo_park(e, 1), 0);
+	lf_debug(e, &d);
+	CHECK_EQ(d.precise, 1); /* no tick comes while parked */
+	struct tmo_timer t = TMO_TIMER_INIT;
+	atomic_store(&fired, 0);
+	int64_t t0 = tmo_now_ns();
+	CHECK_EQ(tmo_arm(e, &t, 2 * MS, count_cb, NULL), 0);
+	/* stay parked well past its deadline (a state of the clock) */
+	while (tmo_now_ns() < t0 + 20 * MS)
+		et_sleep_ns(MS);
+	CHECK_EQ(tmo_park(e, 0), 0);
+	CHECK(et_wait_ge(&fired, 1, WAIT));
+	CHECK_EQ(tmo_cancel(e, &t), TMO_CANCEL_FIRED);
+	CHECK_EQ(tmo_destroy(&e), 0);
+}
+
+int main(int argc, char **argv)
+{
+	(void)argc;
+	(void)argv;
+	/* made before the library's own key: its destructor runs first */
+	CHECK_EQ(pthread_key_create(&key_before, dtor_before), 0);
+	CHECK_EQ(tss_create(&tss_key, dtor_tss), thrd_success);
+	const char *engines[] = {"mpsc", "wheel"};
+	for (int i = 0; i < 2; i++) {
+		eng = engines[i];
+		printf("engine %s\n", eng);
+		RUN(test_annihilation);
+		RUN(test_cross_thread_ring_cancel);
+		RUN(test_spill);
+		RUN(test_retention);
+		RUN(test_never_waits_for_callback);
+		RUN(test_thread_exit);
+		RUN(test_node_cap);
+		RUN(test_corrupted_word);
+		RUN(test_precise_while_parked);
+	}
+	return TEST_EXIT();
+}
