@@ -11,12 +11,19 @@
  * counted in both phases (on a loaded machine a preemption makes stalls;
  * it does not make a worker wait out the park).
  *
+ * A third phase, on every engine: one callback blocks (CB_WINDOW: 2 s, 200
+ * ms --quick) while the workers keep CB_HELD timers each armed (60 s) and
+ * cancel the oldest as they arm a new one, so held arms pile up while the
+ * timer thread cannot recycle anything: a lock-free engine's arms and
+ * cancels must neither block nor stall meanwhile.
+ *
  * Reported per engine and phase: ops, pairs/s, arm+cancel latency p50/p99/
  * max, stalled and blocked workers.  The check is the engine's own declaration: an
- * engine declaring TMO_CAP_LOCKFREE_ARM that blocks is a violation; one
- * that blocks without declaring it is reported, not failed.  Engines
- * without TMO_CAP_PARK must refuse park with TMO_EINVAL (checked) and are
- * reported as not parkable.
+ * engine declaring TMO_CAP_LOCKFREE_ARM that blocks is a violation (in the
+ * callback phase, a stall is one too: nothing it does may wait for a
+ * callback); one that blocks without declaring it is reported, not failed.
+ * Engines without TMO_CAP_PARK must refuse park with TMO_EINVAL (checked)
+ * and skip the parked phase.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -26,19 +33,29 @@
 #define WINDOW_FULL (500 * TMO_NSEC_PER_MSEC)
 #define WINDOW_QUICK (200 * TMO_NSEC_PER_MSEC)
 #define BOUND (100 * TMO_NSEC_PER_MSEC)
+#define CB_WINDOW_FULL (2 * TMO_NSEC_PER_SEC)
+#define CB_WINDOW_QUICK (200 * TMO_NSEC_PER_MSEC)
+/* timers each worker keeps armed in the callback phase (a thread each on a
+ * thread-per-timer engine: fewer there) */
+#define CB_HELD 4096
+#define CB_HELD_THREAD 16
 #define MAX_SAMPLES 200000 /* per worker and phase */
 #define MAX_WORKERS 64
 
-enum { PH_RUNNING = 0, PH_PARKED = 1, PH_STOP = 2 }; /* PH_* index ops[] and lat[] */
+/* PH_* index ops[] and lat[] */
+enum { PH_RUNNING = 0, PH_PARKED = 1, PH_CALLBACK = 2, PH_STOP = 3, NPH = 3 };
+static const char *const ph_name[NPH] = {"running", "parked", "callback"};
 
 struct pg_worker {
 	_Alignas(64) struct tmo_timer t;
 	pthread_t th;
 	struct pg_ctx *c;
-	atomic_llong ops[2];
+	atomic_llong ops[NPH];
 	_Atomic int64_t op_start; /* 0 when between ops */
-	int64_t *lat[2];          /* ns per arm+cancel pair */
-	size_t nlat[2];
+	int64_t *lat[NPH];        /* ns per arm+cancel pair */
+	size_t nlat[NPH];
+	struct tmo_timer *held;   /* CB_HELD: the callback phase's window */
+	size_t next_held, nheld;
 	long long errors;
 	int first_error;
 };
@@ -46,30 +63,58 @@ struct pg_worker {
 struct pg_ctx {
 	const struct tmo_run *run;
 	struct tmo *e;
-	atomic_int phase;          /* PH_STOP ends the workers */
+	atomic_int phase;          /* the phase workers run; PH_STOP ends them */
 	_Atomic int64_t parked_at; /* park(1) was called; INT64_MAX before */
 	int nworkers;
+	struct tmo_timer blocker;  /* its callback blocks in the callback phase */
+	atomic_int blocker_in, blocker_release;
 	struct pg_worker w[MAX_WORKERS];
 };
 
 static void pg_cb(struct tmo_timer *t, void *arg) { (void)t, (void)arg; }
+
+static void pg_block_cb(struct tmo_timer *t, void *arg)
+{
+	struct pg_ctx *c = arg;
+	(void)t;
+	atomic_store(&c->blocker_in, 1);
+	while (!atomic_load(&c->blocker_release))
+		su_sleep_ns(100 * TMO_NSEC_PER_USEC);
+}
+
+/* The callback phase's op: cancel the oldest of the worker's held timers
+ * (armed CB_HELD ops ago, 60 s: still pending), arm it again. */
+static void pg_held_op(struct pg_ctx *c, struct pg_worker *w, int *rc, int *rc2)
+{
+	struct tmo_timer *t = &w->held[w->next_held++ % w->nheld];
+	*rc2 = t->cb != NULL ? tmo_cancel(c->e, t) : TMO_CANCEL_PREVENTED;
+	*rc = tmo_arm(c->e, t, 60 * TMO_NSEC_PER_SEC, pg_cb, NULL);
+}
 
 static void *pg_worker_main(void *arg)
 {
 	struct pg_worker *w = arg;
 	struct pg_ctx *c = w->c;
 	for (;;) {
-		if (atomic_load(&c->phase) == PH_STOP)
+		int phase = atomic_load(&c->phase);
+		if (phase == PH_STOP)
 			break;
 		int64_t t0 = su_now_ns();
 		atomic_store(&w->op_start, t0);
-		int rc = tmo_arm(c->e, &w->t, TMO_NSEC_PER_SEC, pg_cb, NULL);
-		int rc2 = rc == 0 ? tmo_cancel(c->e, &w->t) : TMO_CANCEL_PREVENTED;
+		int rc, rc2;
+		if (phase == PH_CALLBACK) {
+			pg_held_op(c, w, &rc, &rc2);
+		} else {
+			rc = tmo_arm(c->e, &w->t, TMO_NSEC_PER_SEC, pg_cb, NULL);
+			rc2 = rc == 0 ? tmo_cancel(c->e, &w->t) : TMO_CANCEL_PREVENTED;
+		}
 		int64_t t1 = su_now_ns();
 		atomic_store(&w->op_start, 0);
 		/* An op belongs to the parked phase if it ended after park(1) was
 		 * called: an op the park caught midway counts there too. */
-		int ph = t1 >= atomic_load(&c->parked_at) ? PH_PARKED : PH_RUNNING;
+		int ph = phase == PH_CALLBACK                        ? PH_CALLBACK
+		         : t1 >= atomic_load(&c->parked_at) ? PH_PARKED
+		                                            : PH_RUNNING;
 		if (rc != 0 || rc2 != TMO_CANCEL_PREVENTED) {
 			if (w->errors++ == 0)
 				w->first_error = rc != 0 ? rc : rc2;
@@ -119,7 +164,7 @@ static struct pg_watch_result pg_watch(struct pg_ctx *c, int64_t window, const c
 static void pg_phase_report(const struct tmo_run *run, struct pg_ctx *c, int ph, int64_t window,
                             struct pg_watch_result w)
 {
-	const char *name = ph == PH_PARKED ? "parked" : "running";
+	const char *name = ph_name[ph];
 	long long ops = 0;
 	size_t n = 0;
 	for (int i = 0; i < c->nworkers; i++) {
@@ -138,6 +183,8 @@ static void pg_phase_report(const struct tmo_run *run, struct pg_ctx *c, int ph,
 	double mx = all && k ? (double)all[k - 1] : NAN;
 	free(all);
 	double rate = (double)ops / ((double)window / 1e9);
+	if (ph == PH_CALLBACK)
+		tmo_report(run, "callback_max_latency_ns", "", mx, "ns");
 	su_report(run, "pairs", (double)ops, "count", "phase=%s,threads=%d", name, c->nworkers);
 	su_report(run, "pairs_per_s", rate, "pairs/s", "phase=%s,threads=%d", name, c->nworkers);
 	su_report(run, "latency_ns", p50, "ns", "phase=%s,threads=%d,q=p50", name, c->nworkers);
@@ -151,6 +198,87 @@ static void pg_phase_report(const struct tmo_run *run, struct pg_ctx *c, int ph,
 	       "%12.0f ns; of %d workers %d stalled > %lld ms, %d blocked to the end\n",
 	       name, ops, rate, p50, p99, mx, c->nworkers, w.stalled, (long long)(BOUND / 1000000),
 	       w.blocked);
+}
+
+/* Park the timer thread for `window` and watch.  Returns violations. */
+static int pg_parked_phase(struct pg_ctx *c, int64_t window, struct pg_watch_result *out)
+{
+	const struct tmo_run *run = c->run;
+	/* Parking waits for the timer thread to reach its hook; only then does
+	 * the parked phase start counting. */
+	atomic_store(&c->parked_at, su_now_ns());
+	int rc = tmo_park(c->e, 1);
+	if (rc != 0) {
+		tmo_violation(run, "park(1) returned %s on an engine declaring TMO_CAP_PARK",
+		              tmo_errname(rc));
+		return 1;
+	}
+	*out = pg_watch(c, window, "parked", 0.33);
+	/* Switch to the next phase, then release: an op blocked by the park
+	 * completes and is counted in the parked phase (with the park's length
+	 * as its latency). */
+	atomic_store(&c->phase, PH_CALLBACK);
+	rc = tmo_park(c->e, 0);
+	if (rc != 0) {
+		tmo_violation(run, "park(0) returned %s", tmo_errname(rc));
+		return 1;
+	}
+	return 0;
+}
+
+/* Block one callback for `window` and watch.  Returns violations. */
+static int pg_callback_phase(struct pg_ctx *c, int64_t window, struct pg_watch_result *out)
+{
+	const struct tmo_run *run = c->run;
+	int rc = tmo_arm(c->e, &c->blocker, 0, pg_block_cb, c);
+	if (rc != 0) {
+		tmo_violation(run, "arming the blocking callback returned %s", tmo_errname(rc));
+		return 1;
+	}
+	int64_t end = su_now_ns() + 10 * TMO_NSEC_PER_SEC;
+	while (!atomic_load(&c->blocker_in) && su_now_ns() < end)
+		su_sleep_ns(100 * TMO_NSEC_PER_USEC);
+	if (!atomic_load(&c->blocker_in)) {
+		tmo_violation(run, "a timeout-0 timer did not fire within 10 s");
+		atomic_store(&c->blocker_release, 1);
+		return 1;
+	}
+	atomic_store(&c->phase, PH_CALLBACK);
+	*out = pg_watch(c, window, "callback", 0.66);
+	atomic_store(&c->phase, PH_STOP);
+	atomic_store(&c->blocker_release, 1);
+	rc = tmo_cancel(c->e, &c->blocker);
+	if (rc != TMO_CANCEL_WAITED && rc != TMO_CANCEL_FIRED) {
+		tmo_violation(run, "cancel of the blocked callback's timer returned %s, want "
+		              "TMO_CANCEL_WAITED or TMO_CANCEL_FIRED",
+		              rc < 0 ? tmo_errname(rc) : "PREVENTED");
+		return 1;
+	}
+	return 0;
+}
+
+/* An engine declaring TMO_CAP_LOCKFREE_ARM may not block in any phase, nor
+ * stall while a callback blocks. */
+static int pg_verdict(struct pg_ctx *c, int ph, struct pg_watch_result w, int64_t window)
+{
+	const struct tmo_run *run = c->run;
+	int lockfree = (run->ops->caps & TMO_CAP_LOCKFREE_ARM) != 0;
+	int bad = w.blocked + (ph == PH_CALLBACK ? w.stalled : 0);
+	if (bad > 0 && lockfree) {
+		tmo_violation(run, "declares TMO_CAP_LOCKFREE_ARM, yet in the %s phase %d of %d workers "
+		              "were blocked in one arm/cancel at its end and %d stalled > %lld ms "
+		              "(%lld ms phase)",
+		              ph_name[ph], w.blocked, c->nworkers, w.stalled,
+		              (long long)(BOUND / 1000000), (long long)(window / 1000000));
+		return 1;
+	}
+	printf("progress: %-8s %s\n", ph_name[ph],
+	       w.blocked > 0 ? (lockfree ? "BLOCKED although declared lock-free"
+	                                 : "arm/cancel block (lock-based, as declared)")
+	       : lockfree    ? "arm/cancel keep going (lock-free, as declared)"
+	                     : "arm/cancel kept going, though the engine does not declare "
+	                       "TMO_CAP_LOCKFREE_ARM");
+	return 0;
 }
 
 static int progress_run(const struct tmo_run *run)
@@ -178,25 +306,24 @@ static int progress_run(const struct tmo_run *run)
 			if (rc == 0)
 				tmo_park(c->e, 0);
 		}
-		printf("progress: not parkable (no TMO_CAP_PARK: %s); nothing to measure\n",
+		rc = 0;
+		printf("progress: not parkable (no TMO_CAP_PARK: %s); no parked phase\n",
 		       (run->ops->caps & TMO_CAP_THREAD_PER_TIMER) ? "a thread per timer, no single "
 		                                                     "timer thread"
 		                                                   : "no park hook");
-		tmo_report(run, "parkable", "", 0, "bool");
-		tmo_destroy(&c->e);
-		free(c);
-		tmo_report(run, "violations", "", v, "count");
-		return v;
 	}
-	tmo_report(run, "parkable", "", 1, "bool");
+	tmo_report(run, "parkable", "", parkable, "bool");
 	int64_t window = run->quick ? WINDOW_QUICK : WINDOW_FULL;
+	int64_t cb_window = run->quick ? CB_WINDOW_QUICK : CB_WINDOW_FULL;
 	int started = 0;
 	for (int i = 0; i < c->nworkers; i++) {
 		struct pg_worker *w = &c->w[i];
 		w->c = c;
-		w->lat[0] = malloc(MAX_SAMPLES * sizeof(int64_t));
-		w->lat[1] = malloc(MAX_SAMPLES * sizeof(int64_t));
-		if (w->lat[0] == NULL || w->lat[1] == NULL ||
+		for (int ph = 0; ph < NPH; ph++)
+			w->lat[ph] = malloc(MAX_SAMPLES * sizeof(int64_t));
+		w->nheld = su_thread_per_timer(run) ? CB_HELD_THREAD : CB_HELD;
+		w->held = calloc(w->nheld, sizeof *w->held);
+		if (w->lat[0] == NULL || w->lat[1] == NULL || w->lat[2] == NULL || w->held == NULL ||
 		    pthread_create(&w->th, NULL, pg_worker_main, w) != 0) {
 			rc = TMO_EAGAIN;
 			break;
@@ -204,69 +331,46 @@ static int progress_run(const struct tmo_run *run)
 		started++;
 	}
 	printf("progress: %d workers arm+cancel a 1 s timeout flat out, %.0f ms with the timer thread "
-	       "running, then %.0f ms with it parked\n",
-	       c->nworkers, (double)window / 1e6, (double)window / 1e6);
-	struct pg_watch_result w_running = {0, 0}, w_parked = {0, 0};
+	       "running, %.0f ms with it parked, then %.0f ms holding %d timers each while one "
+	       "callback blocks\n",
+	       c->nworkers, (double)window / 1e6, parkable ? (double)window / 1e6 : 0.0,
+	       (double)cb_window / 1e6, su_thread_per_timer(run) ? CB_HELD_THREAD : CB_HELD);
+	struct pg_watch_result w_ph[NPH] = {{0, 0}, {0, 0}, {0, 0}};
 	if (rc == 0) {
-		w_running = pg_watch(c, window, "running", 0);
-		/* Parking waits for the timer thread to reach its hook; only then
-		 * does the parked phase start counting. */
-		atomic_store(&c->parked_at, su_now_ns());
-		rc = tmo_park(c->e, 1);
-		if (rc != 0) {
-			tmo_violation(run, "park(1) returned %s on an engine declaring TMO_CAP_PARK",
-			              tmo_errname(rc));
-			v++;
-		} else {
-			w_parked = pg_watch(c, window, "parked", 0.5);
-			/* Stop, then release: no new op starts, and an op blocked by
-			 * the park completes and is counted in the parked phase (with
-			 * the park's length as its latency). */
-			atomic_store(&c->phase, PH_STOP);
-			rc = tmo_park(c->e, 0);
-			if (rc != 0) {
-				tmo_violation(run, "park(0) returned %s", tmo_errname(rc));
-				v++;
-			}
-		}
-		rc = 0;
+		w_ph[PH_RUNNING] = pg_watch(c, window, "running", 0);
+		if (parkable)
+			v += pg_parked_phase(c, window, &w_ph[PH_PARKED]);
+		v += pg_callback_phase(c, cb_window, &w_ph[PH_CALLBACK]);
 	}
 	atomic_store(&c->phase, PH_STOP);
+	atomic_store(&c->blocker_release, 1);
 	for (int i = 0; i < started; i++)
 		pthread_join(c->w[i].th, NULL);
 	if (rc == 0) {
-		pg_phase_report(run, c, PH_RUNNING, window, w_running);
-		pg_phase_report(run, c, PH_PARKED, window, w_parked);
-		int blocked_parked = w_parked.blocked;
-		int lockfree = (run->ops->caps & TMO_CAP_LOCKFREE_ARM) != 0;
-		if (blocked_parked > 0 && lockfree) {
-			tmo_violation(run, "declares TMO_CAP_LOCKFREE_ARM, yet %d of %d workers were still "
-			              "blocked in one arm/cancel when the %lld ms park was released",
-			              blocked_parked, c->nworkers, (long long)(window / 1000000));
-			v++;
+		for (int ph = 0; ph < NPH; ph++) {
+			if (ph == PH_PARKED && !parkable)
+				continue;
+			pg_phase_report(run, c, ph, ph == PH_CALLBACK ? cb_window : window, w_ph[ph]);
+			v += pg_verdict(c, ph, w_ph[ph], ph == PH_CALLBACK ? cb_window : window);
 		}
-		printf("progress: %s\n",
-		       blocked_parked > 0 ? (lockfree ? "BLOCKED although declared lock-free"
-		                                      : "arm/cancel block while the timer thread is "
-		                                        "parked (lock-based, as declared)")
-		       : lockfree ? "arm/cancel keep going while the timer thread is parked (lock-free, "
-		                    "as declared)"
-		                  : "arm/cancel kept going while parked, though the engine does not "
-		                    "declare TMO_CAP_LOCKFREE_ARM");
 	}
 	long long errors = 0;
-	for (int i = 0; i < c->nworkers; i++) {
-		errors += c->w[i].errors;
-		if (c->w[i].errors > 0 && errors == c->w[i].errors)
+	for (int i = 0; i < started; i++) {
+		struct pg_worker *w = &c->w[i];
+		for (size_t k = 0; k < w->nheld; k++)
+			if (w->held[k].cb != NULL && tmo_cancel(c->e, &w->held[k]) != TMO_CANCEL_PREVENTED)
+				w->errors++;
+		errors += w->errors;
+		if (w->errors > 0 && errors == w->errors)
 			tmo_violation(run, "worker %d: %lld arm/cancel pairs failed (first: %s, %d)", i,
-			              c->w[i].errors, tmo_errname(c->w[i].first_error),
-			              c->w[i].first_error);
+			              w->errors, tmo_errname(w->first_error), w->first_error);
 	}
 	v += errors > 0;
 	tmo_destroy(&c->e);
 	for (int i = 0; i < c->nworkers; i++) {
-		free(c->w[i].lat[0]);
-		free(c->w[i].lat[1]);
+		for (int ph = 0; ph < NPH; ph++)
+			free(c->w[i].lat[ph]);
+		free(c->w[i].held);
 	}
 	free(c);
 	tmo_report(run, "violations", "", v, "count");
@@ -275,8 +379,8 @@ static int progress_run(const struct tmo_run *run)
 
 const struct tmo_scenario tmo_scenario_progress = {
 	"progress",
-	"park the timer thread; arm/cancel latency from other threads meanwhile (lock-free engines "
-	"keep going, lock-based ones block: bounded, counted)",
+	"park the timer thread, then block one callback; arm/cancel latency from other threads "
+	"meanwhile (lock-free engines keep going, lock-based ones block: bounded, counted)",
 	1,
 	progress_run,
 };
