@@ -4,10 +4,12 @@
  * found a violation or could not run, 2 bad command line.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -221,6 +223,108 @@ static void watchdog_arm(const char *scenario, const char *engine, int64_t limit
 	pthread_mutex_unlock(&dog.mu);
 }
 
+/* ---- output that must not be lost -------------------------------------------------- */
+
+/* Standard output was closed when the harness started (fd 1 now holds
+ * /dev/null, so no file the harness opens can take its place). */
+static int stdout_closed;
+
+/* fds 0-2 closed by the caller would be handed to the next open(): the JSON
+ * file would then receive printf's output.  Hold them with /dev/null. */
+static void hold_standard_fds(void)
+{
+	for (int fd = 0; fd <= 2; fd++)
+		if (fcntl(fd, F_GETFD) == -1 && errno == EBADF) {
+			int got = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+			if (got != fd && got >= 0)
+				close(got);
+			if (fd == 1)
+				stdout_closed = 1;
+		}
+}
+
+/* The exit status once everything is printed: `rc`, or 1 when standard
+ * output could not take it all (a full disk, a closed stdout): results
+ * that were not written are lost results, never a silent 0. */
+static int finish_output(int rc)
+{
+	errno = 0;
+	int err = fflush(stdout) != 0 || ferror(stdout);
+	int e = errno;
+	if (err && e == 0) {
+		/* The write that failed is gone with its errno: one more byte
+		 * (a newline on a stream that already lost text) says why. */
+		clearerr(stdout);
+		if (fputc('\n', stdout) == EOF || fflush(stdout) != 0)
+			e = errno;
+	}
+	if (stdout_closed) {
+		fprintf(stderr, "tmo-harness: standard output is closed: nothing printed reached it\n");
+		return rc > 1 ? rc : 1;
+	}
+	if (err) {
+		fprintf(stderr, "tmo-harness: write error on standard output%s%s\n", e ? ": " : "",
+		        e ? strerror(e) : "");
+		return rc > 1 ? rc : 1;
+	}
+	return rc;
+}
+
+/* SIGINT and SIGTERM are blocked in every thread and taken by one thread
+ * (sigwait), which writes what finished with "complete": false and exits
+ * 128 + the signal (130, 143); 1 if that write failed.  Once the final
+ * results are written (finish.rep NULL) it only exits.  A second signal
+ * during the write kills the process at once (default action). */
+static struct {
+	pthread_mutex_t mu;
+	struct tmo_report *rep;
+	const char *json;
+	sigset_t set;
+} finish = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void *signal_main(void *arg)
+{
+	(void)arg;
+	int sig;
+	if (sigwait(&finish.set, &sig) != 0)
+		return NULL;
+	pthread_sigmask(SIG_UNBLOCK, &finish.set, NULL);
+	const char *name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+	int status = 128 + sig;
+	pthread_mutex_lock(&finish.mu);
+	fflush(stdout);
+	if (finish.rep != NULL && finish.json != NULL) {
+		fprintf(stderr,
+		        "\ntmo-harness: %s: writing the %zu finished runs to %s (\"complete\": false)\n",
+		        name, report_runs_done(finish.rep), finish.json);
+		if (report_write_interrupted(finish.rep, name) != 0)
+			status = 1;
+	} else {
+		fprintf(stderr, "\ntmo-harness: %s: stopped\n", name);
+	}
+	_exit(status);
+}
+
+static const struct option longopts[] = {
+	{"impl", required_argument, NULL, 'i'},   {"scenario", required_argument, NULL, 's'},
+	{"threads", required_argument, NULL, 't'}, {"json", required_argument, NULL, 'j'},
+	{"quick", no_argument, NULL, 'q'},         {"seed", required_argument, NULL, 'S'},
+	{"list", no_argument, NULL, 'l'},          {"help", no_argument, NULL, 'h'},
+	{NULL, 0, NULL, 0},
+};
+
+/* ARG is a long option that takes a value and was not given one with '=':
+ * the next element is its value (e.g. "--threads 4"). */
+static int value_follows(const char *arg)
+{
+	if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0' || strchr(arg, '=') != NULL)
+		return 0;
+	for (const struct option *o = longopts; o->name != NULL; o++)
+		if (o->has_arg == required_argument && strncmp(o->name, arg + 2, strlen(arg + 2)) == 0)
+			return 1;
+	return 0;
+}
+
 static int parse_u64(const char *s, uint64_t max, uint64_t *out)
 {
 	if (s == NULL || *s == '\0' || *s == '-')
@@ -236,6 +340,7 @@ static int parse_u64(const char *s, uint64_t max, uint64_t *out)
 
 int main(int argc, char **argv)
 {
+	hold_standard_fds();
 	setvbuf(stdout, NULL, _IOLBF, 0);
 
 	/* Google Benchmark's flags go to it, the rest to getopt_long.  Static:
@@ -246,8 +351,18 @@ int main(int argc, char **argv)
 	gbs = calloc((size_t)argc + 1, sizeof *gbs);
 	int nours = 0, ngbs = 0;
 	ours[nours++] = gbs[ngbs++] = argv[0];
+	int options_end = 0;
 	for (int i = 1; i < argc; i++) {
-		if (strncmp(argv[i], "--benchmark_", 12) == 0) {
+		if (options_end || (i > 1 && value_follows(argv[i - 1]))) {
+			ours[nours++] = argv[i];
+		} else if (strcmp(argv[i], "--") == 0) {
+			options_end = 1;
+			ours[nours++] = argv[i];
+		} else if (argv[i][0] == '-' && argv[i][1] != '-' && argv[i][1] != '\0') {
+			/* Every option is long: "-xy" is the unknown option "-x". */
+			char opt[3] = {'-', argv[i][1], '\0'};
+			return usage_error("unknown option '%s' (options are long: --impl=NAME ...)", opt);
+		} else if (strncmp(argv[i], "--benchmark_", 12) == 0) {
 			/* The harness owns the output: its console table and --json. */
 			if (strncmp(argv[i], "--benchmark_out", 15) == 0 ||
 			    strncmp(argv[i], "--benchmark_format", 18) == 0)
@@ -260,13 +375,6 @@ int main(int argc, char **argv)
 		}
 	}
 
-	static const struct option longopts[] = {
-		{"impl", required_argument, NULL, 'i'},   {"scenario", required_argument, NULL, 's'},
-		{"threads", required_argument, NULL, 't'}, {"json", required_argument, NULL, 'j'},
-		{"quick", no_argument, NULL, 'q'},         {"seed", required_argument, NULL, 'S'},
-		{"list", no_argument, NULL, 'l'},          {"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
-	};
 	const char *impl = NULL, *scen = DEFAULT_SCENARIO, *json = NULL;
 	uint64_t threads = 2, seed = 1;
 	int quick = 0, list = 0;
@@ -279,7 +387,7 @@ int main(int argc, char **argv)
 		case 'j': json = optarg; break;
 		case 'q': quick = 1; break;
 		case 'l': list = 1; break;
-		case 'h': usage(stdout); return 0;
+		case 'h': usage(stdout); return finish_output(0);
 		case 't':
 			if (parse_u64(optarg, 256, &threads) != 0 || threads < 1)
 				return usage_error("--threads=%s: want an integer 1..256", optarg);
@@ -289,7 +397,13 @@ int main(int argc, char **argv)
 				return usage_error("--seed=%s: want a non-negative integer", optarg);
 			break;
 		case ':': return usage_error("option '%s' needs a value", ours[optind - 1]);
-		default: return usage_error("unknown option '%s'", ours[optind - 1]);
+		default:
+			/* Short options were refused above: optopt set means a long
+			 * option that takes no value was given one. */
+			for (const struct option *o = longopts; optopt != 0 && o->name != NULL; o++)
+				if (o->val == optopt)
+					return usage_error("option '--%s' takes no value", o->name);
+			return usage_error("unknown or ambiguous option '%s'", ours[optind - 1]);
 		}
 	}
 	if (optind < nours)
@@ -299,7 +413,7 @@ int main(int argc, char **argv)
 
 	if (list) {
 		list_all();
-		return 0;
+		return finish_output(0);
 	}
 	const struct tmo_engine_ops *engines[MAX_SEL];
 	const struct tmo_scenario *scenarios[MAX_SEL];
@@ -328,12 +442,34 @@ int main(int argc, char **argv)
 		fprintf(stderr, "tmo-harness: out of memory\n");
 		return 1;
 	}
-	/* An unwritable --json is a bad command line: find out before running. */
-	if (report_write(rep) != 0) {
+	/* An unwritable --json is a bad command line: find out before running,
+	 * without touching the file (a previous run's results stay whole until
+	 * this run has something to replace them with). */
+	if (report_check_writable(rep) != 0) {
 		report_close(rep);
 		free(command);
 		return usage_error("--json=%s: cannot write the results there", json);
 	}
+
+	/* Before any thread exists, so that every thread inherits the mask. */
+	/* A signal ignored on entry (nohup, a background job of a script) stays
+	 * ignored, as the shell that ignored it meant. */
+	sigemptyset(&finish.set);
+	static const int caught[] = {SIGINT, SIGTERM};
+	for (int i = 0; i < 2; i++) {
+		struct sigaction old;
+		if (sigaction(caught[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+			sigaddset(&finish.set, caught[i]);
+	}
+	pthread_sigmask(SIG_BLOCK, &finish.set, NULL);
+	finish.rep = rep;
+	finish.json = json;
+	pthread_t sig_th;
+	if (pthread_create(&sig_th, NULL, signal_main, NULL) != 0) {
+		fprintf(stderr, "tmo-harness: cannot start the signal thread\n");
+		return 1;
+	}
+	pthread_detach(sig_th);
 
 	struct outcome {
 		const char *scenario, *engine;
@@ -361,7 +497,9 @@ int main(int argc, char **argv)
 			if (result != 0)
 				failed = 1;
 			outcomes[nout++] = (struct outcome){scenarios[s]->name, engines[e]->name, result, secs};
-			if (report_write(rep) != 0)
+			/* After every run: a crash or the watchdog leaves the runs
+			 * that finished, marked "complete": false. */
+			if (report_write(rep, 0) != 0)
 				failed = 1;
 		}
 	}
@@ -388,8 +526,11 @@ int main(int argc, char **argv)
 		       outcomes[i].seconds);
 	}
 	targets_print(rep, scenarios, nscen, engines, nengines);
-	if (report_write(rep) != 0) /* again: now with the targets */
+	pthread_mutex_lock(&finish.mu);
+	if (report_write(rep, 1) != 0) /* again: now with the targets, complete */
 		failed = 1;
+	finish.rep = NULL; /* a signal from now on exits without writing */
+	pthread_mutex_unlock(&finish.mu);
 	if (json != NULL)
 		printf("\nresults: %s and %s\n", json, report_csv_path(rep));
 	printf("%s\n", failed ? "FAILED: see the violations / errors above" : "all runs clean");
@@ -402,5 +543,5 @@ int main(int argc, char **argv)
 	report_close(rep);
 	free(ours);
 	free(gbs);
-	return failed ? 1 : 0;
+	return finish_output(failed ? 1 : 0);
 }
