@@ -27,30 +27,122 @@ extern const struct tmo_scenario *const tmo_harness_scenarios[];
 #define MAX_SEL 64
 #define DEFAULT_SCENARIO "smoke"
 
+#define HELP_WIDTH 78
+
+/* LEAD then TEXT, wrapped at HELP_WIDTH columns, every line indented by
+ * `indent` spaces. */
+static void wrap(FILE *f, int indent, const char *lead, const char *text)
+{
+	int col = fprintf(f, "%*s%s", indent, "", lead);
+	int first = 1;
+	for (;;) {
+		while (*text == ' ')
+			text++;
+		size_t n = strcspn(text, " ");
+		if (n == 0)
+			break;
+		if (!first && col + 1 + (int)n > HELP_WIDTH)
+			col = fprintf(f, "\n%*s", indent, "") - 1;
+		else if (!first)
+			col += fprintf(f, " ");
+		col += fprintf(f, "%.*s", (int)n, text);
+		text += n;
+		first = 0;
+	}
+	fputc('\n', f);
+}
+
+/* One option or status: its name on its own line, its text below. */
+static void item(FILE *f, const char *name, const char *text)
+{
+	fprintf(f, "    %s\n", name);
+	wrap(f, 8, "", text);
+}
+
+/* The manual.  README.md carries this output between its "harness --help"
+ * markers; tests/harness.cmake compares the two (scripts/update-readme
+ * copies it over). */
 static void usage(FILE *f)
 {
-	fprintf(f,
-	        "usage: ./harness [--impl=NAME[,NAME...]|all] [--scenario=NAME[,NAME...]|all]\n"
-	        "                 [--threads=N] [--json=FILE] [--quick] [--seed=N]\n"
-	        "                 [--benchmark_*=... (Google Benchmark's own flags)]\n"
-	        "       ./harness --list | --help\n"
-	        "\n"
-	        "  --impl=LIST      engines to run (default: all); see --list\n"
-	        "  --scenario=LIST  scenarios to run (default: " DEFAULT_SCENARIO
-	        ", a fast arm/cancel/fire check)\n"
-	        "  --threads=N      threads for multi-threaded parts (default 2, 1..256)\n"
-	        "  --json=FILE      write every result to FILE (JSON: Google Benchmark's\n"
-	        "                   \"context\"/\"benchmarks\" for compare.py, plus \"rows\",\n"
-	        "                   \"runs\", \"violations\") and FILE.csv beside it (rows)\n"
-	        "  --quick          CI-sized runs\n"
-	        "  --seed=N         random seed (default 1); violations print the command\n"
-	        "                   line that reproduces them\n"
-	        "  --list           engines (resolution, summary, capabilities) and scenarios\n"
-	        "  --benchmark_filter=REGEX and other --benchmark_* flags go to Google\n"
-	        "                   Benchmark (not --benchmark_out/_format: use --json)\n"
-	        "\n"
-	        "exit status: 0 clean, 1 violation or a run that could not complete,\n"
-	        "2 bad command line\n");
+	fprintf(f, "NAME\n"
+	           "    ./harness (tmo-harness) - timeout scenarios against timeout engines\n"
+	           "\n"
+	           "SYNOPSIS\n"
+	           "    ./harness [--impl=NAME[,NAME...]|all] [--scenario=NAME[,NAME...]|all]\n"
+	           "              [--threads=N] [--json=FILE] [--quick] [--seed=N]\n"
+	           "              [--benchmark_NAME=VALUE ...]\n"
+	           "    ./harness --list | --help\n"
+	           "\n"
+	           "DESCRIPTION\n");
+	wrap(f, 4, "",
+	     "Runs every chosen scenario against every chosen engine in one process, printing "
+	     "each run's figures and each violation with the command line that reproduces it, "
+	     "then a summary per scenario and engine and, when throughput, retention or race ran, "
+	     "the ratio and targets tables. With no option: smoke on every engine, then the next "
+	     "commands to try. The ./harness script checks the Debian packages (scripts/deps) "
+	     "and builds build/release (cmake preset release) when needed; the binary is "
+	     "build/release/cli/tmo-harness.");
+	fprintf(f, "\nOPTIONS\n");
+	item(f, "--impl=LIST", "Engines to run, comma-separated, or all (the default); --list names them.");
+	item(f, "--scenario=LIST",
+	     "Scenarios to run, comma-separated, or all; default " DEFAULT_SCENARIO
+	     ". Each is described under SCENARIOS.");
+	item(f, "--threads=N", "Threads for the multi-threaded parts, 1..256 (default 2).");
+	item(f, "--json=FILE",
+	     "Write the results to FILE and the rows to FILE.csv beside it (NAME.json gives "
+	     "NAME.csv). Both are replaced whole after every run: written under a temporary name "
+	     "beside them, then renamed, so each always holds a complete document, marked "
+	     "\"complete\": false until the last run ended. FILE must be a regular file or not "
+	     "exist.");
+	item(f, "--quick", "CI sizes (given per scenario below).");
+	item(f, "--seed=N",
+	     "Random seed, 0..18446744073709551615 (default 1), recorded in the JSON as a string "
+	     "of digits.");
+	item(f, "--list", "Engines (resolution, summary, capabilities) and scenarios.");
+	item(f, "--help", "This text.");
+	item(f, "--benchmark_NAME=VALUE",
+	     "Passed to Google Benchmark, e.g. --benchmark_filter=REGEX; not --benchmark_out or "
+	     "--benchmark_format (use --json). Unknown ones are refused.");
+	fprintf(f, "\nEXIT STATUS\n");
+	item(f, "0", "Every run clean.");
+	item(f, "1",
+	     "A violation, a run that could not run (its error is named), a run the watchdog "
+	     "stopped (still going after 10 minutes with --quick, 30 without), or results that "
+	     "could not be written: the JSON, the CSV or standard output (a full disk, a closed "
+	     "stdout).");
+	item(f, "2",
+	     "A bad command line: unknown option, engine or scenario, a bad value, an unwritable "
+	     "--json.");
+	item(f, "130, 143",
+	     "Interrupted by SIGINT, SIGTERM: the --json files hold the runs that finished, "
+	     "\"complete\": false, \"interrupted\": the signal and the run cut short. A signal "
+	     "ignored when the harness started (nohup) stays ignored.");
+	fprintf(f, "\nENVIRONMENT\n");
+	item(f, "TMO_TEST_SCALE=F",
+	     "Multiplies every scenario's sizes and time caps (the sanitizer steps of "
+	     "scripts/check set 0.1).");
+	fprintf(f, "\nFILES\n");
+	wrap(f, 4, "",
+	     "The JSON holds Google Benchmark's \"context\" and \"benchmarks\" (compare.py reads "
+	     "them) and the harness's \"rows\" (scenario, engine, metric, param, value, unit), "
+	     "\"runs\", \"violations\", \"targets\" and \"complete\"; context.tmo records the "
+	     "command line, the seed, the commit and the machine (CPUs, model, load average). "
+	     "The CSV holds the rows. scripts/plot DIR draws DIR/*.csv and writes DIR/REPORT.md; "
+	     "scripts/compare OLD NEW compares two runs (results/README.md).");
+	fprintf(f, "\nSCENARIOS\n");
+	wrap(f, 4, "",
+	     "Each scenario below runs against each chosen engine. Besides the failures listed, "
+	     "a run fails when it cannot run at all (the engine cannot be created, memory runs "
+	     "out): its enum tmo_error is printed.");
+	for (const struct tmo_scenario *const *s = tmo_harness_scenarios; *s != NULL; s++) {
+		fprintf(f, "\n    %s (%s%s)\n", (*s)->name,
+		        (*s)->correctness ? "correctness" : "benchmark",
+		        strcmp((*s)->name, DEFAULT_SCENARIO) == 0 ? ", the default" : "");
+		wrap(f, 8, "", (*s)->summary);
+		wrap(f, 8, "Runs: ", (*s)->params != NULL ? (*s)->params : "(not documented)");
+		wrap(f, 8, "Fails when: ",
+		     (*s)->fails_when != NULL ? (*s)->fails_when : "(not documented)");
+	}
 }
 
 static int usage_error(const char *fmt, const char *arg)

@@ -4,6 +4,11 @@ if(TARGET tmo-harness)
   set(h $<TARGET_FILE:tmo-harness>)
   add_test(NAME harness/list COMMAND ${h} --list)
   add_test(NAME harness/help COMMAND ${h} --help)
+  # Every scenario documents its parameters and what fails it (struct
+  # tmo_scenario params, fails_when), and README.md carries --help verbatim.
+  set_tests_properties(harness/help PROPERTIES FAIL_REGULAR_EXPRESSION "not documented")
+  add_test(NAME harness/help_matches_readme
+           COMMAND ${PROJECT_SOURCE_DIR}/scripts/update-readme --check ${h})
   # Bad command lines exit with status 2 (not 1, which means a violation).
   foreach(case
       "unknown_flag|--bogus"
