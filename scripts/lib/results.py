@@ -139,12 +139,14 @@ def md_table(header, rows, align=None):
     return "\n".join(out)
 
 
-def text_table(header, rows):
+def text_table(header, rows, left=1):
+    """Columns padded; the first `left` flush left, the rest (figures)
+    flush right."""
     cols = [header] + [[str(c) for c in r] for r in rows]
     w = [max(len(c[i]) for c in cols) for i in range(len(header))]
     lines = []
     for k, c in enumerate(cols):
-        lines.append("  ".join((c[i].ljust(w[i]) if i == 0 else c[i].rjust(w[i]))
+        lines.append("  ".join((c[i].ljust(w[i]) if i < left else c[i].rjust(w[i]))
                                for i in range(len(c))).rstrip())
         if k == 0:
             lines.append("  ".join("-" * x for x in w))
@@ -315,11 +317,17 @@ PLOTS = [
 
 
 def git_commit():
+    """The commit of the scripts that draw the report ("-dirty" when
+    scripts/ has uncommitted changes; the results being drawn do not
+    count)."""
     here = os.path.dirname(os.path.abspath(__file__))
+    git = ["git", "--no-optional-locks", "-C", here]
     try:
-        return subprocess.run(
-            ["git", "--no-optional-locks", "-C", here, "describe", "--always", "--dirty",
-             "--abbrev=12"], capture_output=True, text=True, check=True).stdout.strip()
+        c = subprocess.run(git + ["rev-parse", "--short=12", "HEAD"], capture_output=True,
+                           text=True, check=True).stdout.strip()
+        clean = subprocess.run(git + ["diff", "--quiet", "HEAD", "--", ".."],
+                               capture_output=True).returncode == 0
+        return c if clean else c + "-dirty"
     except (OSError, subprocess.CalledProcessError):
         return None
 
@@ -379,7 +387,7 @@ def report(d, summary=False):
         note = ("; README.md here names the commits" if os.path.exists(
             os.path.join(d, "README.md")) else "")
         out.append("- **Commit:** not recorded in these files (they predate the harness "
-                   "recording it%s); plotted at `%s`" % (note, here or "unknown"))
+                   "recording it%s); drawn by the scripts at `%s`" % (note, here or "unknown"))
     out.extend(machine_lines(docs))
     quick = sorted({bool(doc.get("context", {}).get("tmo", {}).get("quick")) for _, doc in docs})
     threads = sorted({doc.get("context", {}).get("tmo", {}).get("threads") for _, doc in docs}
@@ -572,9 +580,13 @@ def compare(old, new, all_rows=False, markdown=False):
             scen_order.setdefault(r["scenario"], len(scen_order))
 
     def sort_key(k):
+        # scenario, then the headline list's order, then the param's keys
+        # and numbers (threads=1 before threads=2), then the engine.
         kv = params(k[3])
         nums = [float(v) if re.match(r"^-?[0-9.]+$", v) else 0 for v in kv.values()]
-        return (scen_order.get(k[0], 99), k[2], order.get(k[1], 99), k[3].split("=")[0], nums)
+        rank = next((i for i, (sc, m) in enumerate(HEADLINE)
+                     if sc == k[0] and re.search(m, k[2])), len(HEADLINE))
+        return (scen_order.get(k[0], 99), rank, k[2], sorted(kv), nums, order.get(k[1], 99))
     common.sort(key=sort_key)
     table = []
     for k in common:
@@ -600,7 +612,7 @@ def compare(old, new, all_rows=False, markdown=False):
         out.append("No row is in both runs%s." % ("" if all_rows else " (try --all)"))
     else:
         out.append(md_table(header, table, ["---", "---", "---", "---:", "---:", "---"])
-                   if markdown else text_table(header, table))
+                   if markdown else text_table(header, table, left=3))
     only = len([k for k in nrows if k not in orows]) + len([k for k in orows if k not in nrows])
     out.append("")
     out.append("%d figures compared%s; %d rows are in one run only.  Speed is information, "
