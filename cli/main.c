@@ -4,10 +4,12 @@
  * found a violation or could not run, 2 bad command line.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,30 +27,122 @@ extern const struct tmo_scenario *const tmo_harness_scenarios[];
 #define MAX_SEL 64
 #define DEFAULT_SCENARIO "smoke"
 
+#define HELP_WIDTH 78
+
+/* LEAD then TEXT, wrapped at HELP_WIDTH columns, every line indented by
+ * `indent` spaces. */
+static void wrap(FILE *f, int indent, const char *lead, const char *text)
+{
+	int col = fprintf(f, "%*s%s", indent, "", lead);
+	int first = 1;
+	for (;;) {
+		while (*text == ' ')
+			text++;
+		size_t n = strcspn(text, " ");
+		if (n == 0)
+			break;
+		if (!first && col + 1 + (int)n > HELP_WIDTH)
+			col = fprintf(f, "\n%*s", indent, "") - 1;
+		else if (!first)
+			col += fprintf(f, " ");
+		col += fprintf(f, "%.*s", (int)n, text);
+		text += n;
+		first = 0;
+	}
+	fputc('\n', f);
+}
+
+/* One option or status: its name on its own line, its text below. */
+static void item(FILE *f, const char *name, const char *text)
+{
+	fprintf(f, "    %s\n", name);
+	wrap(f, 8, "", text);
+}
+
+/* The manual.  README.md carries this output between its "harness --help"
+ * markers; tests/harness.cmake compares the two (scripts/update-readme
+ * copies it over). */
 static void usage(FILE *f)
 {
-	fprintf(f,
-	        "usage: ./harness [--impl=NAME[,NAME...]|all] [--scenario=NAME[,NAME...]|all]\n"
-	        "                 [--threads=N] [--json=FILE] [--quick] [--seed=N]\n"
-	        "                 [--benchmark_*=... (Google Benchmark's own flags)]\n"
-	        "       ./harness --list | --help\n"
-	        "\n"
-	        "  --impl=LIST      engines to run (default: all); see --list\n"
-	        "  --scenario=LIST  scenarios to run (default: " DEFAULT_SCENARIO
-	        ", a fast arm/cancel/fire check)\n"
-	        "  --threads=N      threads for multi-threaded parts (default 2, 1..256)\n"
-	        "  --json=FILE      write every result to FILE (JSON: Google Benchmark's\n"
-	        "                   \"context\"/\"benchmarks\" for compare.py, plus \"rows\",\n"
-	        "                   \"runs\", \"violations\") and FILE.csv beside it (rows)\n"
-	        "  --quick          CI-sized runs\n"
-	        "  --seed=N         random seed (default 1); violations print the command\n"
-	        "                   line that reproduces them\n"
-	        "  --list           engines (resolution, summary, capabilities) and scenarios\n"
-	        "  --benchmark_filter=REGEX and other --benchmark_* flags go to Google\n"
-	        "                   Benchmark (not --benchmark_out/_format: use --json)\n"
-	        "\n"
-	        "exit status: 0 clean, 1 violation or a run that could not complete,\n"
-	        "2 bad command line\n");
+	fprintf(f, "NAME\n"
+	           "    ./harness (tmo-harness) - timeout scenarios against timeout engines\n"
+	           "\n"
+	           "SYNOPSIS\n"
+	           "    ./harness [--impl=NAME[,NAME...]|all] [--scenario=NAME[,NAME...]|all]\n"
+	           "              [--threads=N] [--json=FILE] [--quick] [--seed=N]\n"
+	           "              [--benchmark_NAME=VALUE ...]\n"
+	           "    ./harness --list | --help\n"
+	           "\n"
+	           "DESCRIPTION\n");
+	wrap(f, 4, "",
+	     "Runs every chosen scenario against every chosen engine in one process, printing "
+	     "each run's figures and each violation with the command line that reproduces it, "
+	     "then a summary per scenario and engine and, when throughput, retention or race ran, "
+	     "the ratio and targets tables. With no option: smoke on every engine, then the next "
+	     "commands to try. The ./harness script checks the Debian packages (scripts/deps) "
+	     "and builds build/release (cmake preset release) when needed; the binary is "
+	     "build/release/cli/tmo-harness.");
+	fprintf(f, "\nOPTIONS\n");
+	item(f, "--impl=LIST", "Engines to run, comma-separated, or all (the default); --list names them.");
+	item(f, "--scenario=LIST",
+	     "Scenarios to run, comma-separated, or all; default " DEFAULT_SCENARIO
+	     ". Each is described under SCENARIOS.");
+	item(f, "--threads=N", "Threads for the multi-threaded parts, 1..256 (default 2).");
+	item(f, "--json=FILE",
+	     "Write the results to FILE and the rows to FILE.csv beside it (NAME.json gives "
+	     "NAME.csv). Both are replaced whole after every run: written under a temporary name "
+	     "beside them, then renamed, so each always holds a complete document, marked "
+	     "\"complete\": false until the last run ended. FILE must be a regular file or not "
+	     "exist.");
+	item(f, "--quick", "CI sizes (given per scenario below).");
+	item(f, "--seed=N",
+	     "Random seed, 0..18446744073709551615 (default 1), recorded in the JSON as a string "
+	     "of digits.");
+	item(f, "--list", "Engines (resolution, summary, capabilities) and scenarios.");
+	item(f, "--help", "This text.");
+	item(f, "--benchmark_NAME=VALUE",
+	     "Passed to Google Benchmark, e.g. --benchmark_filter=REGEX; not --benchmark_out or "
+	     "--benchmark_format (use --json). Unknown ones are refused.");
+	fprintf(f, "\nEXIT STATUS\n");
+	item(f, "0", "Every run clean.");
+	item(f, "1",
+	     "A violation, a run that could not run (its error is named), a run the watchdog "
+	     "stopped (still going after 10 minutes with --quick, 30 without), or results that "
+	     "could not be written: the JSON, the CSV or standard output (a full disk, a closed "
+	     "stdout).");
+	item(f, "2",
+	     "A bad command line: unknown option, engine or scenario, a bad value, an unwritable "
+	     "--json.");
+	item(f, "130, 143",
+	     "Interrupted by SIGINT, SIGTERM: the --json files hold the runs that finished, "
+	     "\"complete\": false, \"interrupted\": the signal and the run cut short. A signal "
+	     "ignored when the harness started (nohup) stays ignored.");
+	fprintf(f, "\nENVIRONMENT\n");
+	item(f, "TMO_TEST_SCALE=F",
+	     "Multiplies every scenario's sizes and time caps (the sanitizer steps of "
+	     "scripts/check set 0.1).");
+	fprintf(f, "\nFILES\n");
+	wrap(f, 4, "",
+	     "The JSON holds Google Benchmark's \"context\" and \"benchmarks\" (compare.py reads "
+	     "them) and the harness's \"rows\" (scenario, engine, metric, param, value, unit), "
+	     "\"runs\", \"violations\", \"targets\" and \"complete\"; context.tmo records the "
+	     "command line, the seed, the commit and the machine (CPUs, model, load average). "
+	     "The CSV holds the rows. scripts/plot DIR draws DIR/*.csv and writes DIR/REPORT.md; "
+	     "scripts/compare OLD NEW compares two runs (results/README.md).");
+	fprintf(f, "\nSCENARIOS\n");
+	wrap(f, 4, "",
+	     "Each scenario below runs against each chosen engine. Besides the failures listed, "
+	     "a run fails when it cannot run at all (the engine cannot be created, memory runs "
+	     "out): its enum tmo_error is printed.");
+	for (const struct tmo_scenario *const *s = tmo_harness_scenarios; *s != NULL; s++) {
+		fprintf(f, "\n    %s (%s%s)\n", (*s)->name,
+		        (*s)->correctness ? "correctness" : "benchmark",
+		        strcmp((*s)->name, DEFAULT_SCENARIO) == 0 ? ", the default" : "");
+		wrap(f, 8, "", (*s)->summary);
+		wrap(f, 8, "Runs: ", (*s)->params != NULL ? (*s)->params : "(not documented)");
+		wrap(f, 8, "Fails when: ",
+		     (*s)->fails_when != NULL ? (*s)->fails_when : "(not documented)");
+	}
 }
 
 static int usage_error(const char *fmt, const char *arg)
@@ -221,6 +315,108 @@ static void watchdog_arm(const char *scenario, const char *engine, int64_t limit
 	pthread_mutex_unlock(&dog.mu);
 }
 
+/* ---- output that must not be lost -------------------------------------------------- */
+
+/* Standard output was closed when the harness started (fd 1 now holds
+ * /dev/null, so no file the harness opens can take its place). */
+static int stdout_closed;
+
+/* fds 0-2 closed by the caller would be handed to the next open(): the JSON
+ * file would then receive printf's output.  Hold them with /dev/null. */
+static void hold_standard_fds(void)
+{
+	for (int fd = 0; fd <= 2; fd++)
+		if (fcntl(fd, F_GETFD) == -1 && errno == EBADF) {
+			int got = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+			if (got != fd && got >= 0)
+				close(got);
+			if (fd == 1)
+				stdout_closed = 1;
+		}
+}
+
+/* The exit status once everything is printed: `rc`, or 1 when standard
+ * output could not take it all (a full disk, a closed stdout): results
+ * that were not written are lost results, never a silent 0. */
+static int finish_output(int rc)
+{
+	errno = 0;
+	int err = fflush(stdout) != 0 || ferror(stdout);
+	int e = errno;
+	if (err && e == 0) {
+		/* The write that failed is gone with its errno: one more byte
+		 * (a newline on a stream that already lost text) says why. */
+		clearerr(stdout);
+		if (fputc('\n', stdout) == EOF || fflush(stdout) != 0)
+			e = errno;
+	}
+	if (stdout_closed) {
+		fprintf(stderr, "tmo-harness: standard output is closed: nothing printed reached it\n");
+		return rc > 1 ? rc : 1;
+	}
+	if (err) {
+		fprintf(stderr, "tmo-harness: write error on standard output%s%s\n", e ? ": " : "",
+		        e ? strerror(e) : "");
+		return rc > 1 ? rc : 1;
+	}
+	return rc;
+}
+
+/* SIGINT and SIGTERM are blocked in every thread and taken by one thread
+ * (sigwait), which writes what finished with "complete": false and exits
+ * 128 + the signal (130, 143); 1 if that write failed.  Once the final
+ * results are written (finish.rep NULL) it only exits.  A second signal
+ * during the write kills the process at once (default action). */
+static struct {
+	pthread_mutex_t mu;
+	struct tmo_report *rep;
+	const char *json;
+	sigset_t set;
+} finish = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void *signal_main(void *arg)
+{
+	(void)arg;
+	int sig;
+	if (sigwait(&finish.set, &sig) != 0)
+		return NULL;
+	pthread_sigmask(SIG_UNBLOCK, &finish.set, NULL);
+	const char *name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+	int status = 128 + sig;
+	pthread_mutex_lock(&finish.mu);
+	fflush(stdout);
+	if (finish.rep != NULL && finish.json != NULL) {
+		fprintf(stderr,
+		        "\ntmo-harness: %s: writing the %zu finished runs to %s (\"complete\": false)\n",
+		        name, report_runs_done(finish.rep), finish.json);
+		if (report_write_interrupted(finish.rep, name) != 0)
+			status = 1;
+	} else {
+		fprintf(stderr, "\ntmo-harness: %s: stopped\n", name);
+	}
+	_exit(status);
+}
+
+static const struct option longopts[] = {
+	{"impl", required_argument, NULL, 'i'},   {"scenario", required_argument, NULL, 's'},
+	{"threads", required_argument, NULL, 't'}, {"json", required_argument, NULL, 'j'},
+	{"quick", no_argument, NULL, 'q'},         {"seed", required_argument, NULL, 'S'},
+	{"list", no_argument, NULL, 'l'},          {"help", no_argument, NULL, 'h'},
+	{NULL, 0, NULL, 0},
+};
+
+/* ARG is a long option that takes a value and was not given one with '=':
+ * the next element is its value (e.g. "--threads 4"). */
+static int value_follows(const char *arg)
+{
+	if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0' || strchr(arg, '=') != NULL)
+		return 0;
+	for (const struct option *o = longopts; o->name != NULL; o++)
+		if (o->has_arg == required_argument && strncmp(o->name, arg + 2, strlen(arg + 2)) == 0)
+			return 1;
+	return 0;
+}
+
 static int parse_u64(const char *s, uint64_t max, uint64_t *out)
 {
 	if (s == NULL || *s == '\0' || *s == '-')
@@ -236,6 +432,7 @@ static int parse_u64(const char *s, uint64_t max, uint64_t *out)
 
 int main(int argc, char **argv)
 {
+	hold_standard_fds();
 	setvbuf(stdout, NULL, _IOLBF, 0);
 
 	/* Google Benchmark's flags go to it, the rest to getopt_long.  Static:
@@ -246,8 +443,18 @@ int main(int argc, char **argv)
 	gbs = calloc((size_t)argc + 1, sizeof *gbs);
 	int nours = 0, ngbs = 0;
 	ours[nours++] = gbs[ngbs++] = argv[0];
+	int options_end = 0;
 	for (int i = 1; i < argc; i++) {
-		if (strncmp(argv[i], "--benchmark_", 12) == 0) {
+		if (options_end || (i > 1 && value_follows(argv[i - 1]))) {
+			ours[nours++] = argv[i];
+		} else if (strcmp(argv[i], "--") == 0) {
+			options_end = 1;
+			ours[nours++] = argv[i];
+		} else if (argv[i][0] == '-' && argv[i][1] != '-' && argv[i][1] != '\0') {
+			/* Every option is long: "-xy" is the unknown option "-x". */
+			char opt[3] = {'-', argv[i][1], '\0'};
+			return usage_error("unknown option '%s' (options are long: --impl=NAME ...)", opt);
+		} else if (strncmp(argv[i], "--benchmark_", 12) == 0) {
 			/* The harness owns the output: its console table and --json. */
 			if (strncmp(argv[i], "--benchmark_out", 15) == 0 ||
 			    strncmp(argv[i], "--benchmark_format", 18) == 0)
@@ -260,13 +467,6 @@ int main(int argc, char **argv)
 		}
 	}
 
-	static const struct option longopts[] = {
-		{"impl", required_argument, NULL, 'i'},   {"scenario", required_argument, NULL, 's'},
-		{"threads", required_argument, NULL, 't'}, {"json", required_argument, NULL, 'j'},
-		{"quick", no_argument, NULL, 'q'},         {"seed", required_argument, NULL, 'S'},
-		{"list", no_argument, NULL, 'l'},          {"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
-	};
 	const char *impl = NULL, *scen = DEFAULT_SCENARIO, *json = NULL;
 	uint64_t threads = 2, seed = 1;
 	int quick = 0, list = 0;
@@ -279,7 +479,7 @@ int main(int argc, char **argv)
 		case 'j': json = optarg; break;
 		case 'q': quick = 1; break;
 		case 'l': list = 1; break;
-		case 'h': usage(stdout); return 0;
+		case 'h': usage(stdout); return finish_output(0);
 		case 't':
 			if (parse_u64(optarg, 256, &threads) != 0 || threads < 1)
 				return usage_error("--threads=%s: want an integer 1..256", optarg);
@@ -289,7 +489,13 @@ int main(int argc, char **argv)
 				return usage_error("--seed=%s: want a non-negative integer", optarg);
 			break;
 		case ':': return usage_error("option '%s' needs a value", ours[optind - 1]);
-		default: return usage_error("unknown option '%s'", ours[optind - 1]);
+		default:
+			/* Short options were refused above: optopt set means a long
+			 * option that takes no value was given one. */
+			for (const struct option *o = longopts; optopt != 0 && o->name != NULL; o++)
+				if (o->val == optopt)
+					return usage_error("option '--%s' takes no value", o->name);
+			return usage_error("unknown or ambiguous option '%s'", ours[optind - 1]);
 		}
 	}
 	if (optind < nours)
@@ -299,7 +505,7 @@ int main(int argc, char **argv)
 
 	if (list) {
 		list_all();
-		return 0;
+		return finish_output(0);
 	}
 	const struct tmo_engine_ops *engines[MAX_SEL];
 	const struct tmo_scenario *scenarios[MAX_SEL];
@@ -328,12 +534,34 @@ int main(int argc, char **argv)
 		fprintf(stderr, "tmo-harness: out of memory\n");
 		return 1;
 	}
-	/* An unwritable --json is a bad command line: find out before running. */
-	if (report_write(rep) != 0) {
+	/* An unwritable --json is a bad command line: find out before running,
+	 * without touching the file (a previous run's results stay whole until
+	 * this run has something to replace them with). */
+	if (report_check_writable(rep) != 0) {
 		report_close(rep);
 		free(command);
 		return usage_error("--json=%s: cannot write the results there", json);
 	}
+
+	/* Before any thread exists, so that every thread inherits the mask. */
+	/* A signal ignored on entry (nohup, a background job of a script) stays
+	 * ignored, as the shell that ignored it meant. */
+	sigemptyset(&finish.set);
+	static const int caught[] = {SIGINT, SIGTERM};
+	for (int i = 0; i < 2; i++) {
+		struct sigaction old;
+		if (sigaction(caught[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+			sigaddset(&finish.set, caught[i]);
+	}
+	pthread_sigmask(SIG_BLOCK, &finish.set, NULL);
+	finish.rep = rep;
+	finish.json = json;
+	pthread_t sig_th;
+	if (pthread_create(&sig_th, NULL, signal_main, NULL) != 0) {
+		fprintf(stderr, "tmo-harness: cannot start the signal thread\n");
+		return 1;
+	}
+	pthread_detach(sig_th);
 
 	struct outcome {
 		const char *scenario, *engine;
@@ -361,7 +589,9 @@ int main(int argc, char **argv)
 			if (result != 0)
 				failed = 1;
 			outcomes[nout++] = (struct outcome){scenarios[s]->name, engines[e]->name, result, secs};
-			if (report_write(rep) != 0)
+			/* After every run: a crash or the watchdog leaves the runs
+			 * that finished, marked "complete": false. */
+			if (report_write(rep, 0) != 0)
 				failed = 1;
 		}
 	}
@@ -388,8 +618,11 @@ int main(int argc, char **argv)
 		       outcomes[i].seconds);
 	}
 	targets_print(rep, scenarios, nscen, engines, nengines);
-	if (report_write(rep) != 0) /* again: now with the targets */
+	pthread_mutex_lock(&finish.mu);
+	if (report_write(rep, 1) != 0) /* again: now with the targets, complete */
 		failed = 1;
+	finish.rep = NULL; /* a signal from now on exits without writing */
+	pthread_mutex_unlock(&finish.mu);
 	if (json != NULL)
 		printf("\nresults: %s and %s\n", json, report_csv_path(rep));
 	printf("%s\n", failed ? "FAILED: see the violations / errors above" : "all runs clean");
@@ -402,5 +635,5 @@ int main(int argc, char **argv)
 	report_close(rep);
 	free(ours);
 	free(gbs);
-	return failed ? 1 : 0;
+	return finish_output(failed ? 1 : 0);
 }

@@ -2,16 +2,21 @@
 #include "report.h"
 
 #include <errno.h>
+#include <inttypes.h>
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
+
+#include "build_info.h"
 
 /* Violations printed in full per run; the rest are counted. */
 #define VIOLATIONS_SHOWN 20
@@ -22,6 +27,11 @@ struct tmo_report {
 	json_t *context, *benchmarks, *rows, *runs, *violations, *targets;
 	int64_t family_offset; /* added to Google Benchmark family indices */
 	int64_t total_violations;
+	/* What finished: the first *_done entries of rows, benchmarks and
+	 * violations belong to runs that ended (report_end_run); a write
+	 * leaves out the rest, which a run in progress is still adding to. */
+	size_t rows_done, benchmarks_done, violations_done;
+	int in_run; /* between report_begin_run and report_end_run */
 
 	pthread_mutex_t mu; /* guards everything below and the json arrays */
 	char scenario[64], engine[64];
@@ -33,6 +43,48 @@ struct tmo_report {
 
 static int64_t now_ns(void) { return tmo_now_ns(); }
 
+static json_t *load_avg_json(void)
+{
+	double l[3];
+	if (getloadavg(l, 3) != 3)
+		return json_null();
+	return json_pack("[f, f, f]", l[0], l[1], l[2]);
+}
+
+/* The machine a run measured: online CPUs, the CPU model (the first
+ * "model name" of /proc/cpuinfo, where there is one) and the load average
+ * when the run started; each write adds the load average at that time. */
+static json_t *machine_json(void)
+{
+	char model[256] = "";
+	FILE *f = fopen("/proc/cpuinfo", "r");
+	if (f != NULL) {
+		char line[512];
+		while (fgets(line, sizeof line, f) != NULL) {
+			char *colon = strchr(line, ':');
+			if (strncmp(line, "model name", 10) == 0 && colon != NULL) {
+				snprintf(model, sizeof model, "%s", colon + 1 + (colon[1] == ' '));
+				model[strcspn(model, "\n")] = '\0';
+				break;
+			}
+		}
+		fclose(f);
+	}
+	json_t *m = json_pack("{s:I, s:o}", "cpus_online", (json_int_t)sysconf(_SC_NPROCESSORS_ONLN),
+	                      "load_avg_start", load_avg_json());
+	json_object_set_new(m, "cpu_model", model[0] ? json_string(model) : json_null());
+	return m;
+}
+
+/* A copy of PATH, or of what it points at when it is a symlink: the rename
+ * that replaces the file must replace the file, not the link. */
+static char *followed(const char *path)
+{
+	struct stat st;
+	char *real = lstat(path, &st) == 0 && S_ISLNK(st.st_mode) ? realpath(path, NULL) : NULL;
+	return real ? real : strdup(path);
+}
+
 struct tmo_report *report_open(const struct report_opts *opts)
 {
 	struct tmo_report *r = calloc(1, sizeof *r);
@@ -43,18 +95,22 @@ struct tmo_report *report_open(const struct report_opts *opts)
 	r->tty = isatty(STDERR_FILENO);
 	if (opts->json_path != NULL) {
 		size_t n = strlen(opts->json_path);
-		r->json_path = strdup(opts->json_path);
-		r->csv_path = malloc(n + 5);
+		char *csv = malloc(n + 5);
+		if (csv != NULL) {
+			/* FILE.json -> FILE.csv; any other name gets ".csv" appended. */
+			memcpy(csv, opts->json_path, n + 1);
+			if (n > 5 && strcmp(opts->json_path + n - 5, ".json") == 0)
+				strcpy(csv + n - 5, ".csv");
+			else
+				strcat(csv, ".csv");
+		}
+		r->json_path = followed(opts->json_path);
+		r->csv_path = csv ? followed(csv) : NULL;
+		free(csv);
 		if (r->json_path == NULL || r->csv_path == NULL) {
 			report_close(r);
 			return NULL;
 		}
-		/* FILE.json -> FILE.csv; any other name gets ".csv" appended. */
-		memcpy(r->csv_path, opts->json_path, n + 1);
-		if (n > 5 && strcmp(opts->json_path + n - 5, ".json") == 0)
-			strcpy(r->csv_path + n - 5, ".csv");
-		else
-			strcat(r->csv_path, ".csv");
 	}
 	char host[256] = "";
 	gethostname(host, sizeof host - 1);
@@ -62,9 +118,13 @@ struct tmo_report *report_open(const struct report_opts *opts)
 	time_t t = time(NULL);
 	struct tm tm;
 	strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &tm));
-	r->context = json_pack("{s:s, s:s, s:{s:i, s:b, s:I}}", "date", date, "host_name", host,
-	                       "tmo", "threads", opts->threads, "quick", opts->quick, "seed",
-	                       (json_int_t)opts->seed);
+	/* The seed is a string of decimal digits: it is a uint64_t, which a
+	 * JSON integer (jansson's, and most readers' doubles) cannot hold. */
+	char seed[24];
+	snprintf(seed, sizeof seed, "%" PRIu64, opts->seed);
+	r->context = json_pack("{s:s, s:s, s:{s:i, s:b, s:s, s:s, s:o}}", "date", date, "host_name",
+	                       host, "tmo", "threads", opts->threads, "quick", opts->quick, "seed",
+	                       seed, "commit", TMO_BUILD_COMMIT, "machine", machine_json());
 	json_t *tmo = json_object_get(r->context, "tmo");
 	if (opts->command != NULL)
 		json_object_set_new(tmo, "command", json_string(opts->command));
@@ -122,6 +182,7 @@ void report_begin_run(struct tmo_report *r, const char *scenario, const char *en
 	snprintf(r->engine, sizeof r->engine, "%s", engine);
 	r->run_start_ns = r->last_progress_ns = now_ns();
 	r->run_violations = 0;
+	r->in_run = 1;
 	pthread_mutex_unlock(&r->mu);
 }
 
@@ -139,6 +200,10 @@ void report_end_run(struct tmo_report *r, int result, double seconds)
 	if (result < 0)
 		json_object_set_new(o, "error", json_string(tmo_errname(result)));
 	json_array_append_new(r->runs, o);
+	r->rows_done = json_array_size(r->rows);
+	r->benchmarks_done = json_array_size(r->benchmarks);
+	r->violations_done = json_array_size(r->violations);
+	r->in_run = 0;
 	pthread_mutex_unlock(&r->mu);
 }
 
@@ -254,30 +319,28 @@ void report_add_gbench_json(struct tmo_report *r, const char *json_text)
 	json_decref(doc);
 }
 
-int report_write(struct tmo_report *r)
+/* A new array holding the first n elements of a (shared, not copied). */
+static json_t *array_prefix(json_t *a, size_t n)
 {
-	if (r->json_path == NULL)
-		return 0;
-	pthread_mutex_lock(&r->mu);
-	json_t *doc = json_pack("{s:O, s:O, s:O, s:O, s:O, s:O}", "context", r->context,
-	                        "benchmarks", r->benchmarks, "rows", r->rows, "runs", r->runs,
-	                        "violations", r->violations, "targets", r->targets);
-	int rc = 0;
-	if (doc == NULL || json_dump_file(doc, r->json_path, JSON_INDENT(1) | JSON_REAL_PRECISION(10)) != 0) {
-		fprintf(stderr, "tmo-harness: cannot write %s: %s\n", r->json_path, strerror(errno));
-		rc = -1;
-	}
-	json_decref(doc);
-	FILE *f = fopen(r->csv_path, "w");
-	if (f == NULL) {
-		fprintf(stderr, "tmo-harness: cannot write %s: %s\n", r->csv_path, strerror(errno));
-		pthread_mutex_unlock(&r->mu);
-		return -1;
-	}
-	fputs("scenario,engine,metric,param,value,unit\n", f);
-	json_t *row;
+	json_t *p = json_array();
+	for (size_t i = 0; i < n && i < json_array_size(a); i++)
+		json_array_append(p, json_array_get(a, i));
+	return p;
+}
+
+static int emit_json(FILE *f, void *arg)
+{
+	return json_dumpf(arg, f, JSON_INDENT(1) | JSON_REAL_PRECISION(10)) == 0 && fputc('\n', f) != EOF
+	               ? 0
+	               : -1;
+}
+
+static int emit_csv(FILE *f, void *arg)
+{
+	json_t *rows = arg, *row;
 	size_t i;
-	json_array_foreach(r->rows, i, row)
+	fputs("scenario,engine,metric,param,value,unit\n", f);
+	json_array_foreach(rows, i, row)
 	{
 		const char *keys[] = {"scenario", "engine", "metric", "param"};
 		for (int k = 0; k < 4; k++) {
@@ -293,12 +356,143 @@ int report_write(struct tmo_report *r)
 		csv_field(f, json_string_value(json_object_get(row, "unit")));
 		fputc('\n', f);
 	}
-	if (fclose(f) != 0) {
-		fprintf(stderr, "tmo-harness: cannot write %s: %s\n", r->csv_path, strerror(errno));
-		rc = -1;
+	return ferror(f) ? -1 : 0;
+}
+
+/* PATH.tmp<pid>: where PATH's next version is written before the rename. */
+static char *temp_name(const char *path)
+{
+	size_t n = strlen(path) + 32;
+	char *t = malloc(n);
+	if (t != NULL)
+		snprintf(t, n, "%s.tmp%ld", path, (long)getpid());
+	return t;
+}
+
+/* Write PATH whole or not at all: the text goes to PATH.tmp<pid>, is
+ * flushed and fsync'd, and is renamed over PATH, so PATH holds either its
+ * previous contents or the new ones, never a truncated file (a full disk, a
+ * crash, an interrupt).  Any error is printed and returns -1; the temporary
+ * file is removed. */
+static int write_whole(const char *path, int (*emit)(FILE *, void *), void *arg)
+{
+	char *tmp = temp_name(path);
+	if (tmp == NULL) {
+		fprintf(stderr, "tmo-harness: cannot write %s: out of memory\n", path);
+		return -1;
 	}
+	int rc = 0, err = 0;
+	FILE *f = fopen(tmp, "w");
+	if (f == NULL) {
+		rc = -1;
+		err = errno;
+	} else {
+		errno = 0;
+		if (emit(f, arg) != 0 || fflush(f) != 0 || ferror(f)) {
+			rc = -1;
+			err = errno ? errno : EIO;
+		} else if (fsync(fileno(f)) != 0 && errno != EINVAL) {
+			/* EINVAL: a file that cannot be synced (a pipe); nothing to lose */
+			rc = -1;
+			err = errno;
+		}
+		if (fclose(f) != 0 && rc == 0) {
+			rc = -1;
+			err = errno;
+		}
+		if (rc == 0 && rename(tmp, path) != 0) {
+			rc = -1;
+			err = errno;
+		}
+		if (rc != 0)
+			unlink(tmp);
+	}
+	if (rc != 0)
+		fprintf(stderr, "tmo-harness: cannot write %s: %s\n", path, strerror(err));
+	free(tmp);
+	return rc;
+}
+
+/* Both files, from what finished (the *_done prefixes); `complete` and,
+ * after a signal, `interrupted` say how far the run got. */
+static int write_files(struct tmo_report *r, int complete, const char *signal_name)
+{
+	if (r->json_path == NULL)
+		return 0;
+	pthread_mutex_lock(&r->mu);
+	json_object_set_new(json_object_get(json_object_get(r->context, "tmo"), "machine"),
+	                    "load_avg_end", load_avg_json());
+	json_t *rows = array_prefix(r->rows, r->rows_done);
+	json_t *doc = json_pack("{s:O, s:b, s:o, s:o, s:O, s:o, s:O}", "context", r->context,
+	                        "complete", complete, "benchmarks",
+	                        array_prefix(r->benchmarks, r->benchmarks_done), "rows",
+	                        json_incref(rows), "runs", r->runs, "violations",
+	                        array_prefix(r->violations, r->violations_done), "targets",
+	                        r->targets);
+	if (doc != NULL && signal_name != NULL) {
+		json_t *in = json_pack("{s:s}", "signal", signal_name);
+		if (r->in_run) {
+			json_object_set_new(in, "scenario", json_string(r->scenario));
+			json_object_set_new(in, "engine", json_string(r->engine));
+		}
+		json_object_set_new(doc, "interrupted", in);
+	}
+	int rc = -1;
+	if (doc == NULL)
+		fprintf(stderr, "tmo-harness: cannot write %s: out of memory\n", r->json_path);
+	else if (write_whole(r->json_path, emit_json, doc) == 0 &&
+	         write_whole(r->csv_path, emit_csv, rows) == 0)
+		rc = 0;
+	json_decref(doc);
+	json_decref(rows);
 	pthread_mutex_unlock(&r->mu);
 	return rc;
+}
+
+int report_write(struct tmo_report *r, int complete) { return write_files(r, complete, NULL); }
+
+int report_write_interrupted(struct tmo_report *r, const char *signal_name)
+{
+	return write_files(r, 0, signal_name);
+}
+
+/* A destination must be a regular file (or not exist yet): the rename that
+ * replaces it would otherwise replace a device (--json=/dev/null) or a
+ * directory entry the user did not mean. */
+static int check_destination(const char *path)
+{
+	struct stat st;
+	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+		fprintf(stderr, "tmo-harness: --json: %s exists and is not a regular file\n", path);
+		return -1;
+	}
+	char *tmp = temp_name(path);
+	int fd = tmp ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0666) : -1;
+	if (fd < 0) {
+		fprintf(stderr, "tmo-harness: --json: cannot create files beside %s: %s\n", path,
+		        strerror(tmp ? errno : ENOMEM));
+		free(tmp);
+		return -1;
+	}
+	close(fd);
+	unlink(tmp);
+	free(tmp);
+	return 0;
+}
+
+int report_check_writable(struct tmo_report *r)
+{
+	if (r->json_path == NULL)
+		return 0;
+	return check_destination(r->json_path) == 0 && check_destination(r->csv_path) == 0 ? 0 : -1;
+}
+
+size_t report_runs_done(struct tmo_report *r)
+{
+	pthread_mutex_lock(&r->mu);
+	size_t n = json_array_size(r->runs);
+	pthread_mutex_unlock(&r->mu);
+	return n;
 }
 
 void report_add_target(struct tmo_report *r, const char *what, double measured, const char *op,

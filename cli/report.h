@@ -10,6 +10,7 @@
 #ifndef TMO_CLI_REPORT_H
 #define TMO_CLI_REPORT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "scenario.h"
@@ -44,8 +45,24 @@ void report_add_gbench_json(struct tmo_report *r, const char *json_text);
 void report_add_target(struct tmo_report *r, const char *what, double measured, const char *op,
                        double want, const char *unit, const char *verdict);
 
-/* Rewrite the JSON file and the CSV beside it.  Returns 0 or -1 (printed). */
-int report_write(struct tmo_report *r);
+/* Before any run: the --json destination and its CSV are regular files or
+ * absent, and files can be created beside them.  Touches neither.  Returns
+ * 0 or -1 (printed). */
+int report_check_writable(struct tmo_report *r);
+
+/* Replace the JSON file and the CSV beside it with what finished so far
+ * (the runs that ended: rows, benchmarks and violations of a run still in
+ * progress are left out), "complete": complete.  Each file is written to a
+ * temporary name beside it and renamed over it, so it always holds a whole
+ * document: the previous one or this one.  Returns 0 or -1 after printing
+ * the error (a full disk, a closed directory...).  Without --json: 0. */
+int report_write(struct tmo_report *r, int complete);
+/* The same with "complete": false and "interrupted": {"signal": NAME,
+ * "scenario", "engine" of the run cut short}.  Callable from any thread
+ * (the signal-waiting thread of the harness). */
+int report_write_interrupted(struct tmo_report *r, const char *signal_name);
+/* Runs that ended (report_end_run) so far. */
+size_t report_runs_done(struct tmo_report *r);
 /* The CSV's path (FILE.json -> FILE.csv), or NULL without --json. */
 const char *report_csv_path(const struct tmo_report *r);
 

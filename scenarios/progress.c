@@ -383,4 +383,12 @@ const struct tmo_scenario tmo_scenario_progress = {
 	"meanwhile (lock-free engines keep going, lock-based ones block: bounded, counted)",
 	1,
 	progress_run,
+	.params = "--threads workers (at most 64) arm and cancel 1 s timeouts flat out, first "
+	          "with the engine running, then for 500 ms (--quick: 200 ms) with its timer "
+	          "thread parked at its loop's hook (tmo_park). Reports pairs/s, latency "
+	          "p50/p99/max and blocked workers per phase.",
+	.fails_when = "an engine that declares lockfree-arm has a worker blocked by the park (an "
+	              "engine that does not declare it is reported, not failed); an engine without "
+	              "the park capability does not refuse tmo_park with TMO_EINVAL; an arm or cancel "
+	              "returns an error.",
 };

@@ -320,4 +320,11 @@ const struct tmo_scenario tmo_scenario_race = {
 	"cancelled, both, neither, still running",
 	1,
 	race_run,
+	.params = "An arming thread and a cancelling thread: each timer (2 x the resolution, at "
+	          "least 40 us) is cancelled at about its deadline, steered so that about half "
+	          "fire; 10M arms (--quick: 1M) or as many as fit in 120 s (--quick: 15 s). "
+	          "--seed draws the jitter.",
+	.fails_when = "a cancel returned PREVENTED and the callback ran anyway (both), FIRED/WAITED "
+	              "with no callback (neither), the callback still running when cancel returned, a "
+	              "double fire, or a cancel error.",
 };

@@ -32,6 +32,14 @@ struct tmo_scenario {
 	/* Run against run->ops.  Returns the number of violations found (0 for
 	 * benchmarks), or a negative enum tmo_error if it could not run. */
 	int (*run)(const struct tmo_run *run);
+	/* The manual, kept beside the code it describes: `./harness --help`
+	 * prints both under SCENARIOS and README.md carries that output (a
+	 * ctest compares them).  Plain sentences; the harness wraps them.
+	 *   params      what the run does and with which sizes: full, then
+	 *               --quick, and what --threads and --seed change
+	 *   fails_when  what makes the run count a violation (exit status 1) */
+	const char *params;
+	const char *fails_when;
 };
 
 /* One result row: scenario and engine come from the run; `metric` names the

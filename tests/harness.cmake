@@ -4,6 +4,11 @@ if(TARGET tmo-harness)
   set(h $<TARGET_FILE:tmo-harness>)
   add_test(NAME harness/list COMMAND ${h} --list)
   add_test(NAME harness/help COMMAND ${h} --help)
+  # Every scenario documents its parameters and what fails it (struct
+  # tmo_scenario params, fails_when), and README.md carries --help verbatim.
+  set_tests_properties(harness/help PROPERTIES FAIL_REGULAR_EXPRESSION "not documented")
+  add_test(NAME harness/help_matches_readme
+           COMMAND ${PROJECT_SOURCE_DIR}/scripts/update-readme --check ${h})
   # Bad command lines exit with status 2 (not 1, which means a violation).
   foreach(case
       "unknown_flag|--bogus"
@@ -21,6 +26,14 @@ if(TARGET tmo-harness)
     add_test(NAME harness/exit2_${name}
              COMMAND sh -c "\"$0\" \"$1\" >/dev/null 2>&1; test $? -eq 2" ${h} ${arg})
   endforeach()
+  # Results are never lost (tests/harness_output.sh): interrupted runs,
+  # write errors, stdout errors, the full seed range, short options.
+  foreach(case interrupt_int interrupt_term complete json_write_error not_regular
+               stdout_full stdout_closed seed_max short_option)
+    add_test(NAME harness/output_${case}
+             COMMAND bash ${PROJECT_SOURCE_DIR}/tests/harness_output.sh ${h} ${case})
+    set_tests_properties(harness/output_${case} PROPERTIES TIMEOUT ${TMO_TEST_TIMEOUT})
+  endforeach()
   foreach(engine IN LISTS TMO_ENGINES)
     add_test(NAME harness-smoke/${engine} COMMAND ${h} --impl=${engine})
     set_tests_properties(harness-smoke/${engine} PROPERTIES TIMEOUT ${TMO_TEST_TIMEOUT})
@@ -34,7 +47,9 @@ if(TARGET tmo-harness)
                  ${PROJECT_SOURCE_DIR}/cli/report.c ${PROJECT_SOURCE_DIR}/scenarios/race.c
                  ${PROJECT_SOURCE_DIR}/scenarios/expiry.c ${PROJECT_SOURCE_DIR}/scenarios/coalesce.c)
   target_include_directories(test_harness_fixtures PRIVATE ${PROJECT_SOURCE_DIR}/cli
-                                                           ${PROJECT_SOURCE_DIR}/scenarios)
+                                                           ${PROJECT_SOURCE_DIR}/scenarios
+                                                           ${TMO_BUILD_INFO_DIR})
+  add_dependencies(test_harness_fixtures tmo-build-info)
   target_link_libraries(test_harness_fixtures PRIVATE tmo PkgConfig::JANSSON Threads::Threads m)
   add_test(NAME harness/checks_can_fail COMMAND test_harness_fixtures)
   set_tests_properties(harness/checks_can_fail PROPERTIES TIMEOUT ${TMO_TEST_TIMEOUT})

@@ -1,0 +1,21 @@
+# The scripts: packages (scripts/deps, scripts/ensure-deps), comparing runs
+# (scripts/compare), plots and REPORT.md (scripts/plot), and the hosted-CI
+# workflow (.github/workflows/ci.yml).  tests/scripts_test.sh, one ctest
+# per case; tests/check_workflow.py for the workflow.
+foreach(case deps_nonroot deps_root deps_installed deps_one_list compare plot_report)
+  add_test(NAME scripts/${case}
+           COMMAND bash ${PROJECT_SOURCE_DIR}/tests/scripts_test.sh ${PROJECT_SOURCE_DIR} ${case})
+  set_tests_properties(scripts/${case} PROPERTIES TIMEOUT ${TMO_TEST_TIMEOUT})
+endforeach()
+
+# The workflow parses and every script it names exists; the same check must
+# fail on a copy whose suite step names a script that is not there.
+set(wf ${PROJECT_SOURCE_DIR}/.github/workflows/ci.yml)
+add_test(NAME scripts/ci_workflow
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/check_workflow.py ${PROJECT_SOURCE_DIR} ${wf})
+add_test(NAME scripts/ci_workflow_catches_missing
+         COMMAND sh -c "sed 's#bash .ci/run#bash .ci/no-such-run#' \"$1\" > \"$3\" &&
+                        ! cmp -s \"$1\" \"$3\" &&
+                        ! /usr/bin/python3 \"$0/tests/check_workflow.py\" \"$0\" \"$3\" > \"$3.out\" &&
+                        grep -q 'runs .ci/no-such-run, which is not in the repository' \"$3.out\""
+                 ${PROJECT_SOURCE_DIR} ${wf} unused ${CMAKE_CURRENT_BINARY_DIR}/ci_missing_step.yml)

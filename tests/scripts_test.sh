@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# tests/scripts_test.sh ROOT CASE: the scripts a new user and CI meet first.
+# Registered by tests/scripts.cmake, one ctest per case (scripts/CASE).
+#
+#   deps_nonroot     a package missing (a stand-in dpkg-query on the PATH
+#                    says llvm is not installed), not root (a stand-in id):
+#                    scripts/ensure-deps prints the exact apt-get line and
+#                    exits 2; ./harness and scripts/check say the same and
+#                    exit 2 before building anything
+#   deps_root        the same as root: apt-get update once, then apt-get
+#                    install -y --no-install-recommends llvm (a stand-in
+#                    apt-get records its arguments), exit 0
+#   deps_installed   nothing missing: exit 0, silent
+#   deps_one_list    scripts/deps is the only package list: .ci/run, ./harness
+#                    and scripts/check install nothing by name themselves
+#   compare          scripts/compare on the baseline and a copy whose wheel
+#                    seed figure is doubled: compare.py's table and the rows
+#                    table, where that figure reads "2.00x slower" and the
+#                    others "same"
+#   plot_report      scripts/plot on a copy of results/baseline (plus an
+#                    instructions.csv): every plot drawn, REPORT.md with the
+#                    machine, runs, figures, targets, violations and each
+#                    plot inline; without the CSV the instructions plot is
+#                    skipped and REPORT.md says why
+set -uo pipefail
+root=${1:?usage: scripts_test.sh ROOT CASE}
+case=${2:?usage: scripts_test.sh ROOT CASE}
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+fail() { echo "FAIL [$case]: $*" >&2; exit 1; }
+
+# stand-ins DIR MISSING UID: dpkg-query reports every package installed but
+# MISSING (until DIR/installed exists), id -u prints UID, apt-get appends
+# its arguments to DIR/apt.log and "installs" by creating DIR/installed.
+stand_ins() {
+  local d=$1 missing=$2 uid=$3
+  mkdir -p "$d/bin"
+  cat > "$d/bin/dpkg-query" <<EOF
+#!/bin/sh
+# dpkg-query -W -f=FORMAT PKG...: "PKG installed" or "PKG not-installed"
+shift 2
+for p in "\$@"; do
+  if [ "\$p" = "$missing" ] && [ ! -e "$d/installed" ]; then
+    echo "\$p not-installed"
+  else
+    echo "\$p installed"
+  fi
+done
+EOF
+  cat > "$d/bin/id" <<EOF
+#!/bin/sh
+[ "\$1" = -u ] && { echo $uid; exit 0; }
+exec /usr/bin/id "\$@"
+EOF
+  cat > "$d/bin/apt-get" <<EOF
+#!/bin/sh
+echo "\$*" >> "$d/apt.log"
+[ "\$1" = install ] && touch "$d/installed"
+exit 0
+EOF
+  chmod +x "$d/bin/"*
+}
+
+want_line="  sudo apt-get install --no-install-recommends llvm"
+
+case $case in
+deps_nonroot)
+  stand_ins "$dir" llvm 1000
+  PATH="$dir/bin:$PATH" "$root/scripts/ensure-deps" 2>"$dir/err"
+  rc=$?
+  cat "$dir/err"
+  [ "$rc" -eq 2 ] || fail "ensure-deps: exit $rc, want 2"
+  grep -qxF -- "$want_line" "$dir/err" || fail "ensure-deps: no line '$want_line'"
+  grep -q "missing Debian packages: llvm$" "$dir/err" || fail "ensure-deps: the package is not named"
+  [ ! -e "$dir/apt.log" ] || fail "apt-get ran for a user who is not root"
+  # ./harness and scripts/check stop at the same check, before any build.
+  # A copy of the tree without build/, so that a build would show.
+  mkdir "$dir/tree"
+  cp -r "$root/harness" "$root/scripts" "$dir/tree/"
+  for cmd in "./harness --list" "scripts/check release"; do
+    (cd "$dir/tree" && PATH="$dir/bin:$PATH" $cmd) >"$dir/out" 2>&1
+    rc=$?
+    cat "$dir/out"
+    [ "$rc" -eq 2 ] || fail "$cmd: exit $rc, want 2"
+    grep -qxF -- "$want_line" "$dir/out" || fail "$cmd: no line '$want_line'"
+    [ ! -e "$dir/tree/build" ] || fail "$cmd: started a build"
+  done
+  ;;
+deps_root)
+  stand_ins "$dir" llvm 0
+  PATH="$dir/bin:$PATH" "$root/scripts/ensure-deps" 2>"$dir/err"
+  rc=$?
+  cat "$dir/err"
+  [ "$rc" -eq 0 ] || fail "exit $rc, want 0"
+  printf 'update\ninstall -y --no-install-recommends llvm\n' > "$dir/want.log"
+  diff -u "$dir/want.log" "$dir/apt.log" || fail "apt-get was not run as wanted"
+  grep -q "installing missing Debian packages (apt-get, as root): llvm" "$dir/err" || fail "no message"
+  ;;
+deps_installed)
+  stand_ins "$dir" none-missing 1000
+  PATH="$dir/bin:$PATH" "$root/scripts/ensure-deps" >"$dir/out" 2>&1
+  rc=$?
+  [ "$rc" -eq 0 ] || fail "exit $rc, want 0"
+  [ ! -s "$dir/out" ] || fail "not silent: $(cat "$dir/out")"
+  ;;
+deps_one_list)
+  for f in .ci/run harness scripts/check; do
+    ! grep -n "apt-get install\|dpkg-query" "$root/$f" || fail "$f installs or checks packages itself"
+    grep -q "ensure-deps" "$root/$f" || fail "$f does not run scripts/ensure-deps"
+  done
+  for p in llvm cmake clang libclang-rt-14-dev libck-dev libbenchmark-dev libbenchmark-tools \
+           libevent-dev libjansson-dev gnuplot-nox python3 python3-scipy python3-yaml; do
+    sed 's/#.*//' "$root/scripts/deps" | grep -qw -- "$p" || fail "scripts/deps lacks $p"
+  done
+  ;;
+compare)
+  mkdir "$dir/old" "$dir/new"
+  cp "$root/results/baseline/throughput.json" "$dir/old/"
+  /usr/bin/python3 - "$dir/old/throughput.json" "$dir/new/throughput.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for r in d["rows"]:
+    if r["engine"] == "wheel" and r["metric"] == "seed_median_ns_per_op":
+        r["value"] *= 2
+json.dump(d, open(sys.argv[2], "w"))
+EOF
+  "$root/scripts/compare" "$dir/old" "$dir/new" >"$dir/out" 2>&1
+  rc=$?
+  cat "$dir/out"
+  [ "$rc" -eq 0 ] || fail "exit $rc"
+  grep -q "^Benchmark .*Time Old .*Time New" "$dir/out" || fail "no compare.py table"
+  grep -q "^throughput/wheel/seed/threads:1 " "$dir/out" || fail "compare.py: no wheel seed row"
+  grep -Eq "^throughput +wheel +seed_median_ns_per_op .* 2\.00x slower$" "$dir/out" ||
+    fail "rows: the doubled figure does not read 2.00x slower"
+  grep -Eq "^throughput +condvar +seed_median_ns_per_op .* same$" "$dir/out" ||
+    fail "rows: an unchanged figure does not read same"
+  grep -Eq "^throughput +mpsc +ops_per_s threads=2 " "$dir/out" || fail "rows: no thread-scaling row"
+  grep -Eq "^throughput +wheel +live_ns_per_op live=1000000 " "$dir/out" || fail "rows: no live-timer row"
+  ;;
+plot_report)
+  cp -r "$root/results/baseline" "$dir/b"
+  rm -rf "$dir/b/plots" "$dir/b/REPORT.md"
+  "$root/scripts/plot" "$dir/b" >"$dir/out" 2>&1 || { cat "$dir/out"; fail "scripts/plot failed"; }
+  cat "$dir/out"
+  for p in ns_per_op thread_scaling live_timers lateness_cdf retention; do
+    [ -s "$dir/b/plots/$p.svg" ] && [ -s "$dir/b/plots/$p.png" ] || fail "no $p plot"
+    grep -qF "![" "$dir/b/REPORT.md" && grep -qF "(plots/$p.svg)" "$dir/b/REPORT.md" ||
+      fail "REPORT.md does not show $p"
+  done
+  grep -q "instructions skipped" "$dir/out" || fail "instructions not reported skipped"
+  grep -q "^### Instructions per arm+cancel: not drawn" "$dir/b/REPORT.md" || fail "REPORT.md: no note on the missing instructions"
+  for h in "## Runs" "## Figures" "## Targets" "## Violations" "## Plots"; do
+    grep -qx "$h" "$dir/b/REPORT.md" || fail "REPORT.md: no section '$h'"
+  done
+  grep -q "^- \*\*Machine:\*\* .* 2 CPUs" "$dir/b/REPORT.md" || fail "REPORT.md: no machine line"
+  grep -q "^- \*\*Load average" "$dir/b/REPORT.md" || fail "REPORT.md: no load line"
+  grep -q "^| wheel | 64.9 |" "$dir/b/REPORT.md" || fail "REPORT.md: the figures table lacks wheel's seed figure"
+  grep -q "^| seed 1 thread: wheel faster than thread | 587x |" "$dir/b/REPORT.md" || fail "REPORT.md: no targets"
+  grep -q '^- `expiry/wheel`: n=1000000: order' "$dir/b/REPORT.md" || fail "REPORT.md: the baseline's violation is missing"
+  printf 'engine,total,producer,timer_thread\nwheel,400,150,250\ncondvar,300,200,100\n' > "$dir/b/instructions.csv"
+  "$root/scripts/plot" "$dir/b" >"$dir/out" 2>&1 || fail "scripts/plot failed with instructions.csv"
+  [ -s "$dir/b/plots/instructions.svg" ] || fail "no instructions plot"
+  grep -qF "(plots/instructions.svg)" "$dir/b/REPORT.md" || fail "REPORT.md does not show the instructions plot"
+  ;;
+*) fail "unknown case" ;;
+esac
+echo "ok [$case]"
