@@ -385,10 +385,14 @@ const struct tmo_scenario tmo_scenario_progress = {
 	progress_run,
 	.params = "--threads workers (at most 64) arm and cancel 1 s timeouts flat out, first "
 	          "with the engine running, then for 500 ms (--quick: 200 ms) with its timer "
-	          "thread parked at its loop's hook (tmo_park). Reports pairs/s, latency "
-	          "p50/p99/max and blocked workers per phase.",
-	.fails_when = "an engine that declares lockfree-arm has a worker blocked by the park (an "
-	              "engine that does not declare it is reported, not failed); an engine without "
-	              "the park capability does not refuse tmo_park with TMO_EINVAL; an arm or cancel "
-	              "returns an error.",
+	          "thread parked at its loop's hook (tmo_park), then for 2 s (--quick: 200 ms) "
+	          "while one callback blocks, each worker keeping 4096 timers of 60 s armed (16 on "
+	          "a thread-per-timer engine) and cancelling the oldest as it arms the next. "
+	          "Reports pairs/s, latency p50/p99/max, stalled and blocked workers per phase, and "
+	          "the slowest pair while the callback blocked.",
+	.fails_when = "an engine that declares lockfree-arm has a worker blocked by the park or "
+	              "by the blocked callback, or stalled over 100 ms while the callback blocks "
+	              "(an engine that does not declare it is reported, not failed); an engine "
+	              "without the park capability does not refuse tmo_park with TMO_EINVAL; an "
+	              "arm or cancel returns an error; the blocked callback's timer does not fire.",
 };
