@@ -69,7 +69,7 @@ static void usage(FILE *f)
 	           "\n"
 	           "SYNOPSIS\n"
 	           "    ./harness [--impl=NAME[,NAME...]|all] [--scenario=NAME[,NAME...]|all]\n"
-	           "              [--threads=N] [--json=FILE] [--quick] [--seed=N]\n"
+	           "              [--threads=N] [--repeat=N] [--json=FILE] [--quick] [--seed=N]\n"
 	           "              [--benchmark_NAME=VALUE ...]\n"
 	           "    ./harness --list | --help\n"
 	           "\n"
@@ -88,6 +88,10 @@ static void usage(FILE *f)
 	     "Scenarios to run, comma-separated, or all; default " DEFAULT_SCENARIO
 	     ". Each is described under SCENARIOS.");
 	item(f, "--threads=N", "Threads for the multi-threaded parts, 1..256 (default 2).");
+	item(f, "--repeat=N",
+	     "Scenarios that measure speed (throughput) run N fresh engine instances, 1..100 "
+	     "(default 1), and report the median, min and max over them, so one slow mode of one "
+	     "instance cannot pass for the engine's speed.");
 	item(f, "--json=FILE",
 	     "Write the results to FILE and the rows to FILE.csv beside it (NAME.json gives "
 	     "NAME.csv). Both are replaced whole after every run: written under a temporary name "
@@ -402,6 +406,7 @@ static const struct option longopts[] = {
 	{"threads", required_argument, NULL, 't'}, {"json", required_argument, NULL, 'j'},
 	{"quick", no_argument, NULL, 'q'},         {"seed", required_argument, NULL, 'S'},
 	{"list", no_argument, NULL, 'l'},          {"help", no_argument, NULL, 'h'},
+	{"repeat", required_argument, NULL, 'r'},
 	{NULL, 0, NULL, 0},
 };
 
@@ -468,7 +473,7 @@ int main(int argc, char **argv)
 	}
 
 	const char *impl = NULL, *scen = DEFAULT_SCENARIO, *json = NULL;
-	uint64_t threads = 2, seed = 1;
+	uint64_t threads = 2, seed = 1, repeat = 1;
 	int quick = 0, list = 0;
 	opterr = 0;
 	int c;
@@ -483,6 +488,10 @@ int main(int argc, char **argv)
 		case 't':
 			if (parse_u64(optarg, 256, &threads) != 0 || threads < 1)
 				return usage_error("--threads=%s: want an integer 1..256", optarg);
+			break;
+		case 'r':
+			if (parse_u64(optarg, 100, &repeat) != 0 || repeat < 1)
+				return usage_error("--repeat=%s: want an integer 1..100", optarg);
 			break;
 		case 'S':
 			if (parse_u64(optarg, UINT64_MAX, &seed) != 0)
@@ -574,7 +583,7 @@ int main(int argc, char **argv)
 	int64_t dog_limit = (quick ? WATCHDOG_QUICK_S : WATCHDOG_FULL_S) * TMO_NSEC_PER_SEC;
 	for (int s = 0; s < nscen; s++) {
 		for (int e = 0; e < nengines; e++) {
-			struct tmo_run run = {engines[e], (int)threads, quick, seed, rep};
+			struct tmo_run run = {engines[e], (int)threads, quick, seed, rep, (int)repeat};
 			printf("\n==== %s / %s ====\n", scenarios[s]->name, engines[e]->name);
 			report_begin_run(rep, scenarios[s]->name, engines[e]->name);
 			watchdog_arm(scenarios[s]->name, engines[e]->name, dog_limit);

@@ -21,6 +21,7 @@ struct tmo_run {
 	int quick;                        /* --quick: CI-sized */
 	uint64_t seed;                    /* --seed */
 	struct tmo_report *report;
+	int repeat;                       /* --repeat: fresh engine instances (>= 1) */
 };
 
 struct tmo_scenario {

@@ -13,10 +13,19 @@
  *          (empty and floor: the seed's rounds, their median.)
  *  threads:N  1..--threads threads, each arming and cancelling its own
  *          timer: aggregate ops/s (min-time runs, repeated: the median).
+ *  held:N  1..--threads threads, each holding its timers about 1 ms before
+ *          cancelling them (the web-service shape of the retention
+ *          scenario: an arm, then the cancel of the arm made ~1 ms
+ *          earlier): aggregate pairs/s.
  *  cross   arm on one thread, cancel on another (two threads and a
  *          single-producer ring between them): pairs/s.
  *  live:L  the seed loop with L (1e3, 1e5, 1e6) other timers armed
  *          (timeouts 60..3600 s, never due during the run).
+ *
+ * --repeat=N runs all of it on N fresh engine instances and reports each
+ * figure's median over them (the rows without "stat="), and its min and max
+ * ("stat=min", "stat=max"): one slow mode of one instance cannot pass for
+ * the engine's speed.
  *
  * Every arm must return 0 and every cancel TMO_CANCEL_PREVENTED (a 1 s
  * timeout cancelled microseconds later); anything else, or a callback that
@@ -27,7 +36,9 @@
  * rounds are OPS_THREAD pairs instead of OPS, and it holds at most
  * LIVE_THREAD_MAX live timers (more sizes are reported as skipped).
  */
+#include <math.h>
 #include <stdatomic.h>
+#include <stddef.h>
 
 #include "gbench.h"
 #include "util.h"
@@ -46,16 +57,29 @@
 #define LIVE_THREAD_MAX 1000
 #define RING 256 /* cross-thread ring (power of two) */
 #define MAX_THREADS 256
+#define HELD_NS TMO_NSEC_PER_MSEC
+#define HELD_RING (1u << 16) /* timers a thread may hold in the held case */
+#define MAX_INSTANCES 100
 
 struct tp_slot {
 	_Alignas(64) struct tmo_timer t;
 	atomic_uint cas_word; /* the floor's line: owned by its thread */
 };
 
+/* One thread's timers in the held case: a FIFO of HELD_RING. */
+struct tp_held {
+	struct tmo_timer *t;
+	int64_t *at; /* when each was armed (one clock read per batch) */
+	uint64_t head, tail;
+	double hold_ns_sum;
+	uint64_t holds;
+};
+
 struct tp_ctx {
 	const struct tmo_run *run;
 	struct tmo *e;
 	struct tp_slot slots[MAX_THREADS];
+	struct tp_held *held; /* per thread */
 	atomic_llong arm_errors, cancel_errors, fired;
 	_Atomic int first_error; /* first unexpected return value */
 	/* cross: timers travel producer -> consumer in `armed`, back in `free` */
@@ -103,6 +127,45 @@ static void bench_seed(gb_state *st, void *arg)
 	while (gb_keep_running_batch(st, BATCH))
 		for (int i = 0; i < BATCH; i++)
 			seed_op(c, t);
+	gb_items_processed(st, (int64_t)gb_max_iterations(st));
+}
+
+/* Cancel the oldest held timer (it was armed `now - at` ago). */
+static inline void held_cancel_oldest(struct tp_ctx *c, struct tp_held *h, int64_t now)
+{
+	uint32_t k = (uint32_t)(h->tail++ % HELD_RING);
+	int rc = tmo_cancel(c->e, &h->t[k]);
+	if (rc != TMO_CANCEL_PREVENTED)
+		tp_error(c, &c->cancel_errors, rc);
+	h->hold_ns_sum += (double)(now - h->at[k]);
+	h->holds++;
+}
+
+/* Each iteration arms one timer and cancels those armed at least HELD_NS
+ * ago: in the steady state one arm and one cancel. */
+static void bench_held(gb_state *st, void *arg)
+{
+	struct tp_ctx *c = arg;
+	struct tp_held *h = &c->held[gb_thread_index(st)];
+	h->head = h->tail = 0;
+	while (gb_keep_running_batch(st, BATCH)) {
+		int64_t now = tmo_now_ns();
+		for (int i = 0; i < BATCH; i++) {
+			while (h->head - h->tail >= HELD_RING ||
+			       (h->head > h->tail && now - h->at[h->tail % HELD_RING] >= HELD_NS))
+				held_cancel_oldest(c, h, now);
+			uint32_t k = (uint32_t)(h->head++ % HELD_RING);
+			h->at[k] = now;
+			int rc = tmo_arm(c->e, &h->t[k], TMO_NSEC_PER_SEC, tp_cb, c);
+			if (rc != 0) {
+				tp_error(c, &c->arm_errors, rc);
+				h->head--;
+			}
+		}
+	}
+	int64_t now = tmo_now_ns(); /* the loop has ended: this is not timed */
+	while (h->head > h->tail)
+		held_cancel_oldest(c, h, now);
 	gb_items_processed(st, (int64_t)gb_max_iterations(st));
 }
 
@@ -279,7 +342,151 @@ static size_t cancel_background(struct tp_ctx *c, struct tmo_timer *bg, size_t n
 	return bad;
 }
 
-static int throughput_run(const struct tmo_run *run)
+/* What one engine instance measured. */
+struct tp_figs {
+	double seed_ns, empty_ns, floor_ns, cross;
+	double ops_s[MAX_THREADS + 1];  /* seed, by threads */
+	double held_s[MAX_THREADS + 1]; /* held 1 ms, by threads */
+	double held_hold_ns;            /* the mean hold, at one thread */
+	double live_ns[3];
+};
+
+static const size_t lives[3] = {1000, 100000, 1000000};
+
+/* Register the Google Benchmark set of one instance. */
+static void tp_register_all(const struct tmo_run *run, struct tp_ctx *c, int rounds, int ops,
+                            double min_time, int nthreads)
+{
+	/* The empty loop and the floor run in the same rounds as the seed, so
+	 * their medians compare like with like (one long run of the floor is at
+	 * the mercy of one preemption on a shared machine). */
+	static const struct {
+		const char *what;
+		gb_fn *fn;
+	} rounds_of[] = {{"seed", bench_seed}, {"empty", bench_empty}, {"floor", bench_floor}};
+	for (size_t k = 0; k < 3; k++) {
+		struct gb_bench *b = tp_register(run, rounds_of[k].what, rounds_of[k].fn, c, 1, 0);
+		gb_iterations(b, (uint64_t)ops);
+		gb_repetitions(b, rounds);
+	}
+	for (int t = 1; t <= nthreads; t++)
+		tp_register(run, "", bench_seed, c, t, min_time);
+	for (int t = 1; c->held != NULL && t <= nthreads; t++)
+		tp_register(run, "held", bench_held, c, t, min_time);
+	tp_register(run, "cross", bench_cross, c, 2, min_time);
+}
+
+/* Read one instance's figures out of its Google Benchmark results. */
+static int tp_collect(const struct tmo_run *run, struct tp_ctx *c, const struct gb_result *res,
+                      size_t n, int nthreads, struct tp_figs *f)
+{
+	double round_ns[ROUNDS_FULL];
+	int nround = 0, violations = 0;
+	char want[200];
+	snprintf(want, sizeof want, "throughput/%s/seed/threads:1", run->ops->name);
+	for (size_t i = 0; i < n; i++) {
+		if (strcmp(res[i].name, want) == 0 && !res[i].error && res[i].repetition >= 0 &&
+		    nround < ROUNDS_FULL)
+			round_ns[nround++] = res[i].real_ns;
+		if (res[i].error) {
+			tmo_violation(run, "benchmark %s stopped: %s", res[i].name, res[i].error_message);
+			violations++;
+		}
+	}
+	f->seed_ns = nround > 0 ? su_median(round_ns, (size_t)nround) : NAN;
+	const struct gb_result *r_empty = tp_find(run, res, n, "empty", 1, "median");
+	const struct gb_result *r_floor = tp_find(run, res, n, "floor", 1, "median");
+	f->empty_ns = r_empty ? r_empty->real_ns : NAN;
+	f->floor_ns = r_floor ? r_floor->real_ns : NAN;
+	for (int t = 1; t <= nthreads; t++) {
+		/* real_s is the repetition's wall time; iterations are summed
+		 * over threads: aggregate ops/s. */
+		f->ops_s[t] = tp_median_rate(run, res, n, "", t);
+		f->held_s[t] = c->held != NULL ? tp_median_rate(run, res, n, "held", t) : NAN;
+	}
+	f->held_hold_ns = c->held != NULL && c->held[0].holds > 0
+	                      ? c->held[0].hold_ns_sum / (double)c->held[0].holds
+	                      : NAN;
+	/* Both threads count an iteration per timer: pairs = iterations / 2. */
+	f->cross = tp_median_rate(run, res, n, "cross", 2) / 2;
+	return violations;
+}
+
+/* The seed loop with L other timers live. */
+static int tp_live(const struct tmo_run *run, struct tp_ctx *c, double min_time,
+                   struct su_rng *rng, struct tp_figs *f)
+{
+	int violations = 0;
+	for (size_t li = 0; li < 3; li++) {
+		f->live_ns[li] = NAN;
+		size_t live = (size_t)su_scaled(lives[li]);
+		if (su_thread_per_timer(run) && live > LIVE_THREAD_MAX) {
+			printf("live=%zu: skipped (thread per timer: at most %d live timers)\n", live,
+			       LIVE_THREAD_MAX);
+			continue;
+		}
+		struct tmo_timer *bg = calloc(live, sizeof *bg);
+		if (bg == NULL) {
+			tmo_violation(run, "out of memory for %zu background timers", live);
+			return violations + 1;
+		}
+		int err;
+		size_t armed = arm_background(c, bg, live, rng, &err);
+		if (armed < live) {
+			printf("live=%zu: skipped: the engine took %zu timers, then returned %s\n", live,
+			       armed, tmo_errname(err));
+			su_report(run, "live_capacity", (double)armed, "timers", "live=%zu", live);
+		} else {
+			char what[32];
+			snprintf(what, sizeof what, "live:%zu", live);
+			tp_register(run, what, bench_seed, c, 1, min_time);
+			struct gb_result *res;
+			size_t n = gb_run(run, &res);
+			f->live_ns[li] = 1e9 / tp_median_rate(run, res, n, what, 1);
+			printf("live=%zu: %.1f ns/op\n", live, f->live_ns[li]);
+			for (size_t i = 0; i < n; i++)
+				if (res[i].error) {
+					tmo_violation(run, "benchmark %s stopped: %s", res[i].name,
+					              res[i].error_message);
+					violations++;
+				}
+			gb_results_free(res);
+		}
+		violations += (int)cancel_background(c, bg, armed);
+		free(bg);
+	}
+	return violations;
+}
+
+static void tp_held_free(struct tp_ctx *c, int nthreads)
+{
+	for (int t = 0; c->held != NULL && t < nthreads; t++) {
+		free(c->held[t].t);
+		free(c->held[t].at);
+	}
+	free(c->held);
+	c->held = NULL;
+}
+
+/* The held case's timers: NULL (case skipped) on a thread-per-timer engine
+ * (a thread per held timer) or when memory is short. */
+static void tp_held_alloc(const struct tmo_run *run, struct tp_ctx *c, int nthreads)
+{
+	if (su_thread_per_timer(run))
+		return;
+	c->held = calloc((size_t)nthreads, sizeof *c->held);
+	for (int t = 0; c->held != NULL && t < nthreads; t++) {
+		c->held[t].t = calloc(HELD_RING, sizeof *c->held[t].t);
+		c->held[t].at = calloc(HELD_RING, sizeof *c->held[t].at);
+		if (c->held[t].t == NULL || c->held[t].at == NULL) {
+			tp_held_free(c, nthreads);
+			return;
+		}
+	}
+}
+
+/* One fresh engine instance: every benchmark of the scenario. */
+static int tp_instance(const struct tmo_run *run, int inst, struct tp_figs *f)
 {
 	int rounds, ops;
 	double min_time;
@@ -294,33 +501,6 @@ static int throughput_run(const struct tmo_run *run)
 		free(c);
 		return rc;
 	}
-	int violations = 0;
-	struct su_rng rng = {run->seed};
-	printf("seed benchmark: %d rounds of %d arm+cancel pairs of a 1 s timeout around an empty "
-	       "block%s\n",
-	       rounds, ops,
-	       su_thread_per_timer(run) ? " (sized down: this engine starts a thread per arm)" : "");
-
-	/* Warm-up, not timed: the engine's first arms may allocate (pools,
-	 * heap arrays) and fault in memory; round 1 should not pay for it. */
-	for (int i = 0; i < ops; i++)
-		seed_op(c, &c->slots[0].t);
-
-	/* 1. seed, empty, floor, 1..N threads, cross: one Google Benchmark run. */
-	/* The empty loop and the floor run in the same rounds as the seed, so
-	 * their medians compare like with like (one long run of the floor is at
-	 * the mercy of one preemption on a shared machine). */
-	struct gb_bench *b = tp_register(run, "seed", bench_seed, c, 1, 0);
-	gb_iterations(b, (uint64_t)ops);
-	gb_repetitions(b, rounds);
-	b = tp_register(run, "empty", bench_empty, c, 1, 0);
-	gb_iterations(b, (uint64_t)ops);
-	gb_repetitions(b, rounds);
-	b = tp_register(run, "floor", bench_floor, c, 1, 0);
-	gb_iterations(b, (uint64_t)ops);
-	gb_repetitions(b, rounds);
-	for (int t = 1; t <= nthreads; t++)
-		tp_register(run, "", bench_seed, c, t, min_time);
 	c->pool = calloc(RING, sizeof *c->pool);
 	if (c->pool == NULL) {
 		tmo_destroy(&c->e);
@@ -330,99 +510,18 @@ static int throughput_run(const struct tmo_run *run)
 	for (int i = 0; i < RING; i++)
 		c->free_[i] = &c->pool[i];
 	atomic_store(&c->free_tail, RING);
-	tp_register(run, "cross", bench_cross, c, 2, min_time);
-
+	tp_held_alloc(run, c, nthreads);
+	struct su_rng rng = {run->seed + (uint64_t)inst};
+	/* Warm-up, not timed: the engine's first arms may allocate (pools,
+	 * heap arrays) and fault in memory; round 1 should not pay for it. */
+	for (int i = 0; i < ops; i++)
+		seed_op(c, &c->slots[0].t);
+	tp_register_all(run, c, rounds, ops, min_time, nthreads);
 	struct gb_result *res;
 	size_t n = gb_run(run, &res);
-
-	double round_ns[ROUNDS_FULL];
-	int nround = 0;
-	for (size_t i = 0; i < n; i++) {
-		char want[200];
-		snprintf(want, sizeof want, "throughput/%s/seed/threads:1", run->ops->name);
-		if (strcmp(res[i].name, want) == 0 && !res[i].error && res[i].repetition >= 0 &&
-		    nround < ROUNDS_FULL) {
-			round_ns[nround] = res[i].real_ns;
-			su_report(run, "seed_round_ns_per_op", res[i].real_ns, "ns", "round=%d", nround);
-			nround++;
-		}
-	}
-	double median = nround > 0 ? su_median(round_ns, (size_t)nround) : NAN;
-	tmo_report(run, "seed_median_ns_per_op", "", median, "ns");
-	const struct gb_result *r_empty = tp_find(run, res, n, "empty", 1, "median");
-	const struct gb_result *r_floor = tp_find(run, res, n, "floor", 1, "median");
-	double empty = r_empty ? r_empty->real_ns : NAN, floor_ns = r_floor ? r_floor->real_ns : NAN;
-	tmo_report(run, "empty_loop_ns_per_op", "", empty, "ns");
-	tmo_report(run, "floor_ns_per_op", "", floor_ns, "ns");
-	tmo_report(run, "ratio_to_floor", "", median / floor_ns, "x");
-	printf("\nseed: median %.1f ns/op over %d rounds; loop's own cost %.2f ns/op; floor (CAS "
-	       "pair) %.2f ns/op; %.1fx the floor (medians of the same rounds)\n",
-	       median, nround, empty, floor_ns, median / floor_ns);
-	double one = NAN;
-	for (int t = 1; t <= nthreads; t++) {
-		/* real_s is the repetition's wall time; iterations are summed
-		 * over threads: aggregate ops/s. */
-		double ops_s = tp_median_rate(run, res, n, "", t);
-		if (t == 1)
-			one = ops_s;
-		su_report(run, "ops_per_s", ops_s, "ops/s", "threads=%d", t);
-		printf("threads=%d: %.3g ops/s aggregate (%.2fx one thread)\n", t, ops_s, ops_s / one);
-	}
-	/* Both threads count an iteration per timer: pairs = iterations / 2. */
-	double cross = tp_median_rate(run, res, n, "cross", 2) / 2;
-	su_report(run, "cross_pairs_per_s", cross, "pairs/s", "threads=2");
-	printf("cross-thread (arm on one thread, cancel on another): %.3g pairs/s, %.0f ns per "
-	       "pair\n",
-	       cross, 1e9 / cross);
-	for (size_t i = 0; i < n; i++)
-		if (res[i].error) {
-			tmo_violation(run, "benchmark %s stopped: %s", res[i].name, res[i].error_message);
-			violations++;
-		}
+	int violations = tp_collect(run, c, res, n, nthreads, f);
 	gb_results_free(res);
-
-	/* 2. the seed loop with L live timers. */
-	static const size_t lives[] = {1000, 100000, 1000000};
-	for (size_t li = 0; li < sizeof lives / sizeof lives[0]; li++) {
-		size_t live = (size_t)su_scaled(lives[li]);
-		if (su_thread_per_timer(run) && live > LIVE_THREAD_MAX) {
-			printf("live=%zu: skipped (thread per timer: at most %d live timers)\n", live,
-			       LIVE_THREAD_MAX);
-			su_report(run, "live_ns_per_op", NAN, "ns", "live=%zu", live);
-			continue;
-		}
-		struct tmo_timer *bg = calloc(live, sizeof *bg);
-		if (bg == NULL) {
-			violations++;
-			tmo_violation(run, "out of memory for %zu background timers", live);
-			break;
-		}
-		int err;
-		size_t armed = arm_background(c, bg, live, &rng, &err);
-		if (armed < live) {
-			printf("live=%zu: skipped: the engine took %zu timers, then returned %s\n", live,
-			       armed, tmo_errname(err));
-			su_report(run, "live_capacity", (double)armed, "timers", "live=%zu", live);
-			su_report(run, "live_ns_per_op", NAN, "ns", "live=%zu", live);
-		} else {
-			char what[32];
-			snprintf(what, sizeof what, "live:%zu", live);
-			tp_register(run, what, bench_seed, c, 1, min_time);
-			n = gb_run(run, &res);
-			double ns = 1e9 / tp_median_rate(run, res, n, what, 1);
-			su_report(run, "live_ns_per_op", ns, "ns", "live=%zu", live);
-			printf("live=%zu: %.1f ns/op\n", live, ns);
-			for (size_t i = 0; i < n; i++)
-				if (res[i].error) {
-					tmo_violation(run, "benchmark %s stopped: %s", res[i].name,
-					              res[i].error_message);
-					violations++;
-				}
-			gb_results_free(res);
-		}
-		violations += (int)cancel_background(c, bg, armed);
-		free(bg);
-	}
+	violations += tp_live(run, c, min_time, &rng, f);
 
 	long long ae = atomic_load(&c->arm_errors), ce = atomic_load(&c->cancel_errors);
 	long long fired = atomic_load(&c->fired);
@@ -435,8 +534,105 @@ static int throughput_run(const struct tmo_run *run)
 		violations++;
 	}
 	tmo_destroy(&c->e);
+	tp_held_free(c, nthreads);
 	free(c->pool);
 	free(c);
+	return violations;
+}
+
+/* The median over instances of one figure, with its min and max as rows
+ * of their own ("stat=min", "stat=max") when there are several. */
+static double tp_summarize(const struct tmo_run *run, const struct tp_figs *figs, int ninst,
+                           size_t offset, const char *metric, const char *unit, const char *param)
+{
+	double v[MAX_INSTANCES];
+	int k = 0;
+	for (int i = 0; i < ninst; i++) {
+		double x = *(const double *)(const void *)((const char *)&figs[i] + offset);
+		if (!isnan(x))
+			v[k++] = x;
+	}
+	double med = k ? su_median(v, (size_t)k) : NAN; /* sorts v */
+	tmo_report(run, metric, param, med, unit);
+	if (ninst > 1 && k > 0) {
+		char p[160];
+		snprintf(p, sizeof p, "%s%sinstances=%d,stat=min", param, param[0] ? "," : "", ninst);
+		tmo_report(run, metric, p, v[0], unit);
+		snprintf(p, sizeof p, "%s%sinstances=%d,stat=max", param, param[0] ? "," : "", ninst);
+		tmo_report(run, metric, p, v[k - 1], unit);
+	}
+	return med;
+}
+
+#define FIG(field) offsetof(struct tp_figs, field)
+
+static void tp_report(const struct tmo_run *run, const struct tp_figs *figs, int ninst,
+                      int nthreads)
+{
+	for (int i = 0; ninst > 1 && i < ninst; i++)
+		su_report(run, "seed_instance_ns_per_op", figs[i].seed_ns, "ns", "instance=%d", i);
+	double seed = tp_summarize(run, figs, ninst, FIG(seed_ns), "seed_median_ns_per_op", "ns", "");
+	double empty = tp_summarize(run, figs, ninst, FIG(empty_ns), "empty_loop_ns_per_op", "ns", "");
+	double floor_ns = tp_summarize(run, figs, ninst, FIG(floor_ns), "floor_ns_per_op", "ns", "");
+	tmo_report(run, "ratio_to_floor", "", seed / floor_ns, "x");
+	printf("\nseed: median %.1f ns/op over %d instance%s; loop's own cost %.2f ns/op; floor "
+	       "(CAS pair) %.2f ns/op; %.1fx the floor\n",
+	       seed, ninst, ninst > 1 ? "s" : "", empty, floor_ns, seed / floor_ns);
+	char param[64];
+	double one = NAN, held_one = NAN;
+	for (int t = 1; t <= nthreads; t++) {
+		snprintf(param, sizeof param, "threads=%d", t);
+		double ops_s = tp_summarize(run, figs, ninst, FIG(ops_s[t]), "ops_per_s", "ops/s", param);
+		double held = tp_summarize(run, figs, ninst, FIG(held_s[t]), "held_pairs_per_s",
+		                           "pairs/s", param);
+		if (t == 1) {
+			one = ops_s;
+			held_one = held;
+		}
+		printf("threads=%d: seed %.3g ops/s aggregate (%.2fx one thread); held 1 ms %.3g "
+		       "pairs/s (%.2fx)\n",
+		       t, ops_s, ops_s / one, held, held / held_one);
+	}
+	tp_summarize(run, figs, ninst, FIG(held_hold_ns), "held_mean_hold_ns", "ns", "threads=1");
+	double cross = tp_summarize(run, figs, ninst, FIG(cross), "cross_pairs_per_s", "pairs/s",
+	                            "threads=2");
+	printf("cross-thread (arm on one thread, cancel on another): %.3g pairs/s, %.0f ns per "
+	       "pair\n",
+	       cross, 1e9 / cross);
+	for (int li = 0; li < 3; li++) {
+		snprintf(param, sizeof param, "live=%zu", (size_t)su_scaled(lives[li]));
+		tp_summarize(run, figs, ninst, FIG(live_ns[li]), "live_ns_per_op", "ns", param);
+	}
+}
+
+static int throughput_run(const struct tmo_run *run)
+{
+	int rounds, ops;
+	double min_time;
+	tp_sizes(run, &rounds, &ops, &min_time);
+	int ninst = run->repeat < 1 ? 1 : run->repeat > MAX_INSTANCES ? MAX_INSTANCES : run->repeat;
+	int nthreads = run->threads < MAX_THREADS ? run->threads : MAX_THREADS;
+	struct tp_figs *figs = calloc((size_t)ninst, sizeof *figs);
+	if (figs == NULL)
+		return TMO_ENOMEM;
+	printf("seed benchmark: %d rounds of %d arm+cancel pairs of a 1 s timeout around an empty "
+	       "block%s, on %d fresh engine instance%s\n",
+	       rounds, ops,
+	       su_thread_per_timer(run) ? " (sized down: this engine starts a thread per arm)" : "",
+	       ninst, ninst > 1 ? "s" : "");
+	int violations = 0;
+	for (int i = 0; i < ninst; i++) {
+		if (ninst > 1)
+			printf("---- instance %d of %d ----\n", i + 1, ninst);
+		int rc = tp_instance(run, i, &figs[i]);
+		if (rc < 0) {
+			free(figs);
+			return rc;
+		}
+		violations += rc;
+	}
+	tp_report(run, figs, ninst, nthreads);
+	free(figs);
 	return violations;
 }
 

@@ -113,7 +113,7 @@ static void expect(const struct tmo_scenario *sc, const struct tmo_engine_ops *o
 {
 	struct report_opts ro = {NULL, "harness_fixtures", 2, 1, 1, NULL};
 	struct tmo_report *rep = report_open(&ro);
-	struct tmo_run run = {ops, 2, 1, 1, rep};
+	struct tmo_run run = {ops, 2, 1, 1, rep, 1};
 	report_begin_run(rep, sc->name, ops->name);
 	printf("---- %s on fixture '%s' (want %s) ----\n", sc->name, ops->name,
 	       want_fail ? "violations" : "clean");

@@ -123,7 +123,6 @@ void lf_recs_free(struct tmo *e)
 	atomic_store_explicit(&e->recs, NULL, memory_order_relaxed);
 }
 
-static void node_free(struct tmo *e, struct lf_node *n);
 static void ring_evict(struct tmo *e, struct lf_rec *r, uint32_t i, uint64_t w);
 
 /* The calling thread gives r back (its exit, or it uses too many engines):
@@ -254,16 +253,6 @@ static void count_prevented(struct tmo *e)
 		atomic_fetch_add_explicit(&e->prevented_bare, 1, memory_order_relaxed);
 }
 
-static void node_free(struct tmo *e, struct lf_node *n)
-{
-	struct lf_rec *r = rec_get(e);
-	if (r == NULL && tmo__thread_engine == e)
-		r = e->tt_rec;
-	if (r != NULL)
-		lf_cache_put(e, r, n);
-	else
-		lf_free_bare(e, n);
-}
 
 /* ---- publishing: inbox and bases ------------------------------------------------ */
 
@@ -471,21 +460,25 @@ static int prevented_return(struct tmo *e, struct tmo_timer *t)
 	return TMO_CANCEL_PREVENTED;
 }
 
-/* A filed arm was prevented (CANCEL_PENDING, ours): take it out of its base,
- * or leave it to the base's holder, who frees it. */
+/* A filed arm was prevented (CANCEL_PENDING, ours): take it out of our own
+ * base if we can have its lock at once; any other base's holder (its owner,
+ * or the timer thread at its next look) removes and frees it from the
+ * base's cancel stack.  Never trylock another thread's base: its lock line
+ * would travel between the two cores on every cross-thread cancel. */
 static void unfile(struct tmo *e, struct lf_node *n)
 {
 	uintptr_t aux = atomic_load_explicit(&n->aux, memory_order_relaxed);
 	struct lf_base *b = (aux & 3u) == LF_IN_THREAD ? (struct lf_base *)(aux & ~(uintptr_t)3)
 	                                                : e->tt_base;
-	if (b != e->tt_base && lf_base_trylock(b)) {
+	struct lf_rec *r = rec_get(e);
+	if (r != NULL && r->base == b && lf_base_trylock(b)) {
 		const struct lf_sched *sc = e->p->sched;
 		if (sc->contains(n))
 			sc->remove(lf_sched_of(b), n);
 		/* else the timer thread collected it as due: its CAS to FIRING
 		 * fails on our state, and it never frees a node it did not fire */
 		lf_base_unlock(b);
-		node_free(e, n);
+		lf_cache_put(e, r, n);
 		return;
 	}
 	ck_stack_push_upmc(&b->cancels, &n->link);
