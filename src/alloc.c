@@ -14,6 +14,9 @@ static atomic_llong live_allocs;
 static atomic_llong total_allocs;
 
 static _Atomic uint64_t node_cap;
+static atomic_int timely;
+void tmo_testing_timely_timer(int on) { atomic_store(&timely, on != 0); }
+int tmo__timely_timer(void) { return atomic_load_explicit(&timely, memory_order_relaxed); }
 void tmo_testing_set_node_cap(uint64_t nodes) { atomic_store(&node_cap, nodes); }
 uint64_t tmo__node_cap(void) { return atomic_load(&node_cap); }
 

@@ -22,6 +22,8 @@ void tmo__free(void *p);
 /* pthread_create through the hook; returns 0 or TMO_EAGAIN. */
 int tmo__thread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *),
                        void *arg);
+/* tmo_testing_timely_timer(): 1 when on */
+int tmo__timely_timer(void);
 /* tmo_testing_set_node_cap(): 0 or the cap. */
 uint64_t tmo__node_cap(void);
 /* Consult the hook for another kind of resource: non-zero means fail. */

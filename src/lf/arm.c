@@ -357,7 +357,6 @@ static int arm_bare(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_
 	n->timer = t;
 	atomic_store_explicit(&n->s.q.timeout, timeout_ns, memory_order_relaxed);
 	atomic_store_explicit(&n->s.q.stamp, lf_stamp_precise(), memory_order_relaxed);
-	n->s.q.rec = NULL;
 	t->cb = cb;
 	t->arg = arg;
 	atomic_store_explicit(&n->state, lf_st(gen, LF_QUEUED), memory_order_release);
@@ -377,58 +376,125 @@ static __attribute__((noinline)) int arm_slow(struct tmo *e, struct tmo_timer *t
 }
 
 /* From the values arm stored: once published, the node may be stolen
- * and filed, and its fields rewritten. */
-static __attribute__((noinline)) void arm_wake(struct tmo *e, uint64_t stamp, int64_t timeout_ns)
+ * and filed, and its fields rewritten.  Returns 0 (arm's result). */
+static __attribute__((noinline)) int arm_wake(struct tmo *e, uint64_t stamp, int64_t timeout_ns)
 {
 	int64_t lo = lf_arm_time_lower(e, stamp);
 	lf_wake_for(e, lo > 0 ? lo + timeout_ns : 0);
+	return 0;
 }
 
-int lf_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb, void *arg)
+/* Fill n for its next arm, of t in slot i of r, and publish it. */
+static inline void arm_publish(struct tmo *e, struct lf_rec *r, struct lf_node *n, uint32_t i,
+                               struct tmo_timer *t, int64_t timeout_ns, uint64_t stamp,
+                               tmo_callback *cb, void *arg)
 {
-	_Atomic uint64_t *word = lf_timer_word(t);
-	if (LF_UNLIKELY(lf_word_out(atomic_load_explicit(word, memory_order_relaxed)) ==
+	uint64_t st = lf_next_ring(atomic_load_explicit(&n->state, memory_order_relaxed));
+	n->timer = t;
+	atomic_store_explicit(&n->s.q.timeout, timeout_ns, memory_order_relaxed);
+	atomic_store_explicit(&n->s.q.stamp, stamp, memory_order_relaxed);
+	t->cb = cb;
+	t->arg = arg;
+	uint64_t w = lf_word(lf_idx_of(e, n), lf_gen_of(st), LF_PENDING);
+	/* the timer's word before the slot: once in the slot the arm may be
+	 * stolen and fire, and fire writes FIRED over it */
+	atomic_store_explicit(&n->state, st, memory_order_release);
+	atomic_store_explicit(lf_timer_word(t), w, memory_order_release);
+	atomic_store_explicit(&r->ring[i], w, memory_order_release);
+	bump(&r->head);
+}
+
+/* Every arm the fast path below does not take: a new record, an empty
+ * cache, a slot still in use, precise dating, fences, a timer still armed,
+ * the timer thread or a thread whose exit hook ran. */
+static __attribute__((noinline)) int arm_general(struct tmo *e, struct tmo_timer *t,
+                                                 int64_t timeout_ns, tmo_callback *cb, void *arg)
+{
+	if (LF_UNLIKELY(lf_word_out(atomic_load_explicit(lf_timer_word(t), memory_order_relaxed)) ==
 	                LF_PENDING))
 		return TMO_EARMED;
 	struct lf_rec *r = rec_get(e);
 	if (LF_UNLIKELY(r == NULL))
 		return arm_slow(e, t, timeout_ns, cb, arg);
 	struct lf_node *n = r->cache;
-	if (LF_UNLIKELY(n == NULL)) {
+	if (n == NULL) {
 		int err = TMO_ENOMEM;
 		if ((n = lf_cache_refill(e, r, &err)) == NULL)
 			return err;
 	}
-	r->cache = n->link.next != NULL ? lf_node_of_link(n->link.next) : NULL;
+	r->cache = n->free_next;
 	r->cache_n--;
-
 	uint64_t tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
-	uint64_t stamp = LF_UNLIKELY(tw & LF_TW_PRECISE) ? lf_stamp_precise() : tw >> LF_TW_SHIFT;
-	uint64_t gen = (lf_gen_of(atomic_load_explicit(&n->state, memory_order_relaxed)) + 1) &
-	               LF_GEN_MASK;
-	uint32_t i = r->head++ & (LF_RING_SLOTS - 1);
+	uint64_t stamp = tw & LF_TW_PRECISE ? lf_stamp_precise() : tw >> LF_TW_SHIFT;
+	uint32_t i = (uint32_t)atomic_load_explicit(&r->head, memory_order_relaxed) &
+	             (LF_RING_SLOTS - 1);
 	uint64_t prev = atomic_load_explicit(&r->ring[i], memory_order_relaxed);
-	if (LF_UNLIKELY(prev != 0))
+	if (prev != 0)
 		ring_evict(e, r, i, prev);
+	arm_publish(e, r, n, i, t, timeout_ns, stamp, cb, arg);
+	lf_light_barrier(tw);
+	if (atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_SLEEPING)
+		return arm_wake(e, stamp, timeout_ns);
+	return 0;
+}
 
-	n->timer = t;
-	atomic_store_explicit(&n->s.q.timeout, timeout_ns, memory_order_relaxed);
-	atomic_store_explicit(&n->s.q.stamp, stamp, memory_order_relaxed);
-	n->s.q.rec = r;
-	n->s.q.slot = i;
+/* The fast path: this thread's record is the hot one, its cache has a node,
+ * the next slot is free, the timer thread is awake and no fence is needed.
+ * Nothing here calls a function but in tail position, and stores are
+ * ordered so that few values stay live: it needs few registers saved.
+ * `precise`: a constant, so each caller gets its own copy. */
+static inline __attribute__((always_inline)) int arm_fast(struct tmo *e, struct tmo_timer *t,
+                                                          int64_t timeout_ns, tmo_callback *cb,
+                                                          void *arg, uint64_t tw, int precise)
+{
+	struct lf_rec *r = tls_hot.rec;
+	struct lf_node *n = r->cache;
+	uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
+	_Atomic uint64_t *slot = &r->ring[head & (LF_RING_SLOTS - 1)];
+	_Atomic uint64_t *word = lf_timer_word(t);
+	if (LF_UNLIKELY(n == NULL || atomic_load_explicit(slot, memory_order_relaxed) != 0 ||
+	                lf_word_out(atomic_load_explicit(word, memory_order_relaxed)) == LF_PENDING))
+		return arm_general(e, t, timeout_ns, cb, arg);
 	t->cb = cb;
 	t->arg = arg;
-	uint64_t w = lf_word(lf_idx_of(e, n), gen, LF_PENDING);
+	r->cache = n->free_next;
+	r->cache_n--;
+	n->timer = t;
+	atomic_store_explicit(&n->s.q.timeout, timeout_ns, memory_order_relaxed);
+	uint64_t stamp = precise ? LF_PRECISE | __builtin_ia32_rdtsc() : tw >> LF_TW_SHIFT;
+	atomic_store_explicit(&n->s.q.stamp, stamp, memory_order_relaxed);
+	uint64_t st = lf_next_ring(atomic_load_explicit(&n->state, memory_order_relaxed));
+	/* lf_word(index, generation, LF_PENDING): index << 2 is the offset >> 4 */
+	uint64_t w = st + ((uint64_t)((char *)n - e->pool.arena) >> 4);
 	/* the timer's word before the slot: once in the slot the arm may be
 	 * stolen and fire, and fire writes FIRED over it */
-	atomic_store_explicit(&n->state, lf_st(gen, LF_RING), memory_order_release);
+	atomic_store_explicit(&n->state, st, memory_order_release);
 	atomic_store_explicit(word, w, memory_order_release);
-	atomic_store_explicit(&r->ring[i], w, memory_order_release);
-	bump(&r->armed);
-	lf_light_barrier(tw);
+	atomic_store_explicit(slot, w, memory_order_release);
+	atomic_store_explicit(&r->head, head + 1, memory_order_relaxed);
+	atomic_signal_fence(memory_order_seq_cst); /* see clock.c: membarrier */
 	if (LF_UNLIKELY(atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_SLEEPING))
-		arm_wake(e, stamp, timeout_ns);
+		return arm_wake(e, stamp, timeout_ns);
 	return 0;
+}
+
+/* Arms dated by the TSC (mpsc always; the wheel while ticks are late). */
+static __attribute__((noinline)) int arm_fast_precise(struct tmo *e, struct tmo_timer *t,
+                                                      int64_t timeout_ns, tmo_callback *cb,
+                                                      void *arg, uint64_t tw)
+{
+	return arm_fast(e, t, timeout_ns, cb, arg, tw, 1);
+}
+
+int lf_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb, void *arg)
+{
+	uint64_t tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
+	if (LF_UNLIKELY(tls_hot.id != e->base.id || (tw & (LF_TW_SLEEPING | LF_TW_FENCE)) != 0))
+		return arm_general(e, t, timeout_ns, cb, arg);
+	if (tw & LF_TW_PRECISE)
+		return lf_use_tsc ? arm_fast_precise(e, t, timeout_ns, cb, arg, tw)
+		                  : arm_general(e, t, timeout_ns, cb, arg);
+	return arm_fast(e, t, timeout_ns, cb, arg, tw, 0);
 }
 
 /* ---- cancel ----------------------------------------------------------------------- */
@@ -489,6 +555,8 @@ static void unfile(struct tmo *e, struct lf_node *n)
 		lf_wake_for(e, 0);
 }
 
+static void ring_take_back(struct tmo *e, uint64_t w, struct lf_node *n);
+
 static __attribute__((noinline)) int cancel_slow(struct tmo *e, struct tmo_timer *t,
                                                  uint64_t w)
 {
@@ -524,15 +592,8 @@ static __attribute__((noinline)) int cancel_slow(struct tmo *e, struct tmo_timer
 					continue;
 				atomic_store_explicit(word, cancelled, memory_order_release);
 				count_prevented(e);
-				if (st == LF_RING) {
-					struct lf_rec *r = rec_get(e);
-					if (r != NULL && n->s.q.rec == r) {
-						atomic_store_explicit(&r->ring[n->s.q.slot], 0,
-						                      memory_order_relaxed);
-						lf_cache_put(e, r, n);
-					}
-					/* else its owner reclaims it from the slot */
-				}
+				if (st == LF_RING)
+					ring_take_back(e, w, n);
 				/* QUEUED: whoever holds it in transit drops it */
 				return TMO_CANCEL_PREVENTED;
 			}
@@ -575,31 +636,78 @@ static __attribute__((noinline)) int cancel_slow(struct tmo *e, struct tmo_timer
 	}
 }
 
+/* The slot of our ring that holds arm w, or -1: the last arm's slot first
+ * (the seed's arm+cancel, nested scopes), then the others. */
+static inline int ring_find(const struct lf_rec *r, uint64_t w)
+{
+	uint32_t k = (uint32_t)(atomic_load_explicit(&r->head, memory_order_relaxed) - 1) &
+	             (LF_RING_SLOTS - 1);
+	if (atomic_load_explicit(&r->ring[k], memory_order_relaxed) == w)
+		return (int)k;
+	for (k = 0; k < LF_RING_SLOTS; k++)
+		if (atomic_load_explicit(&r->ring[k], memory_order_relaxed) == w)
+			return (int)k;
+	return -1;
+}
+
+/* A ring arm w (node n) this thread just won (CANCELLED): if the ring is
+ * ours, the node comes back at once; else its owner reclaims it from its
+ * slot when it passes there again. */
+static void ring_take_back(struct tmo *e, uint64_t w, struct lf_node *n)
+{
+	struct lf_rec *r = rec_get(e);
+	int k = r != NULL ? ring_find(r, w) : -1;
+	if (k < 0)
+		return;
+	atomic_store_explicit(&r->ring[k], 0, memory_order_relaxed);
+	lf_cache_put(e, r, n);
+}
+
+static __attribute__((noinline)) int cancel_ring_other(struct tmo *e, uint64_t w,
+                                                       struct lf_node *n)
+{
+	count_prevented(e);
+	ring_take_back(e, w, n);
+	return TMO_CANCEL_PREVENTED;
+}
+
+static __attribute__((noinline)) int cancel_spill(struct tmo *e, struct lf_rec *r)
+{
+	lf_cache_spill(e, r);
+	return TMO_CANCEL_PREVENTED;
+}
+
+/* The fast path: the arm is still in a ring, and it is the last arm of
+ * this thread's hot record. */
 int lf_cancel(struct tmo *e, struct tmo_timer *t)
 {
 	_Atomic uint64_t *word = lf_timer_word(t);
 	uint64_t w = atomic_load_explicit(word, memory_order_acquire);
-	if (LF_LIKELY(lf_word_out(w) == LF_PENDING)) {
-		struct lf_node *n = lf_node_at(e, lf_word_idx(w));
-		uint64_t gen = lf_word_gen(w);
-		uint64_t s = lf_st(gen, LF_RING);
-		if (LF_LIKELY(atomic_compare_exchange_strong_explicit(
-		        &n->state, &s, lf_st(gen, LF_CANCELLED), memory_order_acq_rel,
-		        memory_order_relaxed))) {
-			/* won: the node's fields are ours to read now */
-			atomic_store_explicit(word, (w & ~(uint64_t)3) | LF_CANCELLED_OUT,
-			                      memory_order_release);
-			struct lf_rec *r = rec_get(e);
-			if (LF_LIKELY(r != NULL && n->s.q.rec == r)) {
-				/* taken back from our own ring: it never left this thread */
-				atomic_store_explicit(&r->ring[n->s.q.slot], 0, memory_order_relaxed);
-				bump(&r->prevented);
-				lf_cache_put(e, r, n);
-			} else {
-				count_prevented(e); /* its owner reclaims it from the slot */
-			}
-			return TMO_CANCEL_PREVENTED;
-		}
-	}
-	return cancel_slow(e, t, w);
+	if (LF_UNLIKELY(lf_word_out(w) != LF_PENDING))
+		return cancel_slow(e, t, w);
+	struct lf_node *n = lf_node_at(e, lf_word_idx(w));
+	/* the arm's RING state is its word without the index */
+	uint64_t s = w & ~((uint64_t)((1u << LF_IDX_BITS) - 1) << 2);
+	if (LF_UNLIKELY(!atomic_compare_exchange_strong_explicit(&n->state, &s,
+	                                                         s + (LF_CANCELLED - LF_RING),
+	                                                         memory_order_acq_rel,
+	                                                         memory_order_relaxed)))
+		return cancel_slow(e, t, w);
+	/* won: taken back before anyone else looked */
+	atomic_store_explicit(word, w | LF_CANCELLED_OUT, memory_order_release);
+	if (LF_UNLIKELY(tls_hot.id != e->base.id))
+		return cancel_ring_other(e, w, n);
+	struct lf_rec *r = tls_hot.rec;
+	uint32_t k = (uint32_t)(atomic_load_explicit(&r->head, memory_order_relaxed) - 1) &
+	             (LF_RING_SLOTS - 1);
+	if (LF_UNLIKELY(atomic_load_explicit(&r->ring[k], memory_order_relaxed) != w))
+		return cancel_ring_other(e, w, n);
+	/* from our own ring: it never left this thread */
+	atomic_store_explicit(&r->ring[k], 0, memory_order_relaxed);
+	bump(&r->prevented);
+	n->free_next = r->cache;
+	r->cache = n;
+	if (LF_UNLIKELY(++r->cache_n > LF_CACHE_MAX))
+		return cancel_spill(e, r);
+	return TMO_CANCEL_PREVENTED;
 }

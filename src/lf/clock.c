@@ -136,6 +136,7 @@ static int tsc_invariant(void) { return 0; }
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static int g_use_tsc;
+int lf_use_tsc; /* g_use_tsc, for lf_stamp_precise() */
 static uint64_t g_cal_tsc, g_cal_width;
 static int64_t g_cal_ns;
 static int g_membarrier; /* 1: registered and working */
@@ -158,6 +159,7 @@ static void tsc_pair(uint64_t *tsc, int64_t *ns, uint64_t *width)
 static void once_init(void)
 {
 	g_use_tsc = tsc_invariant();
+	lf_use_tsc = g_use_tsc;
 	if (g_use_tsc)
 		tsc_pair(&g_cal_tsc, &g_cal_ns, &g_cal_width);
 #ifndef TMO__UNDER_TSAN
@@ -167,10 +169,6 @@ static void once_init(void)
 #endif
 }
 
-uint64_t lf_stamp_precise(void)
-{
-	return LF_PRECISE | (g_use_tsc ? read_tsc() : (uint64_t)tmo_now_ns());
-}
 
 static double bits_d(uint64_t b)
 {

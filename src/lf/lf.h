@@ -22,7 +22,7 @@
  * nodes from every base, sorts them by deadline and runs the callbacks.
  *
  * Exactly once: every arm has a node; the node's state word (generation <<
- * 3 | state) has exactly one winner among cancel, steal, spill and fire:
+ * 26 | state) has exactly one winner among cancel, steal, spill and fire:
  *
  *   RING --steal/spill--> QUEUED --file--> IN_STRUCT --due--> FIRING --> FREE
  *    |                      |                  |
@@ -94,32 +94,40 @@ enum lf_state {
 	LF_DROPPED = 7,        /* prevented in transit (QUEUED): its holder frees it */
 };
 
-/* Generations are 38 bits wide, both in the state word and in the timer's
- * word: a stale (index, generation) could only match after 2^38 arms of one
- * node while its reader sleeps between two instructions (about an hour of
- * nothing but arm+cancel on that node). */
-#define LF_GEN_BITS 38
-#define LF_GEN_MASK ((UINT64_C(1) << LF_GEN_BITS) - 1)
+/* Generations are 38 bits wide, in the top bits of both the state word and
+ * the timer's word (so that they wrap by themselves, and a RING state plus
+ * the node's index is the arm's PENDING word): a stale (index, generation)
+ * could only match after 2^38 arms of one node while its reader sleeps
+ * between two instructions (about an hour of nothing but arm+cancel on
+ * that node). */
+#define LF_GEN_SHIFT 26
+#define LF_GEN_MASK ((UINT64_C(1) << (64 - LF_GEN_SHIFT)) - 1)
 #define LF_IDX_BITS 24 /* at most 2^24 nodes: a 1 GiB arena */
+#define LF_LOW_MASK ((UINT64_C(1) << LF_GEN_SHIFT) - 1)
 
-static inline uint64_t lf_st(uint64_t gen, unsigned st) { return (gen & LF_GEN_MASK) << 3 | st; }
+/* A state word: generation << 26 | enum lf_state. */
+static inline uint64_t lf_st(uint64_t gen, unsigned st) { return gen << LF_GEN_SHIFT | st; }
 static inline unsigned lf_st_of(uint64_t s) { return (unsigned)(s & 7u); }
-static inline uint64_t lf_gen_of(uint64_t s) { return s >> 3; }
+static inline uint64_t lf_gen_of(uint64_t s) { return s >> LF_GEN_SHIFT; }
+/* The state of a free node's next arm: its generation + 1, RING. */
+static inline uint64_t lf_next_ring(uint64_t s) { return ((s | LF_LOW_MASK) + 1) | LF_RING; }
 
 enum lf_outcome { LF_NONE = 0, LF_PENDING = 1, LF_FIRED = 2, LF_CANCELLED_OUT = 3 };
 
 /* The timer's word: generation << 26 | node index << 2 | outcome.  All-zero
- * is an idle timer (tmo_timer_init). */
+ * is an idle timer (tmo_timer_init).  An arm's PENDING word is its node's
+ * RING state plus index << 2 (LF_PENDING == LF_RING). */
 static inline uint64_t lf_word(uint32_t idx, uint64_t gen, unsigned out)
 {
-	return (gen & LF_GEN_MASK) << (LF_IDX_BITS + 2) | (uint64_t)idx << 2 | out;
+	return gen << LF_GEN_SHIFT | (uint64_t)idx << 2 | out;
 }
 static inline unsigned lf_word_out(uint64_t w) { return (unsigned)(w & 3u); }
 static inline uint32_t lf_word_idx(uint64_t w)
 {
 	return (uint32_t)(w >> 2) & ((1u << LF_IDX_BITS) - 1);
 }
-static inline uint64_t lf_word_gen(uint64_t w) { return w >> (LF_IDX_BITS + 2); }
+static inline uint64_t lf_word_gen(uint64_t w) { return w >> LF_GEN_SHIFT; }
+_Static_assert((int)LF_PENDING == (int)LF_RING, "a RING state plus the index is the word");
 static inline _Atomic uint64_t *lf_timer_word(struct tmo_timer *t)
 {
 	return (_Atomic uint64_t *)(void *)&t->tmo_private[0];
@@ -143,19 +151,17 @@ struct lf_base;
 struct lf_node {
 	_Atomic uint64_t state;
 	struct tmo_timer *timer;
-	/* inbox, a base's cancel stack, or a free chain */
-	ck_stack_entry_t link;
+	union {
+		ck_stack_entry_t link;   /* inbox, a base's cancel stack */
+		struct lf_node *free_next; /* a free list (cache, depot chain) */
+	};
 	/* enum lf_where | base or unfiled link; written before the node is
 	 * published IN_STRUCT, so a canceller that wins reads it */
 	_Atomic uintptr_t aux;
 	union {
 		struct {
-			/* atomics: the timer thread reads them before it decides
-			 * to steal (validated by the state word) */
 			_Atomic int64_t timeout;
 			_Atomic uint64_t stamp; /* clock.c: a tick, or LF_PRECISE | TSC */
-			struct lf_rec *rec;     /* whose ring holds it */
-			uint32_t slot;
 		} q;                            /* RING, QUEUED */
 		struct tmo_heap_node heap;      /* IN_STRUCT (mpsc) */
 		struct tmo_wheel_node wheel;    /* IN_STRUCT (wheel) */
@@ -224,18 +230,20 @@ struct lf_rec {
 	 * Written by its owner only; read by the timer thread. */
 	_Alignas(64) _Atomic uint64_t ring[LF_RING_SLOTS];
 	/* Owner-only (stats read the counters). */
-	_Alignas(64) uint32_t head;
+	/* every arm made through this record: its next ring slot, and the
+	 * arms counter stats read (relaxed; only the owner writes it) */
+	_Alignas(64) _Atomic uint64_t head;
 	uint32_t cache_n;
-	struct lf_node *cache; /* free nodes, linked through link.next */
-	_Atomic uint64_t armed, prevented, spilled;
+	struct lf_node *cache; /* free nodes, linked through free_next */
+	_Atomic uint64_t prevented, spilled;
 	struct lf_base *base; /* wheel: this thread's base; mpsc: NULL */
 	/* Under the engine's rec_lock. */
 	int attached;
 	struct lf_rec *next_free;
 	/* Append-only list of every record (the timer thread walks it). */
 	struct lf_rec *_Atomic next;
-	/* Timer thread only: `armed` when it last looked. */
-	uint64_t seen_armed;
+	/* Timer thread only: `head` when it last looked. */
+	uint64_t seen_head;
 };
 
 /* ---- engine parameters and the engine ---------------------------------------- */
@@ -351,7 +359,7 @@ static inline struct lf_node *lf_node_at(const struct tmo *e, uint32_t idx)
 }
 static inline uint32_t lf_idx_of(const struct tmo *e, const struct lf_node *n)
 {
-	return (uint32_t)(((const char *)n - e->pool.arena) >> 6);
+	return (uint32_t)((uint64_t)((const char *)n - e->pool.arena) >> 6);
 }
 /* A free node for r's cache: refills it from the depot or the arena.
  * Returns NULL with *err = TMO_ENOMEM or TMO_EAGAIN (the arena is full). */
@@ -360,7 +368,7 @@ struct lf_node *lf_cache_refill(struct tmo *e, struct lf_rec *r, int *err);
 void lf_cache_spill(struct tmo *e, struct lf_rec *r);
 static inline void lf_cache_put(struct tmo *e, struct lf_rec *r, struct lf_node *n)
 {
-	n->link.next = r->cache != NULL ? &r->cache->link : NULL;
+	n->free_next = r->cache;
 	r->cache = n;
 	if (LF_UNLIKELY(++r->cache_n > LF_CACHE_MAX))
 		lf_cache_spill(e, r);
@@ -383,8 +391,17 @@ void lf_clock_init(struct tmo *e);
 /* Timer thread: publish the next tick (flags: LF_TW_*); returns its clock
  * reading, taken after the tick is visible. */
 int64_t lf_tick_publish(struct tmo *e, unsigned flags);
-/* The stamp an arm stores, given the tick word it read. */
-uint64_t lf_stamp_precise(void);
+/* A precise stamp (LF_PRECISE | the TSC, or CLOCK_MONOTONIC without an
+ * invariant TSC). */
+extern int lf_use_tsc;
+static inline uint64_t lf_stamp_precise(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	if (LF_LIKELY(lf_use_tsc))
+		return LF_PRECISE | __builtin_ia32_rdtsc();
+#endif
+	return LF_PRECISE | (uint64_t)tmo_now_ns();
+}
 /* Upper bound on the time an arm stamped `stamp` was called: never earlier.
  * Reads the clock when the tables cannot tell (the caller runs after the
  * arm). */

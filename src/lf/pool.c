@@ -162,7 +162,7 @@ static struct lf_node *grow_locked(struct tmo *e, uint32_t *count, int *err)
 		struct lf_node *x = lf_node_at(e, first * PAGE_NODES + i);
 		if (floor != 0)
 			atomic_store_explicit(&x->state, lf_st(floor, LF_FREE), memory_order_relaxed);
-		x->link.next = head != NULL ? &head->link : NULL;
+		x->free_next = head;
 		head = x;
 	}
 	atomic_fetch_add_explicit(&p->populated_pages, pages, memory_order_relaxed);
@@ -217,9 +217,9 @@ struct lf_node *lf_cache_refill(struct tmo *e, struct lf_rec *r, int *err)
 	}
 	/* the chain joins whatever the cache holds (at most a few nodes) */
 	struct lf_node *tail = c;
-	while (tail->link.next != NULL)
-		tail = lf_node_of_link(tail->link.next);
-	tail->link.next = r->cache != NULL ? &r->cache->link : NULL;
+	while (tail->free_next != NULL)
+		tail = tail->free_next;
+	tail->free_next = r->cache;
 	r->cache = c;
 	r->cache_n += count;
 	return c;
@@ -237,9 +237,9 @@ static void cache_spill(struct tmo *e, struct lf_rec *r, int may_wait)
 	while (r->cache_n > LF_CACHE_MAX - LF_CHAIN) {
 		struct lf_node *head = r->cache, *tail = head;
 		for (uint32_t i = 1; i < LF_CHAIN; i++)
-			tail = lf_node_of_link(tail->link.next);
-		r->cache = tail->link.next ? lf_node_of_link(tail->link.next) : NULL;
-		tail->link.next = NULL;
+			tail = tail->free_next;
+		r->cache = tail->free_next;
+		tail->free_next = NULL;
 		r->cache_n -= LF_CHAIN;
 		depot_put_locked(e, head, LF_CHAIN);
 	}
@@ -255,12 +255,12 @@ void lf_cache_return(struct tmo *e, struct lf_rec *r)
 	while (r->cache != NULL) {
 		struct lf_node *head = r->cache, *tail = head;
 		uint32_t k = 1;
-		while (k < LF_CHAIN && tail->link.next != NULL) {
-			tail = lf_node_of_link(tail->link.next);
+		while (k < LF_CHAIN && tail->free_next != NULL) {
+			tail = tail->free_next;
 			k++;
 		}
-		r->cache = tail->link.next ? lf_node_of_link(tail->link.next) : NULL;
-		tail->link.next = NULL;
+		r->cache = tail->free_next;
+		tail->free_next = NULL;
 		depot_put_locked(e, head, k);
 	}
 	r->cache_n = 0;
@@ -280,8 +280,8 @@ struct lf_node *lf_alloc_bare(struct tmo *e, int *err)
 	if (pthread_mutex_trylock(&p->depot_lock) == 0) {
 		c = depot_take_locked(e, &count);
 		if (c != NULL && count > 1) {
-			depot_put_locked(e, lf_node_of_link(c->link.next), count - 1);
-			c->link.next = NULL;
+			depot_put_locked(e, c->free_next, count - 1);
+			c->free_next = NULL;
 		}
 		pthread_mutex_unlock(&p->depot_lock);
 	}
@@ -293,9 +293,9 @@ struct lf_node *lf_alloc_bare(struct tmo *e, int *err)
 			return NULL;
 		if (count > 1) {
 			pthread_mutex_lock(&p->depot_lock);
-			depot_put_locked(e, lf_node_of_link(c->link.next), count - 1);
+			depot_put_locked(e, c->free_next, count - 1);
 			pthread_mutex_unlock(&p->depot_lock);
-			c->link.next = NULL;
+			c->free_next = NULL;
 		}
 	}
 	return c;
@@ -340,10 +340,10 @@ void lf_pool_trim(struct tmo *e)
 	while (chains != NULL) {
 		struct lf_node *next_chain = chain_next(chains), *n = chains;
 		while (n != NULL) {
-			struct lf_node *next = n->link.next ? lf_node_of_link(n->link.next) : NULL;
+			struct lf_node *next = n->free_next;
 			uint32_t pg = page_of(e, n);
 			struct lf_node **list = pg < hwm ? &by_page[pg] : &late;
-			n->link.next = *list != NULL ? &(*list)->link : NULL;
+			n->free_next = *list;
 			*list = n;
 			if (pg < hwm)
 				free_in[pg]++;

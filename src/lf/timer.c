@@ -83,7 +83,7 @@ static void file_tt(struct tmo *e, struct lf_node *n, uint64_t gen, int64_t dead
 	atomic_store_explicit(&n->aux, LF_IN_TT, memory_order_relaxed);
 	if (sc->insert(lf_sched_of(e->tt_base), n, deadline) != 0) {
 		n->s.unfiled.when = deadline;
-		n->link.next = e->tt->unfiled != NULL ? &e->tt->unfiled->link : NULL;
+		n->free_next = e->tt->unfiled; /* QUEUED: its link is ours */
 		e->tt->unfiled = n;
 		return;
 	}
@@ -100,7 +100,7 @@ static void retry_unfiled(struct tmo *e)
 	struct lf_node *n = e->tt->unfiled;
 	e->tt->unfiled = NULL;
 	while (n != NULL) {
-		struct lf_node *next = n->link.next ? lf_node_of_link(n->link.next) : NULL;
+		struct lf_node *next = n->free_next;
 		uint64_t s = atomic_load_explicit(&n->state, memory_order_acquire);
 		if (lf_st_of(s) == LF_DROPPED)
 			lf_cache_put(e, e->tt_rec, n);
@@ -140,9 +140,9 @@ static int steal_rings(struct tmo *e)
 	int active = 0;
 	for (struct lf_rec *r = atomic_load_explicit(&e->recs, memory_order_acquire); r != NULL;
 	     r = atomic_load_explicit(&r->next, memory_order_relaxed)) {
-		uint64_t armed = atomic_load_explicit(&r->armed, memory_order_relaxed);
-		if (armed != r->seen_armed) {
-			r->seen_armed = armed;
+		uint64_t armed = atomic_load_explicit(&r->head, memory_order_relaxed);
+		if (armed != r->seen_head) {
+			r->seen_head = armed;
 			active = 1;
 		}
 		for (uint32_t i = 0; i < LF_RING_SLOTS; i++) {
@@ -405,7 +405,7 @@ static int64_t tt_tick(struct tmo *e, unsigned flags)
 {
 	struct lf_tt *tt = e->tt;
 	int64_t now = tmo_now_ns();
-	if (e->tick_ns > 0 && !tt->last_precise &&
+	if (e->tick_ns > 0 && !tt->last_precise && !tmo__timely_timer() &&
 	    now - tt->last_tick > e->tick_ns + e->resolution_ns / 4)
 		tt->precise_until = now + lf_precise_hold_ns();
 	if (e->tick_ns == 0 || now < tt->precise_until)
@@ -459,7 +459,7 @@ static void *timer_main(void *arg)
 		/* 5. sleep */
 		if (tt->unfiled != NULL && wake > now + TMO_NSEC_PER_MSEC)
 			wake = now + TMO_NSEC_PER_MSEC;
-		tt->idle = active ? 0 : tt->idle + 1;
+		tt->idle = active || tmo__timely_timer() ? 0 : tt->idle + 1;
 		uint32_t v = lf_ec_value(&e->wake_ec);
 		int64_t poll = e->tick_ns > 0 ? e->tick_ns : e->resolution_ns;
 		if (tt->idle < IDLE_ROUNDS) {
@@ -616,12 +616,12 @@ void lf_destroy_forked(struct tmo *e)
 int lf_stats(struct tmo *e, struct tmo_stats *out)
 {
 	uint64_t armed = atomic_load_explicit(&e->armed_bare, memory_order_relaxed) +
-	                 atomic_load_explicit(&e->tt_rec->armed, memory_order_relaxed);
+	                 atomic_load_explicit(&e->tt_rec->head, memory_order_relaxed);
 	uint64_t prevented = atomic_load_explicit(&e->prevented_bare, memory_order_relaxed) +
 	                     atomic_load_explicit(&e->tt_rec->prevented, memory_order_relaxed);
 	for (struct lf_rec *r = atomic_load_explicit(&e->recs, memory_order_acquire); r != NULL;
 	     r = atomic_load_explicit(&r->next, memory_order_relaxed)) {
-		armed += atomic_load_explicit(&r->armed, memory_order_relaxed);
+		armed += atomic_load_explicit(&r->head, memory_order_relaxed);
 		prevented += atomic_load_explicit(&r->prevented, memory_order_relaxed);
 	}
 	uint64_t fired = atomic_load_explicit(&e->fired, memory_order_relaxed);
@@ -661,7 +661,7 @@ int lf_arm_on_timer(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_
 	struct lf_node *n = r->cache;
 	if (n == NULL && (n = lf_cache_refill(e, r, &err)) == NULL)
 		return err;
-	r->cache = n->link.next != NULL ? lf_node_of_link(n->link.next) : NULL;
+	r->cache = n->free_next;
 	r->cache_n--;
 	uint64_t gen = (lf_gen_of(atomic_load_explicit(&n->state, memory_order_relaxed)) + 1) &
 	               LF_GEN_MASK;
@@ -676,7 +676,7 @@ int lf_arm_on_timer(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_
 	atomic_store_explicit(&n->state, lf_st(gen, LF_IN_STRUCT), memory_order_release);
 	atomic_store_explicit(lf_timer_word(t), lf_word(lf_idx_of(e, n), gen, LF_PENDING),
 	                      memory_order_release);
-	atomic_store_explicit(&r->armed, atomic_load_explicit(&r->armed, memory_order_relaxed) + 1,
+	atomic_store_explicit(&r->head, atomic_load_explicit(&r->head, memory_order_relaxed) + 1,
 	                      memory_order_relaxed);
 	return 0;
 }
