@@ -468,6 +468,8 @@ int lf_create(const struct lf_params *p, const struct tmo_config *cfg, struct tm
 void lf_destroy(struct tmo *e);
 void lf_destroy_forked(struct tmo *e);
 int lf_stats(struct tmo *e, struct tmo_stats *out);
+/* Armed, neither fired nor prevented (a sum over every thread's counters). */
+uint64_t lf_pending(struct tmo *e);
 int lf_park(struct tmo *e, int on);
 /* The timer thread's own arm (from a callback): filed at once. */
 int lf_arm_on_timer(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,

@@ -14,8 +14,13 @@
  * the timer thread never takes it).  Free nodes live in each record's cache
  * (at most LF_CACHE_MAX) and in the depot (chains of LF_CHAIN nodes under
  * depot_lock, which producers only try-lock: a busy depot makes them grow
- * the pool instead of waiting).  Past TMO's cap (the reservation) arm
- * answers TMO_EAGAIN.
+ * the pool instead of waiting).
+ *
+ * Flow control without waiting: the pool grows only while it holds fewer
+ * than LF_SOFT_NODES plus twice the pending arms; past that (nodes on
+ * their way back through a timer thread that cannot keep up: mpsc, whose
+ * one timer thread files every arm that outlives its ring) arm answers
+ * TMO_EAGAIN at once, as it does when the reservation is used up.
  *
  * Giving memory back: when the timer thread is about to sleep and the
  * depot holds more than TRIM_KEEP nodes, it takes the depot, counts free
@@ -39,6 +44,10 @@
 #define ARENA_MIN ((size_t)16 << 20)
 /* Pages a growth step populates at most. */
 #define GROW_PAGES 4u
+/* Nodes the pool may hold whatever the pending count (256 KiB). */
+#define LF_SOFT_NODES 4096u
+/* Tries at the depot's lock before a producer grows the pool instead. */
+#define DEPOT_TRIES 64
 /* Free nodes trim leaves in the depot. */
 #define TRIM_KEEP (2u * PAGE_NODES)
 
@@ -126,6 +135,11 @@ static struct lf_node *grow_locked(struct tmo *e, uint32_t *count, int *err)
 		*err = TMO_ENOMEM;
 		return NULL;
 	}
+	uint64_t held = atomic_load_explicit(&p->populated_pages, memory_order_relaxed) * PAGE_NODES;
+	if (held >= LF_SOFT_NODES && held >= 2 * lf_pending(e)) {
+		*err = TMO_EAGAIN;
+		return NULL;
+	}
 	uint32_t first, pages;
 	uint64_t floor = 0;
 	if (p->reuse == NULL) {
@@ -199,12 +213,25 @@ static void depot_put_locked(struct tmo *e, struct lf_node *head, uint32_t count
 	atomic_fetch_add_explicit(&p->depot_nodes, count, memory_order_relaxed);
 }
 
+/* The depot's lock, tried a bounded number of times: its holder does O(1)
+ * work under it, and a holder that was preempted makes the caller grow the
+ * pool rather than wait. */
+static int depot_trylock(struct lf_pool *p)
+{
+	for (int i = 0; i < DEPOT_TRIES; i++) {
+		if (pthread_mutex_trylock(&p->depot_lock) == 0)
+			return 1;
+		__builtin_ia32_pause();
+	}
+	return 0;
+}
+
 struct lf_node *lf_cache_refill(struct tmo *e, struct lf_rec *r, int *err)
 {
 	struct lf_pool *p = &e->pool;
 	struct lf_node *c = NULL;
 	uint32_t count = 0;
-	if (pthread_mutex_trylock(&p->depot_lock) == 0) {
+	if (depot_trylock(p)) {
 		c = depot_take_locked(e, &count);
 		pthread_mutex_unlock(&p->depot_lock);
 	}
@@ -232,7 +259,7 @@ static void cache_spill(struct tmo *e, struct lf_rec *r, int may_wait)
 	struct lf_pool *p = &e->pool;
 	if (may_wait)
 		pthread_mutex_lock(&p->depot_lock);
-	else if (pthread_mutex_trylock(&p->depot_lock) != 0)
+	else if (!depot_trylock(p))
 		return;
 	while (r->cache_n > LF_CACHE_MAX - LF_CHAIN) {
 		struct lf_node *head = r->cache, *tail = head;
@@ -277,7 +304,7 @@ struct lf_node *lf_alloc_bare(struct tmo *e, int *err)
 	struct lf_pool *p = &e->pool;
 	struct lf_node *c = NULL;
 	uint32_t count = 0;
-	if (pthread_mutex_trylock(&p->depot_lock) == 0) {
+	if (depot_trylock(p)) {
 		c = depot_take_locked(e, &count);
 		if (c != NULL && count > 1) {
 			depot_put_locked(e, c->free_next, count - 1);

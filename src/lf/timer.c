@@ -613,7 +613,9 @@ void lf_destroy_forked(struct tmo *e)
 
 /* ---- stats, park, debug ------------------------------------------------------------------ */
 
-int lf_stats(struct tmo *e, struct tmo_stats *out)
+/* Arms, prevented cancels and fires from every counter (relaxed). */
+static void lf_counts(struct tmo *e, uint64_t *armed_out, uint64_t *prevented_out,
+                      uint64_t *fired_out)
 {
 	uint64_t armed = atomic_load_explicit(&e->armed_bare, memory_order_relaxed) +
 	                 atomic_load_explicit(&e->tt_rec->head, memory_order_relaxed);
@@ -624,7 +626,22 @@ int lf_stats(struct tmo *e, struct tmo_stats *out)
 		armed += atomic_load_explicit(&r->head, memory_order_relaxed);
 		prevented += atomic_load_explicit(&r->prevented, memory_order_relaxed);
 	}
-	uint64_t fired = atomic_load_explicit(&e->fired, memory_order_relaxed);
+	*armed_out = armed;
+	*prevented_out = prevented;
+	*fired_out = atomic_load_explicit(&e->fired, memory_order_relaxed);
+}
+
+uint64_t lf_pending(struct tmo *e)
+{
+	uint64_t armed, prevented, fired;
+	lf_counts(e, &armed, &prevented, &fired);
+	return armed > fired + prevented ? armed - fired - prevented : 0;
+}
+
+int lf_stats(struct tmo *e, struct tmo_stats *out)
+{
+	uint64_t armed, prevented, fired;
+	lf_counts(e, &armed, &prevented, &fired);
 	out->pending = armed > fired + prevented ? armed - fired - prevented : 0;
 	out->held_nodes = lf_pool_nodes(e);
 	out->held_bytes = lf_pool_bytes(e) + atomic_load_explicit(&e->rec_bytes, memory_order_relaxed) +
