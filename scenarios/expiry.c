@@ -102,11 +102,22 @@ static int spread(const struct tmo_run *run, struct tmo *e, struct ex_timer *ts,
 	memset(ts, 0, n * sizeof *ts);
 	size_t armed = 0;
 	int64_t arm_t0 = su_now_ns();
+	uint64_t retries = 0;
 	for (size_t i = 0; i < n; i++) {
 		int64_t timeout = LEAD + (int64_t)su_below(rng, (uint64_t)span);
-		ts[i].deadline = su_now_ns() + timeout;
-		int rc = tmo_arm(e, &ts[i].t, timeout, ex_cb, &c);
-		ts[i].deadline_hi = su_now_ns() + timeout;
+		int rc;
+		/* An engine that refuses for now (TMO_EAGAIN: its timer thread is
+		 * behind) is asked again, as an application would, up to 1 s;
+		 * each try is dated afresh. */
+		for (int tries = 0;; tries++) {
+			ts[i].deadline = su_now_ns() + timeout;
+			rc = tmo_arm(e, &ts[i].t, timeout, ex_cb, &c);
+			ts[i].deadline_hi = su_now_ns() + timeout;
+			if (rc != TMO_EAGAIN || tries == 10000)
+				break;
+			retries++;
+			su_sleep_ns(100 * TMO_NSEC_PER_USEC);
+		}
 		if (rc == TMO_EAGAIN || rc == TMO_ENOMEM) {
 			/* A named capacity limit (kernel timers, memory): the engine's
 			 * size, reported; the timers it took are still checked. */
@@ -124,6 +135,10 @@ static int spread(const struct tmo_run *run, struct tmo *e, struct ex_timer *ts,
 		armed++;
 	}
 	*arm_ns = armed ? (double)(su_now_ns() - arm_t0) / (double)armed : 0;
+	su_report(run, "arm_retries", (double)retries, "count", "n=%zu", n);
+	if (retries > 0)
+		printf("spread n=%zu: %llu arms refused for now (TMO_EAGAIN) and asked again\n", n,
+		       (unsigned long long)retries);
 	int64_t last_deadline = 0;
 	for (size_t i = 0; i < armed; i++)
 		if (ts[i].deadline > last_deadline)

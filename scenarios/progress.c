@@ -56,6 +56,7 @@ struct pg_worker {
 	size_t nlat[NPH];
 	struct tmo_timer *held;   /* CB_HELD: the callback phase's window */
 	size_t next_held, nheld;
+	long long refused[NPH];   /* arms refused with TMO_EAGAIN */
 	long long errors;
 	int first_error;
 };
@@ -89,6 +90,8 @@ static void pg_held_op(struct pg_ctx *c, struct pg_worker *w, int *rc, int *rc2)
 	struct tmo_timer *t = &w->held[w->next_held++ % w->nheld];
 	*rc2 = t->cb != NULL ? tmo_cancel(c->e, t) : TMO_CANCEL_PREVENTED;
 	*rc = tmo_arm(c->e, t, 60 * TMO_NSEC_PER_SEC, pg_cb, NULL);
+	if (*rc != 0)
+		t->cb = NULL; /* not armed: nothing to cancel next time */
 }
 
 static void *pg_worker_main(void *arg)
@@ -115,7 +118,11 @@ static void *pg_worker_main(void *arg)
 		int ph = phase == PH_CALLBACK                        ? PH_CALLBACK
 		         : t1 >= atomic_load(&c->parked_at) ? PH_PARKED
 		                                            : PH_RUNNING;
-		if (rc != 0 || rc2 != TMO_CANCEL_PREVENTED) {
+		if (rc == TMO_EAGAIN && rc2 == TMO_CANCEL_PREVENTED) {
+			/* refused at once (a timer thread behind, a capped pool):
+			 * the engine's capacity, counted; never a wait */
+			w->refused[ph]++;
+		} else if (rc != 0 || rc2 != TMO_CANCEL_PREVENTED) {
 			if (w->errors++ == 0)
 				w->first_error = rc != 0 ? rc : rc2;
 			continue;
@@ -165,10 +172,11 @@ static void pg_phase_report(const struct tmo_run *run, struct pg_ctx *c, int ph,
                             struct pg_watch_result w)
 {
 	const char *name = ph_name[ph];
-	long long ops = 0;
+	long long ops = 0, refused = 0;
 	size_t n = 0;
 	for (int i = 0; i < c->nworkers; i++) {
 		ops += atomic_load(&c->w[i].ops[ph]);
+		refused += c->w[i].refused[ph];
 		n += c->w[i].nlat[ph];
 	}
 	int64_t *all = malloc((n ? n : 1) * sizeof *all);
@@ -194,10 +202,13 @@ static void pg_phase_report(const struct tmo_run *run, struct pg_ctx *c, int ph,
 	          c->nworkers);
 	su_report(run, "stalled_workers", (double)w.stalled, "count", "phase=%s,threads=%d", name,
 	          c->nworkers);
+	su_report(run, "arms_refused", (double)refused, "count", "phase=%s,threads=%d", name,
+	          c->nworkers);
 	printf("  %-8s %10lld arm+cancel pairs (%.3g/s), latency p50 %8.0f ns  p99 %10.0f ns  max "
-	       "%12.0f ns; of %d workers %d stalled > %lld ms, %d blocked to the end\n",
+	       "%12.0f ns; of %d workers %d stalled > %lld ms, %d blocked to the end; %lld arms "
+	       "refused (TMO_EAGAIN)\n",
 	       name, ops, rate, p50, p99, mx, c->nworkers, w.stalled, (long long)(BOUND / 1000000),
-	       w.blocked);
+	       w.blocked, refused);
 }
 
 /* Park the timer thread for `window` and watch.  Returns violations. */
@@ -394,5 +405,7 @@ const struct tmo_scenario tmo_scenario_progress = {
 	              "by the blocked callback, or stalled over 100 ms while the callback blocks "
 	              "(an engine that does not declare it is reported, not failed); an engine "
 	              "without the park capability does not refuse tmo_park with TMO_EINVAL; an "
-	              "arm or cancel returns an error; the blocked callback's timer does not fire.",
+	              "arm or cancel returns an error other than an arm refused at once with "
+	              "TMO_EAGAIN (counted and reported); the blocked callback's timer does not "
+	              "fire.",
 };

@@ -22,6 +22,11 @@
 /* Engines a thread keeps a record for besides the hot one; using more
  * detaches the least recently used (its record stays with the engine). */
 #define TLS_MORE 4
+/* Nodes the inbox may hold that its timer thread has not taken yet, before
+ * an arm that would add one is refused (TMO_EAGAIN): tens of milliseconds
+ * of its filing, the lateness (and, deadlines further apart than that,
+ * the disorder) a flood of long timers may cause on mpsc. */
+#define INBOX_MAX 65536u
 
 struct tls_ent {
 	uint64_t id; /* the engine's tmo_base.id; 0: empty */
@@ -259,6 +264,7 @@ static void count_prevented(struct tmo *e)
 void lf_inbox_post(struct tmo *e, struct lf_node *n, int64_t deadline_lower)
 {
 	ck_stack_push_upmc(&e->inbox, &n->link);
+	atomic_fetch_add_explicit(&e->inbox_in, 1, memory_order_relaxed);
 	uint64_t tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
 	lf_light_barrier(tw);
 	if (atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_SLEEPING)
@@ -271,55 +277,149 @@ static int64_t deadline_lower(struct tmo *e, struct lf_node *n)
 	return lo > 0 ? lo + atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed) : 0;
 }
 
-void lf_base_drain_cancels(struct tmo *e, struct lf_base *b, struct lf_rec *r)
+static void free_to(struct tmo *e, struct lf_rec *r, struct lf_node *n)
 {
-	ck_stack_entry_t *l = ck_stack_batch_pop_upmc(&b->cancels);
+	if (r != NULL)
+		lf_cache_put(e, r, n);
+	else
+		lf_free_bare(e, n);
+}
+
+/* Holder of b: file a node it holds in transit (QUEUED), or free it if a
+ * cancel dropped it on the way.  `later`: a clock reading after its arm,
+ * or 0 (read one if needed). */
+static void base_file_locked(struct tmo *e, struct lf_base *b, struct lf_node *n, int64_t later,
+                             struct lf_rec *r)
+{
 	const struct lf_sched *sc = e->p->sched;
+	uint64_t s = atomic_load_explicit(&n->state, memory_order_acquire);
+	if (lf_st_of(s) == LF_QUEUED) {
+		uint64_t stamp = atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed);
+		int64_t deadline = atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed);
+		if (stamp != LF_STAMP_DEADLINE)
+			deadline += lf_arm_time_upper_before(e, stamp, later);
+		atomic_store_explicit(&n->aux, (uintptr_t)b | LF_IN_THREAD, memory_order_relaxed);
+		sc->insert(lf_sched_of(b), n, deadline); /* a wheel never refuses */
+		if (atomic_compare_exchange_strong_explicit(&n->state, &s,
+		                                            lf_st(lf_gen_of(s), LF_IN_STRUCT),
+		                                            memory_order_acq_rel, memory_order_acquire)) {
+			if (deadline < atomic_load_explicit(&b->next, memory_order_relaxed))
+				atomic_store_explicit(&b->next, deadline, memory_order_release);
+			return;
+		}
+		sc->remove(lf_sched_of(b), n);
+	}
+	free_to(e, r, n); /* DROPPED on the way: the holder frees it */
+}
+
+void lf_base_tidy(struct tmo *e, struct lf_base *b, struct lf_rec *r)
+{
+	const struct lf_sched *sc = e->p->sched;
+	ck_stack_entry_t *l = ck_stack_batch_pop_upmc(&b->cancels);
 	while (l != NULL) {
 		ck_stack_entry_t *next = l->next;
 		struct lf_node *n = lf_node_of_link(l);
 		if (sc->contains(n))
 			sc->remove(lf_sched_of(b), n);
-		if (r != NULL)
-			lf_cache_put(e, r, n);
-		else
-			lf_free_bare(e, n);
+		if (lf_canceller_frees(n))
+			free_to(e, r, n);
 		l = next;
+	}
+	if (ck_pr_load_ptr(&b->tofile.head) == NULL)
+		return;
+	l = ck_stack_batch_pop_upmc(&b->tofile);
+	int64_t later = tmo_now_ns(); /* after every arm in the chain */
+	ck_stack_entry_t *rev = NULL;
+	while (l != NULL) { /* oldest first */
+		ck_stack_entry_t *next = l->next;
+		l->next = rev;
+		rev = l;
+		l = next;
+	}
+	while (rev != NULL) {
+		struct lf_node *n = lf_node_of_link(rev);
+		rev = rev->next; /* before filing: a cancel may push it again */
+		base_file_locked(e, b, n, later, r);
 	}
 }
 
-/* File a QUEUED node (ours to place) in our own base: 1, or 0 if the base
- * is busy (the caller sends it through the inbox). */
-static int file_own_base(struct tmo *e, struct lf_rec *r, struct lf_node *n, uint64_t gen)
+struct soon_chain {
+	struct lf_base *b;
+	struct lf_node *head, *tail;
+};
+
+static void soon_add(void *ctx, struct lf_node *n)
+{
+	struct soon_chain *c = ctx;
+	atomic_store_explicit(&n->aux, (uintptr_t)c->b | LF_HANDED_OFF, memory_order_relaxed);
+	n->s.soon.next = NULL;
+	if (c->tail != NULL)
+		c->tail->s.soon.next = n;
+	else
+		c->head = n;
+	c->tail = n;
+}
+
+void lf_base_hand_off(struct tmo *e, struct lf_base *b, int64_t horizon)
+{
+	const struct lf_sched *sc = e->p->sched;
+	struct soon_chain c = {b, NULL, NULL};
+	sc->collect(lf_sched_of(b), horizon, soon_add, &c);
+	if (c.head != NULL) {
+		struct lf_node *old = atomic_load_explicit(&b->soon, memory_order_relaxed);
+		do
+			c.tail->s.soon.next = old;
+		while (!atomic_compare_exchange_weak_explicit(&b->soon, &old, c.head,
+		                                              memory_order_release,
+		                                              memory_order_relaxed));
+	}
+	/* After the push: the timer thread reads `next`, then takes the list;
+	 * seeing this value it sees the list too. */
+	atomic_store_explicit(&b->next, sc->next_deadline(lf_sched_of(b)), memory_order_release);
+}
+
+/* The latest tick's clock reading: a `now` no later than now. */
+static inline int64_t coarse_now(struct tmo *e)
+{
+	uint64_t k = atomic_load_explicit(&e->tickw, memory_order_acquire) >> LF_TW_SHIFT;
+	return atomic_load_explicit(&e->tab[k % LF_TICKS].ns, memory_order_relaxed);
+}
+
+/* File a node we took out of our ring (QUEUED) in our own base.  With the
+ * base busy (the timer thread collecting from it) the node waits on its
+ * tofile stack for the next holder: its owner's next filing, or the timer
+ * thread, which looks at every such stack. */
+static void file_own_base(struct tmo *e, struct lf_rec *r, struct lf_node *n)
 {
 	struct lf_base *b = r->base;
-	if (!lf_base_trylock(b))
-		return 0;
-	const struct lf_sched *sc = e->p->sched;
-	int64_t deadline = lf_arm_time_upper(e, atomic_load_explicit(&n->s.q.stamp,
-	                                                             memory_order_relaxed)) +
-	                   atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed);
-	atomic_store_explicit(&n->aux, (uintptr_t)b | LF_IN_THREAD, memory_order_relaxed);
-	if (sc->insert(lf_sched_of(b), n, deadline) != 0) {
+	int64_t wake_at = 0;
+	if (lf_base_trylock(b)) {
+		base_file_locked(e, b, n, 0, r);
+		lf_base_tidy(e, b, r);
+		/* While this thread keeps spilling it hands what comes due soon to
+		 * the timer thread itself: that thread need not take the lock
+		 * (which would send our spills the long way meanwhile). */
+		int64_t horizon = coarse_now(e) + LF_SOON_NS;
+		if (atomic_load_explicit(&b->next, memory_order_relaxed) <= horizon)
+			lf_base_hand_off(e, b, horizon);
+		wake_at = atomic_load_explicit(&b->next, memory_order_relaxed);
+		if (atomic_load_explicit(&b->soon, memory_order_relaxed) != NULL)
+			wake_at = 0;
 		lf_base_unlock(b);
-		return 0;
+	} else {
+		/* dated now, while the arm is recent: its next holder may come
+		 * much later */
+		int64_t deadline =
+		    lf_arm_time_upper(e, atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed)) +
+		    atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed);
+		atomic_store_explicit(&n->s.q.timeout, deadline, memory_order_relaxed);
+		atomic_store_explicit(&n->s.q.stamp, LF_STAMP_DEADLINE, memory_order_relaxed);
+		ck_stack_push_upmc(&b->tofile, &n->link);
 	}
-	uint64_t s = lf_st(gen, LF_QUEUED);
-	if (!atomic_compare_exchange_strong_explicit(&n->state, &s, lf_st(gen, LF_IN_STRUCT),
-	                                             memory_order_acq_rel, memory_order_acquire)) {
-		/* cancelled on the way: ours to free */
-		sc->remove(lf_sched_of(b), n);
-		lf_cache_put(e, r, n);
-	} else if (deadline < atomic_load_explicit(&b->next, memory_order_relaxed)) {
-		atomic_store_explicit(&b->next, deadline, memory_order_relaxed);
-	}
-	lf_base_drain_cancels(e, b, r);
-	lf_base_unlock(b);
 	uint64_t tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
 	lf_light_barrier(tw);
 	if (atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_SLEEPING)
-		lf_wake_for(e, deadline);
-	return 1;
+		lf_wake_for(e, wake_at);
 }
 
 /* Slot i of our ring is needed again (or we detach) while it holds arm w:
@@ -335,9 +435,10 @@ static void ring_evict(struct tmo *e, struct lf_rec *r, uint32_t i, uint64_t w)
 	if (atomic_compare_exchange_strong_explicit(&n->state, &s, lf_st(gen, LF_QUEUED),
 	                                            memory_order_acq_rel, memory_order_acquire)) {
 		bump(&r->spilled);
-		if (r->base != NULL && r->attached && file_own_base(e, r, n, gen))
-			return;
-		lf_inbox_post(e, n, deadline_lower(e, n));
+		if (r->base != NULL)
+			file_own_base(e, r, n);
+		else
+			lf_inbox_post(e, n, deadline_lower(e, n));
 	} else if (s == lf_st(gen, LF_CANCELLED)) {
 		lf_cache_put(e, r, n);
 	}
@@ -429,8 +530,19 @@ static __attribute__((noinline)) int arm_general(struct tmo *e, struct tmo_timer
 	uint32_t i = (uint32_t)atomic_load_explicit(&r->head, memory_order_relaxed) &
 	             (LF_RING_SLOTS - 1);
 	uint64_t prev = atomic_load_explicit(&r->ring[i], memory_order_relaxed);
-	if (prev != 0)
+	if (prev != 0) {
+		/* Flow control without waiting: the slot's arm would go to the
+		 * timer thread through the inbox while that thread is already
+		 * INBOX_MAX nodes behind; refuse this arm instead. */
+		if (r->base == NULL && atomic_load_explicit(&e->inbox_in, memory_order_relaxed) -
+		                               atomic_load_explicit(&e->inbox_out,
+		                                                    memory_order_relaxed) >
+		                           INBOX_MAX) {
+			lf_cache_put(e, r, n);
+			return TMO_EAGAIN;
+		}
 		ring_evict(e, r, i, prev);
+	}
 	arm_publish(e, r, n, i, t, timeout_ns, stamp, cb, arg);
 	lf_light_barrier(tw);
 	if (atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_SLEEPING)
@@ -534,17 +646,21 @@ static int prevented_return(struct tmo *e, struct tmo_timer *t)
 static void unfile(struct tmo *e, struct lf_node *n)
 {
 	uintptr_t aux = atomic_load_explicit(&n->aux, memory_order_relaxed);
-	struct lf_base *b = (aux & 3u) == LF_IN_THREAD ? (struct lf_base *)(aux & ~(uintptr_t)3)
+	struct lf_base *b = (aux & 3u) >= LF_IN_THREAD ? (struct lf_base *)(aux & ~(uintptr_t)3)
 	                                                : e->tt_base;
 	struct lf_rec *r = rec_get(e);
 	if (r != NULL && r->base == b && lf_base_trylock(b)) {
 		const struct lf_sched *sc = e->p->sched;
+		int ours = 1;
 		if (sc->contains(n))
 			sc->remove(lf_sched_of(b), n);
-		/* else the timer thread collected it as due: its CAS to FIRING
-		 * fails on our state, and it never frees a node it did not fire */
+		else
+			/* collected by the timer thread (its CAS to FIRING fails on
+			 * our state; it frees the node if it was handed off) */
+			ours = lf_canceller_frees(n);
 		lf_base_unlock(b);
-		lf_cache_put(e, r, n);
+		if (ours)
+			lf_cache_put(e, r, n);
 		return;
 	}
 	ck_stack_push_upmc(&b->cancels, &n->link);

@@ -306,21 +306,30 @@ int64_t lf_arm_time_upper_before(struct tmo *e, uint64_t stamp, int64_t later_ns
 		int64_t now = later_ns != 0 ? later_ns : tmo_now_ns();
 		return hi != 0 && hi < now ? hi : now;
 	}
-	int64_t ns = tick_ns_of(e, stamp + 1);
-	if (ns != 0)
+	/* The next tick's reading bounds the arm; when that tick came on time
+	 * (its gap within the period plus an eighth of the resolution) it is
+	 * also close to the arm. */
+	int64_t ns = tick_ns_of(e, stamp + 1), prev = tick_ns_of(e, stamp);
+	if (ns != 0 && prev != 0 && ns - prev <= e->tick_ns + e->resolution_ns / 8)
 		return ns;
-	/* Not published yet (the caller then runs after the arm, and now is
-	 * an upper bound), or overwritten: every later tick's reading is an
-	 * upper bound too, the oldest one the tightest. */
-	uint64_t cur = atomic_load_explicit(&e->tickw, memory_order_acquire) >> LF_TW_SHIFT;
-	for (uint64_t k = stamp + 2; k <= cur && k + LF_TICKS > cur; k++)
-		if ((ns = tick_ns_of(e, k)) != 0)
-			return ns;
-	return later_ns != 0 ? later_ns : tmo_now_ns();
+	/* Not published yet, or late (a hog, a preempted timer thread), or
+	 * overwritten: the caller runs after the arm, so a clock read now is an
+	 * upper bound too, and close when the arm was recent (a spill, a steal
+	 * soon after it); so is every later tick's reading, the oldest the
+	 * tightest.  The least of them. */
+	int64_t now = later_ns != 0 ? later_ns : tmo_now_ns();
+	if (ns == 0) {
+		uint64_t cur = atomic_load_explicit(&e->tickw, memory_order_acquire) >> LF_TW_SHIFT;
+		for (uint64_t k = stamp + 2; ns == 0 && k <= cur && k + LF_TICKS > cur; k++)
+			ns = tick_ns_of(e, k);
+	}
+	return ns != 0 && ns < now ? ns : now;
 }
 
 int64_t lf_arm_time_lower(struct tmo *e, uint64_t stamp)
 {
+	if (stamp == LF_STAMP_DEADLINE)
+		return 0;
 	if (stamp & LF_PRECISE) {
 		uint64_t st = stamp & ~LF_PRECISE;
 		if (!g_use_tsc)

@@ -135,13 +135,17 @@ static inline _Atomic uint64_t *lf_timer_word(struct tmo_timer *t)
 
 /* ---- nodes ------------------------------------------------------------------- */
 
-/* Where a filed node is (aux's low bits; the rest is its per-thread base, or
- * the timer thread's unfiled-list link). */
+/* Where a filed node is (aux's low bits; the rest is its per-thread base).
+ * Who frees a node whose cancel won while it was filed depends on it: a
+ * node still in its structure, or one the timer thread collected itself,
+ * its canceller (or the base's next holder); a node handed to the timer
+ * thread on a base's soon list, the timer thread. */
 enum lf_where {
 	LF_NOWHERE = 0,
-	LF_IN_TT = 1,     /* the timer thread's base */
-	LF_IN_THREAD = 2, /* a per-thread base: aux & ~3 is it */
-	LF_UNFILED = 3,   /* timer thread: its base could not grow; retried */
+	LF_IN_TT = 1,      /* the timer thread's base */
+	LF_IN_THREAD = 2,  /* a per-thread base: aux & ~3 is it */
+	LF_HANDED_OFF = 3, /* out of that base, on its soon list or in the timer
+	                      thread's due array */
 };
 
 struct lf_rec;
@@ -167,7 +171,12 @@ struct lf_node {
 		struct tmo_wheel_node wheel;    /* IN_STRUCT (wheel) */
 		struct {
 			int64_t when;
-		} unfiled;                      /* LF_UNFILED */
+		} unfiled;                      /* timer thread: its base could not grow */
+		struct {
+			/* the soon list's link; the deadline stays where the
+			 * structure keeps it (sched->deadline) */
+			struct lf_node *next;
+		} soon;
 		uint32_t chain_n;               /* FREE: a free chain's length (its head) */
 	} s;
 } __attribute__((aligned(64)));
@@ -213,6 +222,14 @@ struct lf_base {
 	/* CANCEL_PENDING nodes whose canceller could not take the lock: the
 	 * next holder removes and frees them */
 	ck_stack_t cancels;
+	/* QUEUED nodes its owner spilled while the base was busy: the next
+	 * holder files them (lf_base_tidy) */
+	ck_stack_t tofile;
+	/* Nodes due within LF_SOON_NS that the owner handed to the timer
+	 * thread (LF_HANDED_OFF), linked through s.soon.next: the timer thread
+	 * takes them without the lock, so an owner preempted while holding it
+	 * delays nothing due soon. */
+	struct lf_node *_Atomic soon;
 	_Alignas(64) unsigned char sched[];
 };
 
@@ -272,6 +289,9 @@ struct lf_tick {
 #define LF_TW_FENCE 4u /* no membarrier: arms fence before looking */
 #define LF_TW_SHIFT 3
 #define LF_PRECISE (UINT64_C(1) << 63) /* a stamp that is a TSC value */
+/* A stamp that says q.timeout already holds the deadline (a node its owner
+ * dated when it spilled it, for another holder to file). */
+#define LF_STAMP_DEADLINE UINT64_MAX
 
 /* TSC -> CLOCK_MONOTONIC conversion, published by the timer thread under a
  * sequence count (clock.c). */
@@ -316,8 +336,12 @@ struct tmo {
 	struct lf_cal cal;
 	_Atomic int64_t sleep_until; /* while SLEEPING: when it wakes itself */
 
-	/* Producers -> timer thread. */
+	/* Producers -> timer thread: the inbox, and how many nodes were ever
+	 * pushed onto it (the same line: a push has it exclusive anyway). */
 	_Alignas(64) ck_stack_t inbox;
+	_Atomic uint64_t inbox_in;
+	/* nodes the timer thread has taken off it (timer thread writes) */
+	_Alignas(64) _Atomic uint64_t inbox_out;
 	_Alignas(64) struct ck_ec32 wake_ec;
 	/* Timer thread -> cancels waiting for a callback. */
 	_Alignas(64) struct ck_ec32 done_ec;
@@ -454,9 +478,20 @@ static inline void lf_base_unlock(struct lf_base *b)
 {
 	atomic_store_explicit(&b->lock, 0, memory_order_release);
 }
-/* Holder of b: remove and free what cancellers left on its cancel stack
- * (into r's cache, or the depot when r is NULL). */
-void lf_base_drain_cancels(struct tmo *e, struct lf_base *b, struct lf_rec *r);
+/* How far ahead an owner hands its due timers to the timer thread. */
+#define LF_SOON_NS TMO_NSEC_PER_MSEC
+/* Holder of b, owner: hand what is due by `horizon` to the timer thread. */
+void lf_base_hand_off(struct tmo *e, struct lf_base *b, int64_t horizon);
+/* A freed node's fate when its cancel won while it was filed: 1 if the
+ * canceller (or the base's holder) frees it, 0 if the timer thread does. */
+static inline int lf_canceller_frees(const struct lf_node *n)
+{
+	return (atomic_load_explicit(&n->aux, memory_order_relaxed) & 3u) != LF_HANDED_OFF;
+}
+/* Holder of b: remove and free what cancellers left on its cancel stack,
+ * file what its owner left on its tofile stack (frees go to r's cache, or
+ * the depot when r is NULL). */
+void lf_base_tidy(struct tmo *e, struct lf_base *b, struct lf_rec *r);
 void lf_engine_register(struct tmo *e);
 /* Free nodes in the calling thread's cache for e (tests). */
 uint64_t lf_my_cache_count(struct tmo *e);

@@ -26,22 +26,29 @@
 #define DUE_SORT_MAX 4096u
 #define DUE_FIRST 1024u
 /* A busy per-thread base is retried after this share of a tick. */
-#define RETRY_DIV 4
-/* Inbox nodes filed between two ticks while a long inbox drains. */
-#define DRAIN_TICK 256u
+#define RETRY_DIV 16
+/* How often the TSC calibration is refreshed while rounds follow each
+ * other (a round after a sleep always refreshes it). */
+#define CAL_EVERY_NS (100 * TMO_NSEC_PER_USEC)
+/* The least sleep ahead for which the timer thread gives memory back. */
+#define TRIM_SLEEP_MIN (50 * TMO_NSEC_PER_MSEC)
+/* Pauses the timer thread spins for a per-thread base's lock. */
+#define BASE_SPINS 256
 
 struct due {
 	struct lf_node *n;
 	uint64_t gen;
 	int64_t deadline;
+	int handed; /* from a soon list: the timer thread frees it if cancelled */
 };
 
 /* Timer-thread state (timer thread only, besides the debug counters). */
 struct lf_tt {
 	struct due *due, *tmp;
 	size_t due_n, due_cap;
+	size_t sorted; /* due[0..sorted) is in deadline order */
 	struct lf_node *unfiled; /* QUEUED nodes its base could not take yet */
-	int64_t last_tick, precise_until;
+	int64_t last_tick, precise_until, last_cal;
 	int last_precise; /* the last tick made arms precise */
 	int idle;
 	/* bytes it holds beyond its fixed size (stats) */
@@ -64,6 +71,7 @@ struct lf_base *lf_base_new(struct tmo *e)
 	}
 	atomic_store_explicit(&b->next, INT64_MAX, memory_order_relaxed);
 	ck_stack_init(&b->cancels);
+	ck_stack_init(&b->tofile);
 	atomic_fetch_add_explicit(&e->rec_bytes, sizeof *b + sc->size, memory_order_relaxed);
 	return b;
 }
@@ -156,7 +164,6 @@ static int steal_rings(struct tmo *e)
 
 /* Take the inbox, oldest first (equal deadlines keep their arm order).
  * Returns 1 if it held anything. */
-static int64_t tt_tick(struct tmo *e, unsigned flags);
 static int drain_inbox(struct tmo *e)
 {
 	ck_stack_entry_t *l = ck_stack_batch_pop_upmc(&e->inbox);
@@ -164,17 +171,20 @@ static int drain_inbox(struct tmo *e)
 		return 0;
 	int64_t later = tmo_now_ns(); /* after every arm in the chain */
 	ck_stack_entry_t *rev = NULL;
+	uint64_t taken = 0;
 	while (l != NULL) {
 		ck_stack_entry_t *next = l->next;
 		l->next = rev;
 		rev = l;
 		l = next;
+		taken++;
 	}
-	for (uint32_t k = 1; rev != NULL; k++) {
+	atomic_store_explicit(&e->inbox_out,
+	                      atomic_load_explicit(&e->inbox_out, memory_order_relaxed) + taken,
+	                      memory_order_relaxed);
+	while (rev != NULL) {
 		struct lf_node *n = lf_node_of_link(rev);
 		rev = rev->next; /* before filing: a cancel may push it again */
-		if (k % DRAIN_TICK == 0)
-			tt_tick(e, 0); /* a long drain must not leave arms dated coarsely */
 		uint64_t s = atomic_load_explicit(&n->state, memory_order_acquire);
 		if (lf_st_of(s) != LF_QUEUED) { /* DROPPED on the way */
 			lf_cache_put(e, e->tt_rec, n);
@@ -197,7 +207,7 @@ static void due_add(void *ctx, struct lf_node *n)
 	struct lf_tt *tt = e->tt;
 	tt->due[tt->due_n++] = (struct due){
 	    n, lf_gen_of(atomic_load_explicit(&n->state, memory_order_relaxed)),
-	    e->p->sched->deadline(n)};
+	    e->p->sched->deadline(n), 0};
 }
 
 static void tt_bytes_update(struct tmo *e);
@@ -241,7 +251,7 @@ static void tt_bytes_update(struct tmo *e)
 static void due_shrink(struct tmo *e)
 {
 	struct lf_tt *tt = e->tt;
-	if (tt->due_cap > DUE_FIRST) {
+	if (tt->due_cap > DUE_FIRST && tt->due_n == 0) {
 		struct due *d = tmo__malloc(DUE_FIRST * sizeof *d), *t2 = tmo__malloc(DUE_FIRST * sizeof *t2);
 		if (d != NULL && t2 != NULL) {
 			tmo__free(tt->due);
@@ -262,7 +272,7 @@ static void due_shrink(struct tmo *e)
 static int64_t collect_base(struct tmo *e, struct lf_base *b, struct lf_rec *free_to, int64_t now)
 {
 	const struct lf_sched *sc = e->p->sched;
-	lf_base_drain_cancels(e, b, free_to);
+	lf_base_tidy(e, b, free_to);
 	void *s = lf_sched_of(b);
 	if (sc->next_deadline(s) <= now && due_reserve(e, sc->count(s)))
 		sc->collect(s, now, due_add, e);
@@ -271,25 +281,81 @@ static int64_t collect_base(struct tmo *e, struct lf_base *b, struct lf_rec *fre
 	return next;
 }
 
-static void collect_all(struct tmo *e, int64_t now, int64_t *wake)
+/* A per-thread base's lock, for the timer thread: its owner holds it for
+ * one filing at a time, so a short spin nearly always gets it; an owner
+ * preempted while holding it is not waited for (see collect_all). */
+static int base_lock_spin(struct lf_base *b)
 {
+	for (int i = 0; i < BASE_SPINS; i++) {
+		if (lf_base_trylock(b))
+			return 1;
+		__builtin_ia32_pause();
+	}
+	return 0;
+}
+
+/* Take base b's soon list: what its owner handed over. */
+static void take_soon(struct tmo *e, struct lf_base *b)
+{
+	struct lf_node *chain = atomic_exchange_explicit(&b->soon, NULL, memory_order_acquire);
+	size_t k = 0;
+	for (struct lf_node *n = chain; n != NULL; n = n->s.soon.next)
+		k++;
+	if (k == 0 || !due_reserve(e, k)) {
+		if (k != 0) /* no room now: back for the next round */
+			atomic_store_explicit(&b->soon, chain, memory_order_release);
+		return;
+	}
+	struct lf_tt *tt = e->tt;
+	while (chain != NULL) {
+		struct lf_node *n = chain;
+		chain = n->s.soon.next;
+		uint64_t s = atomic_load_explicit(&n->state, memory_order_acquire);
+		if (lf_st_of(s) == LF_IN_STRUCT)
+			tt->due[tt->due_n++] =
+			    (struct due){n, lf_gen_of(s), e->p->sched->deadline(n), 1};
+		else
+			lf_cache_put(e, e->tt_rec, n); /* cancelled on the list */
+	}
+}
+
+/* Collect from every base.  Returns the earliest deadline a busy base may
+ * hold (INT64_MAX: none was busy): nothing due later may fire before it is
+ * collected, or deadlines further apart than the resolution would run out
+ * of order. */
+static int64_t collect_all(struct tmo *e, int64_t now, int64_t *wake)
+{
+	int64_t hold = INT64_MAX;
 	int64_t next = collect_base(e, e->tt_base, e->tt_rec, now);
 	if (next < *wake)
 		*wake = next;
 	uint64_t filed = e->p->sched->count(lf_sched_of(e->tt_base));
 	atomic_store_explicit(&e->tt->filed, filed, memory_order_relaxed);
 	if (!e->p->thread_bases)
-		return;
+		return hold;
 	for (struct lf_rec *r = atomic_load_explicit(&e->recs, memory_order_acquire); r != NULL;
 	     r = atomic_load_explicit(&r->next, memory_order_relaxed)) {
 		struct lf_base *b = r->base;
-		next = atomic_load_explicit(&b->next, memory_order_relaxed);
-		if (next <= now || ck_pr_load_ptr(&b->cancels.head) != NULL) {
-			if (lf_base_trylock(b)) {
+		/* `next` first, then the soon list: an owner hands over, then
+		 * raises `next` (release), so a raised `next` comes with its list */
+		next = atomic_load_explicit(&b->next, memory_order_acquire);
+		if (atomic_load_explicit(&b->soon, memory_order_relaxed) != NULL)
+			take_soon(e, b);
+		if (next <= now || ck_pr_load_ptr(&b->tofile.head) != NULL ||
+		    ck_pr_load_ptr(&b->cancels.head) != NULL) {
+			if (base_lock_spin(b)) {
 				next = collect_base(e, b, e->tt_rec, now);
+				/* under the lock nothing more is handed over */
+				if (atomic_load_explicit(&b->soon, memory_order_relaxed) != NULL)
+					take_soon(e, b);
 				filed += e->p->sched->count(lf_sched_of(b));
 				lf_base_unlock(b);
 			} else {
+				/* Its owner holds it and has not handed over what is due
+				 * (it is preempted inside, or its horizon is short): hold
+				 * back what is due after that, look again soon. */
+				if (next <= now && next < hold)
+					hold = next;
 				next = now + e->tick_ns / RETRY_DIV;
 			}
 		}
@@ -297,6 +363,7 @@ static void collect_all(struct tmo *e, int64_t now, int64_t *wake)
 			*wake = next;
 	}
 	atomic_store_explicit(&e->tt->filed, filed, memory_order_relaxed);
+	return hold;
 }
 
 /* Stable merge sort of the due array by deadline. */
@@ -317,24 +384,38 @@ static void due_sort(struct due *a, struct due *tmp, size_t n)
 	}
 }
 
-/* Order the batch: every deadline further apart than the resolution in
- * order.  A large batch sorted by tick already (one wheel's burst) is left
- * as it is. */
+/* 1 when a[0..n) is in tick order (one wheel's hand-out). */
+static int tick_sorted(const struct due *a, size_t n, int64_t r)
+{
+	for (size_t i = 1; i < n; i++)
+		if (a[i].deadline / r < a[i - 1].deadline / r)
+			return 0;
+	return 1;
+}
+
+/* Order the due array: every deadline further apart than the resolution in
+ * order.  Its first tt->sorted entries are in order already (what waited
+ * from the last round); what this round added is sorted (unless a large
+ * batch in tick order already: one wheel's burst) and merged in. */
 static void due_order(struct tmo *e)
 {
 	struct lf_tt *tt = e->tt;
-	size_t n = tt->due_n;
-	if (n < 2 || (e->p->sched->ordered && !e->p->thread_bases))
-		return;
-	if (n > DUE_SORT_MAX) {
-		int64_t r = e->resolution_ns;
-		size_t i = 1;
-		while (i < n && tt->due[i].deadline / r >= tt->due[i - 1].deadline / r)
-			i++;
-		if (i == n)
-			return;
+	size_t n = tt->due_n, m = tt->sorted;
+	if (n - m >= 2 && !(e->p->sched->ordered && !e->p->thread_bases) &&
+	    !(n - m > DUE_SORT_MAX && tick_sorted(tt->due + m, n - m, e->resolution_ns)))
+		due_sort(tt->due + m, tt->tmp + m, n - m);
+	if (m > 0 && m < n) {
+		size_t i = 0, j = m, k = 0;
+		while (i < m && j < n)
+			tt->tmp[k++] = tt->due[j].deadline < tt->due[i].deadline ? tt->due[j++]
+			                                                        : tt->due[i++];
+		while (i < m)
+			tt->tmp[k++] = tt->due[i++];
+		while (j < n)
+			tt->tmp[k++] = tt->due[j++];
+		memcpy(tt->due, tt->tmp, n * sizeof *tt->due);
 	}
-	due_sort(tt->due, tt->tmp, n);
+	tt->sorted = n;
 }
 
 static void fire(struct tmo *e, struct due *d)
@@ -342,10 +423,13 @@ static void fire(struct tmo *e, struct due *d)
 	struct lf_node *n = d->n;
 	uint64_t s = lf_st(d->gen, LF_IN_STRUCT);
 	/* a node whose cancel won (CANCEL_PENDING, or already freed) is the
-	 * canceller's to free */
+	 * canceller's to free, unless its owner had handed it over */
 	if (!atomic_compare_exchange_strong_explicit(&n->state, &s, lf_st(d->gen, LF_FIRING),
-	                                             memory_order_acq_rel, memory_order_acquire))
+	                                             memory_order_acq_rel, memory_order_acquire)) {
+		if (d->handed)
+			lf_cache_put(e, e->tt_rec, n);
 		return;
+	}
 	struct tmo_timer *t = n->timer;
 	/* read before the callback: it may free or re-arm the timer */
 	tmo_callback *cb = t->cb;
@@ -387,7 +471,9 @@ static int work_waiting(struct tmo *e, int64_t *wake)
 		return 0;
 	for (struct lf_rec *r = atomic_load_explicit(&e->recs, memory_order_acquire); r != NULL;
 	     r = atomic_load_explicit(&r->next, memory_order_relaxed)) {
-		if (ck_pr_load_ptr(&r->base->cancels.head) != NULL)
+		if (ck_pr_load_ptr(&r->base->cancels.head) != NULL ||
+		    ck_pr_load_ptr(&r->base->tofile.head) != NULL ||
+		    atomic_load_explicit(&r->base->soon, memory_order_relaxed) != NULL)
 			return 1;
 		int64_t next = atomic_load_explicit(&r->base->next, memory_order_relaxed);
 		if (next < *wake)
@@ -396,11 +482,12 @@ static int work_waiting(struct tmo *e, int64_t *wake)
 	return 0;
 }
 
-/* Publish a tick.  A gap since the last one longer than the period plus a
- * quarter resolution, after a tick that left arms coarse, means arms made
- * in that gap may be dated beyond the resolution (a hog, a preempted timer
- * thread): arms stay precise for a while.  Work that may take long (a batch
- * of callbacks, giving memory back, parking) is preceded by a precise tick. */
+/* Publish a tick.  A coarse tick opens a nap; the next tick closes it, and
+ * its reading bounds the arms made during it.  A nap longer than the period
+ * plus a quarter resolution (a hog, a preempted timer thread) means arms
+ * made in it may be dated beyond the resolution: arms stay precise for a
+ * while.  Everything else the timer thread does runs under a precise
+ * tick. */
 static int64_t tt_tick(struct tmo *e, unsigned flags)
 {
 	struct lf_tt *tt = e->tt;
@@ -431,29 +518,56 @@ static void *timer_main(void *arg)
 		if (LF_UNLIKELY(atomic_load_explicit(&e->stop, memory_order_acquire)))
 			break;
 
-		/* 1, 2. tick, steal, drain */
-		int64_t now = tt_tick(e, 0);
-		lf_cal_update(e);
+		/* 1, 2. tick, steal, drain.  A round's work may take long
+		 * (collecting a wheel, callbacks): arms made meanwhile are dated
+		 * precisely, and coarse ticks cover only the naps between rounds
+		 * (the tick that ends a nap bounds the arms made during it). */
+		int64_t now = tt_tick(e, LF_TW_PRECISE);
+		if (now - tt->last_cal >= CAL_EVERY_NS) {
+			lf_cal_update(e);
+			tt->last_cal = now;
+		}
 		int64_t wake = INT64_MAX;
 		int active = steal_rings(e);
 		active |= drain_inbox(e);
 		if (LF_UNLIKELY(tt->unfiled != NULL))
 			retry_unfiled(e);
 
-		/* 3, 4. collect and fire */
+		/* 3, 4. collect and fire: what is due before every busy base's
+		 * earliest deadline; the rest waits (in the due array) for the
+		 * next round */
 		now = tmo_now_ns();
-		tt->due_n = 0;
-		collect_all(e, now, &wake);
+		int64_t hold = collect_all(e, now, &wake);
 		if (tt->due_n > 0) {
 			due_order(e);
-			tt_tick(e, LF_TW_PRECISE);
-			for (size_t i = 0; i < tt->due_n; i++) {
+			/* Handed-over timers may not be due yet: they wait here.  On a
+			 * wheel a timer is due at its tick, wherever it waits, so that
+			 * every source releases one tick's timers together. */
+			int64_t due_by = now;
+			if (e->p->thread_bases)
+				due_by = now - (now - e->origin_ns) % e->resolution_ns - 1;
+			if (hold > due_by + 1)
+				hold = due_by + 1;
+			size_t k = 0;
+			for (; k < tt->due_n && tt->due[k].deadline < hold; k++) {
 				if (atomic_load_explicit(&e->stop, memory_order_acquire))
 					break; /* destroy cancels the rest */
-				fire(e, &tt->due[i]);
+				fire(e, &tt->due[k]);
 			}
-			tt->idle = 0;
-			continue; /* callbacks took time: look again */
+			memmove(tt->due, tt->due + k, (tt->due_n - k) * sizeof *tt->due);
+			tt->due_n -= k;
+			tt->sorted = tt->due_n;
+			if (tt->due_n > 0) {
+				int64_t d = tt->due[0].deadline, at = d;
+				if (e->p->thread_bases && (d - e->origin_ns) % e->resolution_ns != 0)
+					at = d + e->resolution_ns - (d - e->origin_ns) % e->resolution_ns;
+				if (at < wake)
+					wake = at;
+			}
+			if (k > 0) {
+				tt->idle = 0;
+				continue; /* callbacks took time: look again */
+			}
 		}
 
 		/* 5. sleep */
@@ -463,14 +577,21 @@ static void *timer_main(void *arg)
 		uint32_t v = lf_ec_value(&e->wake_ec);
 		int64_t poll = e->tick_ns > 0 ? e->tick_ns : e->resolution_ns;
 		if (tt->idle < IDLE_ROUNDS) {
-			/* arms keep coming: the next tick is due */
+			/* arms keep coming: nap until the next tick, arms dated by
+			 * this one meanwhile */
 			if (wake > now + poll)
 				wake = now + poll;
+			tt_tick(e, 0);
 		} else {
 			atomic_store_explicit(&e->sleep_until, wake, memory_order_relaxed);
 			tt_tick(e, LF_TW_SLEEPING | LF_TW_PRECISE);
-			lf_pool_trim(e);
-			due_shrink(e);
+			/* memory goes back before a long sleep only: a timer thread
+			 * napping between ticks of a stream of fires would walk the
+			 * depot each time and give back pages about to be used */
+			if (wake - now >= TRIM_SLEEP_MIN) {
+				lf_pool_trim(e);
+				due_shrink(e);
+			}
 			lf_heavy_barrier(e);
 			/* look everywhere once more: what arms published before they
 			 * could see SLEEPING */
