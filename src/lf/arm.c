@@ -321,8 +321,7 @@ void lf_base_tidy(struct tmo *e, struct lf_base *b, struct lf_rec *r)
 		struct lf_node *n = lf_node_of_link(l);
 		if (sc->contains(n))
 			sc->remove(lf_sched_of(b), n);
-		if (lf_canceller_frees(n))
-			free_to(e, r, n);
+		free_to(e, r, n);
 		l = next;
 	}
 	if (ck_pr_load_ptr(&b->tofile.head) == NULL)
@@ -351,7 +350,13 @@ struct soon_chain {
 static void soon_add(void *ctx, struct lf_node *n)
 {
 	struct soon_chain *c = ctx;
-	atomic_store_explicit(&n->aux, (uintptr_t)c->b | LF_HANDED_OFF, memory_order_relaxed);
+	uint64_t s = atomic_load_explicit(&n->state, memory_order_relaxed);
+	/* a node whose cancel won is out of the wheel now: its canceller (or
+	 * the base's next holder, from the cancel stack) frees it */
+	if (lf_st_of(s) != LF_IN_STRUCT ||
+	    !atomic_compare_exchange_strong_explicit(&n->state, &s, lf_st(lf_gen_of(s), LF_QUEUED),
+	                                             memory_order_acq_rel, memory_order_relaxed))
+		return;
 	n->s.soon.next = NULL;
 	if (c->tail != NULL)
 		c->tail->s.soon.next = n;
@@ -646,21 +651,17 @@ static int prevented_return(struct tmo *e, struct tmo_timer *t)
 static void unfile(struct tmo *e, struct lf_node *n)
 {
 	uintptr_t aux = atomic_load_explicit(&n->aux, memory_order_relaxed);
-	struct lf_base *b = (aux & 3u) >= LF_IN_THREAD ? (struct lf_base *)(aux & ~(uintptr_t)3)
+	struct lf_base *b = (aux & 3u) == LF_IN_THREAD ? (struct lf_base *)(aux & ~(uintptr_t)3)
 	                                                : e->tt_base;
 	struct lf_rec *r = rec_get(e);
 	if (r != NULL && r->base == b && lf_base_trylock(b)) {
 		const struct lf_sched *sc = e->p->sched;
-		int ours = 1;
 		if (sc->contains(n))
 			sc->remove(lf_sched_of(b), n);
-		else
-			/* collected by the timer thread (its CAS to FIRING fails on
-			 * our state; it frees the node if it was handed off) */
-			ours = lf_canceller_frees(n);
+		/* else the timer thread collected it as due: its CAS to FIRING
+		 * fails on our state, and it never frees a node it did not fire */
 		lf_base_unlock(b);
-		if (ours)
-			lf_cache_put(e, r, n);
+		lf_cache_put(e, r, n);
 		return;
 	}
 	ck_stack_push_upmc(&b->cancels, &n->link);

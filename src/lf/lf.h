@@ -135,17 +135,11 @@ static inline _Atomic uint64_t *lf_timer_word(struct tmo_timer *t)
 
 /* ---- nodes ------------------------------------------------------------------- */
 
-/* Where a filed node is (aux's low bits; the rest is its per-thread base).
- * Who frees a node whose cancel won while it was filed depends on it: a
- * node still in its structure, or one the timer thread collected itself,
- * its canceller (or the base's next holder); a node handed to the timer
- * thread on a base's soon list, the timer thread. */
+/* Where a filed node is (aux's low bits; the rest is its per-thread base). */
 enum lf_where {
 	LF_NOWHERE = 0,
-	LF_IN_TT = 1,      /* the timer thread's base */
-	LF_IN_THREAD = 2,  /* a per-thread base: aux & ~3 is it */
-	LF_HANDED_OFF = 3, /* out of that base, on its soon list or in the timer
-	                      thread's due array */
+	LF_IN_TT = 1,     /* the timer thread's base */
+	LF_IN_THREAD = 2, /* a per-thread base: aux & ~3 is it */
 };
 
 struct lf_rec;
@@ -226,9 +220,11 @@ struct lf_base {
 	 * holder files them (lf_base_tidy) */
 	ck_stack_t tofile;
 	/* Nodes due within LF_SOON_NS that the owner handed to the timer
-	 * thread (LF_HANDED_OFF), linked through s.soon.next: the timer thread
-	 * takes them without the lock, so an owner preempted while holding it
-	 * delays nothing due soon. */
+	 * thread, linked through s.soon.next: the timer thread takes them
+	 * without the lock, so an owner preempted while holding it delays
+	 * nothing due soon.  Handing over is a transit like a spill: the node
+	 * goes IN_STRUCT -> QUEUED (a cancel then drops it, and the timer
+	 * thread frees it). */
 	struct lf_node *_Atomic soon;
 	_Alignas(64) unsigned char sched[];
 };
@@ -313,11 +309,10 @@ struct lf_pool {
 	struct lf_run *reuse;             /* released runs taken over (grow_lock) */
 	_Atomic uint64_t populated_pages; /* resident now */
 	ck_stack_t released;              /* runs the timer thread gave back */
-	/* The depot: free chains (each at most LF_CHAIN nodes, linked through
-	 * the head's aux), under depot_lock, which producers only try-lock. */
-	pthread_mutex_t depot_lock;
-	struct lf_node *depot;
-	_Atomic uint64_t depot_nodes;
+	/* The depot: a lock-free stack of free chains (each at most LF_CHAIN
+	 * nodes, linked through the head's aux); tag << 32 | top index + 1. */
+	_Atomic uint64_t depot;
+	_Atomic uint64_t depot_nodes; /* at least what it holds */
 	/* single nodes freed by threads without a record: the timer thread
 	 * moves them to the depot */
 	ck_stack_t loose;
@@ -482,12 +477,6 @@ static inline void lf_base_unlock(struct lf_base *b)
 #define LF_SOON_NS TMO_NSEC_PER_MSEC
 /* Holder of b, owner: hand what is due by `horizon` to the timer thread. */
 void lf_base_hand_off(struct tmo *e, struct lf_base *b, int64_t horizon);
-/* A freed node's fate when its cancel won while it was filed: 1 if the
- * canceller (or the base's holder) frees it, 0 if the timer thread does. */
-static inline int lf_canceller_frees(const struct lf_node *n)
-{
-	return (atomic_load_explicit(&n->aux, memory_order_relaxed) & 3u) != LF_HANDED_OFF;
-}
 /* Holder of b: remove and free what cancellers left on its cancel stack,
  * file what its owner left on its tofile stack (frees go to r's cache, or
  * the depot when r is NULL). */

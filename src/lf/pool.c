@@ -12,9 +12,11 @@
  *
  * Pages (64 nodes each) are populated on demand by producers (grow_lock;
  * the timer thread never takes it).  Free nodes live in each record's cache
- * (at most LF_CACHE_MAX) and in the depot (chains of LF_CHAIN nodes under
- * depot_lock, which producers only try-lock: a busy depot makes them grow
- * the pool instead of waiting).
+ * (at most LF_CACHE_MAX) and in the depot: a lock-free stack of chains of
+ * LF_CHAIN nodes.  Its head word is a tag (high 32 bits, bumped by every
+ * push and pop) and the top chain's index + 1 (low 32 bits), so a pop that
+ * read a head which was popped and pushed again meanwhile loses its CAS;
+ * reading a stale chain's link is safe because the arena is type-stable.
  *
  * Flow control without waiting: the pool grows only while it holds fewer
  * than LF_SOFT_NODES plus twice the pending arms; past that (nodes on
@@ -46,8 +48,6 @@
 #define GROW_PAGES 4u
 /* Nodes the pool may hold whatever the pending count (256 KiB). */
 #define LF_SOFT_NODES 4096u
-/* Tries at the depot's lock before a producer grows the pool instead. */
-#define DEPOT_TRIES 64
 /* Free nodes trim leaves in the depot. */
 #define TRIM_KEEP (2u * PAGE_NODES)
 
@@ -88,11 +88,7 @@ int lf_pool_init(struct tmo *e)
 	ck_stack_init(&p->loose);
 	if (pthread_mutex_init(&p->grow_lock, NULL) != 0)
 		goto fail_map;
-	if (pthread_mutex_init(&p->depot_lock, NULL) != 0)
-		goto fail_grow;
 	return 0;
-fail_grow:
-	pthread_mutex_destroy(&p->grow_lock);
 fail_map:
 	munmap(p->arena, p->reserved_nodes << NODE_SHIFT);
 	p->arena = NULL;
@@ -117,7 +113,6 @@ void lf_pool_fini(struct tmo *e)
 		p->reuse = r->link.next ? tmo_container_of(r->link.next, struct lf_run, link) : NULL;
 		tmo__free(r);
 	}
-	pthread_mutex_destroy(&p->depot_lock);
 	pthread_mutex_destroy(&p->grow_lock);
 	munmap(p->arena, p->reserved_nodes << NODE_SHIFT);
 	p->arena = NULL;
@@ -136,7 +131,7 @@ static struct lf_node *grow_locked(struct tmo *e, uint32_t *count, int *err)
 		return NULL;
 	}
 	uint64_t held = atomic_load_explicit(&p->populated_pages, memory_order_relaxed) * PAGE_NODES;
-	if (held >= LF_SOFT_NODES && held >= 2 * lf_pending(e)) {
+	if (held >= LF_SOFT_NODES + 2 * lf_pending(e)) {
 		*err = TMO_EAGAIN;
 		return NULL;
 	}
@@ -186,62 +181,79 @@ static struct lf_node *grow_locked(struct tmo *e, uint32_t *count, int *err)
 
 /* ---- the depot ---------------------------------------------------------------- */
 
+#define DEPOT_TAG ((uint64_t)1 << 32)
+
 static struct lf_node *chain_next(struct lf_node *head)
 {
 	return (struct lf_node *)atomic_load_explicit(&head->aux, memory_order_relaxed);
 }
 
-/* depot_lock held. */
-static struct lf_node *depot_take_locked(struct tmo *e, uint32_t *count)
+static inline uint64_t depot_word(const struct tmo *e, uint64_t old, struct lf_node *top)
 {
-	struct lf_pool *p = &e->pool;
-	struct lf_node *c = p->depot;
-	if (c != NULL) {
-		p->depot = chain_next(c);
-		*count = c->s.chain_n;
-		atomic_fetch_sub_explicit(&p->depot_nodes, *count, memory_order_relaxed);
-	}
-	return c;
+	return ((old & ~(DEPOT_TAG - 1)) + DEPOT_TAG) | (top != NULL ? lf_idx_of(e, top) + 1u : 0u);
 }
 
-static void depot_put_locked(struct tmo *e, struct lf_node *head, uint32_t count)
+/* Push a chain of count nodes.  The count is added first, so depot_nodes
+ * never reads below what the stack holds. */
+static void depot_push(struct tmo *e, struct lf_node *head, uint32_t count)
 {
 	struct lf_pool *p = &e->pool;
 	head->s.chain_n = count;
-	atomic_store_explicit(&head->aux, (uintptr_t)p->depot, memory_order_relaxed);
-	p->depot = head;
 	atomic_fetch_add_explicit(&p->depot_nodes, count, memory_order_relaxed);
+	uint64_t w = atomic_load_explicit(&p->depot, memory_order_relaxed);
+	do {
+		struct lf_node *top = (uint32_t)w != 0 ? lf_node_at(e, (uint32_t)w - 1) : NULL;
+		atomic_store_explicit(&head->aux, (uintptr_t)top, memory_order_relaxed);
+	} while (!atomic_compare_exchange_weak_explicit(&p->depot, &w, depot_word(e, w, head),
+	                                                memory_order_release,
+	                                                memory_order_relaxed));
 }
 
-/* The depot's lock, tried a bounded number of times: its holder does O(1)
- * work under it, and a holder that was preempted makes the caller grow the
- * pool rather than wait. */
-static int depot_trylock(struct lf_pool *p)
+/* Pop the top chain (NULL when the depot is empty). */
+static struct lf_node *depot_pop(struct tmo *e, uint32_t *count)
 {
-	for (int i = 0; i < DEPOT_TRIES; i++) {
-		if (pthread_mutex_trylock(&p->depot_lock) == 0)
-			return 1;
-		__builtin_ia32_pause();
-	}
-	return 0;
+	struct lf_pool *p = &e->pool;
+	uint64_t w = atomic_load_explicit(&p->depot, memory_order_acquire);
+	struct lf_node *c;
+	do {
+		if ((uint32_t)w == 0)
+			return NULL;
+		c = lf_node_at(e, (uint32_t)w - 1);
+	} while (!atomic_compare_exchange_weak_explicit(&p->depot, &w,
+	                                                depot_word(e, w, chain_next(c)),
+	                                                memory_order_acquire,
+	                                                memory_order_acquire));
+	*count = c->s.chain_n;
+	atomic_fetch_sub_explicit(&p->depot_nodes, *count, memory_order_relaxed);
+	return c;
+}
+
+/* Every chain at once (the trimmer); the caller subtracts what it counts. */
+static struct lf_node *depot_take_all(struct tmo *e)
+{
+	struct lf_pool *p = &e->pool;
+	uint64_t w = atomic_load_explicit(&p->depot, memory_order_acquire);
+	while (!atomic_compare_exchange_weak_explicit(&p->depot, &w, depot_word(e, w, NULL),
+	                                              memory_order_acquire,
+	                                              memory_order_acquire))
+		;
+	return (uint32_t)w != 0 ? lf_node_at(e, (uint32_t)w - 1) : NULL;
+}
+
+static struct lf_node *grow(struct tmo *e, uint32_t *count, int *err)
+{
+	pthread_mutex_lock(&e->pool.grow_lock);
+	struct lf_node *c = grow_locked(e, count, err);
+	pthread_mutex_unlock(&e->pool.grow_lock);
+	return c;
 }
 
 struct lf_node *lf_cache_refill(struct tmo *e, struct lf_rec *r, int *err)
 {
-	struct lf_pool *p = &e->pool;
-	struct lf_node *c = NULL;
 	uint32_t count = 0;
-	if (depot_trylock(p)) {
-		c = depot_take_locked(e, &count);
-		pthread_mutex_unlock(&p->depot_lock);
-	}
-	if (c == NULL) {
-		pthread_mutex_lock(&p->grow_lock);
-		c = grow_locked(e, &count, err);
-		pthread_mutex_unlock(&p->grow_lock);
-		if (c == NULL)
-			return NULL;
-	}
+	struct lf_node *c = depot_pop(e, &count);
+	if (c == NULL && (c = grow(e, &count, err)) == NULL)
+		return NULL;
 	/* the chain joins whatever the cache holds (at most a few nodes) */
 	struct lf_node *tail = c;
 	while (tail->free_next != NULL)
@@ -252,15 +264,9 @@ struct lf_node *lf_cache_refill(struct tmo *e, struct lf_rec *r, int *err)
 	return c;
 }
 
-/* Split LF_CHAIN nodes off r's cache into the depot.  Producers try-lock:
- * with the depot busy the cache stays over its bound until the next free. */
-static void cache_spill(struct tmo *e, struct lf_rec *r, int may_wait)
+/* Split LF_CHAIN nodes off r's cache into the depot. */
+void lf_cache_spill(struct tmo *e, struct lf_rec *r)
 {
-	struct lf_pool *p = &e->pool;
-	if (may_wait)
-		pthread_mutex_lock(&p->depot_lock);
-	else if (!depot_trylock(p))
-		return;
 	while (r->cache_n > LF_CACHE_MAX - LF_CHAIN) {
 		struct lf_node *head = r->cache, *tail = head;
 		for (uint32_t i = 1; i < LF_CHAIN; i++)
@@ -268,17 +274,12 @@ static void cache_spill(struct tmo *e, struct lf_rec *r, int may_wait)
 		r->cache = tail->free_next;
 		tail->free_next = NULL;
 		r->cache_n -= LF_CHAIN;
-		depot_put_locked(e, head, LF_CHAIN);
+		depot_push(e, head, LF_CHAIN);
 	}
-	pthread_mutex_unlock(&p->depot_lock);
 }
-
-void lf_cache_spill(struct tmo *e, struct lf_rec *r) { cache_spill(e, r, r == e->tt_rec); }
 
 void lf_cache_return(struct tmo *e, struct lf_rec *r)
 {
-	struct lf_pool *p = &e->pool;
-	pthread_mutex_lock(&p->depot_lock);
 	while (r->cache != NULL) {
 		struct lf_node *head = r->cache, *tail = head;
 		uint32_t k = 1;
@@ -288,10 +289,9 @@ void lf_cache_return(struct tmo *e, struct lf_rec *r)
 		}
 		r->cache = tail->free_next;
 		tail->free_next = NULL;
-		depot_put_locked(e, head, k);
+		depot_push(e, head, k);
 	}
 	r->cache_n = 0;
-	pthread_mutex_unlock(&p->depot_lock);
 }
 
 void lf_free_bare(struct tmo *e, struct lf_node *n)
@@ -301,30 +301,13 @@ void lf_free_bare(struct tmo *e, struct lf_node *n)
 
 struct lf_node *lf_alloc_bare(struct tmo *e, int *err)
 {
-	struct lf_pool *p = &e->pool;
-	struct lf_node *c = NULL;
 	uint32_t count = 0;
-	if (depot_trylock(p)) {
-		c = depot_take_locked(e, &count);
-		if (c != NULL && count > 1) {
-			depot_put_locked(e, c->free_next, count - 1);
-			c->free_next = NULL;
-		}
-		pthread_mutex_unlock(&p->depot_lock);
-	}
-	if (c == NULL) {
-		pthread_mutex_lock(&p->grow_lock);
-		c = grow_locked(e, &count, err);
-		pthread_mutex_unlock(&p->grow_lock);
-		if (c == NULL)
-			return NULL;
-		if (count > 1) {
-			pthread_mutex_lock(&p->depot_lock);
-			depot_put_locked(e, c->free_next, count - 1);
-			pthread_mutex_unlock(&p->depot_lock);
-			c->free_next = NULL;
-		}
-	}
+	struct lf_node *c = depot_pop(e, &count);
+	if (c == NULL && (c = grow(e, &count, err)) == NULL)
+		return NULL;
+	if (count > 1)
+		depot_push(e, c->free_next, count - 1);
+	c->free_next = NULL;
 	return c;
 }
 
@@ -355,11 +338,8 @@ void lf_pool_trim(struct tmo *e)
 		tmo__free(by_page);
 		return; /* try again next time */
 	}
-	pthread_mutex_lock(&p->depot_lock);
-	struct lf_node *chains = p->depot;
-	p->depot = NULL;
-	atomic_store_explicit(&p->depot_nodes, 0, memory_order_relaxed);
-	pthread_mutex_unlock(&p->depot_lock);
+	struct lf_node *chains = depot_take_all(e);
+	uint64_t taken = 0;
 
 	/* Bucket every free node by page. */
 	struct lf_node *late = NULL; /* nodes of pages populated after hwm was read */
@@ -376,20 +356,22 @@ void lf_pool_trim(struct tmo *e)
 				free_in[pg]++;
 			else
 				late_n++;
+			taken++;
 			n = next;
 		}
 		chains = next_chain;
 	}
 
+	atomic_fetch_sub_explicit(&p->depot_nodes, taken, memory_order_relaxed);
+
 	/* Give back runs of wholly free pages; chain the rest page by page. */
 	uint64_t kept = 0, gave = 0;
-	pthread_mutex_lock(&p->depot_lock);
 	if (late != NULL)
-		depot_put_locked(e, late, late_n); /* may exceed LF_CHAIN: fine */
+		depot_push(e, late, late_n); /* may exceed LF_CHAIN: fine */
 	for (uint32_t pg = 0; pg < hwm;) {
 		if (free_in[pg] != PAGE_NODES || kept < TRIM_KEEP) {
 			if (by_page[pg] != NULL) {
-				depot_put_locked(e, by_page[pg], free_in[pg]);
+				depot_push(e, by_page[pg], free_in[pg]);
 				kept += free_in[pg];
 			}
 			pg++;
@@ -409,7 +391,7 @@ void lf_pool_trim(struct tmo *e)
 		struct lf_run *run = tmo__malloc(sizeof *run);
 		if (run == NULL) { /* keep them */
 			for (uint32_t q = first; q < pg; q++)
-				depot_put_locked(e, by_page[q], PAGE_NODES);
+				depot_push(e, by_page[q], PAGE_NODES);
 			continue;
 		}
 		run->first = first;
@@ -422,7 +404,6 @@ void lf_pool_trim(struct tmo *e)
 		gave += run->count;
 		ck_stack_push_upmc(&p->released, &run->link);
 	}
-	pthread_mutex_unlock(&p->depot_lock);
 	atomic_fetch_add_explicit(&p->trimmed_pages, gave, memory_order_relaxed);
 	tmo__free(free_in);
 	tmo__free(by_page);

@@ -32,6 +32,9 @@
 #define CAL_EVERY_NS (100 * TMO_NSEC_PER_USEC)
 /* The least sleep ahead for which the timer thread gives memory back. */
 #define TRIM_SLEEP_MIN (50 * TMO_NSEC_PER_MSEC)
+/* A due array longer than this is rid of cancelled entries each round. */
+#define DUE_COMPACT_MIN 64
+
 /* Pauses the timer thread spins for a per-thread base's lock. */
 #define BASE_SPINS 256
 
@@ -39,7 +42,7 @@ struct due {
 	struct lf_node *n;
 	uint64_t gen;
 	int64_t deadline;
-	int handed; /* from a soon list: the timer thread frees it if cancelled */
+	int handed; /* from a soon list: QUEUED, the timer thread frees it if dropped */
 };
 
 /* Timer-thread state (timer thread only, besides the debug counters). */
@@ -302,8 +305,16 @@ static void take_soon(struct tmo *e, struct lf_base *b)
 	for (struct lf_node *n = chain; n != NULL; n = n->s.soon.next)
 		k++;
 	if (k == 0 || !due_reserve(e, k)) {
-		if (k != 0) /* no room now: back for the next round */
-			atomic_store_explicit(&b->soon, chain, memory_order_release);
+		if (k != 0) { /* no room now: back for the next round */
+			struct lf_node *tail = chain, *old = NULL;
+			while (tail->s.soon.next != NULL)
+				tail = tail->s.soon.next;
+			do
+				tail->s.soon.next = old;
+			while (!atomic_compare_exchange_weak_explicit(&b->soon, &old, chain,
+			                                              memory_order_release,
+			                                              memory_order_relaxed));
+		}
 		return;
 	}
 	struct lf_tt *tt = e->tt;
@@ -311,11 +322,11 @@ static void take_soon(struct tmo *e, struct lf_base *b)
 		struct lf_node *n = chain;
 		chain = n->s.soon.next;
 		uint64_t s = atomic_load_explicit(&n->state, memory_order_acquire);
-		if (lf_st_of(s) == LF_IN_STRUCT)
+		if (lf_st_of(s) == LF_QUEUED)
 			tt->due[tt->due_n++] =
 			    (struct due){n, lf_gen_of(s), e->p->sched->deadline(n), 1};
 		else
-			lf_cache_put(e, e->tt_rec, n); /* cancelled on the list */
+			lf_cache_put(e, e->tt_rec, n); /* DROPPED on the list */
 	}
 }
 
@@ -393,6 +404,27 @@ static int tick_sorted(const struct due *a, size_t n, int64_t r)
 	return 1;
 }
 
+/* Drop what was cancelled while it waited in the due array: a handed-over
+ * node its canceller dropped is freed here, so nodes in transit are bounded
+ * by one round's arms rather than one tick's. */
+static void due_compact(struct tmo *e)
+{
+	struct lf_tt *tt = e->tt;
+	size_t k = 0, sorted = 0;
+	for (size_t i = 0; i < tt->due_n; i++) {
+		struct due *d = &tt->due[i];
+		uint64_t s = atomic_load_explicit(&d->n->state, memory_order_acquire);
+		if (s == lf_st(d->gen, d->handed ? LF_QUEUED : LF_IN_STRUCT)) {
+			tt->due[k++] = *d;
+			sorted += i < tt->sorted;
+		} else if (d->handed) {
+			lf_cache_put(e, e->tt_rec, d->n);
+		}
+	}
+	tt->due_n = k;
+	tt->sorted = sorted;
+}
+
 /* Order the due array: every deadline further apart than the resolution in
  * order.  Its first tt->sorted entries are in order already (what waited
  * from the last round); what this round added is sorted (unless a large
@@ -421,9 +453,10 @@ static void due_order(struct tmo *e)
 static void fire(struct tmo *e, struct due *d)
 {
 	struct lf_node *n = d->n;
-	uint64_t s = lf_st(d->gen, LF_IN_STRUCT);
-	/* a node whose cancel won (CANCEL_PENDING, or already freed) is the
-	 * canceller's to free, unless its owner had handed it over */
+	/* a handed-over node is in transit (QUEUED): a cancel drops it and we
+	 * free it; a node collected from a base stays IN_STRUCT, and one whose
+	 * cancel won (CANCEL_PENDING, or already freed) is its canceller's */
+	uint64_t s = lf_st(d->gen, d->handed ? LF_QUEUED : LF_IN_STRUCT);
 	if (!atomic_compare_exchange_strong_explicit(&n->state, &s, lf_st(d->gen, LF_FIRING),
 	                                             memory_order_acq_rel, memory_order_acquire)) {
 		if (d->handed)
@@ -538,6 +571,8 @@ static void *timer_main(void *arg)
 		 * next round */
 		now = tmo_now_ns();
 		int64_t hold = collect_all(e, now, &wake);
+		if (tt->due_n > DUE_COMPACT_MIN)
+			due_compact(e);
 		if (tt->due_n > 0) {
 			due_order(e);
 			/* Handed-over timers may not be due yet: they wait here.  On a
