@@ -1,7 +1,8 @@
 /*
  * tmo-harness: runs scenarios (scenarios/NAME.c) against engines (impls/NAME.c).
- * `./harness --help` for usage.  Exit status: 0 all runs clean, 1 a scenario
- * found a violation or could not run, 2 bad command line.
+ * `./harness --help` is the manual.  Exit status: 0 all runs clean, 1 a
+ * violation, a run that could not run, or results that could not be
+ * written, 2 bad command line, 130/143 interrupted (what finished is kept).
  */
 #include <errno.h>
 #include <fcntl.h>

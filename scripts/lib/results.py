@@ -358,7 +358,7 @@ def machine_lines(docs):
     if loads:
         lo = min(min(l[1], l[2] if l[2] is not None else l[1]) for l in loads)
         hi = max(max(l[1], l[2] if l[2] is not None else l[1]) for l in loads)
-        detail = ", ".join("%s %.2f%s" % (n, s, "-%.2f" % e if e is not None else "")
+        detail = ", ".join("%s %.2f%s" % (n, s, " to %.2f" % e if e is not None else "")
                            for n, s, e in loads)
         out.append("- **Load average (1 min):** %.2f-%.2f over the runs (%s)" % (lo, hi, detail))
     else:
