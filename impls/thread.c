@@ -60,8 +60,9 @@
  * never waits (two invocations cancelling each other would wait for each
  * other): it prevents a pending re-arm or returns SELF at once.
  *
- * Threads get a small stack (64 KiB; more under sanitizers) so ten thousand
- * pending timers fit; callbacks run on that stack.  A process-wide cap keeps
+ * Threads get TMO_CALLBACK_STACK_MIN of stack for the callback plus a
+ * reserve (320 KiB of address space, a few pages of it touched; 1 MiB under
+ * sanitizers); callbacks run on that stack.  A process-wide cap keeps
  * the engine from exhausting the system's thread ids.
  *
  * No single timer thread: park() returns TMO_EINVAL.
@@ -85,7 +86,10 @@
 #define REC_STACK_SIZE (1024u * 1024u)
 #define THREAD_ENGINE_MAX_THREADS 1000
 #else
-#define REC_STACK_SIZE (64u * 1024u)
+/* Callbacks get TMO_CALLBACK_STACK_MIN; the rest is the reserve that
+ * tmo__thread_create adds for TLS, the thread descriptor and our frames
+ * (the same floor, so it takes this attr as it is). */
+#define REC_STACK_SIZE ((size_t)TMO_CALLBACK_STACK_MIN + 64u * 1024u)
 #define THREAD_ENGINE_MAX_THREADS 10000
 #endif
 static atomic_int process_threads;
@@ -510,7 +514,7 @@ static int thr_stats(struct tmo *e, struct tmo_stats *out)
 	uint64_t heap_bytes = tmo_heap_bytes(&e->heap) - (uint64_t)e->heap.min_cap * sizeof(void *);
 	pthread_mutex_unlock(&e->m);
 	out->held_nodes = atomic_load_explicit(&e->records, memory_order_relaxed);
-	/* Records and the heap's growth.  Not the threads' stacks (64 KiB of
+	/* Records and the heap's growth.  Not the threads' stacks (320 KiB of
 	 * address space each, mostly untouched): `threads` counts them, and
 	 * the retention scenario's RSS shows what they really cost. */
 	out->held_bytes = out->held_nodes * sizeof(struct rec) + heap_bytes;
@@ -527,7 +531,7 @@ static int thr_park(struct tmo *e, int on)
 
 const struct tmo_engine_ops tmo_engine_thread = {
 	.name = "thread",
-	.summary = "one OS thread per armed timer (64 KiB stack, at most 10000 per "
+	.summary = "one OS thread per armed timer (320 KiB stack, at most 10000 per "
 	           "process) sleeping on its own monotonic condvar, fire order kept by "
 	           "a heap; cancel wakes and joins it; no park (no single timer thread)",
 	.caps = TMO_CAP_THREAD_PER_TIMER | TMO_CAP_CONCURRENT_CALLBACKS,
