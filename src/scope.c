@@ -627,6 +627,14 @@ int tmo_cond_broadcast(struct tmo_cond *cv)
 
 /* ---- the queue ----------------------------------------------------------- */
 
+void tmo_qnode_init(struct tmo_qnode *node)
+{
+	if (node == NULL)
+		return;
+	node->next = NULL;
+	__atomic_store_n(&node->queue, NULL, __ATOMIC_RELAXED);
+}
+
 int tmo_queue_init(struct tmo_queue *q)
 {
 	if (q == NULL)
@@ -645,13 +653,28 @@ void tmo_queue_destroy(struct tmo_queue *q)
 		return;
 	if (q->nonempty.head != NULL)
 		fatal("tmo_queue_destroy with a waiter");
+	for (struct tmo_qnode *n = q->head, *nx; n != NULL; n = nx) {
+		nx = n->next;
+		tmo_qnode_init(n); /* the caller's again, pushable */
+	}
+	q->head = q->tail = NULL;
+	q->len = 0;
 	pthread_mutex_destroy(&q->lock);
 }
 
-void tmo_queue_push(struct tmo_queue *q, struct tmo_qnode *node)
+int tmo_queue_push(struct tmo_queue *q, struct tmo_qnode *node)
 {
-	node->next = NULL;
+	if (q == NULL || node == NULL)
+		return TMO_EINVAL;
+	/* Claim the node with a CAS: a node's `queue` is cleared under the lock
+	 * of the queue it is on, and two pushes of one node onto two queues
+	 * hold different locks.  The loser is refused and changes nothing. */
+	struct tmo_queue *none = NULL;
+	if (!__atomic_compare_exchange_n(&node->queue, &none, q, 0, __ATOMIC_RELAXED,
+	                                 __ATOMIC_RELAXED))
+		return TMO_EARMED;
 	pthread_mutex_lock(&q->lock);
+	node->next = NULL;
 	if (q->tail != NULL)
 		q->tail->next = node;
 	else
@@ -660,6 +683,7 @@ void tmo_queue_push(struct tmo_queue *q, struct tmo_qnode *node)
 	q->len++;
 	tmo_cond_signal(&q->nonempty);
 	pthread_mutex_unlock(&q->lock);
+	return 0;
 }
 
 static struct tmo_qnode *queue_take(struct tmo_queue *q)
@@ -670,6 +694,7 @@ static struct tmo_qnode *queue_take(struct tmo_queue *q)
 		q->tail = NULL;
 	q->len--;
 	n->next = NULL;
+	__atomic_store_n(&n->queue, NULL, __ATOMIC_RELAXED);
 	return n;
 }
 
@@ -720,18 +745,26 @@ int tmo_queue_pop(struct tmo_queue *q, int64_t timeout_ns, struct tmo_qnode **ou
 	}
 }
 
-size_t tmo_queue_len(struct tmo_queue *q)
+int64_t tmo_queue_len(struct tmo_queue *q)
 {
+	if (q == NULL)
+		return TMO_EINVAL;
 	pthread_mutex_lock(&q->lock);
-	size_t n = q->len;
+	int64_t n = (int64_t)q->len;
 	pthread_mutex_unlock(&q->lock);
 	return n;
 }
 
 int tmo_queue_remove(struct tmo_queue *q, struct tmo_qnode *node)
 {
+	if (q == NULL || node == NULL)
+		return TMO_EINVAL;
 	int found = 0;
 	pthread_mutex_lock(&q->lock);
+	if (__atomic_load_n(&node->queue, __ATOMIC_RELAXED) != q) {
+		pthread_mutex_unlock(&q->lock); /* on no queue, or on another */
+		return 0;
+	}
 	struct tmo_qnode *prev = NULL;
 	for (struct tmo_qnode *n = q->head; n != NULL; prev = n, n = n->next) {
 		if (n != node)
@@ -744,6 +777,7 @@ int tmo_queue_remove(struct tmo_queue *q, struct tmo_qnode *node)
 			q->tail = prev;
 		q->len--;
 		n->next = NULL;
+		__atomic_store_n(&n->queue, NULL, __ATOMIC_RELAXED);
 		found = 1;
 		break;
 	}

@@ -180,9 +180,9 @@ static void test_pop_own_timeout(void)
 	CHECK(n == &a.node);
 	pthread_join(th, NULL);
 	/* FIFO. */
-	struct tmo_qnode x[3];
+	struct tmo_qnode x[3] = {TMO_QNODE_INIT, TMO_QNODE_INIT, TMO_QNODE_INIT};
 	for (int i = 0; i < 3; i++)
-		tmo_queue_push(&q, &x[i]);
+		CHECK_EQ(tmo_queue_push(&q, &x[i]), 0);
 	CHECK_EQ(tmo_queue_len(&q), 3);
 	for (int i = 0; i < 3; i++) {
 		CHECK_EQ(tmo_queue_pop(&q, 0, &n), TMO_WAIT_OK);
@@ -190,11 +190,11 @@ static void test_pop_own_timeout(void)
 	}
 	/* remove: middle, tail (the tail pointer must follow), absent. */
 	for (int i = 0; i < 3; i++)
-		tmo_queue_push(&q, &x[i]);
+		CHECK_EQ(tmo_queue_push(&q, &x[i]), 0);
 	CHECK_EQ(tmo_queue_remove(&q, &x[1]), 1);
 	CHECK_EQ(tmo_queue_remove(&q, &x[1]), 0);
 	CHECK_EQ(tmo_queue_remove(&q, &x[2]), 1);
-	tmo_queue_push(&q, &x[1]);
+	CHECK_EQ(tmo_queue_push(&q, &x[1]), 0);
 	CHECK_EQ(tmo_queue_len(&q), 2);
 	CHECK_EQ(tmo_queue_pop(&q, 0, &n), TMO_WAIT_OK);
 	CHECK(n == &x[0]);
@@ -202,6 +202,52 @@ static void test_pop_own_timeout(void)
 	CHECK(n == &x[1]);
 	CHECK_EQ(tmo_queue_pop(&q, 0, &n), TMO_WAIT_TIMEDOUT);
 	tmo_queue_destroy(&q);
+}
+
+/* Bad input to the queue gets a named error and changes nothing: NULL queue
+ * or node, a node pushed twice (onto the same queue or another one), a
+ * node removed from a queue it is not on. */
+static void test_queue_misuse(void)
+{
+	struct tmo_queue q, q2;
+	struct tmo_qnode a = TMO_QNODE_INIT, b, *n;
+	tmo_qnode_init(&b);
+	CHECK_EQ(tmo_queue_init(NULL), TMO_EINVAL);
+	CHECK_EQ(tmo_queue_init(&q), 0);
+	CHECK_EQ(tmo_queue_init(&q2), 0);
+	CHECK_EQ(tmo_queue_push(NULL, &a), TMO_EINVAL);
+	CHECK_EQ(tmo_queue_push(&q, NULL), TMO_EINVAL);
+	CHECK_EQ(tmo_queue_len(NULL), TMO_EINVAL);
+	CHECK_EQ(tmo_queue_remove(NULL, &a), TMO_EINVAL);
+	CHECK_EQ(tmo_queue_remove(&q, NULL), TMO_EINVAL);
+	CHECK_EQ(tmo_queue_pop(NULL, 0, &n), TMO_EINVAL);
+	tmo_queue_destroy(NULL); /* ignored */
+	tmo_qnode_init(NULL);    /* ignored */
+	CHECK_EQ(tmo_queue_len(&q), 0);
+
+	/* The same node twice: refused, the queue as it was (a second push
+	 * used to link the node to itself and lose what followed). */
+	CHECK_EQ(tmo_queue_push(&q, &a), 0);
+	CHECK_EQ(tmo_queue_push(&q, &b), 0);
+	CHECK_EQ(tmo_queue_push(&q, &a), TMO_EARMED);
+	CHECK_EQ(tmo_queue_push(&q2, &a), TMO_EARMED);
+	CHECK_EQ(tmo_queue_len(&q), 2);
+	CHECK_EQ(tmo_queue_len(&q2), 0);
+	CHECK_EQ(tmo_queue_remove(&q2, &a), 0); /* on q, not q2: left alone */
+	CHECK_EQ(tmo_queue_pop(&q, 0, &n), TMO_WAIT_OK);
+	CHECK(n == &a);
+	CHECK_EQ(tmo_queue_pop(&q, 0, &n), TMO_WAIT_OK);
+	CHECK(n == &b);
+	CHECK_EQ(tmo_queue_pop(&q, 0, &n), TMO_WAIT_TIMEDOUT);
+	/* Popped, it may go anywhere again; removed too. */
+	CHECK_EQ(tmo_queue_push(&q2, &a), 0);
+	CHECK_EQ(tmo_queue_remove(&q2, &a), 1);
+	CHECK_EQ(tmo_queue_push(&q, &a), 0);
+	/* Destroy hands remaining nodes back, pushable again. */
+	tmo_queue_destroy(&q);
+	CHECK_EQ(tmo_queue_push(&q2, &a), 0);
+	CHECK_EQ(tmo_queue_len(&q2), 1);
+	tmo_queue_destroy(&q2);
 }
 
 static intptr_t busy_loop(void *arg)
@@ -822,6 +868,7 @@ int main(int argc, char **argv)
 	RUN(test_bad_input);
 	RUN(test_pop_interrupted);
 	RUN(test_pop_own_timeout);
+	RUN(test_queue_misuse);
 	RUN(test_busy_loop_interrupted);
 	RUN(test_sleep_interrupted);
 	RUN(test_cond_interrupted);

@@ -315,21 +315,35 @@ int tmo_cond_broadcast(struct tmo_cond *cv);
 
 /* An unbounded MPMC FIFO queue of intrusive nodes (embed struct tmo_qnode in
  * your message).  Push never blocks (beyond a short mutex) and allocates
- * nothing; pop is an interruption point. */
+ * nothing; pop is an interruption point.
+ *
+ * A node is on at most one queue at a time, and it knows which: initialise
+ * it once (TMO_QNODE_INIT, tmo_qnode_init() or all-zero bytes); pop,
+ * remove and destroy hand it back initialised.  Every function refuses a
+ * NULL queue or node with TMO_EINVAL, and a push of a node that is already
+ * queued (here or on another queue) with TMO_EARMED (the node is "armed":
+ * queued), leaving both queues as they were. */
+struct tmo_queue;
 struct tmo_qnode {
 	struct tmo_qnode *next;
+	struct tmo_queue *queue; /* the queue it is on, NULL when on none */
 };
+#define TMO_QNODE_INIT {0, 0}
+void tmo_qnode_init(struct tmo_qnode *node);
 struct tmo_queue {
 	pthread_mutex_t lock;
 	struct tmo_cond nonempty;
 	struct tmo_qnode *head, *tail;
 	size_t len;
 };
-/* Returns 0 or TMO_ESYS. */
+/* Returns 0, TMO_EINVAL (q NULL) or TMO_ESYS. */
 int tmo_queue_init(struct tmo_queue *q);
-/* The queue must have no waiter; remaining nodes belong to the caller. */
+/* The queue must have no waiter; remaining nodes go back to the caller,
+ * initialised.  A NULL q is ignored. */
 void tmo_queue_destroy(struct tmo_queue *q);
-void tmo_queue_push(struct tmo_queue *q, struct tmo_qnode *node);
+/* Append node.  Returns 0, TMO_EINVAL (q or node NULL) or TMO_EARMED (node
+ * already queued). */
+int tmo_queue_push(struct tmo_queue *q, struct tmo_qnode *node);
 /* Take the oldest node into *out, waiting up to timeout_ns
  * (TMO_WAIT_FOREVER, or 0 for a try).  Returns TMO_WAIT_OK,
  * TMO_WAIT_TIMEDOUT (*out = NULL), TMO_EINVAL (q or out NULL) or
@@ -340,11 +354,13 @@ void tmo_queue_push(struct tmo_queue *q, struct tmo_qnode *node);
  * signal: no node is ever lost or stranded when a message and a timeout
  * race.  A node taken is never interrupted away: pop returns right after. */
 int tmo_queue_pop(struct tmo_queue *q, int64_t timeout_ns, struct tmo_qnode **out);
-size_t tmo_queue_len(struct tmo_queue *q);
-/* Unlink node if it is queued (O(length): for rare clean-ups, such as a
+/* The number of queued nodes, or TMO_EINVAL (q NULL). */
+int64_t tmo_queue_len(struct tmo_queue *q);
+/* Unlink node if it is on q (O(length): for rare clean-ups, such as a
  * timeout marker that an engine callback pushed just as the receive it
- * belonged to got its message).  Returns 1 if it was queued, else 0.  Not an
- * interruption point. */
+ * belonged to got its message).  Returns 1 if it was on q, 0 if not (on no
+ * queue, or on another one, which is left alone), TMO_EINVAL (q or node
+ * NULL).  Not an interruption point. */
 int tmo_queue_remove(struct tmo_queue *q, struct tmo_qnode *node);
 
 #ifdef __cplusplus
