@@ -44,15 +44,21 @@
  *               `rescue Exception => e` does; re-raising it (tmo_reraise)
  *               converts to "execution expired" at the boundary.
  *
- * Identity and nesting: the interrupt carries the scope that expired (struct
+ * Identity and nesting: every scope has a 64-bit id that is never reused in
+ * the process (not its stack address, which the next scope may reuse), and
+ * the interrupt carries the id of the scope that expired (struct
  * tmo_exc.scope).  A scope converts only its own interrupt; an outer scope's
  * interrupt passes an inner scope's boundary untouched (the inner scope still
- * cancels its timer and runs the ensures on the way), and so does an error of
+ * cancels its timer and runs the ensures on the way), and so do an error of
  * the timeout class that the block raised itself (tmo_raise(TMO_EXC_TIMEOUT,
- * ...) carries no scope).  When several scopes of one thread have expired and
+ * ...) carries scope 0) and a saved interrupt of an earlier scope re-raised
+ * with tmo_reraise().  When several scopes of one thread have expired and
  * none was delivered yet, the outermost one is delivered: its unwinding passes
  * every inner boundary, and the inner scopes' interrupts are discarded as they
- * exit.
+ * exit.  "Expired" is decided by the clock at delivery, not by which engine
+ * callback happened to run first: an engine that runs callbacks concurrently
+ * (the thread engine) may mark an inner scope before the outer one whose
+ * deadline passed first or at the same time, and the outer one still wins.
  *
  * No late interrupt: when the block returns, the scope cancels its engine
  * timer and waits for a running callback (TMO_CANCEL_WAITED) before it
@@ -153,16 +159,14 @@ enum tmo_exc_class {
 	TMO_EXC_THROW = 4,
 };
 
-struct tmo_scope; /* a running scope; opaque, used as an identity only */
-
 struct tmo_exc {
 	enum tmo_exc_class cls;
 	int code;            /* the raiser's code; TMO_ETIMEDOUT for interrupts */
 	const char *message; /* not copied: static storage, or alive long enough */
-	/* The scope whose expiry produced this exception, or NULL when the code
-	 * raised it itself.  Compare it, never dereference it: after the scope
-	 * returned it names nothing. */
-	const struct tmo_scope *scope;
+	/* The id of the scope whose expiry produced this exception (what
+	 * tmo_scope_current() returned inside it), or 0 when the code raised it
+	 * itself.  Ids are never reused in the process. */
+	uint64_t scope;
 };
 
 /* Rescue filters: which classes a rescue frame catches.  A throw is never
@@ -227,7 +231,7 @@ enum tmo_scope_mode {
  *                    even when the deadline passed as it returned;
  *  TMO_ETIMEDOUT     this scope's interrupt reached the boundary; *exc is
  *                    {TMO_EXC_TIMEOUT, TMO_ETIMEDOUT, "execution expired",
- *                    this scope};
+ *                    this scope's id};
  *  TMO_ERAISED       an exception of the block's own left the scope and no
  *                    outer frame exists on this thread: it is in *exc (with an
  *                    outer frame, the exception passes on to it instead and
@@ -237,6 +241,12 @@ enum tmo_scope_mode {
  *  TMO_EBADTIMEOUT   timeout_ns negative or above TMO_TIMEOUT_MAX;
  *  TMO_EINVAL        mode unknown;
  *  TMO_ESYS          the thread's context could not be set up;
+ *  TMO_EDEADLK       called on a thread that runs this engine's callbacks
+ *                    one at a time (inside one of its callbacks, on an engine
+ *                    without TMO_CAP_CONCURRENT_CALLBACKS): the scope's own
+ *                    timer could never fire while the block runs there.  The
+ *                    block did not run; the engine is unaffected;
+ *  TMO_EFORKED       the engine was inherited across fork() (tmo.h);
  *  TMO_ENOMEM, TMO_EAGAIN  the engine could not arm (the block did not run).
  * value and exc may be NULL.
  *
@@ -246,13 +256,13 @@ enum tmo_scope_mode {
 int tmo_scope_run(struct tmo *engine, int64_t timeout_ns, enum tmo_scope_mode mode,
                   tmo_block_fn *block, void *arg, intptr_t *value, struct tmo_exc *exc);
 
-/* The innermost scope running on this thread, or NULL. */
-const struct tmo_scope *tmo_scope_current(void);
+/* The id of the innermost scope running on this thread, or 0. */
+uint64_t tmo_scope_current(void);
 
-/* Non-zero once the engine's callback marked scope s as expired (delivered
- * or not).  s must be running on the calling thread (itself or an enclosing
- * scope of tmo_scope_current()). */
-int tmo_scope_expired(const struct tmo_scope *s);
+/* Non-zero once scope `id` expired: its engine callback marked it, or its
+ * interrupt was delivered (delivered or not, masked or not).  0 when no scope
+ * with that id is running on the calling thread.  O(nesting depth). */
+int tmo_scope_expired(uint64_t id);
 
 /* Non-zero when an interrupt has been marked for this thread and not yet
  * delivered (masked, or no interruption point reached yet). */
@@ -262,7 +272,8 @@ int tmo_interrupt_pending(void);
  * evidence for the race scenarios that the edge cases happened. */
 struct tmo_scope_stats {
 	uint64_t scopes;    /* tmo_scope_run calls that ran their block */
-	uint64_t expired;   /* engine callbacks that marked one of them */
+	uint64_t expired;   /* of those, scopes that expired: marked by their
+	                       callback, or delivered (delivered + discarded) */
 	uint64_t delivered; /* interrupts raised at an interruption point */
 	/* Expiries thrown away because the block had returned (or the scope
 	 * was being left) first: each one is a late interrupt prevented. */
