@@ -654,11 +654,11 @@ static void thr_destroy(struct tmo *e)
  * they are left alone, as is the attr (plain memory in it). */
 static void thr_destroy_forked(struct tmo *e)
 {
+	tmo_heap_fini(&e->heap); /* first: it writes to the nodes it still holds */
 	for (struct rec *r = e->all, *nx; r != NULL; r = nx) {
 		nx = r->all_next;
 		tmo__free(r);
 	}
-	tmo_heap_fini(&e->heap);
 	tmo__free(e);
 }
 

@@ -46,14 +46,15 @@ static void cb(struct tmo_timer *t, void *arg)
 {
 	(void)t;
 	(void)arg;
-	char here;
+	/* The frame address, not a local's: ASan may keep locals elsewhere. */
+	uintptr_t here = (uintptr_t)__builtin_frame_address(0);
 	pthread_attr_t a;
 	int64_t left = -1;
 	if (pthread_getattr_np(pthread_self(), &a) == 0) {
 		void *lo;
 		size_t sz;
 		if (pthread_attr_getstack(&a, &lo, &sz) == 0)
-			left = (int64_t)((uintptr_t)&here - (uintptr_t)lo);
+			left = (int64_t)(here - (uintptr_t)lo);
 		pthread_attr_destroy(&a);
 	}
 	atomic_store(&room, left);
