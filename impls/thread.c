@@ -27,29 +27,31 @@
  * thread calls its callback only on its turn: when no record due more than
  * the resolution before it is still waiting (the heap of waiting records,
  * by deadline and arm order, has its top within the resolution), and none
- * that decided to fire has yet to enter its callback (the `entering` set,
- * by deadline).  Timers within the resolution of each other fire
- * concurrently.
+ * that decided to fire is still `entering` (by deadline): decided, and not
+ * yet known to be inside its callback.  Timers within the resolution of
+ * each other fire concurrently.
  *
  * Turns are handed on, never polled for:
  *  - a due thread held back by the heap's top sleeps on its own condvar in
  *    `blocked` (by deadline); whoever takes the top out of the heap (its
  *    own thread deciding to fire, or a cancel) wakes exactly the blocked
  *    records the new top lets through, earliest first;
- *  - a record that decided to fire stays in `entering` until its thread
- *    sets `entered`, just before the call (nothing between the two).  A due thread that finds such an earlier record not yet entered
- *    (its thread was preempted on the way) sleeps on that record's condvar
- *    until its callback returns, when that record's thread wakes it: a
- *    wake-up sent after the callback started, so the woken thread cannot
- *    overtake it.  So that a long callback does not hold it back, the sleep
- *    also ends after ENTRY_GRACE, and the thread looks again: entered by
- *    then (the usual case), it goes.
- * Any wake-up sent between a thread's decision and its own callback (to pass
- * its turn on sooner) can be what preempts it, and the woken thread then
- * overtakes it: a futex wake at the callback's entry gave 44-293 inversions
- * a run with 9,000 timers 50 us apart on 2 busy cores.  What remains
- * unordered is a thread preempted between setting `entered` and the call.  Each thread wakes once at its deadline and rarely more than once
- * for its turn; nothing scans a list, and each step is O(log n).
+ *  - a due thread held back by an `entering` record sleeps on that record's
+ *    condvar until its callback returns, when that record's thread wakes
+ *    it: a wake-up sent after the callback ran, so nothing can overtake it.
+ * A flag set just before the call cannot stand in for "the callback
+ * started": the thread may be preempted between the two, and a loaded
+ * machine does that often enough (a few times per 9,000 timers with CPU
+ * hogs running; waking the next thread before the call, 40-300 times).  So
+ * a record leaves `entering` when its callback returns, or, for a callback
+ * that runs longer than ENTRY_GRACE, when its thread is seen past the call:
+ * it has used CPU time since it recorded its own just before the call, or
+ * it is blocked (sleeping in the kernel, which nothing before the call
+ * does).  A waiter looks at that after ENTRY_GRACE, and again each
+ * ENTRY_GRACE while the record's thread is preempted before its callback:
+ * the only repeated look, and it waits on that thread, not on the clock.
+ * Each thread wakes once at its deadline and usually once for its turn;
+ * nothing scans a list, and each step is O(log n).
  *
  * `blocked` and `entering` are intrusive pairing heaps (links in the
  * record, which is in at most one of them): insertion, removal of any
@@ -104,8 +106,12 @@
  * No single timer thread: park() returns TMO_EINVAL.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "heap.h"
 #include "internal.h"
@@ -133,9 +139,14 @@ static atomic_int process_threads;
 /* Deadlines are exact; this is the order granularity (see Order above) and
  * the declared resolution. */
 #define THREAD_RESOLUTION_NS TMO_NSEC_PER_MSEC
-/* How long a due thread sleeps, at most, on an earlier record that decided
- * to fire but had not entered its callback (see Order). */
+/* How long a callback runs before a waiter looks whether its thread is
+ * past the call (see Order): the most a long callback delays a later timer. */
 #define ENTRY_GRACE (THREAD_RESOLUTION_NS / 4)
+/* CPU time a thread uses between recording its own and calling the
+ * callback is well under a microsecond; this much more proves it called.
+ * Far more than that: interrupts that arrive in between are charged to the
+ * thread (no IRQ time accounting on this kernel). */
+#define ENTRY_CPU_PROOF (100 * TMO_NSEC_PER_USEC)
 
 enum rec_state {
 	R_WAITING,   /* thread sleeps until the deadline (and its turn) */
@@ -158,8 +169,11 @@ struct rec {
 	/* Cancels waiting for this callback, and later timers waiting for
 	 * their turn: no reap while > 0. */
 	uint32_t waiters;
-	/* Set just before the callback is called, without the mutex. */
+	/* Written by the record's thread just before the call, without the
+	 * mutex: its own CPU time and the clock, then `entered` (release). */
 	atomic_bool entered;
+	int64_t entered_cpu, entered_at;
+	pid_t tid; /* the record's thread, for /proc (written before entered) */
 	struct rec *ph_child, *ph_next, *ph_prev; /* pairing heap; ph_prev: parent
 	                                             or left sibling */
 	struct rec *prev, *next;         /* e->running while RUNNING; e->done (next) */
@@ -190,7 +204,7 @@ struct tmo {
 	pthread_attr_t attr;
 	struct tmo_heap heap; /* WAITING records, except held ones */
 	struct rec *blocked;  /* pairing heap: due, held back by the heap's top */
-	struct rec *entering; /* pairing heap: decided, maybe not yet entered */
+	struct rec *entering; /* pairing heap: decided, callback not known started */
 	struct rec *running;  /* RUNNING (doubly linked) */
 	struct rec *done;     /* DONE, nobody waiting: to be joined */
 	struct rec *all;      /* every record (doubly linked through all_*) */
@@ -296,6 +310,30 @@ static void set_in(struct tmo *e, struct rec *r, int where)
 
 enum turn { TURN_GO, TURN_BLOCKED, TURN_ENTERING };
 
+/* Whether p's thread is past its call: it used ENTRY_CPU_PROOF of CPU time
+ * since it recorded its own, or it is blocked in the kernel.  p entered;
+ * its thread is alive (p is not DONE, so not joined). */
+static bool past_the_call(const struct rec *p)
+{
+	clockid_t cid;
+	struct timespec ts;
+	if (pthread_getcpuclockid(p->th, &cid) == 0 && clock_gettime(cid, &ts) == 0 &&
+	    (int64_t)ts.tv_sec * TMO_NSEC_PER_SEC + ts.tv_nsec - p->entered_cpu >= ENTRY_CPU_PROOF)
+		return true;
+	char path[64], buf[256];
+	snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)p->tid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	ssize_t n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = 0;
+	const char *rp = strrchr(buf, ')'); /* "tid (comm) S ..." */
+	return rp != NULL && (rp[1] == ' ') && (rp[2] == 'S' || rp[2] == 'D');
+}
+
 /* Under the mutex; r is in the heap and due.  Whether it may fire now, and
  * if not, what holds it back: *pred, the record to wait for until *until. */
 static enum turn my_turn(struct tmo *e, const struct rec *r, struct rec **pred, int64_t *until)
@@ -303,15 +341,24 @@ static enum turn my_turn(struct tmo *e, const struct rec *r, struct rec **pred, 
 	int64_t floor = r->deadline - THREAD_RESOLUTION_NS;
 	if (tmo_heap_peek(&e->heap)->deadline < floor)
 		return TURN_BLOCKED;
-	/* Records that entered their callbacks hold nobody back any more. */
-	while (e->entering != NULL &&
-	       atomic_load_explicit(&e->entering->entered, memory_order_acquire))
-		set_in(e, e->entering, IN_NONE);
-	if (e->entering == NULL || e->entering->deadline >= floor)
-		return TURN_GO;
-	*pred = e->entering;
-	*until = tmo_now_ns() + ENTRY_GRACE;
-	return TURN_ENTERING;
+	int64_t now = 0;
+	while (e->entering != NULL && e->entering->deadline < floor) {
+		struct rec *p = e->entering;
+		if (!atomic_load_explicit(&p->entered, memory_order_acquire)) {
+			*pred = p;
+			*until = (now ? now : tmo_now_ns()) + ENTRY_GRACE;
+			return TURN_ENTERING;
+		}
+		if (now == 0)
+			now = tmo_now_ns();
+		if (now < p->entered_at + ENTRY_GRACE || !past_the_call(p)) {
+			*pred = p;
+			*until = (now < p->entered_at + ENTRY_GRACE ? p->entered_at : now) + ENTRY_GRACE;
+			return TURN_ENTERING;
+		}
+		set_in(e, p, IN_NONE); /* a long callback: it holds nobody back */
+	}
+	return TURN_GO;
 }
 
 /* Under the mutex, after the heap's top left: wake the blocked records
@@ -402,6 +449,7 @@ static void *rec_thread(void *arg)
 	struct rec *r = arg;
 	struct tmo *e = r->e;
 	tmo__thread_engine = e;
+	r->tid = gettid();
 	pthread_mutex_lock(&e->m);
 	struct timespec ts = tmo__ts_from_ns(r->deadline);
 	while (r->state == R_WAITING) {
@@ -428,9 +476,9 @@ static void *rec_thread(void *arg)
 		}
 		set_in(e, r, IN_NONE);
 		if (turn == TURN_ENTERING) {
-			/* An earlier one fires and its callback has not started, or
-			 * only just: until its callback returns (its thread wakes
-			 * us then) or its grace ends.  Pinned meanwhile. */
+			/* An earlier one fires: until its callback returns (its
+			 * thread wakes us) or we should look whether it is past
+			 * the call.  Pinned meanwhile. */
 			struct timespec grace = tmo__ts_from_ns(until);
 			pred->waiters++;
 			pthread_cond_timedwait(&pred->cv, &e->m, &grace);
@@ -451,7 +499,11 @@ static void *rec_thread(void *arg)
 		void *cb_arg = t->arg;
 		pthread_mutex_unlock(&e->m);
 		cur_rec = r;
-		/* Nothing between this store and the call (see Order). */
+		/* Recorded just before the call (see Order). */
+		struct timespec cpu;
+		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
+		r->entered_cpu = (int64_t)cpu.tv_sec * TMO_NSEC_PER_SEC + cpu.tv_nsec;
+		r->entered_at = tmo_now_ns();
 		atomic_store_explicit(&r->entered, true, memory_order_release);
 		cb(t, cb_arg); /* may free or re-arm t: not touched again */
 		cur_rec = NULL;

@@ -565,6 +565,63 @@ static void test_thousands_50us_apart(void)
 	many_timers(scaled(9000, 200), 50 * TMO_NSEC_PER_USEC, 0);
 }
 
+/* A long callback does not hold later timers back: B, due 3 ms after A
+ * (beyond the resolution), fires while A's callback still runs, whether A
+ * computes or sleeps.  Order only makes B wait until A's thread is seen
+ * inside its callback (A's callback waits for B, bounded: B never firing
+ * while A runs shows as a failed check, not a hang). */
+struct longcb {
+	atomic_int a_started, b_ran, b_ran_during_a, a_done;
+	int sleeping;
+};
+
+static void long_a(struct tmo_timer *t, void *arg)
+{
+	(void)t;
+	struct longcb *l = arg;
+	atomic_store(&l->a_started, 1);
+	int64_t end = tmo_now_ns() + 5 * TMO_NSEC_PER_SEC;
+	while (!atomic_load(&l->b_ran) && tmo_now_ns() < end)
+		if (l->sleeping)
+			sleep_ms(1);
+	if (atomic_load(&l->b_ran))
+		atomic_store(&l->b_ran_during_a, 1);
+	atomic_store(&l->a_done, 1);
+}
+
+static void long_b(struct tmo_timer *t, void *arg)
+{
+	(void)t;
+	struct longcb *l = arg;
+	if (atomic_load(&l->a_started)) /* never before A: order */
+		atomic_store(&l->b_ran, 1);
+}
+
+static void test_long_callback(void)
+{
+	for (int sleeping = 0; sleeping <= 1; sleeping++) {
+		struct tmo *e;
+		static struct longcb l;
+		memset(&l, 0, sizeof l);
+		l.sleeping = sleeping;
+		CHECK_EQ(tmo_create(ENGINE, NULL, &e), 0);
+		struct tmo_timer a = TMO_TIMER_INIT, b = TMO_TIMER_INIT;
+		CHECK_EQ(tmo_arm(e, &a, 5 * TMO_NSEC_PER_MSEC, long_a, &l), 0);
+		CHECK_EQ(tmo_arm(e, &b, 8 * TMO_NSEC_PER_MSEC, long_b, &l), 0);
+		for (int i = 0; i < 20000 && !atomic_load(&l.a_done); i++)
+			sleep_ms(1);
+		int ra = tmo_cancel(e, &a);
+		int rb = tmo_cancel(e, &b);
+		CHECK(ra == TMO_CANCEL_WAITED || ra == TMO_CANCEL_FIRED);
+		CHECK(rb == TMO_CANCEL_WAITED || rb == TMO_CANCEL_FIRED);
+		if (!atomic_load(&l.b_ran_during_a))
+			fprintf(stderr, "  a %s callback held a later timer back\n",
+			        sleeping ? "sleeping" : "computing");
+		CHECK_EQ(atomic_load(&l.b_ran_during_a), 1);
+		tmo_destroy(&e);
+	}
+}
+
 /* ---- lifecycle --------------------------------------------------------------- */
 
 /* From inside its own callback, destroy and park are refused with
@@ -811,6 +868,7 @@ int main(void)
 	RUN(test_concurrent_callbacks);
 	RUN(test_cancel_overlapping_chain);
 	RUN(test_order_under_load);
+	RUN(test_long_callback);
 	RUN(test_misuse_from_callback);
 	RUN(test_destroy_semantics);
 	RUN(test_fork);
