@@ -487,8 +487,8 @@ static void *rec_thread(void *arg)
 		}
 		/* WAITING and not held: the timer is pending, its words valid. */
 		struct tmo_timer *t = r->timer;
-		unqueue(e, r); /* out of the heap: later ones may decide now... */
-		set_in(e, r, IN_ENTERING); /* ...but not fire before we enter */
+		unqueue(e, r); /* out of the heap: later ones may decide now, */
+		set_in(e, r, IN_ENTERING); /* but call theirs only after ours */
 		r->state = R_RUNNING;
 		running_add(e, r);
 		e->npending--;
