@@ -20,55 +20,98 @@
  * WAITING -> RUNNING -> DONE (its thread), only under the mutex; the timer's
  * own state (IDLE / PENDING / FIRED) changes in the same critical section.
  *
- * Order: independent threads would fire in whatever order the scheduler
- * wakes them, and on a loaded machine that inverted timers 2 ms apart.  So
- * the waiting records also sit in a heap by (deadline, arm order), and a
- * due thread fires only when no waiting record is due more than the
- * resolution before it (it is the heap's top, or within the resolution of
- * the top), and no such earlier timer has decided to fire without having
- * entered its callback yet (`entered`, set just before the call: a thread
- * preempted between its decision and its callback would otherwise be
- * overtaken).  Otherwise the earlier one is due but its thread has not run
- * yet: the blocked thread looks again every quarter resolution instead of
- * being woken by it, because that wake-up, sent between the earlier
- * thread's decision and its callback, let the woken thread preempt it and
- * run its callback first (unit/thread, two CPU spinners, 40 timers 1.25 ms
- * apart: without the heap 3-175 inversions in every run; heap + wake-up,
- * 7 in 1 run of 4; as now, 0 in 10).  Timers within the resolution of each
- * other still fire concurrently.  What remains unordered is a preemption
- * inside the call instruction itself.
+ * Order, without polling
+ * ----------------------
+ * Independent threads would fire in whatever order the scheduler wakes
+ * them; on a loaded machine that inverted timers 2 ms apart.  So a due
+ * thread calls its callback only on its turn: when no record due more than
+ * the resolution before it is still waiting (the heap of waiting records,
+ * by deadline and arm order, has its top within the resolution), and none
+ * that decided to fire is still `entering` (by deadline): decided, and not
+ * yet known to be inside its callback.  Timers within the resolution of
+ * each other fire concurrently.
  *
- * Threads and memory: a cancelled record's thread is joined by its
- * canceller.  A fired record stays on the `fired` list until its callback
- * has returned; then it is DONE and any later arm, cancel or destroy joins
- * its thread (already finished or about to) and frees it, so destroy
- * joins every thread the engine ever started.
+ * Turns are handed on, never polled for:
+ *  - a due thread held back by the heap's top sleeps on its own condvar in
+ *    `blocked` (by deadline); whoever takes the top out of the heap (its
+ *    own thread deciding to fire, or a cancel) wakes exactly the blocked
+ *    records the new top lets through, earliest first;
+ *  - a due thread held back by an `entering` record sleeps on that record's
+ *    condvar until its callback returns, when that record's thread wakes
+ *    it: a wake-up sent after the callback ran, so nothing can overtake it.
+ * A flag set just before the call cannot stand in for "the callback
+ * started": the thread may be preempted between the two, and a loaded
+ * machine does that often enough (a few times per 9,000 timers with CPU
+ * hogs running; waking the next thread before the call, 40-300 times).  So
+ * a record leaves `entering` when its callback returns, or, for a callback
+ * that runs longer than ENTRY_GRACE, when its thread is seen past the call:
+ * it has used CPU time since it recorded its own just before the call, or
+ * it is blocked (sleeping in the kernel, which nothing before the call
+ * does).  A waiter looks at that after ENTRY_GRACE, and again each
+ * ENTRY_GRACE while the record's thread is preempted before its callback:
+ * the only repeated look, and it waits on that thread, not on the clock.
+ * Each thread wakes once at its deadline and usually once for its turn;
+ * nothing scans a list, and each step is O(log n).
+ *
+ * `blocked` and `entering` are intrusive pairing heaps (links in the
+ * record, which is in at most one of them): insertion, removal of any
+ * record and extraction of the minimum never allocate, so the firing path
+ * cannot fail.
+ *
+ * Threads and memory
+ * ------------------
+ * A cancelled record's thread is joined by its canceller.  A fired record is
+ * on the `running` list while its callback runs; then it is DONE and moves to
+ * the `done` list (or, when cancels wait on it, the last of them moves it),
+ * and any later arm, cancel or destroy takes that whole list and joins the
+ * threads (finished or about to) and frees them: destroy joins every thread
+ * the engine ever started.  Every record is also on `all` from arm to free,
+ * which is how a forked child finds the copies to free.
  *
  * Cancel that finds the timer's callback running on another thread waits on
  * that record's condvar until the callback returned (a `waiters` count keeps
  * the record from being reaped meanwhile), then looks again: a re-arm made
  * by the callback is cancelled (PREVENTED).  Several invocations of one
  * timer's callback may run at once (a callback re-arms with a timeout
- * shorter than its own run): cancel waits for every one of them.  While a
- * cancel is in progress the timer's pending arm is held out of the heap and
- * does not fire even when due (`cancelling` in the timer's words), so a
- * chain of re-arming callbacks cannot keep the canceller waiting forever,
- * the arm that is pending when the waiting ends is the one cancel prevents,
- * and the held record does not delay any other timer.  The last cancel out
- * always finds the held arm (none can appear after its decision), so no
- * record stays held.  From inside one of the timer's own invocations cancel
- * never waits (two invocations cancelling each other would wait for each
- * other): it prevents a pending re-arm or returns SELF at once.
+ * shorter than its own run): cancel waits for every one of them (a scan of
+ * the callbacks running now).  While a cancel is in progress the timer's
+ * pending arm is held out of the heap and does not fire even when due
+ * (`cancelling` in the timer's words), so a chain of re-arming callbacks
+ * cannot keep the canceller waiting forever, the arm that is pending when
+ * the waiting ends is the one cancel prevents, and the held record does not
+ * delay any other timer.  The last cancel out always finds the held arm
+ * (none can appear after its decision), so no record stays held.  From
+ * inside one of the timer's own invocations cancel never waits (two
+ * invocations cancelling each other would wait for each other): it prevents
+ * a pending re-arm or returns SELF at once.
  *
- * Threads get a small stack (64 KiB; more under sanitizers) so ten thousand
- * pending timers fit; callbacks run on that stack.  A process-wide cap keeps
- * the engine from exhausting the system's thread ids.
+ * Lifecycle
+ * ---------
+ * Each thread marks itself as the engine's (tmo__thread_engine), so the core
+ * refuses destroy and park from a callback.  Destroy first closes the engine
+ * (no waiting record decides to fire any more), cancels every waiting
+ * record, waits for the running callbacks (arms they make are cancelled in
+ * turn), and joins everything: nothing runs after it returns.  fork(): a
+ * prepare handler takes every thread engine's mutex, so a child inherits
+ * consistent sets; in the child the core refuses every call, and
+ * destroy_forked frees the records' memory without joining (the threads do
+ * not exist there) and without touching the inherited mutex and condvars
+ * (their waiters were the parent's threads).
+ *
+ * Stacks: each thread gets TMO_CALLBACK_STACK_MIN for the callback plus a
+ * reserve (320 KiB of address space, a few pages of it touched; 1 MiB under
+ * sanitizers).  A process-wide cap keeps the engine from exhausting the
+ * system's thread ids.
  *
  * No single timer thread: park() returns TMO_EINVAL.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "heap.h"
 #include "internal.h"
@@ -85,7 +128,10 @@
 #define REC_STACK_SIZE (1024u * 1024u)
 #define THREAD_ENGINE_MAX_THREADS 1000
 #else
-#define REC_STACK_SIZE (64u * 1024u)
+/* Callbacks get TMO_CALLBACK_STACK_MIN; the rest is the reserve that
+ * tmo__thread_create adds for TLS, the thread descriptor and our frames
+ * (the same floor, so it takes this attr as it is). */
+#define REC_STACK_SIZE ((size_t)TMO_CALLBACK_STACK_MIN + 64u * 1024u)
 #define THREAD_ENGINE_MAX_THREADS 10000
 #endif
 static atomic_int process_threads;
@@ -93,8 +139,14 @@ static atomic_int process_threads;
 /* Deadlines are exact; this is the order granularity (see Order above) and
  * the declared resolution. */
 #define THREAD_RESOLUTION_NS TMO_NSEC_PER_MSEC
-/* How often a due thread blocked behind an earlier one looks again. */
-#define BLOCKED_POLL_NS (THREAD_RESOLUTION_NS / 4)
+/* How long a callback runs before a waiter looks whether its thread is
+ * past the call (see Order): the most a long callback delays a later timer. */
+#define ENTRY_GRACE (THREAD_RESOLUTION_NS / 4)
+/* CPU time a thread uses between recording its own and calling the
+ * callback is well under a microsecond; this much more proves it called.
+ * Far more than that: interrupts that arrive in between are charged to the
+ * thread (no IRQ time accounting on this kernel). */
+#define ENTRY_CPU_PROOF (100 * TMO_NSEC_PER_USEC)
 
 enum rec_state {
 	R_WAITING,   /* thread sleeps until the deadline (and its turn) */
@@ -113,15 +165,19 @@ struct rec {
 	struct tmo_timer *timer;
 	int64_t deadline;
 	enum rec_state state;
-	uint32_t waiters; /* cancels waiting for this callback; no reap while > 0 */
-	/* Set (without the mutex) just before the callback is entered; until
-	 * then later timers wait (see Order). */
+	enum { IN_NONE, IN_BLOCKED, IN_ENTERING } in; /* which pairing heap */
+	/* Cancels waiting for this callback, and later timers waiting for
+	 * their turn: no reap while > 0. */
+	uint32_t waiters;
+	/* Written by the record's thread just before the call, without the
+	 * mutex: its own CPU time and the clock, then `entered` (release). */
 	atomic_bool entered;
-	struct rec *prev, *next; /* on e->fired while RUNNING / DONE */
-};
-
-struct rec_list {
-	struct rec *head;
+	int64_t entered_cpu, entered_at;
+	pid_t tid; /* the record's thread, for /proc (written before entered) */
+	struct rec *ph_child, *ph_next, *ph_prev; /* pairing heap; ph_prev: parent
+	                                             or left sibling */
+	struct rec *prev, *next;         /* e->running while RUNNING; e->done (next) */
+	struct rec *all_prev, *all_next; /* e->all, from arm to free */
 };
 
 enum timer_state {
@@ -130,9 +186,10 @@ enum timer_state {
 	T_FIRED,    /* its callback started (running or returned) */
 };
 
-/* What the engine keeps in the caller's timer (all under owner->m). */
+/* What the engine keeps in the caller's timer (all under e->m).  The core
+ * guarantees a timer reaching these ops belongs to this engine (tmo.h), so
+ * the words are ours or all-zero. */
 struct thr_priv {
-	struct tmo *owner;   /* engine of the last arm (TMO_EWRONGENGINE) */
 	struct rec *rec;     /* valid while T_PENDING only */
 	uint32_t state;      /* enum timer_state */
 	uint32_t cancelling; /* cancels in progress: the pending arm is held */
@@ -145,13 +202,22 @@ struct tmo {
 	struct tmo_base base;
 	pthread_mutex_t m;
 	pthread_attr_t attr;
-	struct tmo_heap heap;  /* WAITING records, except held ones */
-	struct rec_list fired; /* RUNNING and DONE, not yet reaped */
-	uint64_t npending, ndone;
+	struct tmo_heap heap; /* WAITING records, except held ones */
+	struct rec *blocked;  /* pairing heap: due, held back by the heap's top */
+	struct rec *entering; /* pairing heap: decided, callback not known started */
+	struct rec *running;  /* RUNNING (doubly linked) */
+	struct rec *done;     /* DONE, nobody waiting: to be joined */
+	struct rec *all;      /* every record (doubly linked through all_*) */
+	bool closing;         /* destroy has begun: nothing decides to fire */
+	uint64_t npending;
 	uint64_t fired_count, cancelled_count;
 	/* Decremented after join/free, outside the mutex. */
 	atomic_uint_fast64_t threads, records;
+	struct tmo *reg_prev, *reg_next; /* the fork registry, under reg_lock */
 };
+
+/* The record whose callback this thread runs (NULL outside callbacks). */
+static _Thread_local struct rec *cur_rec;
 
 static inline struct thr_priv *priv(struct tmo_timer *t) { return TMO__PRIV(struct thr_priv, t); }
 
@@ -160,72 +226,271 @@ static inline struct rec *rec_of(struct tmo_heap_node *n)
 	return tmo_container_of(n, struct rec, node);
 }
 
-static void list_add(struct rec_list *l, struct rec *r)
+/* ---- blocked and entering: intrusive pairing heaps by deadline --------------- */
+
+static struct rec *ph_meld(struct rec *a, struct rec *b)
 {
-	r->prev = NULL;
-	r->next = l->head;
-	if (l->head != NULL)
-		l->head->prev = r;
-	l->head = r;
+	if (a == NULL)
+		return b;
+	if (b == NULL)
+		return a;
+	if (b->deadline < a->deadline) {
+		struct rec *x = a;
+		a = b;
+		b = x;
+	}
+	b->ph_prev = a;
+	b->ph_next = a->ph_child;
+	if (a->ph_child != NULL)
+		a->ph_child->ph_prev = b;
+	a->ph_child = b;
+	return a;
 }
 
-static void list_del(struct rec_list *l, struct rec *r)
+/* Two-pass merge of a sibling list into one tree (its root unlinked). */
+static struct rec *ph_merge_pairs(struct rec *first)
+{
+	struct rec *stack = NULL;
+	while (first != NULL) {
+		struct rec *a = first, *b = a->ph_next;
+		first = b != NULL ? b->ph_next : NULL;
+		a->ph_next = a->ph_prev = NULL;
+		if (b != NULL)
+			b->ph_next = b->ph_prev = NULL;
+		struct rec *m = ph_meld(a, b);
+		m->ph_next = stack;
+		stack = m;
+	}
+	struct rec *root = NULL;
+	while (stack != NULL) {
+		struct rec *m = stack;
+		stack = m->ph_next;
+		m->ph_next = NULL;
+		root = ph_meld(root, m);
+	}
+	return root;
+}
+
+static void ph_insert(struct rec **root, struct rec *r)
+{
+	r->ph_child = r->ph_next = r->ph_prev = NULL;
+	*root = ph_meld(*root, r);
+}
+
+static void ph_remove(struct rec **root, struct rec *r)
+{
+	if (r == *root) {
+		*root = ph_merge_pairs(r->ph_child);
+	} else {
+		if (r->ph_prev->ph_child == r)
+			r->ph_prev->ph_child = r->ph_next;
+		else
+			r->ph_prev->ph_next = r->ph_next;
+		if (r->ph_next != NULL)
+			r->ph_next->ph_prev = r->ph_prev;
+		*root = ph_meld(*root, ph_merge_pairs(r->ph_child));
+	}
+	r->ph_child = r->ph_next = r->ph_prev = NULL;
+}
+
+static void set_in(struct tmo *e, struct rec *r, int where)
+{
+	if (r->in == IN_BLOCKED)
+		ph_remove(&e->blocked, r);
+	else if (r->in == IN_ENTERING)
+		ph_remove(&e->entering, r);
+	r->in = where;
+	if (where == IN_BLOCKED)
+		ph_insert(&e->blocked, r);
+	else if (where == IN_ENTERING)
+		ph_insert(&e->entering, r);
+}
+
+/* ---- turns ---------------------------------------------------------------- */
+
+enum turn { TURN_GO, TURN_BLOCKED, TURN_ENTERING };
+
+/* Whether p's thread is past its call: it used ENTRY_CPU_PROOF of CPU time
+ * since it recorded its own, or it is blocked in the kernel.  p entered;
+ * its thread is alive (p is not DONE, so not joined). */
+static bool past_the_call(const struct rec *p)
+{
+	clockid_t cid;
+	struct timespec ts;
+	if (pthread_getcpuclockid(p->th, &cid) == 0 && clock_gettime(cid, &ts) == 0 &&
+	    (int64_t)ts.tv_sec * TMO_NSEC_PER_SEC + ts.tv_nsec - p->entered_cpu >= ENTRY_CPU_PROOF)
+		return true;
+	char path[64], buf[256];
+	snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)p->tid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	ssize_t n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = 0;
+	const char *rp = strrchr(buf, ')'); /* "tid (comm) S ..." */
+	return rp != NULL && (rp[1] == ' ') && (rp[2] == 'S' || rp[2] == 'D');
+}
+
+/* Under the mutex; r is in the heap and due.  Whether it may fire now, and
+ * if not, what holds it back: *pred, the record to wait for until *until. */
+static enum turn my_turn(struct tmo *e, const struct rec *r, struct rec **pred, int64_t *until)
+{
+	int64_t floor = r->deadline - THREAD_RESOLUTION_NS;
+	if (tmo_heap_peek(&e->heap)->deadline < floor)
+		return TURN_BLOCKED;
+	int64_t now = 0;
+	while (e->entering != NULL && e->entering->deadline < floor) {
+		struct rec *p = e->entering;
+		if (!atomic_load_explicit(&p->entered, memory_order_acquire)) {
+			*pred = p;
+			*until = (now ? now : tmo_now_ns()) + ENTRY_GRACE;
+			return TURN_ENTERING;
+		}
+		if (now == 0)
+			now = tmo_now_ns();
+		if (now < p->entered_at + ENTRY_GRACE || !past_the_call(p)) {
+			*pred = p;
+			*until = (now < p->entered_at + ENTRY_GRACE ? p->entered_at : now) + ENTRY_GRACE;
+			return TURN_ENTERING;
+		}
+		set_in(e, p, IN_NONE); /* a long callback: it holds nobody back */
+	}
+	return TURN_GO;
+}
+
+/* Under the mutex, after the heap's top left: wake the blocked records
+ * whose turn (as far as the heap goes) has come. */
+static void next_turns(struct tmo *e)
+{
+	const struct tmo_heap_node *top = tmo_heap_peek(&e->heap);
+	int64_t through = top != NULL ? top->deadline + THREAD_RESOLUTION_NS : INT64_MAX;
+	while (e->blocked != NULL && e->blocked->deadline <= through) {
+		struct rec *r = e->blocked;
+		set_in(e, r, IN_NONE);
+		pthread_cond_signal(&r->cv);
+	}
+}
+
+/* Under the mutex: take a WAITING record out of the heap and of `blocked`
+ * (it fires, is cancelled, or is held by a cancel). */
+static void unqueue(struct tmo *e, struct rec *r)
+{
+	set_in(e, r, IN_NONE);
+	if (tmo_heap_contains(&r->node)) {
+		bool was_top = tmo_heap_peek(&e->heap) == &r->node;
+		tmo_heap_remove(&e->heap, &r->node);
+		if (was_top && e->blocked != NULL)
+			next_turns(e);
+	}
+}
+
+/* ---- record lists ----------------------------------------------------------- */
+
+static void running_add(struct tmo *e, struct rec *r)
+{
+	r->prev = NULL;
+	r->next = e->running;
+	if (e->running != NULL)
+		e->running->prev = r;
+	e->running = r;
+}
+
+static void running_del(struct tmo *e, struct rec *r)
 {
 	if (r->prev != NULL)
 		r->prev->next = r->next;
 	else
-		l->head = r->next;
+		e->running = r->next;
 	if (r->next != NULL)
 		r->next->prev = r->prev;
 	r->prev = r->next = NULL;
 }
 
-/* Take r out of the heap.  No wake-up for the new top: see the blocked
- * wait in rec_thread. */
-static void heap_take(struct tmo *e, struct rec *r) { tmo_heap_remove(&e->heap, &r->node); }
-
-/* Under the mutex: has a timer due more than the resolution before r
- * decided to fire but not yet entered its callback? */
-static bool earlier_not_entered(struct tmo *e, const struct rec *r)
+static void done_add(struct tmo *e, struct rec *r)
 {
-	for (const struct rec *x = e->fired.head; x != NULL; x = x->next)
-		if (x->state == R_RUNNING && x->deadline < r->deadline - THREAD_RESOLUTION_NS &&
-		    !atomic_load_explicit(&x->entered, memory_order_acquire))
-			return true;
-	return false;
+	r->next = e->done;
+	e->done = r;
 }
+
+static void all_add(struct tmo *e, struct rec *r)
+{
+	r->all_prev = NULL;
+	r->all_next = e->all;
+	if (e->all != NULL)
+		e->all->all_prev = r;
+	e->all = r;
+}
+
+static void all_del(struct tmo *e, struct rec *r)
+{
+	if (r->all_prev != NULL)
+		r->all_prev->all_next = r->all_next;
+	else
+		e->all = r->all_next;
+	if (r->all_next != NULL)
+		r->all_next->all_prev = r->all_prev;
+}
+
+/* Under the mutex: a waiter (a cancel waiting for r's callback, or a later
+ * timer waiting for its turn) lets go of r. */
+static void unwait(struct tmo *e, struct rec *r)
+{
+	if (--r->waiters == 0 && r->state == R_DONE)
+		done_add(e, r);
+}
+
+/* ---- the record's thread ------------------------------------------------------ */
 
 static void *rec_thread(void *arg)
 {
 	struct rec *r = arg;
 	struct tmo *e = r->e;
+	tmo__thread_engine = e;
+	r->tid = gettid();
 	pthread_mutex_lock(&e->m);
 	struct timespec ts = tmo__ts_from_ns(r->deadline);
 	while (r->state == R_WAITING) {
-		if (!tmo_heap_contains(&r->node)) {
-			pthread_cond_wait(&r->cv, &e->m); /* held: the canceller decides */
+		if (!tmo_heap_contains(&r->node) || e->closing) {
+			/* Held by a cancel, or the engine is being destroyed:
+			 * the canceller (or destroy) decides. */
+			pthread_cond_wait(&r->cv, &e->m);
 			continue;
 		}
 		if (tmo_now_ns() < r->deadline) {
 			pthread_cond_timedwait(&r->cv, &e->m, &ts);
 			continue; /* never early: the clock decides, not the wait */
 		}
-		struct tmo_heap_node *top = tmo_heap_peek(&e->heap);
-		if ((top != &r->node && top->deadline < r->deadline - THREAD_RESOLUTION_NS) ||
-		    earlier_not_entered(e, r)) {
-			/* An earlier one, due but not yet fired, goes first.  Look
-			 * again shortly rather than be woken by it: a wake-up sent
-			 * between its decision and its callback would let us preempt
-			 * it and run first (measured: 3x the inversions). */
-			struct timespec poll = tmo__ts_from_ns(tmo_now_ns() + BLOCKED_POLL_NS);
-			pthread_cond_timedwait(&r->cv, &e->m, &poll);
+		struct rec *pred = NULL;
+		int64_t until = 0;
+		enum turn turn = my_turn(e, r, &pred, &until);
+		if (turn == TURN_BLOCKED) {
+			/* An earlier record's thread has not fired yet: it (or
+			 * whoever takes it out of the heap) wakes us. */
+			if (r->in != IN_BLOCKED)
+				set_in(e, r, IN_BLOCKED);
+			pthread_cond_wait(&r->cv, &e->m);
+			continue;
+		}
+		set_in(e, r, IN_NONE);
+		if (turn == TURN_ENTERING) {
+			/* An earlier one fires: until its callback returns (its
+			 * thread wakes us) or we should look whether it is past
+			 * the call.  Pinned meanwhile. */
+			struct timespec grace = tmo__ts_from_ns(until);
+			pred->waiters++;
+			pthread_cond_timedwait(&pred->cv, &e->m, &grace);
+			unwait(e, pred);
 			continue;
 		}
 		/* WAITING and not held: the timer is pending, its words valid. */
 		struct tmo_timer *t = r->timer;
-		heap_take(e, r);
+		unqueue(e, r); /* out of the heap: later ones may decide now, */
+		set_in(e, r, IN_ENTERING); /* but call theirs only after ours */
 		r->state = R_RUNNING;
-		list_add(&e->fired, r);
+		running_add(e, r);
 		e->npending--;
 		e->fired_count++;
 		priv(t)->state = T_FIRED;
@@ -233,13 +498,23 @@ static void *rec_thread(void *arg)
 		tmo_callback *cb = t->cb;
 		void *cb_arg = t->arg;
 		pthread_mutex_unlock(&e->m);
+		cur_rec = r;
+		/* Recorded just before the call (see Order). */
+		struct timespec cpu;
+		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
+		r->entered_cpu = (int64_t)cpu.tv_sec * TMO_NSEC_PER_SEC + cpu.tv_nsec;
+		r->entered_at = tmo_now_ns();
 		atomic_store_explicit(&r->entered, true, memory_order_release);
 		cb(t, cb_arg); /* may free or re-arm t: not touched again */
+		cur_rec = NULL;
 		pthread_mutex_lock(&e->m);
+		set_in(e, r, IN_NONE); /* if nobody took it out of `entering` */
 		r->state = R_DONE;
-		e->ndone++;
-		if (r->waiters > 0)
-			pthread_cond_broadcast(&r->cv);
+		running_del(e, r);
+		if (r->waiters > 0) /* cancels, and later timers waiting for our turn */
+			pthread_cond_broadcast(&r->cv); /* the last waiter moves it to done */
+		else
+			done_add(e, r);
 	}
 	/* CANCELLED: the canceller joins us.  DONE: a later call reaps us. */
 	pthread_mutex_unlock(&e->m);
@@ -253,41 +528,96 @@ static void rec_free(struct tmo *e, struct rec *r)
 	atomic_fetch_sub_explicit(&e->records, 1, memory_order_relaxed);
 }
 
-static void join_free(struct tmo *e, struct rec *r)
-{
-	pthread_join(r->th, NULL);
-	atomic_fetch_sub_explicit(&e->threads, 1, memory_order_relaxed);
-	atomic_fetch_sub_explicit(&process_threads, 1, memory_order_relaxed);
-	rec_free(e, r);
-}
-
-/* Under the mutex: move the DONE records nobody waits on to a list (linked
- * through `next`), to be joined and freed after the unlock. */
+/* Under the mutex: take the DONE records nobody waits on (linked through
+ * `next`), to be joined and freed after the unlock. */
 static struct rec *take_done(struct tmo *e)
 {
-	struct rec *out = NULL;
-	if (e->ndone == 0)
-		return NULL;
-	for (struct rec *r = e->fired.head, *nx; r != NULL; r = nx) {
-		nx = r->next;
-		if (r->state == R_DONE && r->waiters == 0) {
-			list_del(&e->fired, r);
-			e->ndone--;
-			r->next = out;
-			out = r;
-		}
-	}
+	struct rec *out = e->done;
+	e->done = NULL;
 	return out;
 }
 
+/* Outside the mutex: join the threads of a list of records (cancelled or
+ * DONE: each has left its loop or is leaving it), then free the records. */
 static void reap(struct tmo *e, struct rec *list)
 {
+	if (list == NULL)
+		return;
+	for (struct rec *r = list; r != NULL; r = r->next) {
+		pthread_join(r->th, NULL);
+		atomic_fetch_sub_explicit(&e->threads, 1, memory_order_relaxed);
+		atomic_fetch_sub_explicit(&process_threads, 1, memory_order_relaxed);
+	}
+	pthread_mutex_lock(&e->m);
+	for (struct rec *r = list; r != NULL; r = r->next)
+		all_del(e, r);
+	pthread_mutex_unlock(&e->m);
 	while (list != NULL) {
 		struct rec *nx = list->next;
-		join_free(e, list);
+		rec_free(e, list);
 		list = nx;
 	}
 }
+
+/* ---- fork ------------------------------------------------------------------ */
+
+/* Every live thread engine, so that fork() can take their mutexes: a child
+ * then inherits every engine's sets whole, never half-updated. */
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct tmo *reg_head;
+static pthread_once_t reg_once = PTHREAD_ONCE_INIT;
+
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&reg_lock);
+	for (struct tmo *e = reg_head; e != NULL; e = e->reg_next)
+		pthread_mutex_lock(&e->m);
+}
+
+static void fork_parent(void)
+{
+	for (struct tmo *e = reg_head; e != NULL; e = e->reg_next)
+		pthread_mutex_unlock(&e->m);
+	pthread_mutex_unlock(&reg_lock);
+}
+
+/* The child has none of the parent's threads: no engine it inherited will
+ * ever lock its mutex again (the core refuses every call; destroy_forked
+ * does not lock), so they leave the registry and the thread count. */
+static void fork_child(void)
+{
+	reg_head = NULL;
+	atomic_store_explicit(&process_threads, 0, memory_order_relaxed);
+	pthread_mutex_unlock(&reg_lock);
+}
+
+static void reg_init(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
+
+static void reg_add(struct tmo *e)
+{
+	pthread_once(&reg_once, reg_init);
+	pthread_mutex_lock(&reg_lock);
+	e->reg_prev = NULL;
+	e->reg_next = reg_head;
+	if (reg_head != NULL)
+		reg_head->reg_prev = e;
+	reg_head = e;
+	pthread_mutex_unlock(&reg_lock);
+}
+
+static void reg_del(struct tmo *e)
+{
+	pthread_mutex_lock(&reg_lock);
+	if (e->reg_prev != NULL)
+		e->reg_prev->reg_next = e->reg_next;
+	else
+		reg_head = e->reg_next;
+	if (e->reg_next != NULL)
+		e->reg_next->reg_prev = e->reg_prev;
+	pthread_mutex_unlock(&reg_lock);
+}
+
+/* ---- ops -------------------------------------------------------------------- */
 
 static int thr_create(const struct tmo_config *cfg, struct tmo **out)
 {
@@ -315,6 +645,7 @@ static int thr_create(const struct tmo_config *cfg, struct tmo **out)
 	}
 	atomic_init(&e->threads, 0);
 	atomic_init(&e->records, 0);
+	reg_add(e);
 	*out = e;
 	return 0;
 }
@@ -324,8 +655,7 @@ static int thr_create(const struct tmo_config *cfg, struct tmo **out)
 static void cancel_rec(struct tmo *e, struct rec *r)
 {
 	struct thr_priv *p = priv(r->timer);
-	if (tmo_heap_contains(&r->node))
-		heap_take(e, r);
+	unqueue(e, r);
 	r->state = R_CANCELLED;
 	pthread_cond_signal(&r->cv);
 	p->state = T_IDLE;
@@ -336,11 +666,14 @@ static void cancel_rec(struct tmo *e, struct rec *r)
 
 static void thr_destroy(struct tmo *e)
 {
+	reg_del(e);
 	struct rec *tojoin = NULL;
 	pthread_mutex_lock(&e->m);
+	e->closing = true; /* from now on no waiting record fires */
 	for (;;) {
-		/* Cancel every pending timer (no cancel runs now, so none is
-		 * held: all are in the heap). */
+		/* Cancel every waiting timer.  A held one (a callback's cancel
+		 * in progress) is that cancel's to resolve before its callback
+		 * returns, which we wait for below. */
 		struct tmo_heap_node *n;
 		while ((n = tmo_heap_peek(&e->heap)) != NULL) {
 			struct rec *r = rec_of(n);
@@ -348,28 +681,36 @@ static void thr_destroy(struct tmo *e)
 			r->next = tojoin;
 			tojoin = r;
 		}
-		/* Wait for a running callback; it may re-arm, so look again. */
-		struct rec *run = e->fired.head;
-		while (run != NULL && run->state != R_RUNNING)
-			run = run->next;
+		/* Wait for a running callback; it may arm again, so look again. */
+		struct rec *run = e->running;
 		if (run == NULL)
 			break;
 		run->waiters++;
 		while (run->state == R_RUNNING)
 			pthread_cond_wait(&run->cv, &e->m);
-		run->waiters--;
+		unwait(e, run);
 	}
-	while (e->fired.head != NULL) {
-		struct rec *r = e->fired.head;
-		list_del(&e->fired, r);
-		r->next = tojoin;
-		tojoin = r;
-	}
+	struct rec *done = take_done(e);
 	pthread_mutex_unlock(&e->m);
 	reap(e, tojoin);
+	reap(e, done);
 	tmo_heap_fini(&e->heap);
 	pthread_mutex_destroy(&e->m);
 	pthread_attr_destroy(&e->attr);
+	tmo__free(e);
+}
+
+/* In a child after fork: free the copies.  The records' threads are the
+ * parent's; the mutex and the condvars may have had the parent's threads as
+ * waiters (destroying such a condvar waits for them: forever, here), so
+ * they are left alone, as is the attr (plain memory in it). */
+static void thr_destroy_forked(struct tmo *e)
+{
+	tmo_heap_fini(&e->heap); /* first: it writes to the nodes it still holds */
+	for (struct rec *r = e->all, *nx; r != NULL; r = nx) {
+		nx = r->all_next;
+		tmo__free(r);
+	}
 	tmo__free(e);
 }
 
@@ -377,7 +718,7 @@ static int thr_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_c
                    void *arg)
 {
 	struct thr_priv *p = priv(t);
-	struct rec *r = tmo__malloc(sizeof *r);
+	struct rec *r = tmo__calloc(1, sizeof *r);
 	if (r == NULL)
 		return TMO_ENOMEM;
 	if (tmo__cond_init_monotonic(&r->cv) != 0) {
@@ -388,33 +729,28 @@ static int thr_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_c
 	r->e = e;
 	r->timer = t;
 	r->state = R_WAITING;
-	r->waiters = 0;
-	atomic_init(&r->entered, false);
-	r->prev = r->next = NULL;
 	int64_t deadline = tmo_now_ns() + timeout_ns;
 	r->deadline = deadline;
 
 	pthread_mutex_lock(&e->m);
 	struct rec *done = take_done(e);
-	if (p->owner != e)
-		p->cancelling = 0; /* words last written by another engine */
 	/* Held (not in the heap) while a cancel of this timer is in progress:
 	 * that cancel will prevent it. */
 	bool held = p->cancelling > 0;
 	int rc = 0;
-	if (p->owner == e && p->state == T_PENDING) {
+	if (p->state == T_PENDING) {
 		rc = TMO_EARMED;
 	} else if (atomic_fetch_add_explicit(&process_threads, 1, memory_order_relaxed) >=
 	           THREAD_ENGINE_MAX_THREADS) {
 		atomic_fetch_sub_explicit(&process_threads, 1, memory_order_relaxed);
 		rc = TMO_EAGAIN;
 	} else {
+		/* A new record never takes a turn from anyone: it is not due
+		 * yet, and every blocked record is. */
 		rc = held ? 0 : tmo_heap_push(&e->heap, &r->node, deadline);
 		/* Created under the mutex: r->th is written before any other
 		 * thread can compare it, and the new thread (which starts by
-		 * taking the mutex) cannot fire before the record is complete.
-		 * No wake-up for a new top: the new thread is the one to fire
-		 * it, and the previous top, not due yet, needs none. */
+		 * taking the mutex) cannot fire before the record is complete. */
 		if (rc == 0) {
 			rc = tmo__thread_create(&r->th, &e->attr, rec_thread, r);
 			if (rc != 0 && !held)
@@ -432,10 +768,10 @@ static int thr_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_c
 	}
 	atomic_fetch_add_explicit(&e->threads, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&e->records, 1, memory_order_relaxed);
+	all_add(e, r);
 	e->npending++;
 	t->cb = cb;
 	t->arg = arg;
-	p->owner = e;
 	p->rec = r;
 	p->state = T_PENDING;
 	pthread_mutex_unlock(&e->m);
@@ -447,32 +783,24 @@ static int thr_cancel(struct tmo *e, struct tmo_timer *t)
 {
 	struct thr_priv *p = priv(t);
 	pthread_mutex_lock(&e->m);
-	struct rec *done = take_done(e);
-	if (p->owner != e) {
-		pthread_mutex_unlock(&e->m);
-		reap(e, done);
-		return p->owner == NULL ? TMO_ENOTARMED : TMO_EWRONGENGINE;
-	}
-	bool waited = false, self = false;
-	pthread_t me = pthread_self();
-	for (struct rec *r = e->fired.head; r != NULL && !self; r = r->next)
-		self = r->timer == t && r->state == R_RUNNING && pthread_equal(r->th, me);
+	bool waited = false;
+	bool self = cur_rec != NULL && cur_rec->e == e && cur_rec->timer == t;
 	/* Hold the pending arm, if any, while we wait (see the design). */
-	if (p->cancelling++ == 0 && p->state == T_PENDING && tmo_heap_contains(&p->rec->node))
-		heap_take(e, p->rec);
+	if (p->cancelling++ == 0 && p->state == T_PENDING)
+		unqueue(e, p->rec);
 	/* From another thread: wait for every running invocation of the
 	 * callback; restart the scan after each wait (the list changed). */
-	for (struct rec *r = self ? NULL : e->fired.head; r != NULL;) {
-		if (r->timer != t || r->state != R_RUNNING) {
+	for (struct rec *r = self ? NULL : e->running; r != NULL;) {
+		if (r->timer != t) {
 			r = r->next;
 			continue;
 		}
 		r->waiters++;
 		while (r->state == R_RUNNING)
 			pthread_cond_wait(&r->cv, &e->m);
-		r->waiters--;
+		unwait(e, r);
 		waited = true;
-		r = e->fired.head;
+		r = e->running;
 	}
 	int res;
 	struct rec *victim = NULL;
@@ -493,9 +821,12 @@ static int thr_cancel(struct tmo *e, struct tmo_timer *t)
 	/* Nothing is pending now, and nothing can be armed until we unlock:
 	 * no arm is left held. */
 	p->cancelling--;
+	struct rec *done = take_done(e);
+	if (victim != NULL) {
+		victim->next = done;
+		done = victim;
+	}
 	pthread_mutex_unlock(&e->m);
-	if (victim != NULL)
-		join_free(e, victim);
 	reap(e, done);
 	return res;
 }
@@ -510,7 +841,7 @@ static int thr_stats(struct tmo *e, struct tmo_stats *out)
 	uint64_t heap_bytes = tmo_heap_bytes(&e->heap) - (uint64_t)e->heap.min_cap * sizeof(void *);
 	pthread_mutex_unlock(&e->m);
 	out->held_nodes = atomic_load_explicit(&e->records, memory_order_relaxed);
-	/* Records and the heap's growth.  Not the threads' stacks (64 KiB of
+	/* Records and the heap's growth.  Not the threads' stacks (320 KiB of
 	 * address space each, mostly untouched): `threads` counts them, and
 	 * the retention scenario's RSS shows what they really cost. */
 	out->held_bytes = out->held_nodes * sizeof(struct rec) + heap_bytes;
@@ -527,9 +858,10 @@ static int thr_park(struct tmo *e, int on)
 
 const struct tmo_engine_ops tmo_engine_thread = {
 	.name = "thread",
-	.summary = "one OS thread per armed timer (64 KiB stack, at most 10000 per "
-	           "process) sleeping on its own monotonic condvar, fire order kept by "
-	           "a heap; cancel wakes and joins it; no park (no single timer thread)",
+	.summary = "one OS thread per armed timer (320 KiB stack, at most 10000 per "
+	           "process) sleeping on its own monotonic condvar; fire order by turns "
+	           "handed on in deadline order (a heap), no polling; cancel wakes and "
+	           "joins it; no park (no single timer thread)",
 	.caps = TMO_CAP_THREAD_PER_TIMER | TMO_CAP_CONCURRENT_CALLBACKS,
 	.resolution_ns = THREAD_RESOLUTION_NS,
 	.create = thr_create,
@@ -538,4 +870,5 @@ const struct tmo_engine_ops tmo_engine_thread = {
 	.cancel = thr_cancel,
 	.stats = thr_stats,
 	.park = thr_park,
+	.destroy_forked = thr_destroy_forked,
 };

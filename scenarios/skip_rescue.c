@@ -207,7 +207,7 @@ static int truth_table(const struct tmo_run *run, int reps)
 struct nest {
 	int inner_mode;
 	int64_t inner_timeout;
-	const struct tmo_scope *outer, *inner;
+	uint64_t outer, inner; /* scope ids */
 	int inner_rc, inner_returned, rescued, ensure_inner, ensure_outer, after_ok;
 };
 
@@ -297,8 +297,8 @@ static int nesting(const struct tmo_run *run, int reps)
 						snprintf(res, sizeof res, "inner got %s, outer its value",
 						         n.inner_rc == 0 ? "0 (rescued)" : tmo_scope_errname(n.inner_rc));
 					}
-					ok = ok && n.ensure_inner == 1 && n.ensure_outer == 1 && n.outer != NULL &&
-					     n.inner != NULL && n.outer != n.inner && tmo_interrupt_pending() == 0;
+					ok = ok && n.ensure_inner == 1 && n.ensure_outer == 1 && n.outer != 0 &&
+					     n.inner != 0 && n.outer != n.inner && tmo_interrupt_pending() == 0;
 					if (!ok) {
 						tmo_violation(run,
 						              "nested (%s expires first), outer %s, inner %s, run %d: rc %s, "

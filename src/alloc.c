@@ -1,5 +1,6 @@
 /* Allocation and thread-creation hooks (include/tmo/testing.h). */
 #include <errno.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
@@ -76,12 +77,82 @@ void tmo__free(void *p)
 	}
 }
 
+/* Every engine thread runs callbacks: its stack must leave them at least
+ * TMO_CALLBACK_STACK_MIN bytes.  glibc carves static TLS and the thread
+ * descriptor out of the requested size, and the engine's own frames sit
+ * above the callback's, so the floor asks for a reserve on top. */
+#define THREAD_STACK_RESERVE (64 * 1024)
+#define THREAD_STACK_FLOOR ((size_t)TMO_CALLBACK_STACK_MIN + THREAD_STACK_RESERVE)
+
+/* The stack size a thread created with attr (NULL: the process defaults,
+ * which follow RLIMIT_STACK at startup and pthread_setattr_default_np)
+ * would get, or 0 if unknown. */
+static size_t stack_size_of(const pthread_attr_t *attr)
+{
+	size_t sz = 0;
+	if (attr != NULL)
+		return pthread_attr_getstacksize(attr, &sz) == 0 ? sz : 0;
+	pthread_attr_t def;
+	if (pthread_getattr_default_np(&def) != 0)
+		return 0;
+	if (pthread_attr_getstacksize(&def, &sz) != 0)
+		sz = 0;
+	pthread_attr_destroy(&def);
+	return sz;
+}
+
+/* *out := attr (NULL: defaults) with the stack raised to the floor.  The
+ * attributes engines use carry over: detach state, guard size, scheduling
+ * and the signal mask.  (A caller-supplied stack address or CPU affinity
+ * would not; no engine sets either.) */
+static int raised_copy(const pthread_attr_t *attr, pthread_attr_t *out)
+{
+	if (pthread_attr_init(out) != 0)
+		return -1;
+	int ok = pthread_attr_setstacksize(out, THREAD_STACK_FLOOR) == 0;
+	if (ok && attr != NULL) {
+		int v;
+		size_t g;
+		struct sched_param sp;
+		sigset_t mask;
+		ok = pthread_attr_getdetachstate(attr, &v) == 0 &&
+		     pthread_attr_setdetachstate(out, v) == 0 &&
+		     pthread_attr_getguardsize(attr, &g) == 0 && pthread_attr_setguardsize(out, g) == 0 &&
+		     pthread_attr_getinheritsched(attr, &v) == 0 &&
+		     pthread_attr_setinheritsched(out, v) == 0 &&
+		     pthread_attr_getschedpolicy(attr, &v) == 0 &&
+		     pthread_attr_setschedpolicy(out, v) == 0 &&
+		     pthread_attr_getschedparam(attr, &sp) == 0 &&
+		     pthread_attr_setschedparam(out, &sp) == 0 && pthread_attr_getscope(attr, &v) == 0 &&
+		     pthread_attr_setscope(out, v) == 0;
+		if (ok) {
+			v = pthread_attr_getsigmask_np(attr, &mask);
+			ok = v == PTHREAD_ATTR_NO_SIGMASK_NP ||
+			     (v == 0 && pthread_attr_setsigmask_np(out, &mask) == 0);
+		}
+	}
+	if (!ok) {
+		pthread_attr_destroy(out);
+		return -1;
+	}
+	return 0;
+}
+
 int tmo__thread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *),
                        void *arg)
 {
 	if (tmo__fault(TMO_FAULT_THREAD))
 		return TMO_EAGAIN;
-	int rc = pthread_create(th, attr, fn, arg);
+	pthread_attr_t raised;
+	const pthread_attr_t *use = attr;
+	if (stack_size_of(attr) < THREAD_STACK_FLOOR) {
+		if (raised_copy(attr, &raised) != 0)
+			return TMO_ESYS;
+		use = &raised;
+	}
+	int rc = pthread_create(th, use, fn, arg);
+	if (use == &raised)
+		pthread_attr_destroy(&raised);
 	if (rc == 0)
 		return 0;
 	return rc == EAGAIN ? TMO_EAGAIN : TMO_ESYS;

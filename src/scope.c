@@ -19,6 +19,19 @@
  * before it returns).  Lock order: a user's (or queue's) mutex, then a
  * context's mutex; nothing takes them the other way round.
  *
+ * Identity: scope ids come from one process-wide counter, taken by each
+ * thread in blocks (ID_BLOCK at a time: one atomic add per block, not per
+ * scope), so an id is never reused, in any thread, however the stack is.
+ *
+ * Which scope expired: its callback sets `fired`, but delivery does not trust
+ * the order in which callbacks ran.  Engines with concurrent callbacks (the
+ * thread engine) run an outer and an inner scope's callbacks together when
+ * their deadlines are close or equal, and the inner one may store first.
+ * deliver() therefore treats every scope whose deadline has passed by the
+ * clock as expired too, and takes the outermost of them: an inner scope's
+ * callback can only have run after its own deadline, so an outer scope with
+ * an earlier (or equal) deadline is then expired as well.
+ *
  * setjmp/longjmp: each function that calls setjmp keeps its state in a record
  * owned by its caller and only reads its (unchanged) parameters after a
  * longjmp, so no automatic variable of a setjmp-calling function is modified
@@ -49,6 +62,7 @@ struct ctx {
 	struct tmo_scope *scope; /* innermost running scope */
 	struct tmo_exc exc;      /* the exception being unwound */
 	struct tmo_scope_stats stats;
+	uint64_t next_id, id_end; /* this thread's block of scope ids */
 
 	/* Shared with callbacks and signallers. */
 	atomic_int pending; /* written under m; read without it as a hint */
@@ -62,6 +76,8 @@ struct tmo_scope {
 	struct tmo_scope *parent;
 	struct ctx *ctx;
 	struct tmo *engine;
+	uint64_t id;
+	int64_t deadline; /* CLOCK_MONOTONIC ns; INT64_MAX: none */
 	enum tmo_scope_mode mode;
 	int armed;
 	int delivered;    /* owner thread only */
@@ -79,6 +95,18 @@ struct tmo__waiter {
 };
 
 static _Thread_local struct ctx tls;
+
+#define ID_BLOCK 4096u
+static _Atomic uint64_t next_id_block = 1;
+
+static uint64_t new_scope_id(struct ctx *c)
+{
+	if (c->next_id == c->id_end) {
+		c->next_id = atomic_fetch_add_explicit(&next_id_block, ID_BLOCK, memory_order_relaxed);
+		c->id_end = c->next_id + ID_BLOCK;
+	}
+	return c->next_id++;
+}
 
 /* ---- the thread context ------------------------------------------------ */
 
@@ -202,12 +230,15 @@ static _Noreturn void raise_exc(struct ctx *c, const struct tmo_exc *exc)
 }
 
 /* Deliver the outermost expired scope's interrupt (see scope.h: it subsumes
- * the inner ones). */
+ * the inner ones).  Expired: marked by its callback, or past its deadline
+ * (see the notes at the top). */
 static void deliver(struct ctx *c)
 {
 	struct tmo_scope *victim = NULL;
+	int64_t now = tmo_now_ns();
 	for (struct tmo_scope *s = c->scope; s != NULL; s = s->parent)
-		if (atomic_load_explicit(&s->fired, memory_order_acquire) && !s->delivered)
+		if (!s->delivered &&
+		    (atomic_load_explicit(&s->fired, memory_order_acquire) || s->deadline <= now))
 			victim = s;
 	if (victim == NULL) {
 		recompute_pending(c);
@@ -216,7 +247,7 @@ static void deliver(struct ctx *c)
 	victim->delivered = 1;
 	c->stats.delivered++;
 	recompute_pending(c);
-	struct tmo_exc e = {TMO_EXC_TIMEOUT, TMO_ETIMEDOUT, TMO_EXPIRED_MESSAGE, victim};
+	struct tmo_exc e = {TMO_EXC_TIMEOUT, TMO_ETIMEDOUT, TMO_EXPIRED_MESSAGE, victim->id};
 	if (victim->mode == TMO_SCOPE_THROW)
 		e.cls = TMO_EXC_THROW;
 	else if (victim->mode == TMO_SCOPE_EXCEPTION)
@@ -228,7 +259,7 @@ void tmo_raise(enum tmo_exc_class cls, int code, const char *message)
 {
 	if (cls != TMO_EXC_STANDARD && cls != TMO_EXC_TIMEOUT && cls != TMO_EXC_INTERRUPT)
 		fatal("tmo_raise: class must be STANDARD, TIMEOUT or INTERRUPT");
-	struct tmo_exc e = {cls, code, message, NULL};
+	struct tmo_exc e = {cls, code, message, 0};
 	raise_exc(&tls, &e);
 }
 
@@ -369,13 +400,15 @@ static void scope_finish(struct ctx *c, struct tmo_scope *s)
 			fatal("engine cancel failed on a scope's timer (engine bug)");
 		s->armed = 0;
 	}
-	if (atomic_load_explicit(&s->fired, memory_order_acquire)) {
+	int fired = atomic_load_explicit(&s->fired, memory_order_acquire);
+	if (fired || s->delivered)
 		c->stats.expired++;
-		if (!s->delivered) {
-			c->stats.discarded++;
-			recompute_pending(c);
-		}
-	}
+	if (fired && !s->delivered)
+		c->stats.discarded++;
+	/* Its callback may have raised the hint after the scope was delivered
+	 * by the clock, or before the block returned: s is off the chain now. */
+	if (fired)
+		recompute_pending(c);
 }
 
 int tmo_scope_run(struct tmo *engine, int64_t timeout_ns, enum tmo_scope_mode mode,
@@ -389,6 +422,11 @@ int tmo_scope_run(struct tmo *engine, int64_t timeout_ns, enum tmo_scope_mode mo
 		return TMO_EINVAL;
 	if (engine == NULL && timeout_ns > 0)
 		return TMO_ENULLENGINE;
+	/* On the thread that runs this engine's callbacks one at a time, the
+	 * scope's own callback would wait for the block to end. */
+	if (timeout_ns > 0 && tmo__thread_engine == engine &&
+	    !(tmo_ops(engine)->caps & TMO_CAP_CONCURRENT_CALLBACKS))
+		return TMO_EDEADLK;
 	struct ctx *c = ctx_get();
 	if (c == NULL)
 		return TMO_ESYS;
@@ -399,6 +437,8 @@ int tmo_scope_run(struct tmo *engine, int64_t timeout_ns, enum tmo_scope_mode mo
 	s.parent = c->scope;
 	s.ctx = c;
 	s.engine = engine;
+	s.id = new_scope_id(c);
+	s.deadline = INT64_MAX;
 	s.mode = mode;
 	s.armed = 0;
 	s.delivered = 0;
@@ -410,6 +450,8 @@ int tmo_scope_run(struct tmo *engine, int64_t timeout_ns, enum tmo_scope_mode mo
 	s.f.prev = c->top;
 	s.f.mask = c->mask;
 	if (timeout_ns > 0) {
+		/* Read before the arm: the engine's own deadline is no earlier. */
+		s.deadline = tmo_now_ns() + timeout_ns;
 		int rc = tmo_arm(engine, &s.timer, timeout_ns, scope_expired, &s);
 		if (rc < 0)
 			return rc;
@@ -429,13 +471,10 @@ int tmo_scope_run(struct tmo *engine, int64_t timeout_ns, enum tmo_scope_mode mo
 		return 0;
 	}
 	struct tmo_exc e = c->exc;
-	if (e.scope == &s) {
+	if (e.scope == s.id) {
 		/* Our own interrupt, whatever the mode delivered it as. */
 		if (exc != NULL) {
-			/* The scope's address as an identity only (scope.h: compare,
-			 * never dereference), taken from the exception so the
-			 * compiler does not read it as a dangling pointer. */
-			struct tmo_exc t = {TMO_EXC_TIMEOUT, TMO_ETIMEDOUT, TMO_EXPIRED_MESSAGE, e.scope};
+			struct tmo_exc t = {TMO_EXC_TIMEOUT, TMO_ETIMEDOUT, TMO_EXPIRED_MESSAGE, s.id};
 			*exc = t;
 		}
 		return TMO_ETIMEDOUT;
@@ -447,14 +486,17 @@ int tmo_scope_run(struct tmo *engine, int64_t timeout_ns, enum tmo_scope_mode mo
 	return TMO_ERAISED;
 }
 
-const struct tmo_scope *tmo_scope_current(void)
+uint64_t tmo_scope_current(void)
 {
-	return tls.scope;
+	return tls.scope != NULL ? tls.scope->id : 0;
 }
 
-int tmo_scope_expired(const struct tmo_scope *s)
+int tmo_scope_expired(uint64_t id)
 {
-	return s != NULL && atomic_load_explicit(&s->fired, memory_order_acquire);
+	for (const struct tmo_scope *s = tls.scope; s != NULL; s = s->parent)
+		if (s->id == id)
+			return s->delivered || atomic_load_explicit(&s->fired, memory_order_acquire);
+	return 0;
 }
 
 void tmo_scope_stats(struct tmo_scope_stats *out)
@@ -627,6 +669,14 @@ int tmo_cond_broadcast(struct tmo_cond *cv)
 
 /* ---- the queue ----------------------------------------------------------- */
 
+void tmo_qnode_init(struct tmo_qnode *node)
+{
+	if (node == NULL)
+		return;
+	node->next = NULL;
+	__atomic_store_n(&node->queue, NULL, __ATOMIC_RELAXED);
+}
+
 int tmo_queue_init(struct tmo_queue *q)
 {
 	if (q == NULL)
@@ -645,13 +695,28 @@ void tmo_queue_destroy(struct tmo_queue *q)
 		return;
 	if (q->nonempty.head != NULL)
 		fatal("tmo_queue_destroy with a waiter");
+	for (struct tmo_qnode *n = q->head, *nx; n != NULL; n = nx) {
+		nx = n->next;
+		tmo_qnode_init(n); /* the caller's again, pushable */
+	}
+	q->head = q->tail = NULL;
+	q->len = 0;
 	pthread_mutex_destroy(&q->lock);
 }
 
-void tmo_queue_push(struct tmo_queue *q, struct tmo_qnode *node)
+int tmo_queue_push(struct tmo_queue *q, struct tmo_qnode *node)
 {
-	node->next = NULL;
+	if (q == NULL || node == NULL)
+		return TMO_EINVAL;
+	/* Claim the node with a CAS: a node's `queue` is cleared under the lock
+	 * of the queue it is on, and two pushes of one node onto two queues
+	 * hold different locks.  The loser is refused and changes nothing. */
+	struct tmo_queue *none = NULL;
+	if (!__atomic_compare_exchange_n(&node->queue, &none, q, 0, __ATOMIC_RELAXED,
+	                                 __ATOMIC_RELAXED))
+		return TMO_EARMED;
 	pthread_mutex_lock(&q->lock);
+	node->next = NULL;
 	if (q->tail != NULL)
 		q->tail->next = node;
 	else
@@ -660,6 +725,7 @@ void tmo_queue_push(struct tmo_queue *q, struct tmo_qnode *node)
 	q->len++;
 	tmo_cond_signal(&q->nonempty);
 	pthread_mutex_unlock(&q->lock);
+	return 0;
 }
 
 static struct tmo_qnode *queue_take(struct tmo_queue *q)
@@ -670,6 +736,7 @@ static struct tmo_qnode *queue_take(struct tmo_queue *q)
 		q->tail = NULL;
 	q->len--;
 	n->next = NULL;
+	__atomic_store_n(&n->queue, NULL, __ATOMIC_RELAXED);
 	return n;
 }
 
@@ -720,18 +787,26 @@ int tmo_queue_pop(struct tmo_queue *q, int64_t timeout_ns, struct tmo_qnode **ou
 	}
 }
 
-size_t tmo_queue_len(struct tmo_queue *q)
+int64_t tmo_queue_len(struct tmo_queue *q)
 {
+	if (q == NULL)
+		return TMO_EINVAL;
 	pthread_mutex_lock(&q->lock);
-	size_t n = q->len;
+	int64_t n = (int64_t)q->len;
 	pthread_mutex_unlock(&q->lock);
 	return n;
 }
 
 int tmo_queue_remove(struct tmo_queue *q, struct tmo_qnode *node)
 {
+	if (q == NULL || node == NULL)
+		return TMO_EINVAL;
 	int found = 0;
 	pthread_mutex_lock(&q->lock);
+	if (__atomic_load_n(&node->queue, __ATOMIC_RELAXED) != q) {
+		pthread_mutex_unlock(&q->lock); /* on no queue, or on another */
+		return 0;
+	}
 	struct tmo_qnode *prev = NULL;
 	for (struct tmo_qnode *n = q->head; n != NULL; prev = n, n = n->next) {
 		if (n != node)
@@ -744,6 +819,7 @@ int tmo_queue_remove(struct tmo_queue *q, struct tmo_qnode *node)
 			q->tail = prev;
 		q->len--;
 		n->next = NULL;
+		__atomic_store_n(&n->queue, NULL, __ATOMIC_RELAXED);
 		found = 1;
 		break;
 	}

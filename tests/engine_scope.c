@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "engine_test.h"
 #include "tmo/scope.h"
 #include "tmo/testing.h"
 #include "tmo/tmo.h"
@@ -51,7 +52,7 @@ static void test_value_returned(void)
 	v = 0;
 	CHECK_EQ(tmo_scope_run(eng, 500 * MS, TMO_SCOPE_EXCEPTION, sleep_then, &ns, &v, NULL), 0);
 	CHECK_EQ(v, 7);
-	CHECK(tmo_scope_current() == NULL);
+	CHECK(tmo_scope_current() == 0);
 	CHECK_EQ(tmo_interrupt_pending(), 0);
 }
 
@@ -141,7 +142,7 @@ static void test_pop_interrupted(void)
 		CHECK_EQ(e.cls, TMO_EXC_TIMEOUT);
 		CHECK_EQ(e.code, TMO_ETIMEDOUT);
 		CHECK(e.message != NULL && strcmp(e.message, "execution expired") == 0);
-		CHECK(e.scope != NULL);
+		CHECK(e.scope != 0);
 	}
 	CHECK_EQ(tmo_queue_len(&p.q), 0);
 	tmo_queue_destroy(&p.q);
@@ -180,9 +181,9 @@ static void test_pop_own_timeout(void)
 	CHECK(n == &a.node);
 	pthread_join(th, NULL);
 	/* FIFO. */
-	struct tmo_qnode x[3];
+	struct tmo_qnode x[3] = {TMO_QNODE_INIT, TMO_QNODE_INIT, TMO_QNODE_INIT};
 	for (int i = 0; i < 3; i++)
-		tmo_queue_push(&q, &x[i]);
+		CHECK_EQ(tmo_queue_push(&q, &x[i]), 0);
 	CHECK_EQ(tmo_queue_len(&q), 3);
 	for (int i = 0; i < 3; i++) {
 		CHECK_EQ(tmo_queue_pop(&q, 0, &n), TMO_WAIT_OK);
@@ -190,11 +191,11 @@ static void test_pop_own_timeout(void)
 	}
 	/* remove: middle, tail (the tail pointer must follow), absent. */
 	for (int i = 0; i < 3; i++)
-		tmo_queue_push(&q, &x[i]);
+		CHECK_EQ(tmo_queue_push(&q, &x[i]), 0);
 	CHECK_EQ(tmo_queue_remove(&q, &x[1]), 1);
 	CHECK_EQ(tmo_queue_remove(&q, &x[1]), 0);
 	CHECK_EQ(tmo_queue_remove(&q, &x[2]), 1);
-	tmo_queue_push(&q, &x[1]);
+	CHECK_EQ(tmo_queue_push(&q, &x[1]), 0);
 	CHECK_EQ(tmo_queue_len(&q), 2);
 	CHECK_EQ(tmo_queue_pop(&q, 0, &n), TMO_WAIT_OK);
 	CHECK(n == &x[0]);
@@ -202,6 +203,52 @@ static void test_pop_own_timeout(void)
 	CHECK(n == &x[1]);
 	CHECK_EQ(tmo_queue_pop(&q, 0, &n), TMO_WAIT_TIMEDOUT);
 	tmo_queue_destroy(&q);
+}
+
+/* Bad input to the queue gets a named error and changes nothing: NULL queue
+ * or node, a node pushed twice (onto the same queue or another one), a
+ * node removed from a queue it is not on. */
+static void test_queue_misuse(void)
+{
+	struct tmo_queue q, q2;
+	struct tmo_qnode a = TMO_QNODE_INIT, b, *n;
+	tmo_qnode_init(&b);
+	CHECK_EQ(tmo_queue_init(NULL), TMO_EINVAL);
+	CHECK_EQ(tmo_queue_init(&q), 0);
+	CHECK_EQ(tmo_queue_init(&q2), 0);
+	CHECK_EQ(tmo_queue_push(NULL, &a), TMO_EINVAL);
+	CHECK_EQ(tmo_queue_push(&q, NULL), TMO_EINVAL);
+	CHECK_EQ(tmo_queue_len(NULL), TMO_EINVAL);
+	CHECK_EQ(tmo_queue_remove(NULL, &a), TMO_EINVAL);
+	CHECK_EQ(tmo_queue_remove(&q, NULL), TMO_EINVAL);
+	CHECK_EQ(tmo_queue_pop(NULL, 0, &n), TMO_EINVAL);
+	tmo_queue_destroy(NULL); /* ignored */
+	tmo_qnode_init(NULL);    /* ignored */
+	CHECK_EQ(tmo_queue_len(&q), 0);
+
+	/* The same node twice: refused, the queue as it was (a second push
+	 * used to link the node to itself and lose what followed). */
+	CHECK_EQ(tmo_queue_push(&q, &a), 0);
+	CHECK_EQ(tmo_queue_push(&q, &b), 0);
+	CHECK_EQ(tmo_queue_push(&q, &a), TMO_EARMED);
+	CHECK_EQ(tmo_queue_push(&q2, &a), TMO_EARMED);
+	CHECK_EQ(tmo_queue_len(&q), 2);
+	CHECK_EQ(tmo_queue_len(&q2), 0);
+	CHECK_EQ(tmo_queue_remove(&q2, &a), 0); /* on q, not q2: left alone */
+	CHECK_EQ(tmo_queue_pop(&q, 0, &n), TMO_WAIT_OK);
+	CHECK(n == &a);
+	CHECK_EQ(tmo_queue_pop(&q, 0, &n), TMO_WAIT_OK);
+	CHECK(n == &b);
+	CHECK_EQ(tmo_queue_pop(&q, 0, &n), TMO_WAIT_TIMEDOUT);
+	/* Popped, it may go anywhere again; removed too. */
+	CHECK_EQ(tmo_queue_push(&q2, &a), 0);
+	CHECK_EQ(tmo_queue_remove(&q2, &a), 1);
+	CHECK_EQ(tmo_queue_push(&q, &a), 0);
+	/* Destroy hands remaining nodes back, pushable again. */
+	tmo_queue_destroy(&q);
+	CHECK_EQ(tmo_queue_push(&q2, &a), 0);
+	CHECK_EQ(tmo_queue_len(&q2), 1);
+	tmo_queue_destroy(&q2);
 }
 
 static intptr_t busy_loop(void *arg)
@@ -410,7 +457,7 @@ static void test_own_errors_pass(void)
 	         TMO_ERAISED);
 	CHECK_EQ(e.cls, TMO_EXC_TIMEOUT);
 	CHECK_EQ(e.code, 123);
-	CHECK(e.scope == NULL);
+	CHECK(e.scope == 0);
 	CHECK(strcmp(e.message, "mine") == 0);
 	CHECK_EQ(tmo_scope_run(eng, 1000 * MS, TMO_SCOPE_EXCEPTION, raise_standard, NULL, NULL, &e),
 	         TMO_ERAISED);
@@ -435,7 +482,7 @@ static void test_own_errors_pass(void)
 /* ---- nesting by identity -------------------------------------------------- */
 
 struct nest {
-	const struct tmo_scope *outer, *inner;
+	uint64_t outer, inner; /* scope ids */
 	int inner_returned;   /* code after the inner tmo_scope_run ran */
 	int inner_rc;
 	int rescued;          /* the inner block's standard rescue ran */
@@ -507,12 +554,12 @@ static void test_nesting(void)
 		CHECK_EQ(rc, TMO_ETIMEDOUT);
 		CHECK(since(t0) < LONG_WAIT / 2);
 		CHECK(e.scope == n.outer);
-		CHECK(n.outer != NULL && n.inner != NULL && n.outer != n.inner);
+		CHECK(n.outer != 0 && n.inner != 0 && n.outer != n.inner);
 		CHECK_EQ(n.inner_returned, 0);
 		CHECK_EQ(n.rescued, 0);
 		CHECK_EQ(n.ensure_inner, 1);
 		CHECK_EQ(n.ensure_outer, 1);
-		CHECK(tmo_scope_current() == NULL);
+		CHECK(tmo_scope_current() == 0);
 	}
 	/* The reverse: the inner scope expires inside a longer outer one; its
 	 * caller (the outer block) gets TMO_ETIMEDOUT and runs on; the outer
@@ -544,7 +591,7 @@ static void test_nesting(void)
 /* Both scopes expired before any delivery (the inner block was masked): the
  * outermost interrupt is delivered, and it passes the inner boundary. */
 struct both {
-	const struct tmo_scope *outer, *inner;
+	uint64_t outer, inner; /* scope ids */
 	int inner_returned, inner_after_unmask, both_expired;
 };
 
@@ -777,7 +824,7 @@ struct thr {
 static intptr_t thr_block(void *arg)
 {
 	struct thr *t = arg;
-	t->identity_ok = tmo_scope_current() != NULL;
+	t->identity_ok = tmo_scope_current() != 0;
 	tmo_sleep(LONG_WAIT);
 	return 0;
 }
@@ -807,9 +854,231 @@ static void test_threads_independent(void)
 	CHECK(since(t0) < LONG_WAIT / 2);
 }
 
+/* ---- identity: a stale interrupt re-raised in a new scope ------------------- */
+
+/* The same call path twice, so the second scope lies at the first one's
+ * stack address: its identity must still differ.  The first run times out
+ * and its exception is saved; the second block re-raises it.  It is not the
+ * second scope's own timeout: TMO_ERAISED, unchanged. */
+struct stale {
+	struct tmo_exc saved;
+	int reraise;
+	uintptr_t block_frame[2];
+	int run;
+};
+
+static intptr_t stale_block(void *arg)
+{
+	struct stale *st = arg;
+	st->block_frame[st->run] = (uintptr_t)__builtin_frame_address(0);
+	if (st->reraise)
+		tmo_reraise(&st->saved);
+	tmo_sleep(LONG_WAIT);
+	return 0;
+}
+
+static __attribute__((noinline)) int stale_scope(struct stale *st, int64_t timeout,
+                                                 struct tmo_exc *e)
+{
+	return tmo_scope_run(eng, timeout, TMO_SCOPE_THROW, stale_block, st, NULL, e);
+}
+
+static void test_stale_identity(void)
+{
+	struct stale st = {.run = 0};
+	struct tmo_exc e1 = {0}, e2 = {0};
+	CHECK_EQ(stale_scope(&st, DEADLINE, &e1), TMO_ETIMEDOUT);
+	st.saved = e1;
+	st.reraise = 1;
+	st.run = 1;
+	int rc = stale_scope(&st, 1000 * MS, &e2);
+	/* The regression needs the same address: the same frames twice. */
+	CHECK(st.block_frame[0] == st.block_frame[1]);
+	CHECK_EQ(rc, TMO_ERAISED);
+	CHECK(e1.scope != 0);
+	CHECK(e2.scope == e1.scope); /* passed on unchanged */
+	CHECK_EQ(e2.cls, TMO_EXC_TIMEOUT);
+	CHECK_EQ(e2.code, TMO_ETIMEDOUT);
+	CHECK_EQ(tmo_interrupt_pending(), 0);
+}
+
+/* ---- a scope inside the engine's own callback ------------------------------- */
+
+/* On an engine whose callbacks run one at a time on its timer thread, a
+ * scope from inside a callback could never be interrupted: its own timer
+ * needs that very thread.  It is refused with TMO_EDEADLK and the block
+ * does not run; the engine stays usable.  An engine with concurrent
+ * callbacks (a thread per timer) runs the scope and interrupts it. */
+struct in_cb {
+	atomic_llong done;
+	int rc;
+	int block_ran;
+	int64_t took;
+};
+
+static intptr_t in_cb_block(void *arg)
+{
+	struct in_cb *c = arg;
+	c->block_ran = 1;
+	tmo_sleep(LONG_WAIT);
+	return 0;
+}
+
+static void in_cb_fire(struct tmo_timer *t, void *arg)
+{
+	(void)t;
+	struct in_cb *c = arg;
+	int64_t t0 = tmo_now_ns();
+	c->rc = tmo_scope_run(eng, DEADLINE, TMO_SCOPE_THROW, in_cb_block, c, NULL, NULL);
+	c->took = since(t0);
+	atomic_store(&c->done, 1); /* publishes rc, block_ran, took */
+}
+
+static void test_scope_in_callback(void)
+{
+	static struct in_cb c;
+	memset(&c, 0, sizeof c);
+	struct tmo_timer t = TMO_TIMER_INIT;
+	CHECK_EQ(tmo_arm(eng, &t, 0, in_cb_fire, &c), 0);
+	CHECK(et_wait_ge(&c.done, 1, 2 * LONG_WAIT));
+	int r = tmo_cancel(eng, &t);
+	CHECK(r == TMO_CANCEL_FIRED || r == TMO_CANCEL_WAITED);
+	if (tmo_ops(eng)->caps & TMO_CAP_CONCURRENT_CALLBACKS) {
+		CHECK_EQ(c.rc, TMO_ETIMEDOUT);
+		CHECK_EQ(c.block_ran, 1);
+	} else {
+		CHECK_EQ(c.rc, TMO_EDEADLK);
+		CHECK_EQ(c.block_ran, 0);
+	}
+	CHECK(c.took < LONG_WAIT / 2);
+	printf("  scope from inside a callback: %s after %.1f ms\n", tmo_errname(c.rc),
+	       (double)c.took / 1e6);
+	/* Still usable: a scope from this thread is interrupted as usual. */
+	int64_t ns = LONG_WAIT;
+	CHECK_EQ(tmo_scope_run(eng, DEADLINE, TMO_SCOPE_THROW, sleep_then, &ns, NULL, NULL),
+	         TMO_ETIMEDOUT);
+}
+
+/* ---- nesting at scale, and the outermost wins ---------------------------------- */
+
+/* `depth` scopes nested inside an outer one; the innermost block sleeps far
+ * past every deadline.  same_deadline: every inner scope's deadline is the
+ * outer's own (computed inside the outer block, so never before it), so
+ * their callbacks run together with the outer's (at once on an engine with
+ * concurrent callbacks); otherwise the inner scopes have a long deadline
+ * and only the outer's passes.  Either way the header's rule is that the
+ * outermost expired scope is delivered: the outer scope returns
+ * TMO_ETIMEDOUT and no inner tmo_scope_run returns at all. */
+struct deep {
+	int depth;
+	int same_deadline;
+	int64_t outer_timeout;
+	int64_t inner_deadline;
+	uint64_t outer; /* the outer scope's id */
+	int level;
+	int inner_returned; /* inner tmo_scope_run calls that returned */
+	int inner_rc;       /* the first non-zero one */
+	int slept_out;      /* the innermost sleep ran to its end */
+};
+
+static intptr_t deep_block(void *arg)
+{
+	struct deep *d = arg;
+	if (d->level == 0) { /* the outer block: every inner deadline is ours */
+		d->inner_deadline = tmo_now_ns() + d->outer_timeout;
+		d->outer = tmo_scope_current();
+	}
+	if (d->level == d->depth) {
+		tmo_sleep(LONG_WAIT * 20);
+		d->slept_out = 1;
+		return 0;
+	}
+	d->level++;
+	int64_t timeout = d->same_deadline ? d->inner_deadline - tmo_now_ns() : 600 * TMO_NSEC_PER_SEC;
+	if (timeout < 1)
+		timeout = 1;
+	int rc = tmo_scope_run(eng, timeout, TMO_SCOPE_THROW, deep_block, d, NULL, NULL);
+	d->inner_returned++;
+	if (d->inner_rc == 0)
+		d->inner_rc = rc;
+	return rc;
+}
+
+struct deep_run {
+	int depth, same_deadline, reps;
+	int ran, skipped, wrong;
+	int64_t worst;
+};
+
+static void *deep_thread(void *arg)
+{
+	struct deep_run *r = arg;
+	for (int rep = 0; rep < r->reps; rep++) {
+		struct deep d = {.depth = r->depth, .same_deadline = r->same_deadline,
+		                 /* arming takes ~25-100 us per scope on thread */
+		                 .outer_timeout = 200 * MS + r->depth * 20 * TMO_NSEC_PER_USEC};
+		struct tmo_exc e = {0};
+		intptr_t v = -1;
+		int64_t t0 = tmo_now_ns();
+		int rc = tmo_scope_run(eng, d.outer_timeout, TMO_SCOPE_THROW, deep_block, &d, &v, &e);
+		int64_t el = since(t0);
+		if (el > r->worst)
+			r->worst = el;
+		if (d.inner_rc == TMO_EAGAIN || rc == TMO_EAGAIN) {
+			r->skipped++; /* out of threads or kernel timers at some depth */
+			continue;
+		}
+		r->ran++;
+		if (rc != TMO_ETIMEDOUT || e.scope != d.outer || d.inner_returned != 0 || d.slept_out) {
+			if (r->wrong++ < 3)
+				fprintf(stderr,
+				        "  depth %d rep %d: outer returned %s after %.0f ms, %d inner scopes "
+				        "returned (first: %s)\n",
+				        r->depth, rep, tmo_errname(rc), (double)el / 1e6, d.inner_returned,
+				        tmo_errname(d.inner_rc));
+		}
+	}
+	return NULL;
+}
+
+static void deep_case(int depth, int same_deadline, int reps)
+{
+	/* A thread of its own: thousands of nested frames need more than a
+	 * default stack, above all under a sanitizer. */
+	pthread_attr_t a;
+	pthread_attr_init(&a);
+	pthread_attr_setstacksize(&a, 256u << 20);
+	struct deep_run r = {.depth = depth, .same_deadline = same_deadline, .reps = reps};
+	pthread_t th;
+	CHECK_EQ(pthread_create(&th, &a, deep_thread, &r), 0);
+	pthread_join(th, NULL);
+	pthread_attr_destroy(&a);
+	printf("  %d scopes nested in one, inner deadlines %s: %d runs, %d wrong, %d skipped (out "
+	       "of threads or kernel timers), slowest %.0f ms\n",
+	       depth, same_deadline ? "equal to the outer's" : "long", r.ran, r.wrong, r.skipped,
+	       (double)r.worst / 1e6);
+	CHECK_EQ(r.wrong, 0);
+	/* Bounded: every run finished well inside the test's timeout. */
+	CHECK(r.worst < 60 * TMO_NSEC_PER_SEC);
+}
+
+static void test_deep_nesting(void)
+{
+	/* The thread engine's cap is 10,000 threads (1,000 under sanitizers,
+	 * where TMO_TEST_SCALE is 0.1): 9,000 scopes fit with room. */
+	deep_case((int)et_scaled(9000, 50), 0, 1);
+	deep_case((int)et_scaled(9000, 50), 1, 1);
+	/* Callbacks that run together race to mark their scopes: the outer
+	 * one must win whichever callback ran first.  Repeated: one run in 3
+	 * to 6 delivered an inner scope before this was fixed. */
+	int concurrent = (tmo_ops(eng)->caps & TMO_CAP_CONCURRENT_CALLBACKS) != 0;
+	deep_case((int)et_scaled(5000, 50), 1, concurrent ? 12 : 2);
+}
+
 int main(int argc, char **argv)
 {
-	const char *name = argc > 1 ? argv[1] : "condvar";
+	et_init(argc, argv, "engine_scope");
+	const char *name = et_name;
 	int64_t allocs0 = tmo_testing_live_allocs();
 	int rc = tmo_create(name, NULL, &eng);
 	if (rc != 0) {
@@ -822,17 +1091,21 @@ int main(int argc, char **argv)
 	RUN(test_bad_input);
 	RUN(test_pop_interrupted);
 	RUN(test_pop_own_timeout);
+	RUN(test_queue_misuse);
 	RUN(test_busy_loop_interrupted);
 	RUN(test_sleep_interrupted);
 	RUN(test_cond_interrupted);
 	RUN(test_modes);
 	RUN(test_own_errors_pass);
 	RUN(test_nesting);
+	RUN(test_stale_identity);
+	RUN(test_scope_in_callback);
 	RUN(test_both_expired_outer_wins);
 	RUN(test_masking);
 	RUN(test_ensure_once);
 	RUN(test_no_late_interrupt);
 	RUN(test_threads_independent);
+	RUN(test_deep_nesting);
 	(void)allocs1;
 	tmo_destroy(&eng);
 	/* Scopes allocate nothing: the library is back where it started. */

@@ -12,7 +12,13 @@
  *    waits for all of them, is not starved, and prevents the pending arm;
  *  - cancel from inside the callback: SELF, or PREVENTED after a re-arm.
  */
+#include <dirent.h>
 #include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <time.h>
@@ -29,6 +35,19 @@ static void sleep_ms(int ms)
 	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
 	while (nanosleep(&ts, &ts) != 0)
 		;
+}
+
+/* Threads in this process (entries of /proc/self/task), -1 if unknown. */
+static int et_threads(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	if (d == NULL)
+		return -1;
+	int n = 0;
+	for (struct dirent *de; (de = readdir(d)) != NULL;)
+		n += de->d_name[0] != '.';
+	closedir(d);
+	return n;
 }
 
 static void count_cb(struct tmo_timer *t, void *arg)
@@ -385,6 +404,461 @@ static void test_order_under_load(void)
 	tmo_destroy(&e);
 }
 
+/* TMO_TEST_SCALE (sanitizer presets set it below 1) applied to n. */
+static long scaled(long n, long min)
+{
+	const char *s = getenv("TMO_TEST_SCALE");
+	double f = s != NULL && *s ? strtod(s, NULL) : 1.0;
+	if (!(f > 0 && f <= 1))
+		f = 1.0;
+	long v = (long)((double)n * f);
+	return v < min ? min : v;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return (x > y) - (x < y);
+}
+
+/* Thousands of timers 50 us apart, far below the thread cap: every one
+ * fires, in order (timers certainly more than the resolution apart), never
+ * early.  How late they fire is printed, not asserted (speed is for the
+ * benchmarks); completion is bounded well inside the test's timeout.  The
+ * deadlines are placed after the arming is expected to end, so the timers
+ * are due while the others still wait on their threads. */
+struct many {
+	atomic_int next;
+	atomic_llong fired;
+	int *seq;
+	int64_t *at, *lo, *hi;
+};
+
+static struct many *many_g;
+static struct tmo_timer *many_t;
+
+static void many_fire(struct tmo_timer *t, void *arg)
+{
+	(void)arg;
+	struct many *m = many_g;
+	int i = (int)(t - many_t);
+	m->seq[i] = atomic_fetch_add(&m->next, 1);
+	m->at[i] = tmo_now_ns();
+	atomic_fetch_add(&m->fired, 1); /* publishes at[i], seq[i] */
+}
+
+static void many_timers(long n, int64_t gap, int ahead)
+{
+	struct tmo *e;
+	CHECK_EQ(tmo_create(ENGINE, NULL, &e), 0);
+	int64_t res = tmo_ops(e)->resolution_ns;
+	struct many m = {0};
+	many_g = &m;
+	many_t = calloc((size_t)n, sizeof *many_t);
+	m.seq = calloc((size_t)n, sizeof *m.seq);
+	m.at = calloc((size_t)n, sizeof *m.at);
+	m.lo = calloc((size_t)n, sizeof *m.lo);
+	m.hi = calloc((size_t)n, sizeof *m.hi);
+	CHECK(many_t && m.seq && m.at && m.lo && m.hi);
+	/* ahead: up to 100 us per arm (thread creation) before the first
+	 * deadline, so all are armed before any is due.  Otherwise the first
+	 * is due at once and later ones come due while arming goes on (an arm
+	 * that falls behind its slot gets timeout 0). */
+	/* Two spinning threads keep both cores busy, as a loaded machine
+	 * does: timer threads then wait for a core, and any that poll or
+	 * wake each other needlessly fall behind. */
+	pthread_t sp[2];
+	atomic_store(&spin_stop, 0);
+	for (int i = 0; i < 2; i++)
+		CHECK_EQ(pthread_create(&sp[i], NULL, spin, NULL), 0);
+	int64_t t_start = tmo_now_ns();
+	int64_t base = t_start + (ahead ? 50 * TMO_NSEC_PER_MSEC + n * 100 * TMO_NSEC_PER_USEC : 0);
+	long armed = 0;
+	int rc = 0;
+	for (; armed < n; armed++) {
+		int64_t before = tmo_now_ns();
+		int64_t timeout = base + armed * gap - before;
+		if (timeout < 0)
+			timeout = 0;
+		rc = tmo_arm(e, &many_t[armed], timeout, many_fire, NULL);
+		if (rc != 0)
+			break;
+		m.lo[armed] = before + timeout;
+		m.hi[armed] = tmo_now_ns() + timeout;
+	}
+	if (rc == TMO_EAGAIN) {
+		atomic_store(&spin_stop, 1);
+		for (int i = 0; i < 2; i++)
+			pthread_join(sp[i], NULL);
+		printf("SKIP many timers: arm %ld of %ld refused with TMO_EAGAIN (the system is out "
+		       "of threads)\n",
+		       armed, n);
+		for (long i = 0; i < armed; i++)
+			tmo_cancel(e, &many_t[i]);
+		tmo_destroy(&e);
+		goto out;
+	}
+	CHECK_EQ(rc, 0);
+	int64_t t_armed = tmo_now_ns();
+	/* Generous: a quarter of the ctest timeout past the last deadline (a
+	 * run takes about a second; due threads that polled took 15-60 s). */
+	int64_t bound = m.hi[armed - 1] + 30 * TMO_NSEC_PER_SEC;
+	while (atomic_load(&m.fired) < armed && tmo_now_ns() < bound)
+		sleep_ms(2);
+	long fired = (long)atomic_load(&m.fired);
+	atomic_store(&spin_stop, 1);
+	for (int i = 0; i < 2; i++)
+		pthread_join(sp[i], NULL);
+	CHECK_EQ(fired, armed);
+	if (fired < armed) {
+		fprintf(stderr, "  %ld of %ld timers fired within 30 s of the last deadline\n", fired,
+		        armed);
+		tmo_destroy(&e); /* cancels the rest */
+		goto out;
+	}
+	long early = 0, inversions = 0;
+	int64_t *late = calloc((size_t)armed, sizeof *late);
+	int *by_seq = calloc((size_t)armed, sizeof *by_seq);
+	CHECK(late && by_seq);
+	for (long i = 0; i < armed; i++) {
+		early += m.at[i] < m.lo[i];
+		late[i] = m.at[i] - m.lo[i];
+		by_seq[m.seq[i]] = (int)i;
+	}
+	/* In firing order: a timer certainly more than the resolution later
+	 * than one that fired after it is an inversion. */
+	int64_t max_lo = 0;
+	for (long k = 0; k < armed; k++) {
+		int i = by_seq[k];
+		if (k > 0 && max_lo - m.hi[i] > res)
+			inversions++;
+		if (k == 0 || m.lo[i] > max_lo)
+			max_lo = m.lo[i];
+	}
+	qsort(late, (size_t)armed, sizeof *late, cmp_i64);
+	printf("  %ld timers %lld us apart, %s (armed in %.0f ms): late p50 %.0f us, p99 %.0f us, max "
+	       "%.0f us; %ld early, %ld inversions\n",
+	       armed, (long long)(gap / 1000), ahead ? "armed ahead" : "due while arming",
+	       (double)(t_armed - t_start) / 1e6,
+	       (double)late[armed / 2] / 1e3, (double)late[armed * 99 / 100] / 1e3,
+	       (double)late[armed - 1] / 1e3, early, inversions);
+	CHECK_EQ(early, 0);
+	CHECK_EQ(inversions, 0);
+	for (long i = 0; i < armed; i++)
+		CHECK_EQ(tmo_cancel(e, &many_t[i]) >= 0, 1);
+	tmo_destroy(&e);
+	free(late);
+	free(by_seq);
+out:
+	free(many_t);
+	free(m.seq);
+	free(m.at);
+	free(m.lo);
+	free(m.hi);
+}
+
+static void test_thousands_50us_apart(void)
+{
+	/* 9,000: the size that did not finish in 120 s when due threads polled
+	 * (the sanitizer cap is 1,000 threads: scaled below it there). */
+	many_timers(scaled(9000, 200), 50 * TMO_NSEC_PER_USEC, 1);
+	many_timers(scaled(9000, 200), 50 * TMO_NSEC_PER_USEC, 0);
+}
+
+/* A long callback does not hold later timers back: B, due 3 ms after A
+ * (beyond the resolution), fires while A's callback still runs, whether A
+ * computes or sleeps.  Order only makes B wait until A's thread is seen
+ * inside its callback (A's callback waits for B, bounded: B never firing
+ * while A runs shows as a failed check, not a hang). */
+struct longcb {
+	atomic_int a_started, b_ran, b_ran_during_a, a_done;
+	int sleeping;
+};
+
+static void long_a(struct tmo_timer *t, void *arg)
+{
+	(void)t;
+	struct longcb *l = arg;
+	atomic_store(&l->a_started, 1);
+	int64_t end = tmo_now_ns() + 5 * TMO_NSEC_PER_SEC;
+	while (!atomic_load(&l->b_ran) && tmo_now_ns() < end)
+		if (l->sleeping)
+			sleep_ms(1);
+	if (atomic_load(&l->b_ran))
+		atomic_store(&l->b_ran_during_a, 1);
+	atomic_store(&l->a_done, 1);
+}
+
+static void long_b(struct tmo_timer *t, void *arg)
+{
+	(void)t;
+	struct longcb *l = arg;
+	if (atomic_load(&l->a_started)) /* never before A: order */
+		atomic_store(&l->b_ran, 1);
+}
+
+static void test_long_callback(void)
+{
+	for (int sleeping = 0; sleeping <= 1; sleeping++) {
+		struct tmo *e;
+		static struct longcb l;
+		memset(&l, 0, sizeof l);
+		l.sleeping = sleeping;
+		CHECK_EQ(tmo_create(ENGINE, NULL, &e), 0);
+		struct tmo_timer a = TMO_TIMER_INIT, b = TMO_TIMER_INIT;
+		CHECK_EQ(tmo_arm(e, &a, 5 * TMO_NSEC_PER_MSEC, long_a, &l), 0);
+		CHECK_EQ(tmo_arm(e, &b, 8 * TMO_NSEC_PER_MSEC, long_b, &l), 0);
+		for (int i = 0; i < 20000 && !atomic_load(&l.a_done); i++)
+			sleep_ms(1);
+		int ra = tmo_cancel(e, &a);
+		int rb = tmo_cancel(e, &b);
+		CHECK(ra == TMO_CANCEL_WAITED || ra == TMO_CANCEL_FIRED);
+		CHECK(rb == TMO_CANCEL_WAITED || rb == TMO_CANCEL_FIRED);
+		if (!atomic_load(&l.b_ran_during_a))
+			fprintf(stderr, "  a %s callback held a later timer back\n",
+			        sleeping ? "sleeping" : "computing");
+		CHECK_EQ(atomic_load(&l.b_ran_during_a), 1);
+		tmo_destroy(&e);
+	}
+}
+
+/* ---- lifecycle --------------------------------------------------------------- */
+
+/* From inside its own callback, destroy and park are refused with
+ * TMO_EDEADLK (the core sees the thread is the engine's), and the engine
+ * stays usable. */
+struct from_cb {
+	struct tmo *e;
+	int destroy_rc, park_rc;
+	atomic_int done;
+};
+
+static void from_cb_fire(struct tmo_timer *t, void *arg)
+{
+	(void)t;
+	struct from_cb *f = arg;
+	struct tmo *copy = f->e;
+	f->destroy_rc = tmo_destroy(&copy);
+	f->park_rc = tmo_park(f->e, 1);
+	atomic_store(&f->done, 1);
+}
+
+static void test_misuse_from_callback(void)
+{
+	static struct from_cb f;
+	memset(&f, 0, sizeof f);
+	static atomic_int ran;
+	CHECK_EQ(tmo_create(ENGINE, NULL, &f.e), 0);
+	struct tmo_timer t = TMO_TIMER_INIT, u = TMO_TIMER_INIT;
+	CHECK_EQ(tmo_arm(f.e, &t, 0, from_cb_fire, &f), 0);
+	for (int i = 0; i < 2000 && !atomic_load(&f.done); i++)
+		sleep_ms(1);
+	CHECK_EQ(atomic_load(&f.done), 1);
+	CHECK_EQ(f.destroy_rc, TMO_EDEADLK);
+	CHECK_EQ(f.park_rc, TMO_EDEADLK);
+	int c = tmo_cancel(f.e, &t);
+	CHECK(c == TMO_CANCEL_FIRED || c == TMO_CANCEL_WAITED);
+	/* Still usable. */
+	CHECK_EQ(tmo_arm(f.e, &u, 0, count_cb, &ran), 0);
+	for (int i = 0; i < 2000 && atomic_load(&ran) == 0; i++)
+		sleep_ms(1);
+	CHECK_EQ(atomic_load(&ran), 1);
+	CHECK_EQ(tmo_destroy(&f.e), 0);
+	CHECK(f.e == NULL);
+}
+
+/* Destroy while callbacks run, timers wait, and running callbacks arm
+ * again: it waits for every running callback (none is still running when
+ * it returns), cancels every timer whose callback had not started (the
+ * long ones never run), and an arm made by a callback after destroy was
+ * called never fires.  Threads and allocations return to their baseline. */
+#define DESTROY_RUN 20
+#define DESTROY_WAIT 200
+static struct {
+	struct tmo *e;
+	struct tmo *cb_e; /* the same engine, for callbacks (destroy clears e) */
+	struct tmo_timer run[DESTROY_RUN], wait[DESTROY_WAIT];
+	atomic_int started, finished, long_ran, rearmed, late_runs;
+	atomic_int destroying;
+	atomic_int armed_after[DESTROY_RUN];
+} dz;
+
+static void dz_run_cb(struct tmo_timer *t, void *arg)
+{
+	(void)arg;
+	int i = (int)(t - dz.run);
+	if (atomic_load(&dz.armed_after[i]))
+		atomic_fetch_add(&dz.late_runs, 1); /* armed after destroy was called */
+	atomic_fetch_add(&dz.started, 1);
+	/* Still running when destroy is called (bounded), and a little after,
+	 * so that destroy usually finds it running and waits. */
+	for (int i = 0; i < 10000 && !atomic_load(&dz.destroying); i++)
+		sleep_ms(1);
+	sleep_ms(5);
+	if (atomic_load(&dz.destroying)) {
+		atomic_store(&dz.armed_after[i], 1);
+		int rc = tmo_arm(dz.cb_e, t, 50 * TMO_NSEC_PER_MSEC, dz_run_cb, NULL);
+		if (rc != 0)
+			fprintf(stderr, "  re-arm during destroy: %s\n", tmo_errname(rc));
+		else
+			atomic_fetch_add(&dz.rearmed, 1);
+	}
+	atomic_fetch_add(&dz.finished, 1);
+}
+
+static void dz_long_cb(struct tmo_timer *t, void *arg)
+{
+	(void)t;
+	(void)arg;
+	atomic_fetch_add(&dz.long_ran, 1);
+}
+
+static void test_destroy_semantics(void)
+{
+	memset(&dz, 0, sizeof dz);
+	int threads0 = -1;
+	{
+		/* Baseline once the process has all its own threads. */
+		struct tmo *w;
+		static atomic_int warm;
+		struct tmo_timer x = TMO_TIMER_INIT;
+		CHECK_EQ(tmo_create(ENGINE, NULL, &w), 0);
+		CHECK_EQ(tmo_arm(w, &x, 0, count_cb, &warm), 0);
+		for (int i = 0; i < 2000 && atomic_load(&warm) == 0; i++)
+			sleep_ms(1);
+		tmo_destroy(&w);
+	}
+	int64_t live0 = tmo_testing_live_allocs();
+	threads0 = et_threads();
+	CHECK_EQ(tmo_create(ENGINE, NULL, &dz.e), 0);
+	dz.cb_e = dz.e;
+	for (int i = 0; i < DESTROY_WAIT; i++)
+		CHECK_EQ(tmo_arm(dz.e, &dz.wait[i], 10 * TMO_NSEC_PER_SEC, dz_long_cb, NULL), 0);
+	for (int i = 0; i < DESTROY_RUN; i++)
+		CHECK_EQ(tmo_arm(dz.e, &dz.run[i], 0, dz_run_cb, NULL), 0);
+	/* Destroy once callbacks are running (state, not time). */
+	while (atomic_load(&dz.started) == 0)
+		sleep_ms(1);
+	atomic_store(&dz.destroying, 1);
+	tmo_destroy(&dz.e);
+	int started = atomic_load(&dz.started), finished = atomic_load(&dz.finished);
+	printf("  destroy with %d callbacks started (running until it was called), %d re-armed inside them after "
+	       "destroy was called, %d long timers pending\n",
+	       started, atomic_load(&dz.rearmed), DESTROY_WAIT);
+	CHECK_EQ(started, finished);        /* none still running */
+	CHECK_EQ(atomic_load(&dz.long_ran), 0); /* cancelled, never run */
+	CHECK_EQ(atomic_load(&dz.late_runs), 0);
+	CHECK(atomic_load(&dz.rearmed) > 0); /* the case was exercised */
+	CHECK_EQ(tmo_testing_live_allocs(), live0);
+	/* Every thread joined: the process is back to its baseline. */
+	if (threads0 > 0)
+		CHECK_EQ(et_threads(), threads0);
+}
+
+/* fork(): the child refuses every call on the inherited engine with
+ * TMO_EFORKED, at once (cancelling a timer pending at fork must not hang),
+ * and its destroy frees the child's copy (allocations back to what they
+ * were before the engine existed) without joining or waiting; the parent's
+ * engine is untouched.  Forked in the middle of activity (callbacks
+ * running, timers due and blocked) so that the child inherits the sets
+ * as the prepare handler leaves them. */
+static atomic_int fk_fires;
+static void fk_cb(struct tmo_timer *t, void *arg)
+{
+	(void)t;
+	(void)arg;
+	atomic_fetch_add(&fk_fires, 1);
+}
+
+static int fork_child(struct tmo *e, struct tmo_timer *pending, int64_t live_before_engine)
+{
+	int bad = 0;
+	struct tmo_stats st;
+	struct tmo_timer fresh = TMO_TIMER_INIT;
+	int64_t t0 = tmo_now_ns();
+	bad |= (tmo_cancel(e, pending) != TMO_EFORKED) << 0;
+	bad |= (tmo_arm(e, &fresh, 0, fk_cb, NULL) != TMO_EFORKED) << 1;
+	bad |= (tmo_stats(e, &st) != TMO_EFORKED) << 2;
+	bad |= (tmo_park(e, 1) != TMO_EFORKED) << 3;
+	bad |= (tmo_destroy(&e) != 0) << 4;
+	bad |= (e != NULL) << 5;
+	bad |= (tmo_testing_live_allocs() != live_before_engine) << 6;
+	bad |= (tmo_now_ns() - t0 > 10 * TMO_NSEC_PER_SEC) << 7; /* nothing waited */
+#ifndef TMO__UNDER_SANITIZER
+	/* A new engine works in the child (the sanitizers refuse new threads
+	 * after a multi-threaded fork). */
+	struct tmo *n;
+	if (tmo_create(ENGINE, NULL, &n) != 0) {
+		bad |= 1 << 8;
+	} else {
+		int before = atomic_load(&fk_fires);
+		struct tmo_timer x = TMO_TIMER_INIT;
+		bad |= (tmo_arm(n, &x, 0, fk_cb, NULL) != 0) << 9;
+		for (int i = 0; i < 5000 && atomic_load(&fk_fires) == before; i++)
+			sleep_ms(1);
+		bad |= (atomic_load(&fk_fires) == before) << 10;
+		tmo_destroy(&n);
+	}
+#endif
+	return bad;
+}
+
+static void test_fork(void)
+{
+	int64_t live_before_engine = tmo_testing_live_allocs();
+	struct tmo *e;
+	CHECK_EQ(tmo_create(ENGINE, NULL, &e), 0);
+	struct tmo_timer pending = TMO_TIMER_INIT;
+	CHECK_EQ(tmo_arm(e, &pending, 3600 * TMO_NSEC_PER_SEC, fk_cb, NULL), 0);
+	enum { BUSY = 60, ROUNDS = 6 };
+	static struct tmo_timer busy[BUSY];
+	int failed_children = 0, forks = 0;
+	for (int round = 0; round < ROUNDS; round++) {
+		/* Timers due now and over the next few ms: some running, some
+		 * waiting for their turn, some sleeping, as the fork happens. */
+		memset(busy, 0, sizeof busy);
+		for (int i = 0; i < BUSY; i++)
+			CHECK_EQ(tmo_arm(e, &busy[i], (i % 6) * TMO_NSEC_PER_MSEC, fk_cb, NULL), 0);
+		sleep_ms(round % 3); /* vary where the fork lands; no result depends on it */
+		fflush(stdout);
+		pid_t pid = fork();
+		if (pid == 0)
+			_exit(fork_child(e, &pending, live_before_engine));
+		CHECK(pid > 0);
+		if (pid < 0)
+			break;
+		forks++;
+		int status = 0;
+		pid_t w = 0;
+		for (int i = 0; i < 30000 && (w = waitpid(pid, &status, WNOHANG)) == 0; i++)
+			sleep_ms(1);
+		if (w == 0) {
+			kill(pid, SIGKILL); /* hung: a failure, not a hang of the suite */
+			waitpid(pid, &status, 0);
+			fprintf(stderr, "  fork round %d: the child hung\n", round);
+			failed_children++;
+		} else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+			fprintf(stderr, "  fork round %d: child %s %d (bits of what failed)\n", round,
+			        WIFEXITED(status) ? "exited with" : "killed by signal",
+			        WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+			failed_children++;
+		}
+		for (int i = 0; i < BUSY; i++)
+			CHECK_EQ(tmo_cancel(e, &busy[i]) >= 0, 1);
+	}
+	printf("  fork: %d children, each refused every call on the inherited engine and freed "
+	       "its copy; %d failed\n",
+	       forks, failed_children);
+	CHECK_EQ(failed_children, 0);
+	/* The parent's engine is untouched: its pending timer is still there. */
+	struct tmo_stats st;
+	CHECK_EQ(tmo_stats(e, &st), 0);
+	CHECK_EQ(st.pending, 1);
+	CHECK_EQ(tmo_cancel(e, &pending), TMO_CANCEL_PREVENTED);
+	tmo_destroy(&e);
+	CHECK_EQ(tmo_testing_live_allocs(), live_before_engine);
+}
+
 int main(void)
 {
 	RUN(test_park_einval);
@@ -394,6 +868,11 @@ int main(void)
 	RUN(test_concurrent_callbacks);
 	RUN(test_cancel_overlapping_chain);
 	RUN(test_order_under_load);
+	RUN(test_long_callback);
+	RUN(test_misuse_from_callback);
+	RUN(test_destroy_semantics);
+	RUN(test_fork);
+	RUN(test_thousands_50us_apart);
 	RUN(test_ten_thousand);
 	return TEST_EXIT();
 }

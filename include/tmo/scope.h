@@ -44,15 +44,21 @@
  *               `rescue Exception => e` does; re-raising it (tmo_reraise)
  *               converts to "execution expired" at the boundary.
  *
- * Identity and nesting: the interrupt carries the scope that expired (struct
+ * Identity and nesting: every scope has a 64-bit id that is never reused in
+ * the process (not its stack address, which the next scope may reuse), and
+ * the interrupt carries the id of the scope that expired (struct
  * tmo_exc.scope).  A scope converts only its own interrupt; an outer scope's
  * interrupt passes an inner scope's boundary untouched (the inner scope still
- * cancels its timer and runs the ensures on the way), and so does an error of
+ * cancels its timer and runs the ensures on the way), and so do an error of
  * the timeout class that the block raised itself (tmo_raise(TMO_EXC_TIMEOUT,
- * ...) carries no scope).  When several scopes of one thread have expired and
+ * ...) carries scope 0) and a saved interrupt of an earlier scope re-raised
+ * with tmo_reraise().  When several scopes of one thread have expired and
  * none was delivered yet, the outermost one is delivered: its unwinding passes
  * every inner boundary, and the inner scopes' interrupts are discarded as they
- * exit.
+ * exit.  "Expired" is decided by the clock at delivery, not by which engine
+ * callback happened to run first: an engine that runs callbacks concurrently
+ * (the thread engine) may mark an inner scope before the outer one whose
+ * deadline passed first or at the same time, and the outer one still wins.
  *
  * No late interrupt: when the block returns, the scope cancels its engine
  * timer and waits for a running callback (TMO_CANCEL_WAITED) before it
@@ -153,16 +159,14 @@ enum tmo_exc_class {
 	TMO_EXC_THROW = 4,
 };
 
-struct tmo_scope; /* a running scope; opaque, used as an identity only */
-
 struct tmo_exc {
 	enum tmo_exc_class cls;
 	int code;            /* the raiser's code; TMO_ETIMEDOUT for interrupts */
 	const char *message; /* not copied: static storage, or alive long enough */
-	/* The scope whose expiry produced this exception, or NULL when the code
-	 * raised it itself.  Compare it, never dereference it: after the scope
-	 * returned it names nothing. */
-	const struct tmo_scope *scope;
+	/* The id of the scope whose expiry produced this exception (what
+	 * tmo_scope_current() returned inside it), or 0 when the code raised it
+	 * itself.  Ids are never reused in the process. */
+	uint64_t scope;
 };
 
 /* Rescue filters: which classes a rescue frame catches.  A throw is never
@@ -227,7 +231,7 @@ enum tmo_scope_mode {
  *                    even when the deadline passed as it returned;
  *  TMO_ETIMEDOUT     this scope's interrupt reached the boundary; *exc is
  *                    {TMO_EXC_TIMEOUT, TMO_ETIMEDOUT, "execution expired",
- *                    this scope};
+ *                    this scope's id};
  *  TMO_ERAISED       an exception of the block's own left the scope and no
  *                    outer frame exists on this thread: it is in *exc (with an
  *                    outer frame, the exception passes on to it instead and
@@ -237,6 +241,12 @@ enum tmo_scope_mode {
  *  TMO_EBADTIMEOUT   timeout_ns negative or above TMO_TIMEOUT_MAX;
  *  TMO_EINVAL        mode unknown;
  *  TMO_ESYS          the thread's context could not be set up;
+ *  TMO_EDEADLK       called on a thread that runs this engine's callbacks
+ *                    one at a time (inside one of its callbacks, on an engine
+ *                    without TMO_CAP_CONCURRENT_CALLBACKS): the scope's own
+ *                    timer could never fire while the block runs there.  The
+ *                    block did not run; the engine is unaffected;
+ *  TMO_EFORKED       the engine was inherited across fork() (tmo.h);
  *  TMO_ENOMEM, TMO_EAGAIN  the engine could not arm (the block did not run).
  * value and exc may be NULL.
  *
@@ -246,13 +256,13 @@ enum tmo_scope_mode {
 int tmo_scope_run(struct tmo *engine, int64_t timeout_ns, enum tmo_scope_mode mode,
                   tmo_block_fn *block, void *arg, intptr_t *value, struct tmo_exc *exc);
 
-/* The innermost scope running on this thread, or NULL. */
-const struct tmo_scope *tmo_scope_current(void);
+/* The id of the innermost scope running on this thread, or 0. */
+uint64_t tmo_scope_current(void);
 
-/* Non-zero once the engine's callback marked scope s as expired (delivered
- * or not).  s must be running on the calling thread (itself or an enclosing
- * scope of tmo_scope_current()). */
-int tmo_scope_expired(const struct tmo_scope *s);
+/* Non-zero once scope `id` expired: its engine callback marked it, or its
+ * interrupt was delivered (delivered or not, masked or not).  0 when no scope
+ * with that id is running on the calling thread.  O(nesting depth). */
+int tmo_scope_expired(uint64_t id);
 
 /* Non-zero when an interrupt has been marked for this thread and not yet
  * delivered (masked, or no interruption point reached yet). */
@@ -262,7 +272,8 @@ int tmo_interrupt_pending(void);
  * evidence for the race scenarios that the edge cases happened. */
 struct tmo_scope_stats {
 	uint64_t scopes;    /* tmo_scope_run calls that ran their block */
-	uint64_t expired;   /* engine callbacks that marked one of them */
+	uint64_t expired;   /* of those, scopes that expired: marked by their
+	                       callback, or delivered (delivered + discarded) */
 	uint64_t delivered; /* interrupts raised at an interruption point */
 	/* Expiries thrown away because the block had returned (or the scope
 	 * was being left) first: each one is a late interrupt prevented. */
@@ -315,21 +326,35 @@ int tmo_cond_broadcast(struct tmo_cond *cv);
 
 /* An unbounded MPMC FIFO queue of intrusive nodes (embed struct tmo_qnode in
  * your message).  Push never blocks (beyond a short mutex) and allocates
- * nothing; pop is an interruption point. */
+ * nothing; pop is an interruption point.
+ *
+ * A node is on at most one queue at a time, and it knows which: initialise
+ * it once (TMO_QNODE_INIT, tmo_qnode_init() or all-zero bytes); pop,
+ * remove and destroy hand it back initialised.  Every function refuses a
+ * NULL queue or node with TMO_EINVAL, and a push of a node that is already
+ * queued (here or on another queue) with TMO_EARMED (the node is "armed":
+ * queued), leaving both queues as they were. */
+struct tmo_queue;
 struct tmo_qnode {
 	struct tmo_qnode *next;
+	struct tmo_queue *queue; /* the queue it is on, NULL when on none */
 };
+#define TMO_QNODE_INIT {0, 0}
+void tmo_qnode_init(struct tmo_qnode *node);
 struct tmo_queue {
 	pthread_mutex_t lock;
 	struct tmo_cond nonempty;
 	struct tmo_qnode *head, *tail;
 	size_t len;
 };
-/* Returns 0 or TMO_ESYS. */
+/* Returns 0, TMO_EINVAL (q NULL) or TMO_ESYS. */
 int tmo_queue_init(struct tmo_queue *q);
-/* The queue must have no waiter; remaining nodes belong to the caller. */
+/* The queue must have no waiter; remaining nodes go back to the caller,
+ * initialised.  A NULL q is ignored. */
 void tmo_queue_destroy(struct tmo_queue *q);
-void tmo_queue_push(struct tmo_queue *q, struct tmo_qnode *node);
+/* Append node.  Returns 0, TMO_EINVAL (q or node NULL) or TMO_EARMED (node
+ * already queued). */
+int tmo_queue_push(struct tmo_queue *q, struct tmo_qnode *node);
 /* Take the oldest node into *out, waiting up to timeout_ns
  * (TMO_WAIT_FOREVER, or 0 for a try).  Returns TMO_WAIT_OK,
  * TMO_WAIT_TIMEDOUT (*out = NULL), TMO_EINVAL (q or out NULL) or
@@ -340,11 +365,13 @@ void tmo_queue_push(struct tmo_queue *q, struct tmo_qnode *node);
  * signal: no node is ever lost or stranded when a message and a timeout
  * race.  A node taken is never interrupted away: pop returns right after. */
 int tmo_queue_pop(struct tmo_queue *q, int64_t timeout_ns, struct tmo_qnode **out);
-size_t tmo_queue_len(struct tmo_queue *q);
-/* Unlink node if it is queued (O(length): for rare clean-ups, such as a
+/* The number of queued nodes, or TMO_EINVAL (q NULL). */
+int64_t tmo_queue_len(struct tmo_queue *q);
+/* Unlink node if it is on q (O(length): for rare clean-ups, such as a
  * timeout marker that an engine callback pushed just as the receive it
- * belonged to got its message).  Returns 1 if it was queued, else 0.  Not an
- * interruption point. */
+ * belonged to got its message).  Returns 1 if it was on q, 0 if not (on no
+ * queue, or on another one, which is left alone), TMO_EINVAL (q or node
+ * NULL).  Not an interruption point. */
 int tmo_queue_remove(struct tmo_queue *q, struct tmo_qnode *node);
 
 #ifdef __cplusplus
