@@ -46,6 +46,20 @@
  * and condvar, so park(0) never needs the engine mutex the parked thread
  * holds (arm and cancel block meanwhile: no TMO_CAP_LOCKFREE_ARM).
  *
+ * Destroy sets `stop` and empties the heap under the mutex, so nothing that
+ * has not started runs (the timer thread checks `stop` before each pop),
+ * then joins the thread, which waits for a running callback; what that
+ * callback armed meanwhile is cancelled after the join.
+ *
+ * fork(): the child has no timer thread; the core refuses every call there
+ * (TMO_EFORKED).  destroy_forked frees the engine and its heap array and
+ * leaves the mutex and condition variables alone: glibc's
+ * pthread_cond_destroy() waits for the waiters it counts, and the parent's
+ * timer thread may be one of them; the mutex may be held by a thread that
+ * is not in the child.  A callback that forks returns, in the child, into a
+ * copy of the timer thread that is the child's only thread: that thread ends
+ * there (the child exits 0) instead of running the parent's timers again.
+ *
  * Resolution: the wake-up latency of a sleeping thread (~20-60 us on an idle
  * machine, more under load); deadlines are exact, nothing is rounded.
  */
@@ -62,11 +76,11 @@ enum cv_state {
 	CV_FIRED,    /* taken off the heap for its callback (running or done) */
 };
 
-/* What the engine keeps in the caller's timer. */
+/* What the engine keeps in the caller's timer (which engine owns it is the
+ * core's tmo_timer.owner). */
 struct cv_priv {
 	struct tmo_heap_node node; /* first: node <-> priv is a cast */
-	struct tmo *owner;         /* engine of the last arm (TMO_EWRONGENGINE) */
-	uint32_t state;            /* enum cv_state, under owner->m */
+	uint32_t state;            /* enum cv_state, under the engine's mutex */
 };
 TMO__PRIV_FITS(struct cv_priv);
 
@@ -108,9 +122,12 @@ static inline struct tmo_timer *timer_of(struct tmo_heap_node *n)
 	return tmo_container_of((uint64_t *)(void *)n, struct tmo_timer, tmo_private);
 }
 
-static bool on_timer_thread(const struct tmo *e)
+static bool on_timer_thread(const struct tmo *e) { return tmo__thread_engine == e; }
+
+/* After fork() the core marks every inherited engine with TMO__FORKED_ID. */
+static bool in_forked_child(const struct tmo *e)
 {
-	return pthread_equal(pthread_self(), e->thread) != 0;
+	return __atomic_load_n(&e->base.id, __ATOMIC_RELAXED) == TMO__FORKED_ID;
 }
 
 /* The park hook; called with e->m held, returns with it still held. */
@@ -130,6 +147,7 @@ static void park_point(struct tmo *e)
 static void *timer_thread(void *arg)
 {
 	struct tmo *e = arg;
+	tmo__thread_engine = e;
 	pthread_mutex_lock(&e->m);
 	for (;;) {
 		park_point(e);
@@ -161,6 +179,11 @@ static void *timer_thread(void *arg)
 			void *cb_arg = t->arg;
 			pthread_mutex_unlock(&e->m);
 			cb(t, cb_arg);
+			/* The callback forked and this is the child's copy of the
+			 * thread: end it here, touching nothing (another parent
+			 * thread may have held the mutex at the fork). */
+			if (in_forked_child(e))
+				pthread_exit(NULL);
 			pthread_mutex_lock(&e->m);
 			e->running = NULL;
 			e->run_gen++;
@@ -209,11 +232,7 @@ static int cv_create(const struct tmo_config *cfg, struct tmo **out)
 	}
 	atomic_init(&e->park_req, 0);
 	e->wake_at = INT64_MIN;
-	/* Hold the mutex across the create so e->thread is written before the
-	 * timer thread (which starts by taking the mutex) can compare it. */
-	pthread_mutex_lock(&e->m);
 	rc = tmo__thread_create(&e->thread, NULL, timer_thread, e);
-	pthread_mutex_unlock(&e->m);
 	if (rc != 0) {
 		destroy_sync(e);
 		tmo_heap_fini(&e->heap);
@@ -255,6 +274,20 @@ static void cv_destroy(struct tmo *e)
 	tmo__free(e);
 }
 
+/* In a child after fork(): see the header comment.  The heap array is freed
+ * only if the mutex was free at the fork (a heap mid-update may hold an
+ * array pointer already freed); the timers still in the heap are not
+ * touched: the child can never resolve them, so it may have freed them. */
+static void cv_destroy_forked(struct tmo *e)
+{
+	if (pthread_mutex_trylock(&e->m) == 0) {
+		e->heap.n = 0;
+		tmo_heap_fini(&e->heap);
+		pthread_mutex_unlock(&e->m);
+	}
+	tmo__free(e);
+}
+
 static int cv_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
                   void *arg)
 {
@@ -262,7 +295,7 @@ static int cv_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_ca
 	/* The clock read is the design's: the deadline is absolute. */
 	int64_t deadline = tmo_now_ns() + timeout_ns;
 	pthread_mutex_lock(&e->m);
-	if (p->owner == e && p->state == CV_PENDING) {
+	if (p->state == CV_PENDING) {
 		pthread_mutex_unlock(&e->m);
 		return TMO_EARMED;
 	}
@@ -273,7 +306,6 @@ static int cv_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_ca
 	}
 	t->cb = cb;
 	t->arg = arg;
-	p->owner = e;
 	p->state = CV_PENDING;
 	/* Only a deadline before the thread's wake-up time needs a signal;
 	 * once signalled, the thread re-reads the heap before it sleeps again,
@@ -294,10 +326,6 @@ static int cv_cancel(struct tmo *e, struct tmo_timer *t)
 	struct cv_priv *p = priv(t);
 	bool waited = false;
 	pthread_mutex_lock(&e->m);
-	if (p->owner != e) {
-		pthread_mutex_unlock(&e->m);
-		return p->owner == NULL ? TMO_ENOTARMED : TMO_EWRONGENGINE;
-	}
 	if (e->running == t && !on_timer_thread(e)) {
 		/* Wait for this invocation of the callback to return; the timer
 		 * thread then holds off until every waiter has looked. */
@@ -347,8 +375,6 @@ static int cv_stats(struct tmo *e, struct tmo_stats *out)
 static int cv_park(struct tmo *e, int on)
 {
 	if (on) {
-		if (on_timer_thread(e))
-			return TMO_EINVAL; /* it would wait for itself */
 		pthread_mutex_lock(&e->pm);
 		bool requested = atomic_load_explicit(&e->park_req, memory_order_relaxed);
 		pthread_mutex_unlock(&e->pm);
@@ -384,4 +410,5 @@ const struct tmo_engine_ops tmo_engine_condvar = {
 	.cancel = cv_cancel,
 	.stats = cv_stats,
 	.park = cv_park,
+	.destroy_forked = cv_destroy_forked,
 };
