@@ -52,11 +52,14 @@
  * callback armed meanwhile is cancelled after the join.
  *
  * fork(): the child has no timer thread; the core refuses every call there
- * (TMO_EFORKED).  destroy_forked frees the engine and its heap array and
- * leaves the mutex and condition variables alone: glibc's
+ * (TMO_EFORKED).  A pthread_atfork prepare handler takes every condvar
+ * engine's mutex (so no heap is mid-update at the fork) and both handlers
+ * give it back; a parked engine, whose thread holds the mutex, is left (at
+ * most FORK_LOCK_NS is spent waiting for the mutexes).  destroy_forked
+ * frees the engine and, when the mutex was free at the fork, its heap
+ * array; it leaves the mutex and condition variables alone: glibc's
  * pthread_cond_destroy() waits for the waiters it counts, and the parent's
- * timer thread may be one of them; the mutex may be held by a thread that
- * is not in the child.  A callback that forks returns, in the child, into a
+ * timer thread may be one of them.  A callback that forks returns, in the child, into a
  * copy of the timer thread that is the child's only thread: that thread ends
  * there (the child exits 0) instead of running the parent's timers again.
  *
@@ -69,6 +72,9 @@
 
 #include "heap.h"
 #include "internal.h"
+
+/* How long the fork handler waits, in all, for the engines' mutexes. */
+#define FORK_LOCK_NS TMO_NSEC_PER_SEC
 
 enum cv_state {
 	CV_IDLE = 0, /* all-zero timer: never armed, or its arm was prevented */
@@ -113,6 +119,11 @@ struct tmo {
 	pthread_mutex_t pm;
 	pthread_cond_t pcv;
 	bool parked;
+
+	/* Live engines, for the fork handlers (under fork_mu), and whether the
+	 * prepare handler holds this engine's mutex. */
+	struct tmo *fork_prev, *fork_next;
+	bool fork_locked;
 };
 
 static inline struct cv_priv *priv(struct tmo_timer *t) { return TMO__PRIV(struct cv_priv, t); }
@@ -199,6 +210,64 @@ static void *timer_thread(void *arg)
 	return NULL;
 }
 
+/* ---- fork ------------------------------------------------------------------- */
+
+static pthread_mutex_t fork_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct tmo *fork_list;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&fork_mu);
+	/* pthread_mutex_timedlock (CLOCK_REALTIME): ThreadSanitizer does not
+	 * know pthread_mutex_clocklock.  A clock step only moves the bound. */
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += FORK_LOCK_NS / TMO_NSEC_PER_SEC;
+	for (struct tmo *e = fork_list; e != NULL; e = e->fork_next) {
+		pthread_mutex_lock(&e->pm);
+		bool parked = e->parked; /* its thread holds m until park(0) */
+		pthread_mutex_unlock(&e->pm);
+		e->fork_locked = !parked && pthread_mutex_timedlock(&e->m, &ts) == 0;
+	}
+}
+
+/* Parent and child alike. */
+static void fork_release(void)
+{
+	for (struct tmo *e = fork_list; e != NULL; e = e->fork_next)
+		if (e->fork_locked)
+			pthread_mutex_unlock(&e->m);
+	pthread_mutex_unlock(&fork_mu);
+}
+
+static void fork_init(void) { pthread_atfork(fork_prepare, fork_release, fork_release); }
+
+static void fork_list_add(struct tmo *e)
+{
+	pthread_mutex_lock(&fork_mu);
+	e->fork_prev = NULL;
+	e->fork_next = fork_list;
+	if (fork_list != NULL)
+		fork_list->fork_prev = e;
+	fork_list = e;
+	pthread_mutex_unlock(&fork_mu);
+}
+
+static void fork_list_remove(struct tmo *e)
+{
+	pthread_mutex_lock(&fork_mu);
+	if (e->fork_prev != NULL)
+		e->fork_prev->fork_next = e->fork_next;
+	else
+		fork_list = e->fork_next;
+	if (e->fork_next != NULL)
+		e->fork_next->fork_prev = e->fork_prev;
+	pthread_mutex_unlock(&fork_mu);
+}
+
+/* ---- create / destroy ----------------------------------------------------- */
+
 static void destroy_sync(struct tmo *e)
 {
 	pthread_cond_destroy(&e->pcv);
@@ -239,6 +308,8 @@ static int cv_create(const struct tmo_config *cfg, struct tmo **out)
 		tmo__free(e);
 		return rc;
 	}
+	pthread_once(&fork_once, fork_init);
+	fork_list_add(e);
 	*out = e;
 	return 0;
 }
@@ -256,6 +327,7 @@ static void drain_heap(struct tmo *e)
 
 static void cv_destroy(struct tmo *e)
 {
+	fork_list_remove(e);
 	pthread_mutex_lock(&e->pm);
 	atomic_store_explicit(&e->park_req, 0, memory_order_relaxed);
 	pthread_cond_broadcast(&e->pcv);
@@ -276,10 +348,12 @@ static void cv_destroy(struct tmo *e)
 
 /* In a child after fork(): see the header comment.  The heap array is freed
  * only if the mutex was free at the fork (a heap mid-update may hold an
- * array pointer already freed); the timers still in the heap are not
- * touched: the child can never resolve them, so it may have freed them. */
+ * array pointer already freed; the prepare handler held it, unless the
+ * engine was parked); the timers still in the heap are not touched: the
+ * child can never resolve them, so it may have freed them. */
 static void cv_destroy_forked(struct tmo *e)
 {
+	fork_list_remove(e);
 	if (pthread_mutex_trylock(&e->m) == 0) {
 		e->heap.n = 0;
 		tmo_heap_fini(&e->heap);

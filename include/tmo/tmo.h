@@ -80,10 +80,12 @@
  * when the callback returns, and with it the child (exit status 0, as when
  * a process's last thread exits); exec or _exit in the child instead.
  * Per engine, what the child's tmo_destroy frees:
- *   condvar   the engine and its heap array (the array is left if another
- *             parent thread held the engine mutex at that instant); never
- *             the inherited mutex and condition variables (glibc's
- *             pthread_cond_destroy waits for the parent's waiting thread).
+ *   condvar   fork() first takes every condvar engine's mutex (no heap
+ *             is mid-update at the fork); the child's destroy frees the
+ *             engine and its heap array (the array is left only if the
+ *             engine was parked), never the inherited mutex and condition
+ *             variables (glibc's pthread_cond_destroy waits for the
+ *             parent's waiting thread).
  *   libevent  fork() first quiesces every libevent engine (its thread stops
  *             where it holds no libevent lock, no arm or cancel is inside
  *             libevent), waiting up to 1 s per engine for a running
