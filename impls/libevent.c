@@ -87,11 +87,11 @@
  * quiesces every libevent engine before the fork: it asks the engine thread
  * to stop at a point where it holds no libevent lock (the end of a
  * callback, or inside the control event's callback, which libevent runs
- * without its lock), closes the engine's gate so that no application thread
- * is inside an arm, cancel, stats or park (inside libevent, or holding the
- * engine mutex), and records whether both happened within FORK_QUIESCE_NS
- * (a callback that runs longer, or a parked engine, is not quiesced).  The
- * parent handler releases them.  So fork() waits, per libevent engine, for
+ * without its lock), takes the engine mutex `m` (every call into libevent
+ * from an application thread is made under it, except a cancel's
+ * event_del, which is counted in `outside` and waited for), and records whether all that happened within FORK_QUIESCE_NS (a
+ * callback that runs longer, or a parked engine, is not quiesced).  The
+ * parent and child handlers release them.  So fork() waits, per libevent engine, for
  * a wake-up of its thread or the end of its running callback, at most
  * FORK_QUIESCE_NS.  In a child forked from a
  * quiesced engine, destroy_forked calls event_reinit() (a new epoll set and
@@ -99,8 +99,8 @@
  * never removed from the parent's set) and then event_base_free(), and
  * frees the records.  From an engine that was not quiesced it frees only
  * what the engine allocated itself and leaves libevent's base and its
- * descriptors in the child, untouched.  The gate costs an arm or a cancel
- * two atomic read-modify-writes on a counter of the engine.  A callback that
+ * descriptors in the child, untouched.  The count costs a cancel that
+ * prevents its timer two atomic read-modify-writes.  A callback that
  * forks returns, in the child, into a copy of the engine thread that is the
  * child's only thread: it ends there (the child exits 0) instead of running
  * the inherited loop on descriptors the parent shares.
@@ -170,11 +170,14 @@ struct tmo {
 	struct tmo *fork_prev, *fork_next; /* live engines, under fork_mu */
 	atomic_int fork_req;
 	bool fork_held;
-	atomic_int inlib; /* application threads inside an op */
-	atomic_int gate;  /* closed (1) while a fork is prepared */
+	/* Cancels inside event_del (called without `m`), and whether a fork
+	 * handler waits for them to leave (under gm). */
+	atomic_int outside;
+	atomic_int fork_waiting;
 	pthread_mutex_t gm;
 	pthread_cond_t gcv; /* monotonic */
-	bool fork_safe; /* quiesced at the last fork: the child may free the base */
+	bool fork_locked; /* the prepare handler holds m */
+	bool fork_safe;   /* quiesced at the last fork: the child may free the base */
 };
 
 static inline struct lev_priv *priv(struct tmo_timer *t) { return TMO__PRIV(struct lev_priv, t); }
@@ -209,31 +212,19 @@ static bool in_forked_child(const struct tmo *e)
 	return __atomic_load_n(&e->base.id, __ATOMIC_RELAXED) == TMO__FORKED_ID;
 }
 
-/* ---- the gate: no application thread inside an op while a fork is prepared -- */
+/* ---- calls into libevent without the engine mutex ------------------------ */
 
-/* Every op that calls into libevent or takes `m` from an application thread
- * runs between op_enter and op_exit.  Dekker pair with fork_prepare: an op
- * increments inlib then reads gate; the handler sets gate then reads inlib
+/* Entered with m held (so the fork handler, which takes m, sees the count),
+ * left without it.  Dekker pair with fork_prepare: leaving decrements then
+ * reads fork_waiting; the handler sets fork_waiting then reads the count
  * (seq_cst), so one of them sees the other. */
-static void op_exit(struct tmo *e)
+static void outside_enter(struct tmo *e) { atomic_fetch_add(&e->outside, 1); }
+
+static void outside_leave(struct tmo *e)
 {
-	if (atomic_fetch_sub(&e->inlib, 1) == 1 && atomic_load(&e->gate)) {
+	if (atomic_fetch_sub(&e->outside, 1) == 1 && atomic_load(&e->fork_waiting)) {
 		pthread_mutex_lock(&e->gm);
 		pthread_cond_broadcast(&e->gcv);
-		pthread_mutex_unlock(&e->gm);
-	}
-}
-
-static void op_enter(struct tmo *e)
-{
-	for (;;) {
-		atomic_fetch_add(&e->inlib, 1);
-		if (!atomic_load(&e->gate))
-			return;
-		op_exit(e);
-		pthread_mutex_lock(&e->gm);
-		while (atomic_load(&e->gate))
-			pthread_cond_wait(&e->gcv, &e->gm);
 		pthread_mutex_unlock(&e->gm);
 	}
 }
@@ -367,6 +358,11 @@ static void fork_prepare(void)
 	pthread_mutex_lock(&fork_mu);
 	int64_t end = tmo_now_ns() + FORK_QUIESCE_NS;
 	struct timespec ts = tmo__ts_from_ns(end);
+	/* pthread_mutex_timedlock takes CLOCK_REALTIME (ThreadSanitizer does
+	 * not know pthread_mutex_clocklock); a clock step only moves the bound. */
+	struct timespec rts;
+	clock_gettime(CLOCK_REALTIME, &rts);
+	rts.tv_sec += FORK_QUIESCE_NS / TMO_NSEC_PER_SEC;
 	/* 1. Ask every engine thread to hold (all first, then wait for each). */
 	for (struct tmo *e = fork_list; e != NULL; e = e->fork_next) {
 		e->fork_safe = false;
@@ -394,26 +390,33 @@ static void fork_prepare(void)
 		e->fork_safe = e->fork_held;
 		pthread_mutex_unlock(&e->pm);
 	}
-	/* 2. Close every gate and wait for the ops inside to leave. */
+	/* 2. Take every engine mutex, then wait for the calls made without it
+	 * to leave libevent. */
 	for (struct tmo *e = fork_list; e != NULL; e = e->fork_next) {
+		e->fork_locked = pthread_mutex_timedlock(&e->m, &rts) == 0;
+		if (!e->fork_locked) {
+			e->fork_safe = false;
+			continue;
+		}
 		pthread_mutex_lock(&e->gm);
-		atomic_store(&e->gate, 1);
-		while (atomic_load(&e->inlib) != 0 &&
+		atomic_store(&e->fork_waiting, 1);
+		while (atomic_load(&e->outside) != 0 &&
 		       pthread_cond_timedwait(&e->gcv, &e->gm, &ts) == 0)
 			;
-		if (atomic_load(&e->inlib) != 0)
+		if (atomic_load(&e->outside) != 0)
 			e->fork_safe = false;
+		atomic_store(&e->fork_waiting, 0);
 		pthread_mutex_unlock(&e->gm);
 	}
 }
 
-static void fork_parent(void)
+/* Parent and child alike (in the child, only the forking thread's locks and
+ * flags matter: the engine threads are not there). */
+static void fork_release(void)
 {
 	for (struct tmo *e = fork_list; e != NULL; e = e->fork_next) {
-		pthread_mutex_lock(&e->gm);
-		atomic_store(&e->gate, 0);
-		pthread_cond_broadcast(&e->gcv);
-		pthread_mutex_unlock(&e->gm);
+		if (e->fork_locked)
+			pthread_mutex_unlock(&e->m);
 		pthread_mutex_lock(&e->pm);
 		atomic_store(&e->fork_req, 0);
 		pthread_cond_broadcast(&e->pcv);
@@ -422,10 +425,8 @@ static void fork_parent(void)
 	pthread_mutex_unlock(&fork_mu);
 }
 
-static void fork_child(void) { pthread_mutex_unlock(&fork_mu); }
-
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
-static void fork_init(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
+static void fork_init(void) { pthread_atfork(fork_prepare, fork_release, fork_release); }
 
 /* Under fork_mu. */
 static void fork_list_add(struct tmo *e)
@@ -623,10 +624,8 @@ static int lev_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_c
 	struct lev_rec *r = tmo__malloc(e->rec_size);
 	if (r == NULL)
 		return TMO_ENOMEM;
-	op_enter(e);
 	struct event *ev = rec_ev(e, r);
 	if (evtimer_assign(ev, e->eb, lev_fire, r) != 0) {
-		op_exit(e);
 		tmo__free(r);
 		return TMO_ESYS;
 	}
@@ -650,22 +649,19 @@ static int lev_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_c
 		e->peak = e->pending;
 	atomic_store_explicit(&p->rec, r, memory_order_relaxed);
 	atomic_store_explicit(&p->fired, 0, memory_order_relaxed);
-	pthread_mutex_unlock(&e->m);
-
-	/* Outside m: the loop cannot run r before this returns, and the caller
-	 * serializes arm and cancel of one timer. */
+	/* Under m (so a fork never finds an arm inside libevent): m is taken
+	 * before the base lock here and nowhere the other way round (the loop
+	 * runs lev_fire without its lock). */
 	if (event_add(ev, &tv) != 0) {
-		pthread_mutex_lock(&e->m);
 		unlink_rec(e, r);
 		e->pending--;
 		e->records--;
 		atomic_store_explicit(&p->rec, NULL, memory_order_relaxed);
 		pthread_mutex_unlock(&e->m);
-		op_exit(e);
 		tmo__free(r);
 		return TMO_ENOMEM; /* libevent could not grow its heap */
 	}
-	op_exit(e);
+	pthread_mutex_unlock(&e->m);
 	return 0;
 }
 
@@ -676,7 +672,6 @@ static int lev_cancel(struct tmo *e, struct tmo_timer *t)
 	 * two stores, under m; read unlocked between them, a timer that is
 	 * firing would look idle (TMO_ENOTARMED; the race scenario caught it). */
 	bool waited = false;
-	op_enter(e);
 	pthread_mutex_lock(&e->m);
 	if (e->running == t && tmo__thread_engine != e) {
 		/* Wait for this invocation of the callback to return; the engine
@@ -697,14 +692,15 @@ static int lev_cancel(struct tmo *e, struct tmo_timer *t)
 		e->pending--;
 		e->cancelled++;
 		atomic_store_explicit(&p->rec, NULL, memory_order_relaxed);
+		outside_enter(e);
 		pthread_mutex_unlock(&e->m);
 		/* Never under m: it may wait for lev_fire, which takes m. */
 		event_del(rec_ev(e, r));
+		outside_leave(e);
 		tmo__free(r);
 		pthread_mutex_lock(&e->m);
 		e->records--;
 		pthread_mutex_unlock(&e->m);
-		op_exit(e);
 		return TMO_CANCEL_PREVENTED;
 	}
 	int res;
@@ -716,13 +712,11 @@ static int lev_cancel(struct tmo *e, struct tmo_timer *t)
 	      * for re-armed and cancelled itself */
 		res = waited ? TMO_CANCEL_WAITED : TMO_ENOTARMED;
 	pthread_mutex_unlock(&e->m);
-	op_exit(e);
 	return res;
 }
 
 static int lev_stats(struct tmo *e, struct tmo_stats *out)
 {
-	op_enter(e);
 	pthread_mutex_lock(&e->m);
 	/* libevent's timeout heap: 8 slots, doubling, never shrinking; it also
 	 * holds the ctl event. */
@@ -736,7 +730,6 @@ static int lev_stats(struct tmo *e, struct tmo_stats *out)
 	out->fired = e->fired;
 	out->cancelled = e->cancelled;
 	pthread_mutex_unlock(&e->m);
-	op_exit(e);
 	return 0;
 }
 
@@ -762,9 +755,9 @@ static int lev_park(struct tmo *e, int on)
 	 * under pm it now sees park_req set again and stays): the parked thread
 	 * holds the base lock, which event_active needs. */
 	if (!already) {
-		op_enter(e);
+		pthread_mutex_lock(&e->m); /* as in arm: no fork finds it inside */
 		event_active(e->ctl, EV_TIMEOUT, 1);
-		op_exit(e);
+		pthread_mutex_unlock(&e->m);
 	}
 	pthread_mutex_lock(&e->pm);
 	while (!e->parked)
