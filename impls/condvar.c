@@ -46,6 +46,23 @@
  * and condvar, so park(0) never needs the engine mutex the parked thread
  * holds (arm and cancel block meanwhile: no TMO_CAP_LOCKFREE_ARM).
  *
+ * Destroy sets `stop` and empties the heap under the mutex, so nothing that
+ * has not started runs (the timer thread checks `stop` before each pop),
+ * then joins the thread, which waits for a running callback; what that
+ * callback armed meanwhile is cancelled after the join.
+ *
+ * fork(): the child has no timer thread; the core refuses every call there
+ * (TMO_EFORKED).  A pthread_atfork prepare handler takes every condvar
+ * engine's mutex (so no heap is mid-update at the fork) and both handlers
+ * give it back; a parked engine, whose thread holds the mutex, is left (at
+ * most FORK_LOCK_NS is spent waiting for the mutexes).  destroy_forked
+ * frees the engine and, when the mutex was free at the fork, its heap
+ * array; it leaves the mutex and condition variables alone: glibc's
+ * pthread_cond_destroy() waits for the waiters it counts, and the parent's
+ * timer thread may be one of them.  A callback that forks returns, in the child, into a
+ * copy of the timer thread that is the child's only thread: that thread ends
+ * there (the child exits 0) instead of running the parent's timers again.
+ *
  * Resolution: the wake-up latency of a sleeping thread (~20-60 us on an idle
  * machine, more under load); deadlines are exact, nothing is rounded.
  */
@@ -56,17 +73,20 @@
 #include "heap.h"
 #include "internal.h"
 
+/* How long the fork handler waits, in all, for the engines' mutexes. */
+#define FORK_LOCK_NS TMO_NSEC_PER_SEC
+
 enum cv_state {
 	CV_IDLE = 0, /* all-zero timer: never armed, or its arm was prevented */
 	CV_PENDING,  /* in the heap */
 	CV_FIRED,    /* taken off the heap for its callback (running or done) */
 };
 
-/* What the engine keeps in the caller's timer. */
+/* What the engine keeps in the caller's timer (which engine owns it is the
+ * core's tmo_timer.owner). */
 struct cv_priv {
 	struct tmo_heap_node node; /* first: node <-> priv is a cast */
-	struct tmo *owner;         /* engine of the last arm (TMO_EWRONGENGINE) */
-	uint32_t state;            /* enum cv_state, under owner->m */
+	uint32_t state;            /* enum cv_state, under the engine's mutex */
 };
 TMO__PRIV_FITS(struct cv_priv);
 
@@ -99,6 +119,11 @@ struct tmo {
 	pthread_mutex_t pm;
 	pthread_cond_t pcv;
 	bool parked;
+
+	/* Live engines, for the fork handlers (under fork_mu), and whether the
+	 * prepare handler holds this engine's mutex. */
+	struct tmo *fork_prev, *fork_next;
+	bool fork_locked;
 };
 
 static inline struct cv_priv *priv(struct tmo_timer *t) { return TMO__PRIV(struct cv_priv, t); }
@@ -108,9 +133,12 @@ static inline struct tmo_timer *timer_of(struct tmo_heap_node *n)
 	return tmo_container_of((uint64_t *)(void *)n, struct tmo_timer, tmo_private);
 }
 
-static bool on_timer_thread(const struct tmo *e)
+static bool on_timer_thread(const struct tmo *e) { return tmo__thread_engine == e; }
+
+/* After fork() the core marks every inherited engine with TMO__FORKED_ID. */
+static bool in_forked_child(const struct tmo *e)
 {
-	return pthread_equal(pthread_self(), e->thread) != 0;
+	return __atomic_load_n(&e->base.id, __ATOMIC_RELAXED) == TMO__FORKED_ID;
 }
 
 /* The park hook; called with e->m held, returns with it still held. */
@@ -130,6 +158,7 @@ static void park_point(struct tmo *e)
 static void *timer_thread(void *arg)
 {
 	struct tmo *e = arg;
+	tmo__thread_engine = e;
 	pthread_mutex_lock(&e->m);
 	for (;;) {
 		park_point(e);
@@ -161,6 +190,11 @@ static void *timer_thread(void *arg)
 			void *cb_arg = t->arg;
 			pthread_mutex_unlock(&e->m);
 			cb(t, cb_arg);
+			/* The callback forked and this is the child's copy of the
+			 * thread: end it here, touching nothing (another parent
+			 * thread may have held the mutex at the fork). */
+			if (in_forked_child(e))
+				pthread_exit(NULL);
 			pthread_mutex_lock(&e->m);
 			e->running = NULL;
 			e->run_gen++;
@@ -175,6 +209,64 @@ static void *timer_thread(void *arg)
 	pthread_mutex_unlock(&e->m);
 	return NULL;
 }
+
+/* ---- fork ------------------------------------------------------------------- */
+
+static pthread_mutex_t fork_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct tmo *fork_list;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&fork_mu);
+	/* pthread_mutex_timedlock (CLOCK_REALTIME): ThreadSanitizer does not
+	 * know pthread_mutex_clocklock.  A clock step only moves the bound. */
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += FORK_LOCK_NS / TMO_NSEC_PER_SEC;
+	for (struct tmo *e = fork_list; e != NULL; e = e->fork_next) {
+		pthread_mutex_lock(&e->pm);
+		bool parked = e->parked; /* its thread holds m until park(0) */
+		pthread_mutex_unlock(&e->pm);
+		e->fork_locked = !parked && pthread_mutex_timedlock(&e->m, &ts) == 0;
+	}
+}
+
+/* Parent and child alike. */
+static void fork_release(void)
+{
+	for (struct tmo *e = fork_list; e != NULL; e = e->fork_next)
+		if (e->fork_locked)
+			pthread_mutex_unlock(&e->m);
+	pthread_mutex_unlock(&fork_mu);
+}
+
+static void fork_init(void) { pthread_atfork(fork_prepare, fork_release, fork_release); }
+
+static void fork_list_add(struct tmo *e)
+{
+	pthread_mutex_lock(&fork_mu);
+	e->fork_prev = NULL;
+	e->fork_next = fork_list;
+	if (fork_list != NULL)
+		fork_list->fork_prev = e;
+	fork_list = e;
+	pthread_mutex_unlock(&fork_mu);
+}
+
+static void fork_list_remove(struct tmo *e)
+{
+	pthread_mutex_lock(&fork_mu);
+	if (e->fork_prev != NULL)
+		e->fork_prev->fork_next = e->fork_next;
+	else
+		fork_list = e->fork_next;
+	if (e->fork_next != NULL)
+		e->fork_next->fork_prev = e->fork_prev;
+	pthread_mutex_unlock(&fork_mu);
+}
+
+/* ---- create / destroy ----------------------------------------------------- */
 
 static void destroy_sync(struct tmo *e)
 {
@@ -209,17 +301,15 @@ static int cv_create(const struct tmo_config *cfg, struct tmo **out)
 	}
 	atomic_init(&e->park_req, 0);
 	e->wake_at = INT64_MIN;
-	/* Hold the mutex across the create so e->thread is written before the
-	 * timer thread (which starts by taking the mutex) can compare it. */
-	pthread_mutex_lock(&e->m);
 	rc = tmo__thread_create(&e->thread, NULL, timer_thread, e);
-	pthread_mutex_unlock(&e->m);
 	if (rc != 0) {
 		destroy_sync(e);
 		tmo_heap_fini(&e->heap);
 		tmo__free(e);
 		return rc;
 	}
+	pthread_once(&fork_once, fork_init);
+	fork_list_add(e);
 	*out = e;
 	return 0;
 }
@@ -237,6 +327,7 @@ static void drain_heap(struct tmo *e)
 
 static void cv_destroy(struct tmo *e)
 {
+	fork_list_remove(e);
 	pthread_mutex_lock(&e->pm);
 	atomic_store_explicit(&e->park_req, 0, memory_order_relaxed);
 	pthread_cond_broadcast(&e->pcv);
@@ -255,6 +346,22 @@ static void cv_destroy(struct tmo *e)
 	tmo__free(e);
 }
 
+/* In a child after fork(): see the header comment.  The heap array is freed
+ * only if the mutex was free at the fork (a heap mid-update may hold an
+ * array pointer already freed; the prepare handler held it, unless the
+ * engine was parked); the timers still in the heap are not touched: the
+ * child can never resolve them, so it may have freed them. */
+static void cv_destroy_forked(struct tmo *e)
+{
+	fork_list_remove(e);
+	if (pthread_mutex_trylock(&e->m) == 0) {
+		e->heap.n = 0;
+		tmo_heap_fini(&e->heap);
+		pthread_mutex_unlock(&e->m);
+	}
+	tmo__free(e);
+}
+
 static int cv_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
                   void *arg)
 {
@@ -262,7 +369,7 @@ static int cv_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_ca
 	/* The clock read is the design's: the deadline is absolute. */
 	int64_t deadline = tmo_now_ns() + timeout_ns;
 	pthread_mutex_lock(&e->m);
-	if (p->owner == e && p->state == CV_PENDING) {
+	if (p->state == CV_PENDING) {
 		pthread_mutex_unlock(&e->m);
 		return TMO_EARMED;
 	}
@@ -273,7 +380,6 @@ static int cv_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_ca
 	}
 	t->cb = cb;
 	t->arg = arg;
-	p->owner = e;
 	p->state = CV_PENDING;
 	/* Only a deadline before the thread's wake-up time needs a signal;
 	 * once signalled, the thread re-reads the heap before it sleeps again,
@@ -294,10 +400,6 @@ static int cv_cancel(struct tmo *e, struct tmo_timer *t)
 	struct cv_priv *p = priv(t);
 	bool waited = false;
 	pthread_mutex_lock(&e->m);
-	if (p->owner != e) {
-		pthread_mutex_unlock(&e->m);
-		return p->owner == NULL ? TMO_ENOTARMED : TMO_EWRONGENGINE;
-	}
 	if (e->running == t && !on_timer_thread(e)) {
 		/* Wait for this invocation of the callback to return; the timer
 		 * thread then holds off until every waiter has looked. */
@@ -347,8 +449,6 @@ static int cv_stats(struct tmo *e, struct tmo_stats *out)
 static int cv_park(struct tmo *e, int on)
 {
 	if (on) {
-		if (on_timer_thread(e))
-			return TMO_EINVAL; /* it would wait for itself */
 		pthread_mutex_lock(&e->pm);
 		bool requested = atomic_load_explicit(&e->park_req, memory_order_relaxed);
 		pthread_mutex_unlock(&e->pm);
@@ -384,4 +484,5 @@ const struct tmo_engine_ops tmo_engine_condvar = {
 	.cancel = cv_cancel,
 	.stats = cv_stats,
 	.park = cv_park,
+	.destroy_forked = cv_destroy_forked,
 };

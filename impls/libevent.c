@@ -70,6 +70,41 @@
  * consulted before the event_base, which opens epoll, eventfd and timerfd
  * descriptors).
  *
+ * Destroy sets `stop` under `m` (from then on lev_fire runs no callback:
+ * libevent may already have activated a whole batch of due events, and it
+ * runs the control event only after them), wakes the loop through the
+ * control event, joins the engine thread (which waits for a running
+ * callback), and then cancels every record still listed: what had not
+ * started, and what a running callback armed meanwhile.
+ *
+ * fork().  In the child the engine thread does not exist and the core
+ * refuses every call (TMO_EFORKED); destroy_forked frees the child's copy.
+ * That needs libevent's base lock (a recursive mutex a parent thread may
+ * have held at the fork, and then no thread of the child ever releases it),
+ * and event_base_free() alone would also remove the notify and timer
+ * descriptors from the epoll set the child shares with the parent, whose
+ * loop would then never wake again.  So a pthread_atfork prepare handler
+ * quiesces every libevent engine before the fork: it asks the engine thread
+ * to stop at a point where it holds no libevent lock (the end of a
+ * callback, or inside the control event's callback, which libevent runs
+ * without its lock), takes the engine mutex `m` (every call into libevent
+ * from an application thread is made under it, except a cancel's
+ * event_del, which is counted in `outside` and waited for), and records whether all that happened within FORK_QUIESCE_NS (a
+ * callback that runs longer, or a parked engine, is not quiesced).  The
+ * parent and child handlers release them.  So fork() waits, per libevent engine, for
+ * a wake-up of its thread or the end of its running callback, at most
+ * FORK_QUIESCE_NS.  In a child forked from a
+ * quiesced engine, destroy_forked calls event_reinit() (a new epoll set and
+ * new notify descriptors for the child; the inherited ones are only closed,
+ * never removed from the parent's set) and then event_base_free(), and
+ * frees the records.  From an engine that was not quiesced it frees only
+ * what the engine allocated itself and leaves libevent's base and its
+ * descriptors in the child, untouched.  The count costs a cancel that
+ * prevents its timer two atomic read-modify-writes.  A callback that
+ * forks returns, in the child, into a copy of the engine thread that is the
+ * child's only thread: it ends there (the child exits 0) instead of running
+ * the inherited loop on descriptors the parent shares.
+ *
  * Resolution: wake-up latency of the engine thread (~20-60 us idle, as a
  * condvar's); deadlines are microseconds.
  */
@@ -81,6 +116,9 @@
 #include <stddef.h>
 
 #include "internal.h"
+
+/* How long the fork handler waits for an engine to quiesce. */
+#define FORK_QUIESCE_NS TMO_NSEC_PER_SEC
 
 enum rec_state { REC_PENDING = 1, REC_FIRING, REC_CANCELLED };
 
@@ -94,12 +132,10 @@ struct lev_rec {
 	/* then, at eng->ev_off: the struct event */
 };
 
-/* What the engine keeps in the caller's timer.  Word 0 is the engine (as in
- * the posix engine), word 1 non-zero while armed.  Written under the owning
- * engine's mutex; atomic because a cancel through another engine reads
- * them before it can know which mutex guards them. */
+/* What the engine keeps in the caller's timer (which engine owns it is the
+ * core's tmo_timer.owner).  Written under the engine mutex; atomic because
+ * arm reads `rec` without it. */
 struct lev_priv {
-	_Atomic(struct tmo *) eng;
 	_Atomic(struct lev_rec *) rec; /* the pending record, NULL otherwise */
 	atomic_uint fired;             /* the last arm's callback started */
 };
@@ -111,7 +147,7 @@ struct tmo {
 	struct tmo_base base;
 	struct event_base *eb;
 	pthread_t thread;
-	struct event *ctl; /* internal: stop and park requests */
+	struct event *ctl; /* internal: stop, park and fork requests */
 	size_t ev_off, rec_size;
 
 	pthread_mutex_t m;
@@ -123,14 +159,26 @@ struct tmo {
 	uint32_t waiters;
 	uint64_t pending, records, peak, fired, cancelled;
 
-	atomic_int stop;
+	atomic_int stop; /* set under m: lev_fire starts no callback after it */
 	atomic_int park_req;
 	pthread_mutex_t pm;
-	pthread_cond_t pcv;
+	pthread_cond_t pcv; /* monotonic: the fork handler waits on it too */
 	bool parked;
-};
 
-static _Thread_local struct tmo *lev_self; /* set on an engine thread */
+	/* fork (see the header comment).  fork_req is set under pm; the engine
+	 * thread holds at its fork point while it is set (fork_held). */
+	struct tmo *fork_prev, *fork_next; /* live engines, under fork_mu */
+	atomic_int fork_req;
+	bool fork_held;
+	/* Cancels inside event_del (called without `m`), and whether a fork
+	 * handler waits for them to leave (under gm). */
+	atomic_int outside;
+	atomic_int fork_waiting;
+	pthread_mutex_t gm;
+	pthread_cond_t gcv; /* monotonic */
+	bool fork_locked; /* the prepare handler holds m */
+	bool fork_safe;   /* quiesced at the last fork: the child may free the base */
+};
 
 static inline struct lev_priv *priv(struct tmo_timer *t) { return TMO__PRIV(struct lev_priv, t); }
 
@@ -158,7 +206,48 @@ static void unlink_rec(struct tmo *e, struct lev_rec *r)
 		r->next->prev = r->prev;
 }
 
+/* After fork() the core marks every inherited engine with TMO__FORKED_ID. */
+static bool in_forked_child(const struct tmo *e)
+{
+	return __atomic_load_n(&e->base.id, __ATOMIC_RELAXED) == TMO__FORKED_ID;
+}
+
+/* ---- calls into libevent without the engine mutex ------------------------ */
+
+/* Entered with m held (so the fork handler, which takes m, sees the count),
+ * left without it.  Dekker pair with fork_prepare: leaving decrements then
+ * reads fork_waiting; the handler sets fork_waiting then reads the count
+ * (seq_cst), so one of them sees the other. */
+static void outside_enter(struct tmo *e) { atomic_fetch_add(&e->outside, 1); }
+
+static void outside_leave(struct tmo *e)
+{
+	if (atomic_fetch_sub(&e->outside, 1) == 1 && atomic_load(&e->fork_waiting)) {
+		pthread_mutex_lock(&e->gm);
+		pthread_cond_broadcast(&e->gcv);
+		pthread_mutex_unlock(&e->gm);
+	}
+}
+
 /* ---- the engine thread ---------------------------------------------------- */
+
+/* Where the engine thread holds while a fork is prepared: called where it
+ * holds no libevent lock and not `m` (end of lev_fire, the control event's
+ * callback). */
+static void fork_point(struct tmo *e)
+{
+	if (!atomic_load_explicit(&e->fork_req, memory_order_acquire))
+		return;
+	pthread_mutex_lock(&e->pm);
+	if (atomic_load(&e->fork_req)) {
+		e->fork_held = true;
+		pthread_cond_broadcast(&e->pcv);
+		while (atomic_load(&e->fork_req))
+			pthread_cond_wait(&e->pcv, &e->pm);
+		e->fork_held = false;
+	}
+	pthread_mutex_unlock(&e->pm);
+}
 
 /* libevent's callback for an arm (base lock not held). */
 static void lev_fire(evutil_socket_t fd, short what, void *arg)
@@ -171,6 +260,11 @@ static void lev_fire(evutil_socket_t fd, short what, void *arg)
 	if (r->state == REC_CANCELLED) {
 		/* The cancel frees r once its event_del returns, which is after
 		 * we return: do not touch r again. */
+		pthread_mutex_unlock(&e->m);
+		return;
+	}
+	if (atomic_load(&e->stop)) {
+		/* Destroy has begun: r has not started, destroy cancels it. */
 		pthread_mutex_unlock(&e->m);
 		return;
 	}
@@ -188,6 +282,11 @@ static void lev_fire(evutil_socket_t fd, short what, void *arg)
 	pthread_mutex_unlock(&e->m);
 
 	cb(t, cb_arg); /* may free t: not touched again */
+	/* The callback forked and this is the child's copy of the thread: end
+	 * it here, before it touches the inherited base or a lock another
+	 * parent thread may have held. */
+	if (in_forked_child(e))
+		pthread_exit(NULL);
 
 	pthread_mutex_lock(&e->m);
 	e->running = NULL;
@@ -200,6 +299,7 @@ static void lev_fire(evutil_socket_t fd, short what, void *arg)
 	}
 	pthread_mutex_unlock(&e->m);
 	tmo__free(r);
+	fork_point(e);
 }
 
 /* Called by event_base_foreach_event with the base lock held. */
@@ -231,18 +331,121 @@ static void lev_ctl(evutil_socket_t fd, short what, void *arg)
 	}
 	if (atomic_load(&e->park_req) && event_base_foreach_event(e->eb, park_hold, e) == 0)
 		park_hold(NULL, NULL, e); /* visited nothing: park without the lock */
+	fork_point(e);
 }
 
 static void *lev_main(void *arg)
 {
 	struct tmo *e = arg;
-	lev_self = e;
+	tmo__thread_engine = e;
 	/* Only the ctl callback breaks the loop (stop set); an error return
 	 * (the backend failed) ends the thread too. */
 	while (!atomic_load(&e->stop))
 		if (event_base_loop(e->eb, EVLOOP_NO_EXIT_ON_EMPTY) < 0)
 			break;
 	return NULL;
+}
+
+/* ---- fork ------------------------------------------------------------------- */
+
+/* Live engines.  Held across the fork (prepare to parent/child), and around
+ * event_base_new/free, which take libevent's global signal lock. */
+static pthread_mutex_t fork_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct tmo *fork_list;
+
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&fork_mu);
+	int64_t end = tmo_now_ns() + FORK_QUIESCE_NS;
+	struct timespec ts = tmo__ts_from_ns(end);
+	/* pthread_mutex_timedlock takes CLOCK_REALTIME (ThreadSanitizer does
+	 * not know pthread_mutex_clocklock); a clock step only moves the bound. */
+	struct timespec rts;
+	clock_gettime(CLOCK_REALTIME, &rts);
+	rts.tv_sec += FORK_QUIESCE_NS / TMO_NSEC_PER_SEC;
+	/* 1. Ask every engine thread to hold (all first, then wait for each). */
+	for (struct tmo *e = fork_list; e != NULL; e = e->fork_next) {
+		e->fork_safe = false;
+		if (tmo__thread_engine == e)
+			continue; /* forking from its own callback: it holds nothing */
+		pthread_mutex_lock(&e->pm);
+		/* A parked thread holds the base lock (event_active would wait
+		 * for it): not quiesced. */
+		bool parked = e->parked || atomic_load(&e->park_req);
+		if (!parked)
+			atomic_store(&e->fork_req, 1);
+		pthread_mutex_unlock(&e->pm);
+		if (!parked)
+			event_active(e->ctl, EV_TIMEOUT, 1);
+	}
+	for (struct tmo *e = fork_list; e != NULL; e = e->fork_next) {
+		if (tmo__thread_engine == e) {
+			e->fork_safe = true;
+			continue;
+		}
+		pthread_mutex_lock(&e->pm);
+		while (atomic_load(&e->fork_req) && !e->fork_held &&
+		       pthread_cond_timedwait(&e->pcv, &e->pm, &ts) == 0)
+			;
+		e->fork_safe = e->fork_held;
+		pthread_mutex_unlock(&e->pm);
+	}
+	/* 2. Take every engine mutex, then wait for the calls made without it
+	 * to leave libevent. */
+	for (struct tmo *e = fork_list; e != NULL; e = e->fork_next) {
+		e->fork_locked = pthread_mutex_timedlock(&e->m, &rts) == 0;
+		if (!e->fork_locked) {
+			e->fork_safe = false;
+			continue;
+		}
+		pthread_mutex_lock(&e->gm);
+		atomic_store(&e->fork_waiting, 1);
+		while (atomic_load(&e->outside) != 0 &&
+		       pthread_cond_timedwait(&e->gcv, &e->gm, &ts) == 0)
+			;
+		if (atomic_load(&e->outside) != 0)
+			e->fork_safe = false;
+		atomic_store(&e->fork_waiting, 0);
+		pthread_mutex_unlock(&e->gm);
+	}
+}
+
+/* Parent and child alike (in the child, only the forking thread's locks and
+ * flags matter: the engine threads are not there). */
+static void fork_release(void)
+{
+	for (struct tmo *e = fork_list; e != NULL; e = e->fork_next) {
+		if (e->fork_locked)
+			pthread_mutex_unlock(&e->m);
+		pthread_mutex_lock(&e->pm);
+		atomic_store(&e->fork_req, 0);
+		pthread_cond_broadcast(&e->pcv);
+		pthread_mutex_unlock(&e->pm);
+	}
+	pthread_mutex_unlock(&fork_mu);
+}
+
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+static void fork_init(void) { pthread_atfork(fork_prepare, fork_release, fork_release); }
+
+/* Under fork_mu. */
+static void fork_list_add(struct tmo *e)
+{
+	e->fork_prev = NULL;
+	e->fork_next = fork_list;
+	if (fork_list != NULL)
+		fork_list->fork_prev = e;
+	fork_list = e;
+}
+
+static void fork_list_remove(struct tmo *e)
+{
+	if (e->fork_prev != NULL)
+		e->fork_prev->fork_next = e->fork_next;
+	else
+		fork_list = e->fork_next;
+	if (e->fork_next != NULL)
+		e->fork_next->fork_prev = e->fork_prev;
 }
 
 /* ---- create / destroy ----------------------------------------------------- */
@@ -253,6 +456,8 @@ static void evthread_init(void) { evthread_rc = evthread_use_pthreads(); }
 
 static void destroy_sync(struct tmo *e)
 {
+	pthread_cond_destroy(&e->gcv);
+	pthread_mutex_destroy(&e->gm);
 	pthread_cond_destroy(&e->pcv);
 	pthread_mutex_destroy(&e->pm);
 	pthread_cond_destroy(&e->drain_cv);
@@ -266,6 +471,7 @@ static int lev_create(const struct tmo_config *cfg, struct tmo **out)
 	pthread_once(&evthread_once, evthread_init);
 	if (evthread_rc != 0)
 		return TMO_ESYS;
+	pthread_once(&fork_once, fork_init);
 	struct tmo *e = tmo__calloc(1, sizeof *e);
 	if (e == NULL)
 		return TMO_ENOMEM;
@@ -280,7 +486,8 @@ static int lev_create(const struct tmo_config *cfg, struct tmo **out)
 	}
 	if (pthread_mutex_init(&e->m, NULL) != 0 || pthread_cond_init(&e->done_cv, NULL) != 0 ||
 	    pthread_cond_init(&e->drain_cv, NULL) != 0 || pthread_mutex_init(&e->pm, NULL) != 0 ||
-	    pthread_cond_init(&e->pcv, NULL) != 0) {
+	    tmo__cond_init_monotonic(&e->pcv) != 0 || pthread_mutex_init(&e->gm, NULL) != 0 ||
+	    tmo__cond_init_monotonic(&e->gcv) != 0) {
 		tmo__free(e->ctl);
 		tmo__free(e);
 		return TMO_ESYS; /* glibc's inits cannot fail */
@@ -291,7 +498,9 @@ static int lev_create(const struct tmo_config *cfg, struct tmo **out)
 	if (!tmo__fault(TMO_FAULT_SYSRES) && (ec = event_config_new()) != NULL) {
 		event_config_set_flag(ec, EVENT_BASE_FLAG_PRECISE_TIMER |
 		                              EVENT_BASE_FLAG_NO_CACHE_TIME);
+		pthread_mutex_lock(&fork_mu);
 		e->eb = event_base_new_with_config(ec);
+		pthread_mutex_unlock(&fork_mu);
 		event_config_free(ec);
 	}
 	if (e->eb == NULL)
@@ -305,13 +514,18 @@ static int lev_create(const struct tmo_config *cfg, struct tmo **out)
 	rc = tmo__thread_create(&e->thread, NULL, lev_main, e);
 	if (rc != 0)
 		goto fail_thread;
+	pthread_mutex_lock(&fork_mu);
+	fork_list_add(e);
+	pthread_mutex_unlock(&fork_mu);
 	*out = e;
 	return 0;
 
 fail_thread:
 	event_del(e->ctl);
 fail_ctl:
+	pthread_mutex_lock(&fork_mu);
 	event_base_free(e->eb);
+	pthread_mutex_unlock(&fork_mu);
 fail_base:
 	destroy_sync(e);
 	tmo__free(e->ctl);
@@ -321,15 +535,21 @@ fail_base:
 
 static void lev_destroy(struct tmo *e)
 {
+	pthread_mutex_lock(&fork_mu);
+	fork_list_remove(e);
+	pthread_mutex_unlock(&fork_mu);
+
 	pthread_mutex_lock(&e->pm);
 	atomic_store(&e->park_req, 0);
 	pthread_cond_broadcast(&e->pcv);
 	pthread_mutex_unlock(&e->pm);
 
+	pthread_mutex_lock(&e->m);
+	atomic_store(&e->stop, 1);
+	pthread_mutex_unlock(&e->m);
 	/* event_base_loopbreak() from here could be lost: event_base_loop()
 	 * clears the break flag when it starts.  An activated event is not: the
 	 * loop runs it whenever it gets there, and it breaks from inside. */
-	atomic_store(&e->stop, 1);
 	event_active(e->ctl, EV_TIMEOUT, 1);
 	pthread_join(e->thread, NULL);
 
@@ -342,12 +562,53 @@ static void lev_destroy(struct tmo *e)
 		struct lev_priv *p = priv(r->timer);
 		atomic_store_explicit(&p->rec, NULL, memory_order_relaxed);
 		atomic_store_explicit(&p->fired, 0, memory_order_relaxed);
+		e->cancelled++;
 		tmo__free(r);
 		r = next;
 	}
 	event_del(e->ctl);
+	pthread_mutex_lock(&fork_mu);
 	event_base_free(e->eb);
+	pthread_mutex_unlock(&fork_mu);
 	destroy_sync(e);
+	tmo__free(e->ctl);
+	tmo__free(e);
+}
+
+/* In a child after fork(): see the header comment.  Never waits: the
+ * engine thread, and whatever it held, is not here.  The mutexes and
+ * condition variables are left alone (glibc's pthread_cond_destroy waits
+ * for waiters the parent's threads were), and so are the callers' timers
+ * (the child can never resolve them, so it may have freed them). */
+static void lev_destroy_forked(struct tmo *e)
+{
+	pthread_mutex_lock(&fork_mu);
+	fork_list_remove(e);
+	pthread_mutex_unlock(&fork_mu);
+	/* The record list is whole unless a thread held m at the fork (never,
+	 * once quiesced). */
+	bool list_ok = pthread_mutex_trylock(&e->m) == 0;
+	if (e->fork_safe && list_ok && event_reinit(e->eb) == 0) {
+		/* Our events are deleted first, without waiting: libevent may take
+		 * one of them (the control event, or a freed record's address
+		 * reused) for the callback the engine thread was running at the
+		 * fork, and event_base_free() would wait for it forever.  After
+		 * event_reinit(), so that the wake-up these deletes send goes to
+		 * the child's own notify descriptor. */
+		event_del_noblock(e->ctl);
+		for (struct lev_rec *r = e->head; r != NULL; r = r->next)
+			event_del_noblock(rec_ev(e, r));
+		event_base_free(e->eb);
+	}
+	/* Otherwise the base is left, untouched: it still points at the
+	 * records and the control event, and nothing uses it again. */
+	if (list_ok) {
+		for (struct lev_rec *r = e->head, *next; r != NULL; r = next) {
+			next = r->next;
+			tmo__free(r);
+		}
+		pthread_mutex_unlock(&e->m);
+	}
 	tmo__free(e->ctl);
 	tmo__free(e);
 }
@@ -386,15 +647,12 @@ static int lev_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_c
 	e->records++;
 	if (e->pending > e->peak)
 		e->peak = e->pending;
-	atomic_store_explicit(&p->eng, e, memory_order_relaxed);
 	atomic_store_explicit(&p->rec, r, memory_order_relaxed);
 	atomic_store_explicit(&p->fired, 0, memory_order_relaxed);
-	pthread_mutex_unlock(&e->m);
-
-	/* Outside m: the loop cannot run r before this returns, and the caller
-	 * serializes arm and cancel of one timer. */
+	/* Under m (so a fork never finds an arm inside libevent): m is taken
+	 * before the base lock here and nowhere the other way round (the loop
+	 * runs lev_fire without its lock). */
 	if (event_add(ev, &tv) != 0) {
-		pthread_mutex_lock(&e->m);
 		unlink_rec(e, r);
 		e->pending--;
 		e->records--;
@@ -403,27 +661,19 @@ static int lev_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_c
 		tmo__free(r);
 		return TMO_ENOMEM; /* libevent could not grow its heap */
 	}
+	pthread_mutex_unlock(&e->m);
 	return 0;
 }
 
 static int lev_cancel(struct tmo *e, struct tmo_timer *t)
 {
 	struct lev_priv *p = priv(t);
-	if (atomic_load_explicit(&p->eng, memory_order_relaxed) != e) {
-		/* Not ours (another engine's mutex guards it, or never armed):
-		 * best effort, as the header allows for misuse. */
-		if (atomic_load_explicit(&p->rec, memory_order_relaxed) == NULL &&
-		    !atomic_load_explicit(&p->fired, memory_order_relaxed))
-			return TMO_ENOTARMED;
-		return TMO_EWRONGENGINE;
-	}
-
-	/* Everything else under m: the engine thread clears rec and sets fired
-	 * in two stores, under m; read unlocked between them, a timer that is
+	/* Everything under m: the engine thread clears rec and sets fired in
+	 * two stores, under m; read unlocked between them, a timer that is
 	 * firing would look idle (TMO_ENOTARMED; the race scenario caught it). */
 	bool waited = false;
 	pthread_mutex_lock(&e->m);
-	if (e->running == t && lev_self != e) {
+	if (e->running == t && tmo__thread_engine != e) {
 		/* Wait for this invocation of the callback to return; the engine
 		 * thread then holds off until every waiter has looked. */
 		uint64_t gen = e->run_gen;
@@ -435,16 +685,18 @@ static int lev_cancel(struct tmo *e, struct tmo_timer *t)
 		waited = true;
 	}
 	struct lev_rec *r = atomic_load_explicit(&p->rec, memory_order_relaxed);
-	if (r != NULL && atomic_load_explicit(&p->eng, memory_order_relaxed) == e) {
+	if (r != NULL) {
 		/* The first arm, or the re-arm by the callback we waited for. */
 		r->state = REC_CANCELLED;
 		unlink_rec(e, r);
 		e->pending--;
 		e->cancelled++;
 		atomic_store_explicit(&p->rec, NULL, memory_order_relaxed);
+		outside_enter(e);
 		pthread_mutex_unlock(&e->m);
 		/* Never under m: it may wait for lev_fire, which takes m. */
 		event_del(rec_ev(e, r));
+		outside_leave(e);
 		tmo__free(r);
 		pthread_mutex_lock(&e->m);
 		e->records--;
@@ -452,9 +704,7 @@ static int lev_cancel(struct tmo *e, struct tmo_timer *t)
 		return TMO_CANCEL_PREVENTED;
 	}
 	int res;
-	if (r != NULL)
-		res = TMO_EWRONGENGINE; /* the callback re-armed it elsewhere */
-	else if (atomic_load_explicit(&p->fired, memory_order_relaxed))
+	if (atomic_load_explicit(&p->fired, memory_order_relaxed))
 		res = waited ? TMO_CANCEL_WAITED
 		      : e->running == t ? TMO_CANCEL_SELF /* on the engine thread */
 		                        : TMO_CANCEL_FIRED;
@@ -492,17 +742,23 @@ static int lev_park(struct tmo *e, int on)
 		pthread_mutex_unlock(&e->pm);
 		return 0;
 	}
-	if (lev_self == e)
-		return TMO_EINVAL; /* it would wait for itself */
 	pthread_mutex_lock(&e->pm);
+	/* Not while a fork is prepared: the fork handler decided, under pm,
+	 * that this thread is not parked, and it may still call event_active,
+	 * which a parked thread (holding the base lock) would block. */
+	while (atomic_load(&e->fork_req))
+		pthread_cond_wait(&e->pcv, &e->pm);
 	bool already = atomic_load(&e->park_req) || e->parked;
 	atomic_store(&e->park_req, 1);
 	pthread_mutex_unlock(&e->pm);
 	/* Already requested, or still parked (a park(0) it has not seen yet:
 	 * under pm it now sees park_req set again and stays): the parked thread
 	 * holds the base lock, which event_active needs. */
-	if (!already)
+	if (!already) {
+		pthread_mutex_lock(&e->m); /* as in arm: no fork finds it inside */
 		event_active(e->ctl, EV_TIMEOUT, 1);
+		pthread_mutex_unlock(&e->m);
+	}
 	pthread_mutex_lock(&e->pm);
 	while (!e->parked)
 		pthread_cond_wait(&e->pcv, &e->pm);
@@ -524,4 +780,5 @@ const struct tmo_engine_ops tmo_engine_libevent = {
 	.cancel = lev_cancel,
 	.stats = lev_stats,
 	.park = lev_park,
+	.destroy_forked = lev_destroy_forked,
 };

@@ -35,8 +35,9 @@
  * shrink (type-stable: a stale index is always safe to read); the pool keeps
  * its high-water mark (56 bytes a slot), reported in held_bytes.
  *
- * The caller's timer holds {engine, ref}; ref = gen << 33 | fired << 32 |
- * index, 0 when idle.  The engine thread sets the fired bit (after winning
+ * The caller's timer holds ref = gen << 33 | fired << 32 | index, 0 when
+ * idle (which engine owns the timer is the core's tmo_timer.owner, so a ref
+ * always names a slot of this engine).  The engine thread sets the fired bit (after winning
  * the CAS, before the callback: it owns the timer then) and never touches the
  * timer after the callback starts.  The fired bit stops a late cancel of a
  * long-fired timer from ever matching a reused slot of the same generation.
@@ -67,6 +68,19 @@
  * median, 55 us while ANOTHER process held 60000 idle timers, 37 us with
  * 50000 of our own pending.
  *
+ * Destroy sets `stop` first (the engine thread then fires nothing more: a
+ * signal it takes out of the queue from then on is dropped), cancels every
+ * ARMED slot, stops and joins the thread (which waits for a running
+ * callback), then cancels what that callback armed meanwhile.
+ *
+ * fork(): POSIX timers are not inherited, and the child has no engine
+ * thread; the core refuses every call there (TMO_EFORKED).  destroy_forked
+ * frees the slot table and the engine and makes no timer_delete(): the ids
+ * it holds are the parent's, and in the child the same numbers may name
+ * timers the child created since.  A callback that forks returns, in the
+ * child, into a copy of the engine thread that is the child's only thread:
+ * it ends there (the child exits 0).
+ *
  * Resolution (what order is promised at): hrtimer expiry is exact to the
  * nanosecond and lateness is the signal delivery plus the engine thread's
  * wake-up (~20-60 us idle), but hrtimers live in per-CPU bases, so timers
@@ -78,7 +92,6 @@
  * stalled longer (a descheduled vCPU) can still invert two.
  */
 #include <errno.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -116,10 +129,9 @@ struct px_slot {
 	_Atomic int64_t deadline;
 };
 
-/* What the engine keeps in the caller's timer.  Word 0 is the engine (as in
- * the libevent engine), word 1 non-zero while armed or fired. */
+/* What the engine keeps in the caller's timer: word 0, non-zero while armed
+ * or fired. */
 struct px_priv {
-	_Atomic(struct tmo *) eng;
 	_Atomic uint64_t ref; /* gen << 33 | fired << 32 | index; 0 = idle */
 };
 TMO__PRIV_FITS(struct px_priv);
@@ -142,6 +154,7 @@ struct tmo {
 	pthread_mutex_t pm;
 	pthread_cond_t pcv;
 	bool parked, started;
+	int start_rc; /* the control timer's creation, on the engine thread */
 
 	/* Cancels waiting for a running callback, and the drain. */
 	pthread_mutex_t wm;
@@ -160,8 +173,6 @@ struct tmo {
 	atomic_ullong pending, fired, cancelled;
 };
 
-static _Thread_local struct tmo *px_self; /* set on an engine thread */
-
 static inline struct px_priv *priv(struct tmo_timer *t) { return TMO__PRIV(struct px_priv, t); }
 
 static inline struct px_slot *slot_at(struct tmo *e, uint32_t i)
@@ -169,14 +180,10 @@ static inline struct px_slot *slot_at(struct tmo *e, uint32_t i)
 	return &e->dir[i >> PX_CHUNK_SHIFT][i & (PX_CHUNK - 1)];
 }
 
-/* The slot a timer's reference names, or NULL when this engine never had it
- * (a reference left by a destroyed engine whose address was reused). */
-static inline struct px_slot *ref_slot(struct tmo *e, uint64_t ref)
+/* After fork() the core marks every inherited engine with TMO__FORKED_ID. */
+static inline bool in_forked_child(const struct tmo *e)
 {
-	uint32_t idx = (uint32_t)ref;
-	if (idx >= atomic_load_explicit(&e->nslots, memory_order_acquire))
-		return NULL;
-	return slot_at(e, idx);
+	return __atomic_load_n(&e->base.id, __ATOMIC_RELAXED) == TMO__FORKED_ID;
 }
 
 static inline uint64_t mkword(uint32_t gen, enum px_state s) { return (uint64_t)gen << 8 | s; }
@@ -260,12 +267,31 @@ static void park_point(struct tmo *e)
 	pthread_mutex_unlock(&e->pm);
 }
 
+static int make_ktimer(struct tmo *e, uint64_t sival, timer_t *out)
+{
+	if (tmo__fault(TMO_FAULT_SYSRES))
+		return TMO_EAGAIN;
+	struct sigevent sev;
+	memset(&sev, 0, sizeof sev);
+	sev.sigev_notify = SIGEV_THREAD_ID;
+	sev.sigev_signo = e->signo;
+	sev.sigev_value.sival_ptr = (void *)(uintptr_t)sival;
+	sev._sigev_un._tid = e->tid; /* glibc 2.36 has no sigev_notify_thread_id */
+	if (timer_create(CLOCK_MONOTONIC, &sev, out) == 0)
+		return 0;
+	return errno == EAGAIN ? TMO_EAGAIN : errno == ENOMEM ? TMO_ENOMEM : TMO_ESYS;
+}
+
 /* ---- the engine thread ---------------------------------------------------- */
 
 /* Fire the arm a signal names, if it is still that arm and still armed. */
 static void px_fire(struct tmo *e, uint64_t v)
 {
 	uint32_t idx = (uint32_t)v, gen = (uint32_t)(v >> 32);
+	/* Destroy has begun: what has not started is cancelled, not run (the
+	 * slot stays ARMED for destroy's sweep). */
+	if (atomic_load(&e->stop))
+		return;
 	if (idx >= atomic_load_explicit(&e->nslots, memory_order_acquire))
 		return; /* not ours */
 	struct px_slot *s = slot_at(e, idx);
@@ -284,6 +310,10 @@ static void px_fire(struct tmo *e, uint64_t v)
 	atomic_store_explicit(&priv(t)->ref, mkref(gen, idx) | PX_FIRED_BIT, memory_order_release);
 	atomic_store(&e->running, t);
 	cb(t, arg); /* may free t: not touched again */
+	/* The callback forked and this is the child's copy of the thread: end
+	 * it here, before it runs anything else of the parent's. */
+	if (in_forked_child(e))
+		pthread_exit(NULL);
 	atomic_store(&e->running, NULL);
 	atomic_store(&s->word, mkword(gen, S_DONE));
 	/* Waiters increment `waiters` before they test the state (seq_cst):
@@ -299,13 +329,10 @@ static void px_fire(struct tmo *e, uint64_t v)
 }
 
 /* One signal: 1 = a timer's (goes into the window), 0 = dropped or
- * control (handled through *ctl), -1 = px_create's fallback stop. */
-static int px_classify(struct tmo *e, const siginfo_t *si, uint64_t *v, bool *ctl)
+ * control (handled through *ctl). */
+static int px_classify(const siginfo_t *si, uint64_t *v, bool *ctl)
 {
 	*v = (uint64_t)(uintptr_t)si->si_value.sival_ptr;
-	if (si->si_code == SI_QUEUE && si->si_pid == getpid() && *v == PX_CTRL &&
-	    atomic_load(&e->stop))
-		return -1; /* px_create's fallback when the control timer failed */
 	if (si->si_code != SI_TIMER)
 		return 0; /* not from one of our timers: dropped */
 	if (*v == PX_CTRL) {
@@ -384,7 +411,7 @@ static struct px_due due_pop(struct px_due *h, int *n)
 static void *px_main(void *arg)
 {
 	struct tmo *e = arg;
-	px_self = e;
+	tmo__thread_engine = e;
 	sigset_t set;
 	sigemptyset(&set);
 	sigaddset(&set, e->signo);
@@ -393,11 +420,19 @@ static void *px_main(void *arg)
 	int n = 0;
 	uint64_t seq = 0;
 
-	pthread_mutex_lock(&e->pm);
+	/* The control timer is made here, where the thread's id is known: if
+	 * the kernel refuses it (the user's quota of queued signals is full),
+	 * the thread ends by itself.  Stopping it from outside would need a
+	 * queued signal, which the same full quota refuses. */
 	e->tid = gettid();
+	int rc = make_ktimer(e, PX_CTRL, &e->ctl);
+	pthread_mutex_lock(&e->pm);
+	e->start_rc = rc;
 	e->started = true;
 	pthread_cond_broadcast(&e->pcv);
 	pthread_mutex_unlock(&e->pm);
+	if (rc != 0)
+		return NULL;
 
 	for (;;) {
 		siginfo_t si;
@@ -410,9 +445,7 @@ static void *px_main(void *arg)
 		}
 		while (!empty) {
 			uint64_t v;
-			int k = px_classify(e, &si, &v, &ctl);
-			if (k < 0)
-				return NULL;
+			int k = px_classify(&si, &v, &ctl);
 			if (k > 0)
 				due_push(win, &n, (struct px_due){px_deadline_of(e, v), seq++, v});
 			if (n == PX_WINDOW)
@@ -428,11 +461,8 @@ static void *px_main(void *arg)
 		}
 		if (ctl) {
 			atomic_store(&e->ctl_out, 0);
-			if (atomic_load(&e->stop)) {
-				while (n > 0) /* destroy cancelled them all: dropped */
-					px_fire(e, due_pop(win, &n).v);
-				break;
-			}
+			if (atomic_load(&e->stop))
+				break; /* what the window holds: destroy cancels it */
 			park_point(e);
 		}
 	}
@@ -449,21 +479,6 @@ static void destroy_sync(struct tmo *e)
 	pthread_mutex_destroy(&e->wm);
 	pthread_cond_destroy(&e->pcv);
 	pthread_mutex_destroy(&e->pm);
-}
-
-static int make_ktimer(struct tmo *e, uint64_t sival, timer_t *out)
-{
-	if (tmo__fault(TMO_FAULT_SYSRES))
-		return TMO_EAGAIN;
-	struct sigevent sev;
-	memset(&sev, 0, sizeof sev);
-	sev.sigev_notify = SIGEV_THREAD_ID;
-	sev.sigev_signo = e->signo;
-	sev.sigev_value.sival_ptr = (void *)(uintptr_t)sival;
-	sev._sigev_un._tid = e->tid; /* glibc 2.36 has no sigev_notify_thread_id */
-	if (timer_create(CLOCK_MONOTONIC, &sev, out) == 0)
-		return 0;
-	return errno == EAGAIN ? TMO_EAGAIN : errno == ENOMEM ? TMO_ENOMEM : TMO_ESYS;
 }
 
 static int px_create(const struct tmo_config *cfg, struct tmo **out)
@@ -513,18 +528,10 @@ static int px_create(const struct tmo_config *cfg, struct tmo **out)
 	pthread_mutex_lock(&e->pm);
 	while (!e->started)
 		pthread_cond_wait(&e->pcv, &e->pm);
+	rc = e->start_rc;
 	pthread_mutex_unlock(&e->pm);
-
-	rc = make_ktimer(e, PX_CTRL, &e->ctl);
 	if (rc != 0) {
-		/* No control timer: stop the thread with a queued signal (px_main
-		 * accepts the control value from its own process); retried while
-		 * the signal queue is full. */
-		atomic_store(&e->stop, 1);
-		union sigval v = {.sival_ptr = (void *)(uintptr_t)PX_CTRL};
-		while (pthread_sigqueue(e->thread, e->signo, v) == EAGAIN)
-			sched_yield();
-		pthread_join(e->thread, NULL);
+		pthread_join(e->thread, NULL); /* it has ended by itself */
 		destroy_sync(e);
 		tmo__free(e->dir);
 		tmo__free(e);
@@ -561,8 +568,8 @@ static void px_destroy(struct tmo *e)
 	pthread_cond_broadcast(&e->pcv);
 	pthread_mutex_unlock(&e->pm);
 
+	atomic_store(&e->stop, 1); /* from here px_fire starts no callback */
 	sweep(e); /* kernel timers gone before the thread that receives them */
-	atomic_store(&e->stop, 1);
 	ctl_kick(e);
 	pthread_join(e->thread, NULL);
 	sweep(e); /* arms made by a callback that ran during the first sweep */
@@ -573,6 +580,20 @@ static void px_destroy(struct tmo *e)
 		tmo__free(e->dir[c]);
 	tmo__free(e->dir);
 	destroy_sync(e);
+	tmo__free(e);
+}
+
+/* In a child after fork(): see the header comment.  Chunks are published
+ * (nslots) only after they are in dir, so a fork in the middle of a growth
+ * leaves at most that one chunk unfreed, never a double free.  The mutexes
+ * and condition variables are left alone (a parent thread may hold or wait
+ * on them), and so are the callers' timers. */
+static void px_destroy_forked(struct tmo *e)
+{
+	uint32_t n = atomic_load(&e->nslots);
+	for (uint32_t c = 0; c < n / PX_CHUNK; c++)
+		tmo__free(e->dir[c]);
+	tmo__free(e->dir);
 	tmo__free(e);
 }
 
@@ -609,7 +630,6 @@ static int px_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_ca
 	atomic_store_explicit(&s->deadline, deadline, memory_order_relaxed);
 	t->cb = cb;
 	t->arg = arg;
-	atomic_store_explicit(&p->eng, e, memory_order_relaxed);
 	atomic_store_explicit(&p->ref, mkref(gen, idx), memory_order_release);
 	atomic_fetch_add_explicit(&e->pending, 1, memory_order_relaxed);
 	/* Published before timer_settime: the signal cannot precede it. */
@@ -640,9 +660,7 @@ static int px_attempt(struct tmo *e, struct px_priv *p, bool waited)
 		if (ref == 0)
 			return waited ? TMO_CANCEL_WAITED : TMO_ENOTARMED;
 		uint32_t idx = ref_idx(ref), gen = ref_gen(ref);
-		struct px_slot *s = ref_slot(e, ref);
-		if (s == NULL) /* not this engine's: nothing of it is pending here */
-			return (ref & PX_FIRED_BIT) ? TMO_CANCEL_FIRED : TMO_ENOTARMED;
+		struct px_slot *s = slot_at(e, idx);
 		if (ref & PX_FIRED_BIT) {
 			/* FIRING until the callback returned (DONE, then reused). */
 			if (atomic_load(&s->word) == mkword(gen, S_FIRING))
@@ -675,7 +693,7 @@ static bool px_busy(struct tmo *e, struct px_priv *p, struct tmo_timer *t)
 	if (atomic_load(&e->running) == t)
 		return true;
 	uint64_t ref = atomic_load(&p->ref);
-	struct px_slot *s = ref == 0 ? NULL : ref_slot(e, ref);
+	struct px_slot *s = ref == 0 ? NULL : slot_at(e, ref_idx(ref));
 	return s != NULL && atomic_load(&s->word) == mkword(ref_gen(ref), S_FIRING);
 }
 
@@ -707,10 +725,8 @@ static int px_cancel(struct tmo *e, struct tmo_timer *t)
 	struct px_priv *p = priv(t);
 	if (atomic_load_explicit(&p->ref, memory_order_acquire) == 0)
 		return TMO_ENOTARMED;
-	if (atomic_load_explicit(&p->eng, memory_order_relaxed) != e)
-		return TMO_EWRONGENGINE;
 
-	if (px_self == e) {
+	if (tmo__thread_engine == e) {
 		/* On the engine thread only the current callback can run. */
 		if (atomic_load_explicit(&e->running, memory_order_relaxed) == t &&
 		    (atomic_load(&p->ref) & PX_FIRED_BIT))
@@ -753,8 +769,6 @@ static int px_park(struct tmo *e, int on)
 		pthread_mutex_unlock(&e->pm);
 		return 0;
 	}
-	if (px_self == e)
-		return TMO_EINVAL; /* it would wait for itself */
 	atomic_store(&e->park_req, 1);
 	ctl_kick(e);
 	pthread_mutex_lock(&e->pm);
@@ -779,4 +793,5 @@ const struct tmo_engine_ops tmo_engine_posix = {
 	.cancel = px_cancel,
 	.stats = px_stats,
 	.park = px_park,
+	.destroy_forked = px_destroy_forked,
 };

@@ -6,12 +6,20 @@
  * boundary rows (TMO_TIMEOUT_MAX is accepted) guard against rejecting too
  * much.
  *
+ * Misuse gets its named error too: destroy and park from the engine's own
+ * callback (TMO_EDEADLK), and every call on an engine inherited across
+ * fork() (TMO_EFORKED, computed in the child and sent back through a pipe).
+ *
  * Prints the table twice: aligned text, and markdown after the marker line
  * "<!-- tmo badinput table: ENGINE -->" (for the README).
  */
+#include <errno.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "engine_test.h"
@@ -131,6 +139,96 @@ static void misuse(struct tmo *a, struct tmo *b)
 	row("cancel via engine B (valid)", TMO_CANCEL_PREVENTED, tmo_cancel(b, t));
 }
 
+/* Destroy and park from inside the engine's own callback. */
+static struct {
+	struct tmo *e;
+	int rc_destroy, rc_park;
+	atomic_llong done;
+} cbm;
+
+static void misuse_cb(struct tmo_timer *t, void *arg)
+{
+	struct tmo *self = cbm.e;
+	cbm.rc_destroy = tmo_destroy(&self);
+	cbm.rc_park = tmo_park(cbm.e, 1);
+	atomic_store(&cbm.done, 1);
+}
+
+static struct tmo_timer mt3, mt4;
+
+static void from_callback(struct tmo *a)
+{
+	cbm.e = a;
+	cbm.rc_destroy = cbm.rc_park = 100;
+	CHECK_EQ(tmo_arm(a, &mt3, 0, misuse_cb, NULL), 0);
+	CHECK(et_wait_ge(&cbm.done, 1, 5 * TMO_NSEC_PER_SEC));
+	row("destroy from inside the engine's own callback", TMO_EDEADLK, cbm.rc_destroy);
+	row("park from inside the engine's own callback", TMO_EDEADLK, cbm.rc_park);
+	int rc = tmo_cancel(a, &mt3);
+	CHECK(rc == TMO_CANCEL_FIRED || rc == TMO_CANCEL_WAITED);
+	/* the engine is still usable */
+	row("arm after those (valid)", TMO_OK, tmo_arm(a, &mt3, LONG_TIMEOUT, cb, NULL));
+	row("cancel of that arm (valid)", TMO_CANCEL_PREVENTED, tmo_cancel(a, &mt3));
+}
+
+/* Every call on an engine inherited across fork(), made in the child. */
+static void forked_child(struct tmo *a)
+{
+	enum { N = 6 };
+	static const char *const what[N] = {
+		"arm in a child process (engine inherited across fork)",
+		"cancel in a child process of a timer pending at fork",
+		"stats in a child process",
+		"park in a child process",
+		"arm of the pending timer in a child process",
+		"destroy in a child process (valid: frees the child's copy)",
+	};
+	static const int expect[N] = {TMO_EFORKED, TMO_EFORKED, TMO_EFORKED,
+	                              TMO_EFORKED, TMO_EFORKED, TMO_OK};
+	int got[N];
+	for (int i = 0; i < N; i++)
+		got[i] = 100; /* "no answer": the child died or hung */
+	CHECK_EQ(tmo_arm(a, &mt4, LONG_TIMEOUT, cb, NULL), 0);
+	int p[2];
+	CHECK_EQ(pipe(p), 0);
+	fflush(NULL);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		struct tmo_timer fresh = TMO_TIMER_INIT;
+		struct tmo_stats st;
+		struct tmo *c = a;
+		int rc[N];
+		rc[0] = tmo_arm(a, &fresh, MS, cb, NULL);
+		rc[1] = tmo_cancel(a, &mt4);
+		rc[2] = tmo_stats(a, &st);
+		rc[3] = tmo_park(a, 1);
+		rc[4] = tmo_arm(a, &mt4, MS, cb, NULL);
+		rc[5] = tmo_destroy(&c);
+		_exit(write(p[1], rc, sizeof rc) == (ssize_t)sizeof rc ? 0 : 1);
+	}
+	close(p[1]);
+	int status = 0;
+	int64_t end = tmo_now_ns() + 10 * TMO_NSEC_PER_SEC;
+	while (pid > 0 && waitpid(pid, &status, WNOHANG) == 0) {
+		if (tmo_now_ns() > end) {
+			fprintf(stderr, "badinput: the forked child did not finish (killed)\n");
+			kill(pid, SIGKILL);
+			waitpid(pid, &status, 0);
+			break;
+		}
+		et_sleep_ns(MS);
+	}
+	if (read(p[0], got, sizeof got) != (ssize_t)sizeof got)
+		fprintf(stderr, "badinput: no answer from the forked child\n");
+	close(p[0]);
+	for (int i = 0; i < N; i++)
+		row(what[i], expect[i], got[i]);
+	/* the parent's engine, timer and pending arm are untouched */
+	row("cancel in the parent of the timer pending at fork (valid)", TMO_CANCEL_PREVENTED,
+	    tmo_cancel(a, &mt4));
+}
+
 static void lifecycle(void)
 {
 	struct tmo *e = NULL;
@@ -177,15 +275,35 @@ static void print_tables(void)
 	printf("<!-- end tmo badinput table -->\n");
 }
 
+static void on_alarm(int sig)
+{
+	static const char msg[] = "badinput: did not finish in 60 s (a misuse row deadlocked?)\n";
+	(void)sig;
+	(void)!write(2, msg, sizeof msg - 1);
+	_exit(1);
+}
+
 int main(int argc, char **argv)
 {
 	et_init(argc, argv, "engine_badinput");
+	signal(SIGALRM, on_alarm);
+	alarm(60);
 	int64_t live0 = tmo_testing_live_allocs();
 	struct tmo *a = make(), *b = make();
 	if (a && b) {
 		bad_timeouts(a);
 		bad_pointers(a);
 		misuse(a, b);
+		/* The fixture engines (tests/fixtures/) wrap condvar without
+		 * owning a thread: their callbacks run on the wrapped engine's
+		 * thread, which the core knows as that engine's, so a destroy of
+		 * the wrapper from its callback cannot be refused there. */
+		int fixture = 0;
+		for (const struct tmo_engine_ops *const *x = et_extra_engines; x && *x; x++)
+			fixture |= *x == et_ops;
+		if (!fixture)
+			from_callback(a);
+		forked_child(a);
 		struct tmo_stats st;
 		CHECK_EQ(tmo_stats(a, &st), 0);
 		CHECK_EQ(st.pending, 0);

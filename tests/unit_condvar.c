@@ -15,12 +15,23 @@
  *    every allocation is returned;
  *  - a steady arm/cancel loop does not wake the timer thread (arm signals
  *    only a deadline earlier than the thread's wake-up time).
+ *
+ * Every case synchronises on state, never on a sleep: a callback's progress
+ * is a flag it sets; "this thread is blocked" is its state in
+ * /proc/self/task (S: asleep in the kernel); "the earlier callback has
+ * returned" is a later timer's callback running, since the engine runs its
+ * callbacks one at a time in deadline order.
  */
+#include <dirent.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
-#include <sys/resource.h>
+#include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "tmo/testing.h"
@@ -35,12 +46,107 @@ static void sleep_ms(int ms)
 		;
 }
 
+#define LIVENESS_MS 5000 /* a bound for "it happened", not a measurement */
+
+/* Poll until *v >= want or LIVENESS_MS pass; returns the last value. */
+static long wait_ge(atomic_long *v, long want)
+{
+	int64_t end = tmo_now_ns() + LIVENESS_MS * TMO_NSEC_PER_MSEC;
+	while (atomic_load(v) < want && tmo_now_ns() < end)
+		sleep_ms(1);
+	return atomic_load(v);
+}
+
+/* 1 when thread `tid` of this process sleeps in the kernel (state S or D). */
+static bool thread_blocked(pid_t tid)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+	int fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return false;
+	ssize_t n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = 0;
+	const char *p = strrchr(buf, ')');
+	return p != NULL && (p[2] == 'S' || p[2] == 'D');
+}
+
+/* Wait until `tid` has been seen blocked `looks` times in a row, a
+ * millisecond apart (a thread that only brushed past a lock is not). */
+static bool wait_blocked(pid_t tid, int looks)
+{
+	int64_t end = tmo_now_ns() + LIVENESS_MS * TMO_NSEC_PER_MSEC;
+	int streak = 0;
+	while (streak < looks && tmo_now_ns() < end) {
+		sleep_ms(1);
+		streak = thread_blocked(tid) ? streak + 1 : 0;
+	}
+	return streak == looks;
+}
+
+static int list_tasks(pid_t *out, int max)
+{
+	int n = 0;
+	DIR *d = opendir("/proc/self/task");
+	if (d == NULL)
+		return 0;
+	struct dirent *de;
+	while ((de = readdir(d)) != NULL && n < max)
+		if (de->d_name[0] != '.')
+			out[n++] = (pid_t)atoi(de->d_name);
+	closedir(d);
+	return n;
+}
+
+/* Create the engine and find its timer thread's id (the one new task). */
+static struct tmo *create_with_tid(pid_t *tid)
+{
+	pid_t before[256], after[256];
+	int nb = list_tasks(before, 256);
+	struct tmo *e = NULL;
+	CHECK_EQ(tmo_create(ENGINE, NULL, &e), 0);
+	int na = list_tasks(after, 256);
+	*tid = 0;
+	for (int i = 0; i < na; i++) {
+		bool old = false;
+		for (int j = 0; j < nb; j++)
+			old |= after[i] == before[j];
+		if (!old)
+			*tid = after[i];
+	}
+	CHECK(*tid != 0);
+	return e;
+}
+
+/* Flush: a timer armed now, with timeout 0, runs only after every callback
+ * due before it has returned (one thread, deadline order). */
+static atomic_long flush_runs;
+static void flush_cb(struct tmo_timer *t, void *arg)
+{
+	(void)t;
+	(void)arg;
+	atomic_fetch_add(&flush_runs, 1);
+}
+static void flush(struct tmo *e)
+{
+	static struct tmo_timer ft;
+	tmo_timer_init(&ft); /* it may have belonged to an earlier engine */
+	long before = atomic_load(&flush_runs);
+	CHECK_EQ(tmo_arm(e, &ft, 0, flush_cb, NULL), 0);
+	CHECK_EQ(wait_ge(&flush_runs, before + 1), before + 1);
+	CHECK_EQ(tmo_cancel(e, &ft), TMO_CANCEL_FIRED);
+}
+
 /* ---- park ---------------------------------------------------------------- */
 
 struct arm_job {
 	struct tmo *e;
 	struct tmo_timer *t;
 	atomic_int done;
+	atomic_int tid;
 	int rc;
 };
 
@@ -54,6 +160,7 @@ static void count_cb(struct tmo_timer *t, void *arg)
 static void *arm_thread(void *arg)
 {
 	struct arm_job *j = arg;
+	atomic_store(&j->tid, (int)gettid());
 	j->rc = tmo_arm(j->e, j->t, 0, count_cb, &park_fired);
 	atomic_store(&j->done, 1);
 	return NULL;
@@ -66,11 +173,13 @@ static void test_park(void)
 	struct tmo_timer t = TMO_TIMER_INIT;
 	CHECK_EQ(tmo_park(e, 1), 0);
 	CHECK_EQ(tmo_park(e, 1), 0); /* already parked: returns, no deadlock */
-	struct arm_job j = {e, &t, 0, -100};
+	struct arm_job j = {e, &t, 0, 0, -100};
 	pthread_t th;
 	CHECK_EQ(pthread_create(&th, NULL, arm_thread, &j), 0);
-	sleep_ms(50);
-	/* The parked thread holds the engine mutex: arm cannot get through. */
+	/* The parked thread holds the engine mutex: arm blocks inside. */
+	while (atomic_load(&j.tid) == 0)
+		sleep_ms(1);
+	CHECK(wait_blocked((pid_t)atomic_load(&j.tid), 3));
 	CHECK_EQ(atomic_load(&j.done), 0);
 	CHECK_EQ(tmo_park(e, 0), 0);
 	pthread_join(th, NULL);
@@ -80,9 +189,11 @@ static void test_park(void)
 	CHECK_EQ(atomic_load(&park_fired), 1);
 	/* A timer that falls due while parked does not fire until released
 	 * (armed before parking: arm itself blocks while parked). */
+	int64_t due = tmo_now_ns() + 5 * TMO_NSEC_PER_MSEC;
 	CHECK_EQ(tmo_arm(e, &t, 5 * TMO_NSEC_PER_MSEC, count_cb, &park_fired), 0);
 	CHECK_EQ(tmo_park(e, 1), 0);
-	sleep_ms(30);
+	while (tmo_now_ns() <= due)
+		sleep_ms(1);
 	CHECK_EQ(atomic_load(&park_fired), 1);
 	CHECK_EQ(tmo_park(e, 0), 0);
 	for (int i = 0; i < 200 && atomic_load(&park_fired) == 1; i++)
@@ -133,9 +244,10 @@ static void test_fifo_order(void)
 
 struct pair {
 	struct tmo *e;
-	struct tmo_timer a, b;
+	struct tmo_timer a, b, c;
 	atomic_int b_ran;
 	atomic_int cancel_b;
+	atomic_long c_ran;
 };
 
 static void b_cb(struct tmo_timer *t, void *arg)
@@ -150,8 +262,13 @@ static void a_cb(struct tmo_timer *t, void *arg)
 	(void)t;
 	/* b is due too (same batch), but has not run: it must still be
 	 * preventable. */
-	sleep_ms(2);
 	atomic_store(&p->cancel_b, tmo_cancel(p->e, &p->b));
+}
+
+static void c_cb(struct tmo_timer *t, void *arg)
+{
+	(void)t;
+	atomic_fetch_add(&((struct pair *)arg)->c_ran, 1);
 }
 
 static void test_cancel_due_in_batch(void)
@@ -159,18 +276,24 @@ static void test_cancel_due_in_batch(void)
 	static struct pair p;
 	memset(&p, 0, sizeof p);
 	CHECK_EQ(tmo_create(ENGINE, NULL, &p.e), 0);
-	/* Park (arm blocks while parked, so arm first) until both are due:
-	 * the thread then finds them in one batch, a before b. */
+	/* Park (arm blocks while parked, so arm first) until all three are
+	 * due: the thread then finds them in one batch, a, b, c.  c runs only
+	 * after a has returned. */
 	CHECK_EQ(tmo_arm(p.e, &p.a, 20 * TMO_NSEC_PER_MSEC, a_cb, &p), 0);
 	CHECK_EQ(tmo_arm(p.e, &p.b, 20 * TMO_NSEC_PER_MSEC, b_cb, &p), 0);
+	CHECK_EQ(tmo_arm(p.e, &p.c, 20 * TMO_NSEC_PER_MSEC, c_cb, &p), 0);
+	int64_t all_due = tmo_now_ns() + 20 * TMO_NSEC_PER_MSEC; /* >= every deadline */
 	CHECK_EQ(tmo_park(p.e, 1), 0);
-	sleep_ms(30);
+	while (tmo_now_ns() <= all_due)
+		sleep_ms(1);
 	CHECK_EQ(tmo_park(p.e, 0), 0);
-	sleep_ms(50);
+	CHECK_EQ(wait_ge(&p.c_ran, 1), 1);
 	CHECK_EQ(atomic_load(&p.cancel_b), TMO_CANCEL_PREVENTED);
 	CHECK_EQ(atomic_load(&p.b_ran), 0);
 	CHECK_EQ(tmo_cancel(p.e, &p.a), TMO_CANCEL_FIRED);
 	CHECK_EQ(tmo_cancel(p.e, &p.b), TMO_ENOTARMED);
+	flush(p.e); /* c's callback has returned too */
+	CHECK_EQ(tmo_cancel(p.e, &p.c), TMO_CANCEL_FIRED);
 	tmo_destroy(&p.e);
 }
 
@@ -219,7 +342,7 @@ static void test_cancel_vs_rearm_loop(void)
 		long after = atomic_load(&r.runs);
 		if (atomic_load(&r.in_cb))
 			bad++; /* cancel returned while the callback ran */
-		sleep_ms(1);
+		flush(e);
 		if (atomic_load(&r.runs) != after)
 			bad++; /* a callback after cancel returned */
 	}
@@ -234,6 +357,7 @@ struct slow {
 	struct tmo *e;
 	struct tmo_timer t;
 	atomic_int started, returned;
+	atomic_int tid[2];
 	int rearm_rc;
 };
 
@@ -241,13 +365,19 @@ static void slow_cb(struct tmo_timer *t, void *arg)
 {
 	struct slow *s = arg;
 	atomic_store(&s->started, 1);
-	sleep_ms(100); /* both cancellers arrive meanwhile */
+	/* Return only once both cancellers wait for this callback. */
+	for (int i = 0; i < 2; i++) {
+		while (atomic_load(&s->tid[i]) == 0)
+			sleep_ms(1);
+		wait_blocked((pid_t)atomic_load(&s->tid[i]), 3);
+	}
 	s->rearm_rc = tmo_arm(s->e, t, TMO_NSEC_PER_SEC * 3600, slow_cb, s);
 	atomic_store(&s->returned, 1);
 }
 
 struct canceller {
 	struct slow *s;
+	int i;
 	int rc;
 	int callback_had_returned;
 };
@@ -255,38 +385,58 @@ struct canceller {
 static void *cancel_thread(void *arg)
 {
 	struct canceller *c = arg;
+	atomic_store(&c->s->tid[c->i], (int)gettid());
 	c->rc = tmo_cancel(c->s->e, &c->s->t);
 	c->callback_had_returned = atomic_load(&c->s->returned);
 	return NULL;
 }
 
+/* Both cancellers arrive while the callback runs (it waits until both are
+ * seen blocked), and it re-arms: one of them cancels the re-arm, the other
+ * reports that it waited.  A round where one was seen blocked but had not
+ * yet reached the wait (it got the engine mutex only after the callback
+ * returned: PREVENTED and ENOTARMED) proves nothing and is run again. */
 static void test_two_cancels_vs_running(void)
 {
-	static struct slow s;
-	memset(&s, 0, sizeof s);
-	CHECK_EQ(tmo_create(ENGINE, NULL, &s.e), 0);
-	CHECK_EQ(tmo_arm(s.e, &s.t, 0, slow_cb, &s), 0);
-	while (!atomic_load(&s.started))
-		;
-	struct canceller c[2] = {{&s, -100, 0}, {&s, -100, 0}};
-	pthread_t th[2];
-	for (int i = 0; i < 2; i++)
-		CHECK_EQ(pthread_create(&th[i], NULL, cancel_thread, &c[i]), 0);
-	for (int i = 0; i < 2; i++)
-		pthread_join(th[i], NULL);
-	CHECK_EQ(s.rearm_rc, 0);
-	CHECK_EQ(c[0].callback_had_returned, 1);
-	CHECK_EQ(c[1].callback_had_returned, 1);
-	int prevented = (c[0].rc == TMO_CANCEL_PREVENTED) + (c[1].rc == TMO_CANCEL_PREVENTED);
-	int waited = (c[0].rc == TMO_CANCEL_WAITED) + (c[1].rc == TMO_CANCEL_WAITED);
-	CHECK_EQ(prevented, 1);
-	CHECK_EQ(waited, 1);
-	struct tmo_stats st;
-	CHECK_EQ(tmo_stats(s.e, &st), 0);
-	CHECK_EQ(st.pending, 0);
-	CHECK_EQ(st.fired, 1);
-	CHECK_EQ(st.cancelled, 1);
-	tmo_destroy(&s.e);
+	struct tmo *e;
+	CHECK_EQ(tmo_create(ENGINE, NULL, &e), 0);
+	int good = 0, late = 0, bad = 0;
+	for (int round = 0; round < 20 && good < 3; round++) {
+		static struct slow s;
+		memset(&s, 0, sizeof s);
+		s.e = e;
+		CHECK_EQ(tmo_arm(e, &s.t, 0, slow_cb, &s), 0);
+		while (!atomic_load(&s.started))
+			;
+		struct canceller c[2] = {{&s, 0, -100, 0}, {&s, 1, -100, 0}};
+		pthread_t th[2];
+		for (int i = 0; i < 2; i++)
+			CHECK_EQ(pthread_create(&th[i], NULL, cancel_thread, &c[i]), 0);
+		for (int i = 0; i < 2; i++)
+			pthread_join(th[i], NULL);
+		CHECK_EQ(s.rearm_rc, 0);
+		CHECK_EQ(c[0].callback_had_returned, 1);
+		CHECK_EQ(c[1].callback_had_returned, 1);
+		int prevented = (c[0].rc == TMO_CANCEL_PREVENTED) + (c[1].rc == TMO_CANCEL_PREVENTED);
+		int waited = (c[0].rc == TMO_CANCEL_WAITED) + (c[1].rc == TMO_CANCEL_WAITED);
+		int idle = (c[0].rc == TMO_ENOTARMED) + (c[1].rc == TMO_ENOTARMED);
+		if (prevented == 1 && waited == 1)
+			good++;
+		else if (prevented == 1 && idle == 1)
+			late++;
+		else
+			bad++;
+		struct tmo_stats st;
+		CHECK_EQ(tmo_stats(e, &st), 0);
+		CHECK_EQ(st.pending, 0);
+		CHECK_EQ(st.fired, (uint64_t)(round + 1));
+		CHECK_EQ(st.cancelled, (uint64_t)(round + 1));
+	}
+	printf("  two cancels of a running, re-arming callback: %d rounds PREVENTED+WAITED, %d "
+	       "with a late canceller, %d wrong\n", good, late, bad);
+	CHECK_EQ(bad, 0);
+	CHECK_EQ(good, 3);
+	tmo_destroy(&e);
 }
 
 /* ---- self cancel: SELF, or PREVENTED after a re-arm ---------------------------- */
@@ -316,6 +466,7 @@ static void test_self_cancel(void)
 		CHECK_EQ(tmo_arm(s.e, &t, 0, self_cb, &s), 0);
 		while (!atomic_load(&s.done))
 			sleep_ms(1);
+		flush(s.e); /* self_cb has returned */
 		CHECK_EQ(s.rc, rearm ? TMO_CANCEL_PREVENTED : TMO_CANCEL_SELF);
 		CHECK_EQ(tmo_cancel(s.e, &t), rearm ? TMO_ENOTARMED : TMO_CANCEL_FIRED);
 		tmo_destroy(&s.e);
@@ -364,21 +515,27 @@ static void test_burst_cancel_shrinks(void)
 
 struct busy {
 	struct tmo *e;
-	atomic_int started;
-	atomic_int after_destroy;
-	atomic_int destroyed;
+	atomic_long runs;
+	atomic_int destroying; /* the destroyer's thread id, once it calls destroy */
+	int rearm_rc;
 };
 
 static void busy_cb(struct tmo_timer *t, void *arg)
 {
 	struct busy *b = arg;
-	if (atomic_load(&b->destroyed))
-		atomic_store(&b->after_destroy, 1);
-	atomic_store(&b->started, 1);
-	sleep_ms(20);
-	tmo_arm(b->e, t, 0, busy_cb, b); /* into an engine being destroyed */
+	if (atomic_fetch_add(&b->runs, 1) > 0)
+		return; /* only the first callback waits and re-arms */
+	/* Go on only once destroy waits for this callback. */
+	while (atomic_load(&b->destroying) == 0)
+		sleep_ms(1);
+	wait_blocked((pid_t)atomic_load(&b->destroying), 3);
+	b->rearm_rc = tmo_arm(b->e, t, 0, busy_cb, b); /* into an engine being destroyed */
 }
 
+/* t[0] runs and holds the timer thread while t[1] falls due and t[2] is far
+ * off; destroy comes while it runs, and it re-arms itself meanwhile.  Only
+ * t[0]'s first callback ever runs: destroy cancels the due t[1], the far
+ * t[2] and the re-arm, and returns after the callback has. */
 static void test_destroy_while_running(void)
 {
 	int64_t live0 = tmo_testing_live_allocs();
@@ -388,15 +545,16 @@ static void test_destroy_while_running(void)
 	memset(t, 0, sizeof t);
 	CHECK_EQ(tmo_create(ENGINE, NULL, &b.e), 0);
 	CHECK_EQ(tmo_arm(b.e, &t[0], 0, busy_cb, &b), 0);
+	while (atomic_load(&b.runs) == 0)
+		;
 	CHECK_EQ(tmo_arm(b.e, &t[1], 0, busy_cb, &b), 0);
 	CHECK_EQ(tmo_arm(b.e, &t[2], TMO_NSEC_PER_SEC, busy_cb, &b), 0);
-	while (!atomic_load(&b.started))
-		;
 	struct tmo *e = b.e;
-	tmo_destroy(&e);
-	atomic_store(&b.destroyed, 1);
-	sleep_ms(60);
-	CHECK_EQ(atomic_load(&b.after_destroy), 0);
+	atomic_store(&b.destroying, (int)gettid());
+	CHECK_EQ(tmo_destroy(&e), 0);
+	/* The timer thread is joined: nothing can run from here on. */
+	CHECK_EQ(b.rearm_rc, 0);
+	CHECK_EQ(atomic_load(&b.runs), 1);
 	CHECK_EQ(tmo_testing_live_allocs(), live0);
 }
 
@@ -418,15 +576,15 @@ static long voluntary_switches(void)
 static void test_no_wakeups_in_steady_loop(void)
 {
 	enum { PAIRS = 100000 };
-	struct tmo *e;
 	static atomic_int ran;
-	CHECK_EQ(tmo_create(ENGINE, NULL, &e), 0);
+	pid_t tid;
+	struct tmo *e = create_with_tid(&tid);
 	struct tmo_timer t = TMO_TIMER_INIT;
 	/* The first arm wakes the idle thread, which then sleeps until this
 	 * deadline; later arms are later, so none needs a wake-up. */
 	CHECK_EQ(tmo_arm(e, &t, TMO_NSEC_PER_SEC, quiet_cb, &ran), 0);
 	CHECK_EQ(tmo_cancel(e, &t), TMO_CANCEL_PREVENTED);
-	sleep_ms(20);
+	CHECK(wait_blocked(tid, 3)); /* asleep until that deadline */
 	long before = voluntary_switches();
 	int bad = 0;
 	for (int i = 0; i < PAIRS; i++) {

@@ -40,12 +40,30 @@
  *   [5] Destroy (and tmo_park) from a thread the engine owns, a callback
  *       above all, is refused with TMO_EDEADLK; the engine stays usable.
  *
+ * From inside a callback: arm and cancel any timer of any engine (its own
+ * timer: [3] and [4]), create engines and destroy OTHER engines.  Not
+ * allowed, and refused with TMO_EDEADLK (the call changes nothing and the
+ * engine keeps working): tmo_destroy() and tmo_park() of the engine whose
+ * thread runs the callback, which would wait for that very thread.  Never
+ * wait in a callback for something that waits for this callback (a lock the
+ * canceller of this timer holds, the case of two engines below).
+ *
+ * Destroy's promise: every timer whose callback has not started is
+ * cancelled, never run (a due one included, and whatever a running callback
+ * arms while destroy waits for it); destroy waits for the callbacks that are
+ * running and returns after they have; nothing runs after it returns.  The
+ * timers it cancelled are idle: re-initialise them (tmo_timer_init) to use
+ * them with another engine.
+ *
  * Different engines are fully independent of each other, with one
  * exception that is the waiting cancel's nature (as with Linux's
  * timer_delete_sync()): when a callback of engine A cancels a timer of
  * engine B while a callback of B cancels a timer of A, each waits for the
- * other's callback and both threads deadlock.  Arm and cancel such timers
- * from outside the callbacks, or have the callbacks only arm.
+ * other's callback and both threads deadlock (no error can be returned:
+ * each cancel is a legal call on its own).  Arm and cancel such timers from
+ * outside the callbacks, or have the callbacks only arm; the same holds for
+ * any chain of engines whose callbacks cancel each other's timers in a
+ * cycle.
  *
  * Identity: engines are recognised by a 64-bit id that is never reused in
  * the process (not by address), so a timer left on a destroyed engine is
@@ -57,7 +75,29 @@
  * nothing the child does may disturb the parent's engine).  tmo_destroy()
  * in the child frees the child's copy of the engine without touching the
  * parent's threads, descriptors or kernel timers.  Create new engines in
- * the child.
+ * the child.  A callback that calls fork() returns, in the child, into a
+ * copy of the engine's thread, the child's only thread: that thread ends
+ * when the callback returns, and with it the child (exit status 0, as when
+ * a process's last thread exits); exec or _exit in the child instead.
+ * Per engine, what the child's tmo_destroy frees:
+ *   condvar   fork() first takes every condvar engine's mutex (no heap
+ *             is mid-update at the fork); the child's destroy frees the
+ *             engine and its heap array (the array is left only if the
+ *             engine was parked), never the inherited mutex and condition
+ *             variables (glibc's pthread_cond_destroy waits for the
+ *             parent's waiting thread).
+ *   libevent  fork() first quiesces every libevent engine (its thread stops
+ *             where it holds no libevent lock, no arm or cancel is inside
+ *             libevent), waiting up to 1 s per engine for a running
+ *             callback; the child's destroy then gives the base its own
+ *             epoll set (event_reinit), frees it and the records, and closes
+ *             the child's copies of the descriptors without removing them
+ *             from the epoll set the parent uses.  An engine that was parked
+ *             or ran a callback past the bound leaves libevent's base and
+ *             its descriptors in the child, untouched.
+ *   posix     POSIX timers are not inherited: the slot table and the engine;
+ *             no timer_delete (in the child the parent's timer ids may name
+ *             the child's own timers).
  *
  * Callback stack: every engine runs callbacks on a stack of at least
  * TMO_CALLBACK_STACK_MIN bytes.
@@ -233,8 +273,11 @@ struct tmo_engine_ops {
 	 * TMO_EINVAL / TMO_ENOMEM / TMO_EAGAIN. */
 	int (*create)(const struct tmo_config *cfg, struct tmo **out);
 
-	/* Cancel every pending timer (no callback runs after destroy returns),
-	 * wait for a running callback, join every thread, free everything. */
+	/* Cancel every timer whose callback has not started (due ones, and
+	 * what a running callback arms meanwhile, included), wait for the
+	 * running callbacks, join every thread, free everything; no callback
+	 * runs after it returns.  Never called from a thread the engine owns
+	 * (the core refuses that with TMO_EDEADLK). */
 	void (*destroy)(struct tmo *self);
 
 	/* Schedule timer->cb(timer, arg) once, no earlier than timeout_ns from
@@ -307,9 +350,12 @@ const struct tmo_engine_ops *tmo_engine_find(const char *name);
 int tmo_create(const char *name, const struct tmo_config *cfg, struct tmo **out);
 int tmo_create_ops(const struct tmo_engine_ops *ops, const struct tmo_config *cfg,
                    struct tmo **out);
-/* Destroy *engine and set it to NULL.  TMO_ENULLENGINE if already NULL;
- * TMO_EDEADLK (and *engine untouched, the engine usable) when called from a
- * thread the engine owns, such as inside one of its callbacks. */
+/* Destroy *engine and set it to NULL: destroy's promise above (cancels what
+ * has not started, waits for what runs, runs nothing afterwards).
+ * TMO_ENULLENGINE if already NULL; TMO_EDEADLK (and *engine untouched, the
+ * engine usable) when called from a thread the engine owns, such as inside
+ * one of its callbacks.  In a child after fork(): frees the child's copy
+ * (above) and returns 0. */
 int tmo_destroy(struct tmo **engine);
 
 /* tmo_arm() and tmo_cancel() validate their arguments (NULL engine, NULL

@@ -1,0 +1,801 @@
+/*
+ * Lifecycle and misuse (CONTRACT.md "Lifecycle and misuse"), on one engine:
+ * `test_engine_lifecycle ENGINE [CASE]` (CASE: run only the case of that
+ * name, e.g. test_destroy).  One case per item:
+ *
+ *  fork            in a child, the inherited engine answers TMO_EFORKED to
+ *                  arm, cancel, stats and park; tmo_destroy returns 0 and
+ *                  frees the child's copy (library allocations and
+ *                  descriptors back to what they were before the engine was
+ *                  created); the parent's engine still fires its next timer
+ *                  and destroys cleanly (a child that touched a shared epoll
+ *                  set or the parent's kernel timers would stop it).
+ *  fork_busy       the same while callbacks run on the engine's thread.
+ *  fork_in_callback  a callback forks: in the child, the engine's thread
+ *                  ends when the callback returns (the child exits 0) and
+ *                  runs no other callback there.
+ *  destroy         destroy cancels every timer whose callback has not
+ *                  started (due ones included, and arms made by the running
+ *                  callback while destroy waits), waits for the running one
+ *                  and runs nothing after it returns.  Synchronised on
+ *                  state: the running callback blocks on a gate that a
+ *                  helper opens once the destroying thread is seen blocked
+ *                  inside tmo_destroy.
+ *  callback_misuse tmo_destroy and tmo_park on the engine from its own
+ *                  callback answer TMO_EDEADLK, the handle is untouched and
+ *                  the engine keeps working; destroying ANOTHER engine from
+ *                  the callback is allowed (the refusal is specific).
+ *  stale_identity  a timer left pending (or fired) on a destroyed engine,
+ *                  then cancelled or armed through a new engine (of this
+ *                  kind, or this kind after any other kind), answers
+ *                  TMO_EWRONGENGINE: never a crash, never FIRED.  The new
+ *                  engine is created until malloc hands it the old one's
+ *                  address (reported: ASan's quarantine never does).
+ *
+ * (Two engines whose callbacks cancel each other's timers deadlock, as the
+ * waiting cancel must: that is stated in tmo.h, not tested.)
+ *
+ * Every case runs under a watchdog (alarm): a deadlock fails the case by name
+ * instead of hanging ctest.  TMO_EAGAIN from create or arm is a shortage of a
+ * per-user kernel resource (posix: RLIMIT_SIGPENDING, shared by every
+ * process of the user; thread: threads), not a failure: the test says so and
+ * exits 77, which ctest reports as a skip (tests/posix.cmake).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "engine_test.h"
+
+#define MS TMO_NSEC_PER_MSEC
+#define SEC TMO_NSEC_PER_SEC
+/* "a due timer has fired", "a child has exited": liveness bounds on loaded
+ * cores, not measurements. */
+#define LIVENESS (5 * SEC)
+#define SKIP_EXIT 77
+
+/* ---- environment ------------------------------------------------------------ */
+
+static const char *current_case = "?";
+
+static void on_alarm(int sig)
+{
+	(void)sig;
+	char msg[160];
+	int n = snprintf(msg, sizeof msg, "lifecycle: case %s did not finish in time (deadlock?)\n",
+	                 current_case);
+	if (n > 0)
+		(void)!write(2, msg, (size_t)n);
+	_exit(1);
+}
+
+/* A shortage the environment caused: say so and skip (exit 77).  posix:
+ * refused while this process holds less than half of its queued-signal
+ * limit in kernel timers, so the user's quota (shared by all the user's
+ * processes) is used up by others; an engine that leaks kernel timers holds
+ * them itself, and fails.  thread: out of threads. */
+static void skip_if_shortage(int rc, const char *what)
+{
+	if (rc != TMO_EAGAIN)
+		return;
+	struct rlimit rl;
+	int own = et_kernel_timer_count();
+	int quota = strcmp(et_name, "posix") == 0 && getrlimit(RLIMIT_SIGPENDING, &rl) == 0 &&
+	            own >= 0 && (rlim_t)own < rl.rlim_cur / 2;
+	if (!quota && !et_thread_per_timer())
+		return; /* not a shared kernel resource: the caller's check fails */
+	printf("SKIP: %s: %s refused with TMO_EAGAIN: %s\n", current_case, what,
+	       quota ? "this user's queued-signal quota (RLIMIT_SIGPENDING, shared by all the "
+	               "user's processes) is used up by others"
+	             : "out of threads");
+	fflush(stdout);
+	_exit(SKIP_EXIT);
+}
+
+static struct tmo *new_engine(void)
+{
+	struct tmo *e = NULL;
+	int rc = tmo_create_ops(et_ops, NULL, &e);
+	skip_if_shortage(rc, "create");
+	CHECK_EQ(rc, 0);
+	return e;
+}
+
+static int arm(struct tmo *e, struct tmo_timer *t, int64_t timeout, tmo_callback *cb, void *arg)
+{
+	int rc = tmo_arm(e, t, timeout, cb, arg);
+	skip_if_shortage(rc, "arm");
+	return rc;
+}
+
+/* Raise this process's queued-signal limit as far as allowed: the quota is
+ * counted per user, so other processes' kernel timers count against it. */
+static void raise_sigpending(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_SIGPENDING, &rl) != 0)
+		return;
+	struct rlimit want = {1u << 22, 1u << 22};
+	if (rl.rlim_cur < want.rlim_cur && setrlimit(RLIMIT_SIGPENDING, &want) != 0) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_SIGPENDING, &rl);
+	}
+}
+
+static int fd_count(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	if (d == NULL)
+		return -1;
+	int n = 0;
+	struct dirent *de;
+	while ((de = readdir(d)) != NULL)
+		n += de->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+/* 1 when thread `tid` of this process sleeps in the kernel (state S or D in
+ * /proc: blocked on a futex, a join, a wait), 0 when it runs or is runnable. */
+static int thread_blocked(pid_t tid)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+	int fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return 0;
+	ssize_t n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	const char *p = strrchr(buf, ')'); /* the name may hold anything */
+	return p != NULL && (p[2] == 'S' || p[2] == 'D');
+}
+
+/* Wait for a child; on timeout kill it.  Returns 1 and its status, or 0. */
+static int wait_child(pid_t pid, int64_t timeout, int *status)
+{
+	int64_t end = tmo_now_ns() + timeout;
+	for (;;) {
+		pid_t r = waitpid(pid, status, WNOHANG);
+		if (r == pid)
+			return 1;
+		if (r < 0 && errno != EINTR)
+			return 0;
+		if (tmo_now_ns() > end) {
+			kill(pid, SIGKILL);
+			waitpid(pid, status, 0);
+			return 0;
+		}
+		et_sleep_ns(MS);
+	}
+}
+
+static const char *arm_name(int rc) { return rc == 0 ? "TMO_OK" : tmo_errname(rc); }
+
+static int is_resolved(int rc) { return rc == TMO_CANCEL_FIRED || rc == TMO_CANCEL_WAITED; }
+
+static void count_cb(struct tmo_timer *t, void *arg)
+{
+	(void)t;
+	atomic_fetch_add((atomic_llong *)arg, 1);
+}
+
+/* ---- 1. fork ------------------------------------------------------------------- */
+
+/* Everything the child checks; it reports each failure on stderr and exits 1. */
+static int child_checks(struct tmo *e, struct tmo_timer *pending, struct tmo_timer *fired,
+                        int64_t live0, int fds0)
+{
+	int bad = 0;
+	struct tmo_timer fresh = TMO_TIMER_INIT;
+	struct tmo_stats st;
+#define CHILD_EXPECT(call, want)                                                           \
+	do {                                                                                   \
+		int rc_ = (call);                                                              \
+		if (rc_ != (want)) {                                                           \
+			fprintf(stderr, "  child: %s -> %s, expected %s\n", #call,             \
+			        et_result_name(rc_), et_result_name(want));                   \
+			bad++;                                                                 \
+		}                                                                              \
+	} while (0)
+	CHILD_EXPECT(tmo_arm(e, &fresh, 0, count_cb, NULL), TMO_EFORKED);
+	CHILD_EXPECT(tmo_arm(e, pending, 0, count_cb, NULL), TMO_EFORKED);
+	CHILD_EXPECT(tmo_cancel(e, pending), TMO_EFORKED);
+	CHILD_EXPECT(tmo_cancel(e, fired), TMO_EFORKED);
+	CHILD_EXPECT(tmo_cancel(e, &fresh), TMO_EFORKED);
+	CHILD_EXPECT(tmo_stats(e, &st), TMO_EFORKED);
+	CHILD_EXPECT(tmo_park(e, 1), TMO_EFORKED);
+	CHILD_EXPECT(tmo_park(e, 0), TMO_EFORKED);
+	CHILD_EXPECT(tmo_destroy(&e), 0);
+	if (e != NULL) {
+		fprintf(stderr, "  child: tmo_destroy left the handle set\n");
+		bad++;
+	}
+	int64_t live = tmo_testing_live_allocs();
+	if (live0 >= 0 && live != live0) {
+		fprintf(stderr, "  child: library allocations %lld after destroy, %lld before the "
+		        "engine was created: the child's copy was not freed\n",
+		        (long long)live, (long long)live0);
+		bad++;
+	}
+	int fds = fd_count();
+	if (fds0 >= 0 && fds != fds0) {
+		fprintf(stderr, "  child: %d descriptors after destroy, %d before the engine was "
+		        "created\n", fds, fds0);
+		bad++;
+	}
+#undef CHILD_EXPECT
+	return bad;
+}
+
+static atomic_llong fk_fired, fk_pending_fired, fk_after, fk_busy;
+
+/* Fork with `e` in the state the caller left it; run the child's checks,
+ * then check the parent's engine: its pending timer is still cancellable,
+ * a new timer fires, destroy is clean.  live0 < 0: skip the child's
+ * allocation check (allocations made while the engine ran). */
+static void fork_and_check(struct tmo *e, struct tmo_timer *pending, struct tmo_timer *fired,
+                           int64_t live0, int fds0)
+{
+	fflush(NULL);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid < 0)
+		return;
+	if (pid == 0)
+		_exit(child_checks(e, pending, fired, live0, fds0) == 0 ? 0 : 1);
+	int status = 0;
+	int exited = wait_child(pid, LIVENESS, &status);
+	if (!exited)
+		fprintf(stderr, "  fork: the child did not finish in %lld s (killed)\n",
+		        (long long)(LIVENESS / SEC));
+	CHECK(exited);
+	CHECK(exited && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+
+	/* The parent's engine: a new, earlier deadline wakes its thread (libevent:
+	 * through the notify descriptor in the epoll set the child shared). */
+	static struct tmo_timer after;
+	tmo_timer_init(&after);
+	long long before = atomic_load(&fk_after);
+	CHECK_EQ(arm(e, &after, MS, count_cb, &fk_after), 0);
+	CHECK(et_wait_ge(&fk_after, before + 1, LIVENESS));
+	CHECK(is_resolved(tmo_cancel(e, &after)));
+	CHECK_EQ(tmo_cancel(e, pending), TMO_CANCEL_PREVENTED);
+	CHECK_EQ(atomic_load(&fk_pending_fired), 0);
+}
+
+static void test_fork(void)
+{
+	CHECK_EQ(et_warm_up(), 0);
+	int threads0 = et_thread_count();
+	int fds0 = fd_count();
+	int64_t live0 = tmo_testing_live_allocs();
+	struct tmo *e = new_engine();
+	if (e == NULL)
+		return;
+	static struct tmo_timer pending, fired;
+	tmo_timer_init(&pending);
+	tmo_timer_init(&fired);
+	CHECK_EQ(arm(e, &fired, 0, count_cb, &fk_fired), 0);
+	CHECK(et_wait_ge(&fk_fired, 1, LIVENESS));
+	CHECK(is_resolved(tmo_cancel(e, &fired)));
+	CHECK_EQ(arm(e, &pending, 60 * SEC, count_cb, &fk_pending_fired), 0);
+	fork_and_check(e, &pending, &fired, live0, fds0);
+	/* twice: the first child changed nothing the second depends on */
+	CHECK_EQ(arm(e, &pending, 60 * SEC, count_cb, &fk_pending_fired), 0);
+	fork_and_check(e, &pending, &fired, live0, fds0);
+	struct tmo_stats st;
+	CHECK_EQ(tmo_stats(e, &st), 0);
+	CHECK_EQ(st.pending, 0);
+	CHECK_EQ(st.fired, 3); /* fired, and `after` once per fork */
+	CHECK_EQ(tmo_destroy(&e), 0);
+	CHECK_EQ(et_wait_thread_count(threads0, LIVENESS), threads0);
+	CHECK_EQ(tmo_testing_live_allocs(), live0);
+	CHECK_EQ(fd_count(), fds0);
+}
+
+static void busy_cb(struct tmo_timer *t, void *arg)
+{
+	(void)t;
+	(void)arg;
+	int64_t end = tmo_now_ns() + 200 * TMO_NSEC_PER_USEC;
+	while (tmo_now_ns() < end)
+		;
+	atomic_fetch_add(&fk_busy, 1);
+}
+
+/* Fork while the engine's thread runs callbacks and holds whatever it holds
+ * between them: the child must not hang on a lock that thread held, and the
+ * parent loses nothing. */
+static void test_fork_busy(void)
+{
+	int n = (int)et_scaled(et_thread_per_timer() ? 50 : 400, 100);
+	struct tmo_timer *t = calloc((size_t)n, sizeof *t);
+	static struct tmo_timer pending, fired;
+	tmo_timer_init(&pending);
+	tmo_timer_init(&fired);
+	struct tmo *e = new_engine();
+	if (e == NULL || t == NULL)
+		return;
+	atomic_store(&fk_busy, 0);
+	CHECK_EQ(arm(e, &pending, 60 * SEC, count_cb, &fk_pending_fired), 0);
+	for (int i = 0; i < n; i++)
+		CHECK_EQ(arm(e, &t[i], (i % 20) * 100 * TMO_NSEC_PER_USEC, busy_cb, NULL), 0);
+	/* Fork once the storm has begun, and again while it lasts (up to 3). */
+	CHECK(et_wait_ge(&fk_busy, 1, LIVENESS));
+	int forks = 0;
+	do {
+		fork_and_check(e, &pending, &fired, -1, -1);
+		CHECK_EQ(arm(e, &pending, 60 * SEC, count_cb, &fk_pending_fired), 0);
+		forks++;
+	} while (atomic_load(&fk_busy) < n && forks < 3);
+	CHECK(et_wait_ge(&fk_busy, n, LIVENESS));
+	int bad = 0;
+	for (int i = 0; i < n; i++)
+		bad += !is_resolved(tmo_cancel(e, &t[i]));
+	CHECK_EQ(bad, 0);
+	CHECK_EQ(atomic_load(&fk_busy), n); /* every timer fired once in the parent */
+	CHECK_EQ(tmo_cancel(e, &pending), TMO_CANCEL_PREVENTED);
+	printf("  fork-busy: %d forks while %d callbacks ran\n", forks, n);
+	CHECK_EQ(tmo_destroy(&e), 0);
+	free(t);
+}
+
+/* A callback that forks.  In the child it returns into the engine's thread,
+ * which is all the child has: that thread must end (the child exits 0), not
+ * go on running the inherited engine's loop (firing copies of the parent's
+ * timers, reading descriptors the parent shares). */
+static pid_t fic_parent, fic_child;
+static atomic_int fic_forked;
+static int fic_pipe[2] = {-1, -1};
+
+static void fic_cb(struct tmo_timer *t, void *arg)
+{
+	(void)t;
+	(void)arg;
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid == 0)
+		return; /* the child: back into the engine's thread */
+	fic_child = pid;
+	atomic_store(&fic_forked, 1);
+}
+
+static void fic_later_cb(struct tmo_timer *t, void *arg)
+{
+	(void)t;
+	if (getpid() != fic_parent) {
+		char c = 'x'; /* ran in the child */
+		(void)!write(fic_pipe[1], &c, 1);
+	}
+	atomic_fetch_add((atomic_llong *)arg, 1);
+}
+
+static void test_fork_in_callback(void)
+{
+	static atomic_llong later_fired;
+	static struct tmo_timer forker, later;
+	tmo_timer_init(&forker);
+	tmo_timer_init(&later);
+	atomic_store(&later_fired, 0);
+	fic_parent = getpid();
+	CHECK_EQ(pipe2(fic_pipe, O_CLOEXEC | O_NONBLOCK), 0);
+	struct tmo *e = new_engine();
+	if (e == NULL)
+		return;
+	CHECK_EQ(arm(e, &forker, 0, fic_cb, NULL), 0);
+	/* Due while the child would still be running the engine's loop. */
+	CHECK_EQ(arm(e, &later, 30 * MS, fic_later_cb, &later_fired), 0);
+	int64_t end = tmo_now_ns() + LIVENESS;
+	while (!atomic_load(&fic_forked) && tmo_now_ns() < end)
+		et_sleep_ns(100 * TMO_NSEC_PER_USEC);
+	CHECK(atomic_load(&fic_forked));
+	if (atomic_load(&fic_forked)) {
+		int status = 0;
+		int exited = wait_child(fic_child, LIVENESS, &status);
+		if (!exited)
+			fprintf(stderr, "  fork-in-callback: the child was still running after %lld s "
+			        "(its copy of the engine's thread went on; killed)\n",
+			        (long long)(LIVENESS / SEC));
+		CHECK(exited);
+		CHECK(exited && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	}
+	CHECK(et_wait_ge(&later_fired, 1, LIVENESS));
+	CHECK(is_resolved(tmo_cancel(e, &later)));
+	char c;
+	CHECK_EQ(read(fic_pipe[0], &c, 1), -1); /* no callback ran in the child */
+	CHECK(is_resolved(tmo_cancel(e, &forker)));
+	CHECK_EQ(tmo_destroy(&e), 0);
+	close(fic_pipe[0]);
+	close(fic_pipe[1]);
+}
+
+/* ---- 2. destroy cancels what has not started ------------------------------------ */
+
+static struct {
+	struct tmo *eng; /* the engine under destroy (the caller's handle is NULL) */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int hold_open, gate_open;
+	atomic_int hold_started;
+	atomic_int started, in_flight, after_return;
+	atomic_int first_done;
+	struct tmo_timer extra;
+	int rc_extra, rc_rearm;
+	atomic_int destroy_called;
+	atomic_int destroyer_tid;
+	int destroyer_seen_blocked;
+} ds = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static void ds_wait(int *flag)
+{
+	pthread_mutex_lock(&ds.mu);
+	while (!*flag)
+		pthread_cond_wait(&ds.cv, &ds.mu);
+	pthread_mutex_unlock(&ds.mu);
+}
+
+static void ds_open(int *flag)
+{
+	pthread_mutex_lock(&ds.mu);
+	*flag = 1;
+	pthread_cond_broadcast(&ds.cv);
+	pthread_mutex_unlock(&ds.mu);
+}
+
+/* Holds the engine's callback thread while the due timers are armed, so
+ * they all fall due before the engine looks again (one batch). */
+static void ds_hold_cb(struct tmo_timer *t, void *arg)
+{
+	(void)t;
+	(void)arg;
+	atomic_store(&ds.hold_started, 1);
+	ds_wait(&ds.hold_open);
+}
+
+static void ds_plain_cb(struct tmo_timer *t, void *arg)
+{
+	(void)t;
+	(void)arg;
+	atomic_fetch_add(&ds.started, 1);
+	if (atomic_load(&ds.after_return))
+		atomic_store(&ds.after_return, 2);
+}
+
+static void ds_cb(struct tmo_timer *t, void *arg)
+{
+	(void)arg;
+	int first = atomic_fetch_add(&ds.started, 1) == 0;
+	atomic_fetch_add(&ds.in_flight, 1);
+	if (atomic_load(&ds.after_return))
+		atomic_store(&ds.after_return, 2);
+	ds_wait(&ds.gate_open);
+	if (first && atomic_load(&ds.destroy_called)) {
+		/* Arms made while destroy waits for this callback: they have not
+		 * started, so destroy cancels them too. */
+		ds.rc_extra = tmo_arm(ds.eng, &ds.extra, 0, ds_plain_cb, NULL);
+		ds.rc_rearm = tmo_arm(ds.eng, t, 0, ds_plain_cb, NULL);
+		atomic_store(&ds.first_done, 1);
+	}
+	atomic_fetch_sub(&ds.in_flight, 1);
+}
+
+/* Opens the gate once the destroying thread has been seen blocked inside
+ * tmo_destroy (three looks in a row, a millisecond apart): by then destroy
+ * has got as far as waiting, for the running callback or for a thread the
+ * callback holds up. */
+static void *ds_opener(void *arg)
+{
+	(void)arg;
+	int64_t end = tmo_now_ns() + LIVENESS;
+	while (!atomic_load(&ds.destroy_called) && tmo_now_ns() < end)
+		et_sleep_ns(100 * TMO_NSEC_PER_USEC);
+	int streak = 0;
+	while (streak < 3 && tmo_now_ns() < end) {
+		et_sleep_ns(MS);
+		streak = thread_blocked((pid_t)atomic_load(&ds.destroyer_tid)) ? streak + 1 : 0;
+	}
+	ds.destroyer_seen_blocked = streak == 3;
+	ds_open(&ds.gate_open);
+	return NULL;
+}
+
+static int ds_wait_started(int want)
+{
+	int64_t end = tmo_now_ns() + LIVENESS;
+	while (atomic_load(&ds.started) < want && tmo_now_ns() < end)
+		et_sleep_ns(100 * TMO_NSEC_PER_USEC);
+	return atomic_load(&ds.started);
+}
+
+static void test_destroy(void)
+{
+	enum { DUE = 32, FAR = 8 };
+	static struct tmo_timer hold, due[DUE], far[FAR];
+	tmo_timer_init(&hold);
+	memset(due, 0, sizeof due);
+	memset(far, 0, sizeof far);
+	tmo_timer_init(&ds.extra);
+	ds.hold_open = ds.gate_open = 0;
+	atomic_store(&ds.hold_started, 0);
+	atomic_store(&ds.started, 0);
+	atomic_store(&ds.in_flight, 0);
+	atomic_store(&ds.after_return, 0);
+	atomic_store(&ds.first_done, 0);
+	atomic_store(&ds.destroy_called, 0);
+	ds.rc_extra = ds.rc_rearm = -100;
+	CHECK_EQ(et_warm_up(), 0);
+	int threads0 = et_thread_count();
+	int64_t live0 = tmo_testing_live_allocs();
+	struct tmo *e = new_engine();
+	if (e == NULL)
+		return;
+	ds.eng = e;
+	int concurrent = (et_ops->caps & TMO_CAP_CONCURRENT_CALLBACKS) != 0;
+
+	/* All DUE timers fall due while `hold` keeps the callback thread, so
+	 * the engine finds them due together (libevent: one batch of active
+	 * events).  The first of them to run blocks on the gate; an engine with
+	 * one callback thread cannot start the others, so they are pending when
+	 * destroy comes (an engine that runs callbacks concurrently starts them
+	 * all: they are then running, not pending). */
+	CHECK_EQ(arm(e, &hold, 0, ds_hold_cb, NULL), 0);
+	int64_t end = tmo_now_ns() + LIVENESS;
+	while (!atomic_load(&ds.hold_started) && tmo_now_ns() < end)
+		et_sleep_ns(100 * TMO_NSEC_PER_USEC);
+	CHECK(atomic_load(&ds.hold_started));
+	for (int i = 0; i < DUE; i++)
+		CHECK_EQ(arm(e, &due[i], 0, ds_cb, NULL), 0);
+	for (int i = 0; i < FAR; i++)
+		CHECK_EQ(arm(e, &far[i], 10 * SEC, ds_cb, NULL), 0);
+	ds_open(&ds.hold_open);
+	CHECK(ds_wait_started(concurrent ? DUE : 1) >= 1);
+	struct tmo_stats st;
+	CHECK_EQ(tmo_stats(e, &st), 0);
+	int started_before = atomic_load(&ds.started);
+	CHECK_EQ(st.pending, (uint64_t)(DUE + FAR - started_before));
+	if (!concurrent)
+		CHECK_EQ(started_before, 1);
+
+	pthread_t opener;
+	atomic_store(&ds.destroyer_tid, (int)gettid());
+	CHECK_EQ(pthread_create(&opener, NULL, ds_opener, NULL), 0);
+	atomic_store(&ds.destroy_called, 1);
+	CHECK_EQ(tmo_destroy(&e), 0);
+	int in_flight = atomic_load(&ds.in_flight);
+	atomic_store(&ds.after_return, 1);
+	pthread_join(opener, NULL);
+	int threads1 = et_wait_thread_count(threads0, LIVENESS);
+	int started = atomic_load(&ds.started);
+	printf("  destroy: %llu pending, %d callback(s) running; destroy %s; callbacks started "
+	       "during destroy: %d; arms made by the running callback: extra %s, re-arm %s\n",
+	       (unsigned long long)st.pending, started_before,
+	       ds.destroyer_seen_blocked ? "waited" : "was never seen blocked (gate opened at the bound)",
+	       started - started_before, arm_name(ds.rc_extra), arm_name(ds.rc_rearm));
+	CHECK(ds.destroyer_seen_blocked);
+	CHECK_EQ(atomic_load(&ds.first_done), 1);
+	CHECK_EQ(started, started_before); /* nothing started once destroy began */
+	CHECK_EQ(in_flight, 0);            /* it waited for the running ones */
+	CHECK_EQ(atomic_load(&ds.after_return), 1);
+	CHECK_EQ(threads1, threads0);
+	CHECK_EQ(tmo_testing_live_allocs(), live0);
+}
+
+/* ---- 3. misuse from inside a callback -------------------------------------------- */
+
+static struct {
+	struct tmo *e, *other;
+	struct tmo_timer t, t2;
+	int rc_destroy, kept, rc_park_on, rc_park_off, rc_destroy_other, rc_arm;
+	atomic_llong done, t2_fired;
+} mu;
+
+static void misuse_cb(struct tmo_timer *t, void *arg)
+{
+	(void)t;
+	(void)arg;
+	struct tmo *self = mu.e;
+	mu.rc_destroy = tmo_destroy(&self);
+	mu.kept = self == mu.e;
+	mu.rc_park_on = tmo_park(mu.e, 1);
+	mu.rc_park_off = tmo_park(mu.e, 0);
+	mu.rc_destroy_other = tmo_destroy(&mu.other);
+	mu.rc_arm = tmo_arm(mu.e, &mu.t2, 0, count_cb, &mu.t2_fired);
+	atomic_store(&mu.done, 1);
+}
+
+static void test_callback_misuse(void)
+{
+	memset(&mu, 0, sizeof mu);
+	mu.rc_destroy = mu.rc_park_on = mu.rc_park_off = mu.rc_destroy_other = mu.rc_arm = -100;
+	mu.e = new_engine();
+	mu.other = new_engine();
+	if (mu.e == NULL || mu.other == NULL)
+		return;
+	CHECK_EQ(arm(mu.e, &mu.t, 0, misuse_cb, NULL), 0);
+	CHECK(et_wait_ge(&mu.done, 1, LIVENESS));
+	printf("  from its own callback: destroy %s, park(1) %s, park(0) %s; destroy of "
+	       "another engine %s\n",
+	       et_result_name(mu.rc_destroy), et_result_name(mu.rc_park_on),
+	       et_result_name(mu.rc_park_off), arm_name(mu.rc_destroy_other));
+	CHECK_EQ(mu.rc_destroy, TMO_EDEADLK);
+	CHECK_EQ(mu.kept, 1);
+	CHECK_EQ(mu.rc_park_on, TMO_EDEADLK);
+	CHECK_EQ(mu.rc_park_off, TMO_EDEADLK);
+	CHECK_EQ(mu.rc_destroy_other, 0);
+	CHECK(mu.other == NULL);
+	/* still usable: the arm from the callback fires, and so does one from here */
+	CHECK_EQ(mu.rc_arm, 0);
+	CHECK(et_wait_ge(&mu.t2_fired, 1, LIVENESS));
+	CHECK(is_resolved(tmo_cancel(mu.e, &mu.t)));
+	CHECK(is_resolved(tmo_cancel(mu.e, &mu.t2)));
+	CHECK_EQ(arm(mu.e, &mu.t2, MS, count_cb, &mu.t2_fired), 0);
+	CHECK(et_wait_ge(&mu.t2_fired, 2, LIVENESS));
+	CHECK(is_resolved(tmo_cancel(mu.e, &mu.t2)));
+	if (et_ops->caps & TMO_CAP_PARK) {
+		CHECK_EQ(tmo_park(mu.e, 1), 0);
+		CHECK_EQ(tmo_park(mu.e, 0), 0);
+	}
+	struct tmo_stats st;
+	CHECK_EQ(tmo_stats(mu.e, &st), 0);
+	CHECK_EQ(st.fired, 3);
+	CHECK_EQ(st.pending, 0);
+	CHECK_EQ(tmo_destroy(&mu.e), 0);
+}
+
+/* ---- 5. stale identities ---------------------------------------------------------- */
+
+static atomic_llong si_fired;
+
+/* A timer whose last arm was on `old` (already destroyed), used through `e`. */
+static void expect_refused(struct tmo *e, struct tmo_timer *t, const char *what)
+{
+	long long fired0 = atomic_load(&si_fired);
+	int rc_cancel = tmo_cancel(e, t);
+	int rc_arm = tmo_arm(e, t, 0, count_cb, &si_fired);
+	int rc_cancel2 = tmo_cancel(e, t);
+	if (rc_cancel != TMO_EWRONGENGINE || rc_arm != TMO_EWRONGENGINE ||
+	    rc_cancel2 != TMO_EWRONGENGINE)
+		fprintf(stderr, "  %s: cancel %s, arm %s, cancel %s (expected TMO_EWRONGENGINE)\n",
+		        what, et_result_name(rc_cancel), arm_name(rc_arm),
+		        et_result_name(rc_cancel2));
+	CHECK_EQ(rc_cancel, TMO_EWRONGENGINE);
+	CHECK_EQ(rc_arm, TMO_EWRONGENGINE);
+	CHECK_EQ(rc_cancel2, TMO_EWRONGENGINE);
+	if (rc_arm == 0) /* wrongly accepted: resolve it before the timer is reused */
+		tmo_cancel(e, t);
+	CHECK_EQ(atomic_load(&si_fired), fired0);
+	/* re-initialised, the timer works on the new engine */
+	tmo_timer_init(t);
+	CHECK_EQ(arm(e, t, 0, count_cb, &si_fired), 0);
+	CHECK(et_wait_ge(&si_fired, fired0 + 1, LIVENESS));
+	CHECK(is_resolved(tmo_cancel(e, t)));
+}
+
+/* Create an engine of `ops`, trying to get the address `want` (malloc
+ * usually hands back the block just freed). */
+static struct tmo *create_at(const struct tmo_engine_ops *ops, void *want, int *reused)
+{
+	struct tmo *held[16];
+	int nheld = 0;
+	struct tmo *e = NULL;
+	for (int i = 0; i < 16; i++) {
+		int rc = tmo_create_ops(ops, NULL, &e);
+		skip_if_shortage(rc, "create");
+		CHECK_EQ(rc, 0);
+		if (rc != 0 || (void *)e == want || i == 15)
+			break;
+		held[nheld++] = e; /* keep it, so the next create gets another block */
+	}
+	*reused = (void *)e == want;
+	while (nheld > 0)
+		tmo_destroy(&held[--nheld]);
+	return e;
+}
+
+static void test_stale_identity(void)
+{
+	static struct tmo_timer pend, fired;
+	int reuses = 0, tries = 0, reused;
+
+	/* the same kind: pending at destroy, and fired before destroy */
+	tmo_timer_init(&pend);
+	tmo_timer_init(&fired);
+	struct tmo *a = new_engine();
+	if (a == NULL)
+		return;
+	void *addr = a;
+	CHECK_EQ(arm(a, &pend, 60 * SEC, count_cb, &si_fired), 0);
+	CHECK_EQ(arm(a, &fired, 0, count_cb, &si_fired), 0);
+	CHECK(et_wait_ge(&si_fired, 1, LIVENESS));
+	CHECK_EQ(tmo_destroy(&a), 0);
+	struct tmo *b = create_at(et_ops, addr, &reused);
+	if (b == NULL)
+		return;
+	tries++;
+	reuses += reused;
+	expect_refused(b, &pend, "timer pending on a destroyed engine");
+	expect_refused(b, &fired, "timer fired on a destroyed engine");
+	CHECK_EQ(tmo_destroy(&b), 0);
+
+	/* another kind first, then this one (the wheel-then-posix) */
+	for (const struct tmo_engine_ops *const *o = tmo_engines(); *o != NULL; o++) {
+		if (*o == et_ops)
+			continue;
+		struct tmo *y = NULL;
+		int rc = tmo_create_ops(*o, NULL, &y);
+		if (rc == TMO_EAGAIN) {
+			printf("  stale identity: engine %s refused create (TMO_EAGAIN): skipped\n",
+			       (*o)->name);
+			continue;
+		}
+		CHECK_EQ(rc, 0);
+		if (rc != 0)
+			continue;
+		tmo_timer_init(&pend);
+		rc = tmo_arm(y, &pend, 60 * SEC, count_cb, &si_fired);
+		if (rc == TMO_EAGAIN) {
+			tmo_destroy(&y);
+			continue;
+		}
+		CHECK_EQ(rc, 0);
+		addr = y;
+		CHECK_EQ(tmo_destroy(&y), 0);
+		struct tmo *x = create_at(et_ops, addr, &reused);
+		if (x == NULL)
+			return;
+		tries++;
+		reuses += reused;
+		char what[96];
+		snprintf(what, sizeof what, "timer pending on a destroyed %s engine", (*o)->name);
+		expect_refused(x, &pend, what);
+		CHECK_EQ(tmo_destroy(&x), 0);
+	}
+	printf("  stale identity: the new engine reused the old one's address in %d of %d "
+	       "cases\n", reuses, tries);
+}
+
+/* ---- main ---------------------------------------------------------------------------- */
+
+static const char *only;
+
+static void run_case(void (*fn)(void), const char *name, int seconds)
+{
+	if (only != NULL && strcmp(name, only) != 0)
+		return;
+	current_case = name;
+	alarm((unsigned)seconds);
+	int before = tmo_test_failures;
+	fn();
+	alarm(0);
+	printf("%s %s\n", tmo_test_failures == before ? "PASS" : "FAIL", name);
+	fflush(stdout);
+}
+#define CASE(fn, seconds) run_case(fn, #fn, seconds)
+
+int main(int argc, char **argv)
+{
+	et_init(argc, argv, "engine_lifecycle");
+	only = argc > 2 ? argv[2] : NULL;
+	signal(SIGALRM, on_alarm);
+	raise_sigpending();
+	CASE(test_fork, 60);
+	CASE(test_fork_busy, 60);
+	CASE(test_fork_in_callback, 60);
+	CASE(test_destroy, 60);
+	CASE(test_callback_misuse, 30);
+	CASE(test_stale_identity, 60);
+	return TEST_EXIT();
+}
