@@ -135,12 +135,6 @@ static inline struct tmo_timer *timer_of(struct tmo_heap_node *n)
 
 static bool on_timer_thread(const struct tmo *e) { return tmo__thread_engine == e; }
 
-/* After fork() the core marks every inherited engine with TMO__FORKED_ID. */
-static bool in_forked_child(const struct tmo *e)
-{
-	return __atomic_load_n(&e->base.id, __ATOMIC_RELAXED) == TMO__FORKED_ID;
-}
-
 /* The park hook; called with e->m held, returns with it still held. */
 static void park_point(struct tmo *e)
 {
@@ -190,11 +184,7 @@ static void *timer_thread(void *arg)
 			void *cb_arg = t->arg;
 			pthread_mutex_unlock(&e->m);
 			cb(t, cb_arg);
-			/* The callback forked and this is the child's copy of the
-			 * thread: end it here, touching nothing (another parent
-			 * thread may have held the mutex at the fork). */
-			if (in_forked_child(e))
-				pthread_exit(NULL);
+			tmo__end_if_forked(e);
 			pthread_mutex_lock(&e->m);
 			e->running = NULL;
 			e->run_gen++;

@@ -206,12 +206,6 @@ static void unlink_rec(struct tmo *e, struct lev_rec *r)
 		r->next->prev = r->prev;
 }
 
-/* After fork() the core marks every inherited engine with TMO__FORKED_ID. */
-static bool in_forked_child(const struct tmo *e)
-{
-	return __atomic_load_n(&e->base.id, __ATOMIC_RELAXED) == TMO__FORKED_ID;
-}
-
 /* ---- calls into libevent without the engine mutex ------------------------ */
 
 /* Entered with m held (so the fork handler, which takes m, sees the count),
@@ -282,11 +276,7 @@ static void lev_fire(evutil_socket_t fd, short what, void *arg)
 	pthread_mutex_unlock(&e->m);
 
 	cb(t, cb_arg); /* may free t: not touched again */
-	/* The callback forked and this is the child's copy of the thread: end
-	 * it here, before it touches the inherited base or a lock another
-	 * parent thread may have held. */
-	if (in_forked_child(e))
-		pthread_exit(NULL);
+	tmo__end_if_forked(e);
 
 	pthread_mutex_lock(&e->m);
 	e->running = NULL;

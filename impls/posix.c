@@ -180,12 +180,6 @@ static inline struct px_slot *slot_at(struct tmo *e, uint32_t i)
 	return &e->dir[i >> PX_CHUNK_SHIFT][i & (PX_CHUNK - 1)];
 }
 
-/* After fork() the core marks every inherited engine with TMO__FORKED_ID. */
-static inline bool in_forked_child(const struct tmo *e)
-{
-	return __atomic_load_n(&e->base.id, __ATOMIC_RELAXED) == TMO__FORKED_ID;
-}
-
 static inline uint64_t mkword(uint32_t gen, enum px_state s) { return (uint64_t)gen << 8 | s; }
 static inline uint32_t word_gen(uint64_t w) { return (uint32_t)(w >> 8) & PX_GEN_MASK; }
 static inline uint64_t mkref(uint32_t gen, uint32_t idx) { return (uint64_t)gen << 33 | idx; }
@@ -310,10 +304,7 @@ static void px_fire(struct tmo *e, uint64_t v)
 	atomic_store_explicit(&priv(t)->ref, mkref(gen, idx) | PX_FIRED_BIT, memory_order_release);
 	atomic_store(&e->running, t);
 	cb(t, arg); /* may free t: not touched again */
-	/* The callback forked and this is the child's copy of the thread: end
-	 * it here, before it runs anything else of the parent's. */
-	if (in_forked_child(e))
-		pthread_exit(NULL);
+	tmo__end_if_forked(e);
 	atomic_store(&e->running, NULL);
 	atomic_store(&s->word, mkword(gen, S_DONE));
 	/* Waiters increment `waiters` before they test the state (seq_cst):

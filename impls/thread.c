@@ -506,6 +506,7 @@ static void *rec_thread(void *arg)
 		r->entered_at = tmo_now_ns();
 		atomic_store_explicit(&r->entered, true, memory_order_release);
 		cb(t, cb_arg); /* may free or re-arm t: not touched again */
+		tmo__end_if_forked(e);
 		cur_rec = NULL;
 		pthread_mutex_lock(&e->m);
 		set_in(e, r, IN_NONE); /* if nobody took it out of `entering` */

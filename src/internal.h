@@ -75,6 +75,24 @@ static inline struct timespec tmo__ts_from_ns(int64_t ns)
  * scope on an engine whose callbacks are serialized on this thread. */
 extern _Thread_local struct tmo *tmo__thread_engine;
 
+/* 1 in a child after fork() for every engine inherited from the parent. */
+static inline int tmo__forked(const struct tmo *e)
+{
+	return __atomic_load_n(&((const struct tmo_base *)(const void *)e)->id, __ATOMIC_RELAXED) ==
+	       TMO__FORKED_ID;
+}
+
+/* After a callback returns on an engine's thread: when the callback forked
+ * and this is the child's copy of the thread (the child's only thread), it
+ * ends here, touching nothing of the engine (a parent thread may have held
+ * any of its locks at the fork); the child exits 0 as when its last thread
+ * exits. */
+static inline void tmo__end_if_forked(const struct tmo *e)
+{
+	if (__builtin_expect(tmo__forked(e), 0))
+		pthread_exit(NULL);
+}
+
 /* A condition variable on CLOCK_MONOTONIC. Returns 0 or TMO_ESYS. */
 int tmo__cond_init_monotonic(pthread_cond_t *cv);
 

@@ -139,11 +139,7 @@ static void live_remove(struct tmo *e)
 	pthread_mutex_unlock(&live_lock);
 }
 
-static int forked(const struct tmo *e)
-{
-	return __atomic_load_n(&((const struct tmo_base *)(const void *)e)->id, __ATOMIC_RELAXED) ==
-	       TMO__FORKED_ID;
-}
+static int forked(const struct tmo *e) { return tmo__forked(e); }
 
 uint64_t tmo_id(const struct tmo *e)
 {

@@ -80,6 +80,15 @@
  * when the callback returns, and with it the child (exit status 0, as when
  * a process's last thread exits); exec or _exit in the child instead.
  * Per engine, what the child's tmo_destroy frees:
+ *   thread    fork() first takes every thread engine's mutex; the child's
+ *             destroy frees the records (their threads do not exist
+ *             there: nothing is joined), never the inherited mutex and
+ *             condition variables.
+ *   mpsc,     nothing is taken at fork (arm and cancel hold no lock the
+ *   wheel     child could need); the child's destroy unmaps the node
+ *             arena and frees records, bases and the timer thread's
+ *             arrays, waiting on no lock: an arm or cancel another parent
+ *             thread was inside at the fork leaves nothing the child uses.
  *   condvar   fork() first takes every condvar engine's mutex (no heap
  *             is mid-update at the fork); the child's destroy frees the
  *             engine and its heap array (the array is left only if the

@@ -472,6 +472,7 @@ static void fire(struct tmo *e, struct due *d)
 	                      memory_order_release);
 	atomic_fetch_add_explicit(&e->fired, 1, memory_order_relaxed);
 	cb(t, arg);
+	tmo__end_if_forked(e);
 	atomic_store_explicit(&e->running, NULL, memory_order_release);
 	atomic_store_explicit(&n->state, lf_st(d->gen, LF_FREE), memory_order_release);
 	lf_ec_wake(&e->done_ec); /* after that store: a cancel waiting on FIRING wakes */
