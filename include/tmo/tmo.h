@@ -147,7 +147,10 @@ enum tmo_error {
 	                          first arm was there; tmo_timer_init() frees
 	                          it for another engine once resolved) */
 	TMO_ENOMEM = -7,       /* out of memory */
-	TMO_EAGAIN = -8,       /* out of threads or kernel timers */
+	TMO_EAGAIN = -8,       /* out of a bounded resource: threads, kernel
+	                          timers, or (mpsc, wheel) the nodes or inbox
+	                          backlog a lock-free engine allows; nothing was
+	                          armed, and asking again later may succeed */
 	TMO_ENOENGINE = -9,    /* no engine of that name */
 	TMO_ENULLENGINE = -10, /* engine handle is NULL (never created, or
 	                          already destroyed through tmo_destroy) */
@@ -219,9 +222,11 @@ void tmo_timer_init(struct tmo_timer *t);
 
 /* Capabilities: what an engine does beyond, or short of, the base contract. */
 enum tmo_cap {
-	/* arm and cancel never take a lock the timer thread holds while it runs
-	 * its loop (progress scenario: they proceed while the timer thread is
-	 * parked) */
+	/* arm and cancel never wait for the timer thread or a callback: they
+	 * take no lock the timer thread holds while it runs its loop or a
+	 * callback, and where a bound is reached they answer TMO_EAGAIN at once
+	 * rather than wait (progress scenario: they proceed while the timer
+	 * thread is parked, and while a callback blocks) */
 	TMO_CAP_LOCKFREE_ARM = 1u << 0,
 	/* arm and cancel make no system call unless a wake-up is needed */
 	TMO_CAP_NO_SYSCALL = 1u << 1,

@@ -20,6 +20,9 @@
  * The timer thread owns one base of its own (the heap, or a wheel) for what
  * it steals, what the inbox brings and what callbacks arm; it collects due
  * nodes from every base, sorts them by deadline and runs the callbacks.
+ * An owner that spills an arm due within LF_SOON_NS hands it to the timer
+ * thread instead (its base's soon list, taken without the lock), so a due
+ * timer never waits behind a base lock held by a preempted owner.
  *
  * Exactly once: every arm has a node; the node's state word (generation <<
  * 26 | state) has exactly one winner among cancel, steal, spill and fire:
@@ -60,7 +63,13 @@
  *
  * Synchronization: as in include/tmo/tmo.h.  arm and cancel never wait for
  * the timer thread or a callback (TMO_CAP_LOCKFREE_ARM): bases are taken
- * with trylock only, and a busy base sends the node through the inbox.
+ * with trylock only (a busy base gets the node on its lock-free tofile
+ * stack, filed by the lock's next holder; a cancel of a node filed in
+ * another thread's base goes on that base's cancel stack); free nodes come
+ * from the thread's cache or the lock-free depot; only a producer that
+ * grows the pool takes a mutex, which no timer thread or callback holds.
+ * Flow control without waiting: past a bound (pool.c, and mpsc's inbox
+ * backlog, arm.c) arm answers TMO_EAGAIN at once.
  */
 #ifndef TMO_LF_H
 #define TMO_LF_H
