@@ -671,18 +671,22 @@ static int throughput_run(const struct tmo_run *run)
 
 const struct tmo_scenario tmo_scenario_throughput = {
 	"throughput",
-	"seed benchmark (arm+cancel a 1 s timeout around an empty block), threads, cross-thread, "
-	"1e3..1e6 live timers, vs an in-run CAS floor",
+	"seed benchmark (arm+cancel a 1 s timeout around an empty block), threads, timers held "
+	"1 ms, cross-thread, 1e3..1e6 live timers, vs an in-run CAS floor",
 	0,
 	throughput_run,
 	.params = "Seed benchmark: 20 rounds of 10,000 arm+cancel pairs (--quick: 5 of 2,000; "
 	          "thread engine 1,000 / 100) on one thread, beside the loop's own cost and an "
 	          "uncontended CAS pair measured in the same rounds; 1..--threads threads each "
-	          "arming its own timer (min-time runs of 0.3 s, 0.03 s --quick, median of 5 / "
-	          "3); cross-thread cancel (2 threads); the seed loop with 1e3, 1e5, 1e6 other "
-	          "timers live (thread engine: 1e3 only). --seed draws the live timers' timeouts. "
-	          "A benchmark: speed is reported and compared in the targets table, never a "
-	          "failure.",
-	.fails_when = "an arm fails, a cancel of the pending 1 s timeout does not return PREVENTED, a "
-	              "callback runs, or Google Benchmark stops a benchmark with an error.",
+	          "arming its own timer, and 1..--threads threads each cancelling its arms ~1 ms "
+	          "after making them (min-time runs of 0.3 s, 0.03 s --quick, median of 5 / 3); "
+	          "cross-thread cancel (2 threads); the seed loop with 1e3, 1e5, 1e6 other timers "
+	          "live (thread engine: 1e3 only). --repeat=N: all of it on N fresh engine "
+	          "instances, each figure's median and (stat=min, stat=max) its spread. --seed "
+	          "draws the live timers' timeouts. An arm refused with TMO_EAGAIN is asked again "
+	          "(arms_refused counts them). A benchmark: speed is reported and compared in the "
+	          "targets table, never a failure.",
+	.fails_when = "an arm fails (other than a capacity refusal that clears within 10 s), a "
+	              "cancel of the pending 1 s timeout does not return PREVENTED, a callback "
+	              "runs, or Google Benchmark stops a benchmark with an error.",
 };
