@@ -595,22 +595,36 @@ static inline __attribute__((always_inline)) int arm_fast(struct tmo *e, struct 
 	return 0;
 }
 
-/* Arms dated by the TSC (mpsc always; the wheel while ticks are late). */
-static __attribute__((noinline)) int arm_fast_precise(struct tmo *e, struct tmo_timer *t,
-                                                      int64_t timeout_ns, tmo_callback *cb,
-                                                      void *arg, uint64_t tw)
+/* A wheel arm the tick word sends off the coarse path: precise dating
+ * (ticks late), or anything arm_general handles. */
+static __attribute__((noinline)) int arm_other(struct tmo *e, struct tmo_timer *t,
+                                               int64_t timeout_ns, tmo_callback *cb, void *arg,
+                                               uint64_t tw)
 {
+	if (tls_hot.id == e->base.id && (tw & (LF_TW_SLEEPING | LF_TW_FENCE)) == 0 && lf_use_tsc)
+		return arm_fast(e, t, timeout_ns, cb, arg, tw, 1);
+	return arm_general(e, t, timeout_ns, cb, arg);
+}
+
+/* mpsc's arm: dated by the TSC always. */
+int lf_arm_precise(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
+                   void *arg)
+{
+	uint64_t tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
+	if (LF_UNLIKELY(tls_hot.id != e->base.id || (tw & (LF_TW_SLEEPING | LF_TW_FENCE)) != 0 ||
+	                !lf_use_tsc))
+		return arm_general(e, t, timeout_ns, cb, arg);
 	return arm_fast(e, t, timeout_ns, cb, arg, tw, 1);
 }
 
-int lf_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb, void *arg)
+/* The wheel's arm: dated by the published tick unless it says precise. */
+int lf_arm_ticked(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
+                  void *arg)
 {
 	uint64_t tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
-	if (LF_UNLIKELY(tls_hot.id != e->base.id || (tw & (LF_TW_SLEEPING | LF_TW_FENCE)) != 0))
-		return arm_general(e, t, timeout_ns, cb, arg);
-	if (tw & LF_TW_PRECISE)
-		return lf_use_tsc ? arm_fast_precise(e, t, timeout_ns, cb, arg, tw)
-		                  : arm_general(e, t, timeout_ns, cb, arg);
+	if (LF_UNLIKELY(tls_hot.id != e->base.id ||
+	                (tw & (LF_TW_SLEEPING | LF_TW_FENCE | LF_TW_PRECISE)) != 0))
+		return arm_other(e, t, timeout_ns, cb, arg, tw);
 	return arm_fast(e, t, timeout_ns, cb, arg, tw, 0);
 }
 
@@ -788,12 +802,6 @@ static __attribute__((noinline)) int cancel_ring_other(struct tmo *e, uint64_t w
 	return TMO_CANCEL_PREVENTED;
 }
 
-static __attribute__((noinline)) int cancel_spill(struct tmo *e, struct lf_rec *r)
-{
-	lf_cache_spill(e, r);
-	return TMO_CANCEL_PREVENTED;
-}
-
 /* The fast path: the arm is still in a ring, and it is the last arm of
  * this thread's hot record. */
 int lf_cancel(struct tmo *e, struct tmo_timer *t)
@@ -819,12 +827,15 @@ int lf_cancel(struct tmo *e, struct tmo_timer *t)
 	             (LF_RING_SLOTS - 1);
 	if (LF_UNLIKELY(atomic_load_explicit(&r->ring[k], memory_order_relaxed) != w))
 		return cancel_ring_other(e, w, n);
-	/* from our own ring: it never left this thread */
+	/* from our own ring: it never left this thread.  Its node goes back
+	 * to the cache it came from unchecked: the cache is at most
+	 * LF_CACHE_MAX after any other path, and only the arms still in the
+	 * ring come back this way, so it never exceeds LF_CACHE_MAX +
+	 * LF_RING_SLOTS. */
 	atomic_store_explicit(&r->ring[k], 0, memory_order_relaxed);
 	bump(&r->prevented);
 	n->free_next = r->cache;
 	r->cache = n;
-	if (LF_UNLIKELY(++r->cache_n > LF_CACHE_MAX))
-		return cancel_spill(e, r);
+	r->cache_n++;
 	return TMO_CANCEL_PREVENTED;
 }

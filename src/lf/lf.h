@@ -464,7 +464,12 @@ void lf_wake_for(struct tmo *e, int64_t deadline_lower);
 
 /* ---- arm.c ------------------------------------------------------------------- */
 
-int lf_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb, void *arg);
+/* arm: mpsc's (every arm dated by the TSC) and the wheel's (dated by the
+ * published tick unless it says precise). */
+int lf_arm_precise(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
+                   void *arg);
+int lf_arm_ticked(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
+                  void *arg);
 int lf_cancel(struct tmo *e, struct tmo_timer *t);
 struct lf_rec *lf_rec_new(struct tmo *e);
 void lf_recs_free(struct tmo *e);
