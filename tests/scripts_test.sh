@@ -215,7 +215,7 @@ scale_plan)
   plan() { "$root/scripts/scale" --harness="$fake" --plan "$@" >"$dir/out" 2>&1; rc=$?; cat "$dir/out"; }
   plan --max=5 --quick
   [ "$rc" -eq 0 ] || fail "--plan: exit $rc"
-  grep -q "^scale: condvar, wheel: threads 1,2,4,5; 3 fresh instances" "$dir/out" ||
+  grep -q "^scale: condvar, wheel: threads 1,2,4,5; 3 fresh instance(s)" "$dir/out" ||
     fail "default engines or thread counts (want condvar and wheel, not posix or thread; 1,2,4,5)"
   plan --max=16
   [ "$rc" -eq 0 ] || fail "16 threads: exit $rc"

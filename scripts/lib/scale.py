@@ -35,10 +35,12 @@ from scale_report import CASES, PROG, WANTED_THREADS, say, summarize  # noqa: E4
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # What a run costs, for the plan, in seconds.  Measured on the 2-core
-# development machine at load average 4: one throughput benchmark of 5
-# min-time repetitions of 0.3 s takes 3.5 s with Google Benchmark's
-# iteration estimate (3 of 0.03 s with --quick: 0.2 s); the figure does not
-# depend on the thread count (the repetitions run on the wall clock).
+# development machine: one throughput benchmark of 5 min-time repetitions
+# of 0.3 s takes 2.2 s (load average 2) to 3.5 s (load 4) with Google
+# Benchmark's iteration estimate, 3 of 0.03 s with --quick 0.2 s; it does
+# not depend on the thread count (the repetitions run on the wall clock).
+# The plan takes the slow figure; sustain then gets whatever throughput
+# left of the budget (measure()).
 COST = {
     False: {"bench": 3.5, "instance": 1.0, "sustain_base": 60.0, "sustain_min": 5.0,
             "sustain_max": 60.0},
@@ -179,7 +181,7 @@ def fit(plan, repeat_given, sustain_given):
         tp, su = estimate(e, counts, r, plan["quick"], d)
         if d >= c["sustain_min"] and tp + su <= room:
             if r != plan["repeat"]:
-                say("--budget-s=%g: %d fresh instances per engine instead of %d" % (
+                say("--budget-s=%g: %d fresh instance(s) per engine instead of %d" % (
                     budget, r, plan["repeat"]))
             plan["repeat"], plan["sustain_s"] = r, round(d, 1)
             plan["estimate_s"] = round(tp + su)
@@ -380,7 +382,7 @@ def main(argv):
     plan["n_runs"] = len(chosen) * (1 + len(counts))
     d = os.path.abspath(a.out or os.path.join(ROOT, "results", "scale-%d%s" % (
         n, "-quick" if a.quick else "")))
-    say("%s: threads %s; %d fresh instances per engine%s; sustain %g s per run; %d runs, "
+    say("%s: threads %s; %d fresh instance(s) per engine%s; sustain %g s per run; %d runs, "
         "about %d s (budget %g s) -> %s" % (
             ", ".join(chosen), ",".join(map(str, counts)), plan["repeat"],
             " (--quick)" if a.quick else "", plan["sustain_s"], plan["n_runs"],

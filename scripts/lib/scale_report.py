@@ -323,7 +323,7 @@ def draw(d, plan, rows):
             nrows = (len(engines) + ncols - 1) // ncols
             tics = ",".join(str(t) for t in plan["threads"])
             body = ["set multiplot layout %d,%d title 'Aggregate arm+cancel pairs/s at N threads "
-                    "/ at 1 thread (median of %d fresh instances, bars: min-max; dashed: ideal)'"
+                    "/ at 1 thread (median of %d fresh instance(s), bars: min-max; dashed: ideal)'"
                     % (nrows, ncols, plan["repeat"]),
                     "set xlabel 'threads'", "set ylabel 'x one thread'",
                     "set xrange [0.5:%g]" % (n + 0.5), "set xtics (%s)" % tics,
@@ -464,11 +464,12 @@ def write_readme(d, plan, rows, chk, harness_commits, plots_ok):
             "- **Threads:** %s" % ", ".join(str(t) for t in plan["threads"]),
             "- **throughput** (one harness process per engine, `--threads=%d "
             "--repeat=%d`): each thread count's figure is the median over %d fresh engine "
-            "instances of each instance's median of %s min-time repetitions; `seed` arms and "
+            "instance%s of each instance's median of %s min-time repetitions; `seed` arms and "
             "cancels one 1 s timeout per iteration, `held` keeps each timer armed about 1 ms "
             "before cancelling it.  `--benchmark_filter=%s` keeps those two cases at those "
             "thread counts; TMO_TEST_SCALE=%s only shrinks what the filter leaves out (the "
             "live-timer arms)." % (n, plan["repeat"], plan["repeat"],
+                                  "" if plan["repeat"] == 1 else "s",
                                   "3 of 0.03 s" if plan["quick"] else "5 of 0.3 s",
                                   plan["filter"], plan["throughput_scale"]),
             "- **sustain** (one harness process per engine and thread count): %g s of "
