@@ -1,10 +1,14 @@
 # The scripts: packages (scripts/deps, scripts/ensure-deps), comparing runs
-# (scripts/compare), plots and REPORT.md (scripts/plot), and the hosted-CI
-# workflow (.github/workflows/ci.yml).  tests/scripts_test.sh, one ctest
-# per case; tests/check_workflow.py for the workflow.
-foreach(case deps_nonroot deps_root deps_installed deps_one_list compare plot_report)
+# (scripts/compare), plots and REPORT.md (scripts/plot), thread scaling
+# (scripts/scale: scale_quick through this build's harness, the others
+# through tests/fixtures/scale_fake_harness.py), and the hosted-CI workflow
+# (.github/workflows/ci.yml).  tests/scripts_test.sh, one ctest per case;
+# tests/check_workflow.py for the workflow.
+foreach(case deps_nonroot deps_root deps_installed deps_one_list compare plot_report
+        scale_quick scale_plan scale_catches)
   add_test(NAME scripts/${case}
-           COMMAND bash ${PROJECT_SOURCE_DIR}/tests/scripts_test.sh ${PROJECT_SOURCE_DIR} ${case})
+           COMMAND bash ${PROJECT_SOURCE_DIR}/tests/scripts_test.sh ${PROJECT_SOURCE_DIR} ${case}
+                   $<TARGET_FILE:tmo-harness>)
   set_tests_properties(scripts/${case} PROPERTIES TIMEOUT ${TMO_TEST_TIMEOUT})
 endforeach()
 

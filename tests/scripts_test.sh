@@ -22,9 +22,31 @@
 #                    machine, runs, figures, targets, violations and each
 #                    plot inline; without the CSV the instructions plot is
 #                    skipped and REPORT.md says why
+#   scale_quick      scripts/scale --quick --max=2 through the real harness
+#                    (HARNESS, the build's tmo-harness): exit 0, or 1 with
+#                    each run's violations as its verdict; every
+#                    engine x case x thread count in summary.csv once, ratio
+#                    1 at one thread and median / 1-thread median elsewhere,
+#                    min <= median <= max, each figure the one in the run's
+#                    JSON, sustain's limit the scenario's; Google Benchmark
+#                    ran only the chosen benchmarks; plots, README.md
+#                    (command, tables, the 16-core note, each run's load
+#                    average), machine and commit in summary.json
+#   scale_plan       scripts/scale --plan with a stand-in harness
+#                    (tests/fixtures/scale_fake_harness.py): the default
+#                    engines (lockfree-arm and no-syscall, and condvar) and
+#                    thread counts, a 16-thread plan inside the default
+#                    budget, a budget too small refused, bad options exit 2
+#   scale_catches    the stand-in unbroken: exit 0, the thread counts the
+#                    filter chose; then each SCALE_PLANT (a row dropped, a
+#                    null figure, min above the median, a run at the wrong
+#                    thread count, a violation, a crash, a run past the
+#                    budget) makes scripts/scale exit 1 naming it on stderr,
+#                    in README.md and in summary.json
 set -uo pipefail
-root=${1:?usage: scripts_test.sh ROOT CASE}
-case=${2:?usage: scripts_test.sh ROOT CASE}
+root=${1:?usage: scripts_test.sh ROOT CASE [HARNESS]}
+case=${2:?usage: scripts_test.sh ROOT CASE [HARNESS]}
+harness=${3:-}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 fail() { echo "FAIL [$case]: $*" >&2; exit 1; }
@@ -161,6 +183,91 @@ plot_report)
   "$root/scripts/plot" "$dir/b" >"$dir/out" 2>&1 || fail "scripts/plot failed with instructions.csv"
   [ -s "$dir/b/plots/instructions.svg" ] || fail "no instructions plot"
   grep -qF "(plots/instructions.svg)" "$dir/b/REPORT.md" || fail "REPORT.md does not show the instructions plot"
+  ;;
+scale_quick)
+  [ -x "$harness" ] || fail "no harness binary '$harness'"
+  "$root/scripts/scale" --harness="$harness" --quick --max=2 --sustain-s=1 --impl=condvar,wheel \
+    --out="$dir/s" >"$dir/out" 2>&1
+  rc=$?
+  cat "$dir/out"
+  # 1 only for violations the harness reported (scale_check.py holds it to that).
+  [ "$rc" -eq 0 ] || [ "$rc" -eq 1 ] || fail "exit $rc, want 0 (or 1 for the engines' violations)"
+  for f in README.md summary.csv summary.json runs/plan.json plots/scaling.png plots/scaling.svg \
+           plots/sustain.png plots/sustain.svg runs/throughput-condvar.json runs/throughput-wheel.json \
+           runs/sustain-condvar-t1.json runs/sustain-wheel-t2.json runs/sustain-wheel-t2.log; do
+    [ -s "$dir/s/$f" ] || fail "no $f"
+  done
+  /usr/bin/python3 "$root/tests/scale_check.py" "$dir/s" condvar,wheel 1,2 "$(nproc)" "$rc" ||
+    fail "the summary does not match the runs"
+  grep -q '^\*\*A 16-core run is still wanted\.\*\* This run went up to 2 threads' "$dir/s/README.md" ||
+    fail "README.md: no 16-core note"
+  grep -qF -- "scripts/scale --harness=$harness --quick --max=2" "$dir/s/README.md" ||
+    fail "README.md: no command"
+  grep -q '^| condvar | seed | 1.00x | [0-9.]*x |$' "$dir/s/README.md" || fail "README.md: no ratio table"
+  grep -q '^| condvar | [0-9.]* [KM]*i*B / 704 KiB | [0-9.]* [KM]*i*B / 896 KiB |$' "$dir/s/README.md" ||
+    fail "README.md: no sustain table"
+  grep -qF '![scaling](plots/scaling.svg)' "$dir/s/README.md" || fail "README.md: no scaling plot"
+  grep -q '^| `sustain-condvar-t2` | 0 | [0-9.]* | [0-9.]* | [0-9.]* |$' "$dir/s/README.md" ||
+    fail "README.md: no load average per run"
+  ;;
+scale_plan)
+  fake=$root/tests/fixtures/scale_fake_harness.py
+  plan() { "$root/scripts/scale" --harness="$fake" --plan "$@" >"$dir/out" 2>&1; rc=$?; cat "$dir/out"; }
+  plan --max=5 --quick
+  [ "$rc" -eq 0 ] || fail "--plan: exit $rc"
+  grep -q "^scale: condvar, wheel: threads 1,2,4,5; 3 fresh instance(s)" "$dir/out" ||
+    fail "default engines or thread counts (want condvar and wheel, not posix or thread; 1,2,4,5)"
+  plan --max=16
+  [ "$rc" -eq 0 ] || fail "16 threads: exit $rc"
+  s=$(sed -n 's/.* runs, about \([0-9]*\) s (budget 480 s).*/\1/p' "$dir/out")
+  [ -n "$s" ] && [ "$s" -le 480 ] || fail "16 threads: the plan does not fit the default budget"
+  plan --max=16 --budget-s=60
+  [ "$rc" -eq 2 ] || fail "a budget too small: exit $rc, want 2"
+  grep -q "^scale: --budget-s=60 is too small: .* raise --budget-s to [0-9]*" "$dir/out" ||
+    fail "a budget too small: no message"
+  for bad in "--max=0|want 1..256" "--impl=wheel,nosuch|unknown engine 'nosuch'" \
+             "--quick --sustain-s=9|--sustain-s=9: want 1..5 with --quick" "--repeat=0|want 1..100" \
+             "--budget-s=0|want a positive" "--nosuch|bad command line"; do
+    plan ${bad%%|*}
+    [ "$rc" -eq 2 ] || fail "${bad%%|*}: exit $rc, want 2"
+    grep -qF -- "${bad#*|}" "$dir/out" || fail "${bad%%|*}: no message '${bad#*|}'"
+  done
+  "$root/scripts/scale" --harness="$dir/none" --plan >"$dir/out" 2>&1
+  rc=$?
+  [ "$rc" -eq 2 ] && grep -q "not an executable" "$dir/out" || fail "a missing harness: exit $rc, want 2"
+  ;;
+scale_catches)
+  fake=$root/tests/fixtures/scale_fake_harness.py
+  scale() {
+    "$root/scripts/scale" --harness="$fake" --quick --sustain-s=1 --out="$dir/s" "$@" \
+      >"$dir/out" 2>"$dir/err"
+    rc=$?
+    cat "$dir/out" "$dir/err"
+  }
+  scale --max=5
+  [ "$rc" -eq 0 ] || fail "the stand-in, unbroken: exit $rc, want 0"
+  [ "$(cut -d, -f3 "$dir/s/summary.csv" | sort -u | tr '\n' ' ')" = "1 2 4 5 threads " ] ||
+    fail "thread counts in summary.csv: want 1 2 4 5"
+  while IFS='|' read -r plant engine msg; do
+    SCALE_PLANT=$plant scale --max=2 --impl="$engine"
+    [ "$rc" -eq 1 ] || fail "SCALE_PLANT=$plant: exit $rc, want 1"
+    grep -qF -- "$msg" "$dir/err" || fail "SCALE_PLANT=$plant: stderr does not say '$msg'"
+    grep -qF -- "$msg" "$dir/s/README.md" || fail "SCALE_PLANT=$plant: README.md does not say '$msg'"
+    grep -qF -- "$msg" "$dir/s/summary.json" || fail "SCALE_PLANT=$plant: summary.json does not say it"
+  done <<'PLANTS'
+drop-row|wheel|throughput/wheel held threads=2: no held_pairs_per_s row in runs/throughput-wheel.json
+null-row|condvar|throughput/condvar seed threads=1: ops_per_s is null, not a rate
+minmax|wheel|throughput/wheel seed threads=2: min 41,786,427, median 34,822,023, max 38,304,225 are out of order
+threads|wheel|sustain/wheel threads=2: runs/sustain-wheel-t2.json was run with --threads=1, not 2
+violation|wheel|sustain/wheel threads=2: 1 violation: the engine held 921600 bytes at its peak
+crash|condvar|throughput/condvar: no results file runs/throughput-condvar.json (harness exit -11;
+PLANTS
+  t0=$SECONDS
+  SCALE_PLANT=hang scale --max=1 --impl=wheel --repeat=1 --budget-s=4
+  [ "$rc" -eq 1 ] || fail "past the budget: exit $rc, want 1"
+  grep -qF "sustain/wheel threads=1: stopped when the budget ran out (--budget-s=4)" "$dir/err" ||
+    fail "past the budget: not named"
+  [ $((SECONDS - t0)) -lt 20 ] || fail "past the budget: took $((SECONDS - t0)) s"
   ;;
 *) fail "unknown case" ;;
 esac
