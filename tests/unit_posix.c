@@ -435,8 +435,10 @@ static void test_park_holds_nothing(void)
 		ok += tmo_cancel(e, &others[i].t) == TMO_CANCEL_PREVENTED;
 	}
 	int64_t took = tmo_now_ns() - t0;
+	/* All 400 returned while the thread stays parked (it is released only
+	 * below): proof that none waited for it.  How long they took is a
+	 * speed, printed below, not asserted. */
 	CHECK_EQ(ok, 400);
-	CHECK(took < 2 * TMO_NSEC_PER_SEC);
 	/* Expired in the kernel and queued on the engine thread, but not run:
 	 * the thread is parked. */
 	int64_t end = tmo_now_ns() + 5 * TMO_NSEC_PER_SEC;
