@@ -55,6 +55,27 @@ static int cancel_settled(struct tmo *e, struct tmo_timer *t)
 
 /* The measured cost of an arm+cancel pair (the worst of 3): deadlines that
  * must leave room to arm and cancel many timers first are sized from it. */
+/* tmo_arm, asked again while the engine refuses for capacity (TMO_EAGAIN:
+ * mpsc's flow control, while its timer thread, starved on a loaded machine,
+ * has not taken back the nodes in transit), as an application would.  A
+ * refusal that outlasts LIVENESS is the engine's failure to recover: it is
+ * returned, and fails the check.  Callbacks arm with tmo_arm itself (a wait
+ * there would hold up the very thread that recycles). */
+static atomic_llong eagain_retries;
+
+static int arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
+               void *arg)
+{
+	int rc = tmo_arm(e, t, timeout_ns, cb, arg);
+	int64_t end = rc == TMO_EAGAIN ? tmo_now_ns() + LIVENESS : 0;
+	while (rc == TMO_EAGAIN && tmo_now_ns() < end) {
+		atomic_fetch_add(&eagain_retries, 1);
+		et_sleep_ns(100 * US);
+		rc = tmo_arm(e, t, timeout_ns, cb, arg);
+	}
+	return rc;
+}
+
 static void probe_cb(struct tmo_timer *t, void *arg) { (void)t, (void)arg; }
 
 static int64_t pair_cost(struct tmo *e)
@@ -63,7 +84,7 @@ static int64_t pair_cost(struct tmo *e)
 	for (int k = 0; k < 3; k++) {
 		struct tmo_timer probe = TMO_TIMER_INIT;
 		int64_t t0 = tmo_now_ns();
-		CHECK_EQ(tmo_arm(e, &probe, TMO_NSEC_PER_SEC, probe_cb, NULL), 0);
+		CHECK_EQ(arm(e, &probe, TMO_NSEC_PER_SEC, probe_cb, NULL), 0);
 		CHECK_EQ(tmo_cancel(e, &probe), TMO_CANCEL_PREVENTED);
 		int64_t d = tmo_now_ns() - t0;
 		worst = d > worst ? d : worst;
@@ -126,7 +147,7 @@ static void *eo_run(void *arg)
 			default: r->timeout = 50 * MS; break;
 			}
 			r->t_arm = tmo_now_ns();
-			int rc = tmo_arm(w->e, &w->timers[s], r->timeout, eo_cb, r);
+			int rc = arm(w->e, &w->timers[s], r->timeout, eo_cb, r);
 			if (rc != 0) {
 				fprintf(stderr, "worker %d: arm returned %s\n", w->id, tmo_errname(rc));
 				w->arm_errors++;
@@ -268,7 +289,7 @@ static void test_never_early(void)
 		/* the listed values, then random ones with sub-tick offsets */
 		s[i].timeout = i < nb ? base[i] : base[i % nb] + (int64_t)et_below(&rng, 1000);
 		s[i].t_arm = tmo_now_ns();
-		CHECK_EQ(tmo_arm(e, &s[i].t, s[i].timeout, ne_cb, &s[i]), 0);
+		CHECK_EQ(arm(e, &s[i].t, s[i].timeout, ne_cb, &s[i]), 0);
 	}
 	CHECK(et_wait_ge(&ne_count, n, LIVENESS));
 	int early = 0;
@@ -338,7 +359,7 @@ static void test_order(void)
 		int64_t timeout = start + i * gap - before;
 		if (timeout < 0)
 			timeout = 0;
-		CHECK_EQ(tmo_arm(e, &s[i].t, timeout, ord_cb, &s[i]), 0);
+		CHECK_EQ(arm(e, &s[i].t, timeout, ord_cb, &s[i]), 0);
 		s[i].lo = before + timeout;
 		s[i].hi = tmo_now_ns() + timeout;
 	}
@@ -403,7 +424,7 @@ static int cbd_round(int64_t margin, int *wrong)
 	for (int i = 0; i < N; i++) {
 		int64_t timeout = margin + i * 200 * US;
 		deadline[i] = tmo_now_ns() + timeout; /* no later than the engine's */
-		CHECK_EQ(tmo_arm(e, &s[i].t, timeout, cnt_cb, &s[i]), 0);
+		CHECK_EQ(arm(e, &s[i].t, timeout, cnt_cb, &s[i]), 0);
 	}
 	int prevented = 0, in_time = 0;
 	for (int i = 0; i < N; i++) {
@@ -471,7 +492,7 @@ static void test_cancel_after_fire(void)
 	atomic_store(&cnt_total, 0);
 	for (int round = 1; round <= 3; round++) {
 		/* the same timer again after each resolution */
-		CHECK_EQ(tmo_arm(e, &s.t, MS, cnt_cb, &s), 0);
+		CHECK_EQ(arm(e, &s.t, MS, cnt_cb, &s), 0);
 		CHECK(et_wait_ge(&cnt_total, round, LIVENESS));
 		CHECK_EQ(cancel_settled(e, &s.t), TMO_CANCEL_FIRED);
 		CHECK_EQ(atomic_load(&s.fires), round);
@@ -505,7 +526,7 @@ static void test_cancel_self(void)
 	c.e = new_engine();
 	if (!c.e)
 		return;
-	CHECK_EQ(tmo_arm(c.e, &c.t, 0, self_cb, &c), 0);
+	CHECK_EQ(arm(c.e, &c.t, 0, self_cb, &c), 0);
 	CHECK(et_wait_ge(&c.done, 1, LIVENESS));
 	CHECK_EQ(c.rc_cancel, TMO_CANCEL_SELF);
 	CHECK_EQ(cancel_settled(c.e, &c.t), TMO_CANCEL_FIRED);
@@ -517,7 +538,7 @@ static void test_cancel_self(void)
 	atomic_store(&c.done, 0);
 	atomic_store(&c.fires, 0);
 	c.rearm = 1;
-	CHECK_EQ(tmo_arm(c.e, &c.t, 0, self_cb, &c), 0);
+	CHECK_EQ(arm(c.e, &c.t, 0, self_cb, &c), 0);
 	CHECK(et_wait_ge(&c.done, 1, LIVENESS));
 	CHECK_EQ(c.rc_rearm, 0);
 	if (c.rc_cancel == TMO_CANCEL_SELF) {
@@ -570,7 +591,7 @@ static void test_cancel_waits_for_running(void)
 		struct wait_ctx c;
 		memset(&c, 0, sizeof c);
 		c.hold = hold;
-		CHECK_EQ(tmo_arm(e, &c.t, (i % 3) * MS, wait_cb, &c), 0);
+		CHECK_EQ(arm(e, &c.t, (i % 3) * MS, wait_cb, &c), 0);
 		CHECK(et_wait_ge(&c.started, 1, LIVENESS));
 		int64_t t_call = tmo_now_ns();
 		int rc = tmo_cancel(e, &c.t);
@@ -633,7 +654,7 @@ static void test_rearm_in_callback(void)
 		return;
 	c.limit = 5;
 	c.timeout = MS;
-	CHECK_EQ(tmo_arm(c.e, &c.t, MS, rearm_cb, &c), 0);
+	CHECK_EQ(arm(c.e, &c.t, MS, rearm_cb, &c), 0);
 	CHECK(et_wait_ge(&c.fires, 5, LIVENESS));
 	et_sleep_ns(20 * MS); /* a sixth fire, if the engine makes one, shows now */
 	CHECK_EQ(atomic_load(&c.fires), 5);
@@ -665,7 +686,7 @@ static void test_cancel_races_rearm(void)
 		c->limit = 0;
 		/* 0: the callback re-arms as fast as the engine fires */
 		c->timeout = i % 3 == 0 ? 0 : (int64_t)et_below(&rng, 200 * US);
-		CHECK_EQ(tmo_arm(e, &c->t, c->timeout, rearm_cb, c), 0);
+		CHECK_EQ(arm(e, &c->t, c->timeout, rearm_cb, c), 0);
 		et_sleep_ns((int64_t)et_below(&rng, 3 * MS));
 		int rc = tmo_cancel(e, &c->t);
 		/* The callback always re-arms, so once any running callback has
@@ -713,7 +734,7 @@ static int independence_round(int64_t margin, const int *want_cancel, int *wrong
 	int64_t deadline = tmo_now_ns() + margin;
 	for (int i = 0; i < N; i++) {
 		int64_t timeout = deadline - tmo_now_ns();
-		CHECK_EQ(tmo_arm(e, &s[i].t, timeout < 0 ? 0 : timeout, cnt_cb, &s[i]), 0);
+		CHECK_EQ(arm(e, &s[i].t, timeout < 0 ? 0 : timeout, cnt_cb, &s[i]), 0);
 	}
 	int prevented = 0, in_time = 0, late = 0;
 	for (int i = 0; i < N; i++) {
@@ -835,7 +856,7 @@ static void test_free_after_cancel(void)
 		r->id = i;
 		r->payload = 0;
 		static const int64_t choice[] = {0, 20 * US, 300 * US, 100 * MS};
-		CHECK_EQ(tmo_arm(e, &r->t, choice[et_below(&rng, 4)], hr_cb, r), 0);
+		CHECK_EQ(arm(e, &r->t, choice[et_below(&rng, 4)], hr_cb, r), 0);
 		if (et_below(&rng, 4) == 0)
 			et_sleep_ns((int64_t)et_below(&rng, 500 * US));
 		int rc = tmo_cancel(e, &r->t);
@@ -874,7 +895,7 @@ static void test_callback_frees_timer(void)
 		struct heap_rec *r = malloc(sizeof *r);
 		tmo_timer_init(&r->t);
 		r->id = i;
-		CHECK_EQ(tmo_arm(e, &r->t, (int64_t)et_below(&rng, 2 * MS), hr_free_cb, r), 0);
+		CHECK_EQ(arm(e, &r->t, (int64_t)et_below(&rng, 2 * MS), hr_free_cb, r), 0);
 	}
 	CHECK(et_wait_ge(&hr_total, n, LIVENESS));
 	et_sleep_ns(10 * MS);
@@ -931,12 +952,12 @@ static void test_destroy_pending(void)
 	struct et_rng rng;
 	et_rng_seed(&rng, 13);
 	/* a callback that is running when destroy is called */
-	CHECK_EQ(tmo_arm(e, &t[n], 0, dp_slow_cb, NULL), 0);
+	CHECK_EQ(arm(e, &t[n], 0, dp_slow_cb, NULL), 0);
 	for (int i = 0; i < n; i++) {
 		/* a tenth may fire before destroy, the rest are pending */
 		int64_t to = i % 10 == 0 ? (int64_t)et_below(&rng, 2 * MS)
 		                         : TMO_NSEC_PER_SEC + (int64_t)et_below(&rng, 10 * TMO_NSEC_PER_SEC);
-		CHECK_EQ(tmo_arm(e, &t[i], to, dp_cb, i % 10 == 0 ? NULL : DP_LONG), 0);
+		CHECK_EQ(arm(e, &t[i], to, dp_cb, i % 10 == 0 ? NULL : DP_LONG), 0);
 	}
 	int64_t wait_end = tmo_now_ns() + LIVENESS;
 	while (!atomic_load(&dp_slow_started) && tmo_now_ns() < wait_end)
@@ -999,7 +1020,7 @@ static void test_timeout_zero(void)
 		struct zero_ctx c;
 		memset(&c, 0, sizeof c);
 		int64_t t0 = tmo_now_ns();
-		CHECK_EQ(tmo_arm(e, &c.t, 0, zero_cb, &c), 0);
+		CHECK_EQ(arm(e, &c.t, 0, zero_cb, &c), 0);
 		if (!et_wait_ge(&c.fired_at, 1, LIVENESS)) {
 			missing++;
 			lat[i] = LIVENESS;
@@ -1032,7 +1053,7 @@ static void test_stats(void)
 	CHECK_EQ(st.fired, 0);
 	CHECK_EQ(st.cancelled, 0);
 	for (int i = 0; i < LONG; i++)
-		CHECK_EQ(tmo_arm(e, &s[i].t, 10 * TMO_NSEC_PER_SEC, cnt_cb, &s[i]), 0);
+		CHECK_EQ(arm(e, &s[i].t, 10 * TMO_NSEC_PER_SEC, cnt_cb, &s[i]), 0);
 	CHECK_EQ(tmo_stats(e, &st), 0);
 	CHECK_EQ(st.pending, LONG);
 	CHECK(st.threads >= 1);
@@ -1042,7 +1063,7 @@ static void test_stats(void)
 	CHECK_EQ(st.pending, LONG - CANCEL);
 	CHECK_EQ(st.cancelled, CANCEL);
 	for (int i = LONG; i < LONG + SHORT; i++)
-		CHECK_EQ(tmo_arm(e, &s[i].t, MS, cnt_cb, &s[i]), 0);
+		CHECK_EQ(arm(e, &s[i].t, MS, cnt_cb, &s[i]), 0);
 	CHECK(et_wait_ge(&cnt_total, SHORT, LIVENESS));
 	for (int i = LONG; i < LONG + SHORT; i++)
 		CHECK(is_resolved(tmo_cancel(e, &s[i].t)));
@@ -1087,5 +1108,9 @@ int main(int argc, char **argv)
 	CASE(test_destroy_pending);
 	CASE(test_timeout_zero);
 	CASE(test_stats);
+	if (atomic_load(&eagain_retries))
+		printf("note: arms refused with TMO_EAGAIN (the engine's flow control) were asked "
+		       "again %lld times\n",
+		       (long long)atomic_load(&eagain_retries));
 	return TEST_EXIT();
 }
