@@ -2,7 +2,8 @@
  * tmo-harness: runs scenarios (scenarios/NAME.c) against engines (impls/NAME.c).
  * `./harness --help` is the manual.  Exit status: 0 all runs clean, 1 a
  * violation, a run that could not run, or results that could not be
- * written, 2 bad command line, 130/143 interrupted (what finished is kept).
+ * written, 2 bad command line, 77 every run skipped (a per-user resource
+ * other processes hold), 130/143 interrupted (what finished is kept).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -118,6 +119,11 @@ static void usage(FILE *f)
 	item(f, "2",
 	     "A bad command line: unknown option, engine or scenario, a bad value, an unwritable "
 	     "--json.");
+	item(f, "77",
+	     "Every run was skipped: none could run here and now for want of a per-user kernel "
+	     "resource that other processes hold (kernel timers, threads), and each says why "
+	     "(\"status\": \"skipped\", \"reason\" in the JSON). Runs skipped beside clean "
+	     "ones leave the status 0.");
 	item(f, "130, 143",
 	     "Interrupted by SIGINT, SIGTERM: the --json files hold the runs that finished, "
 	     "\"complete\": false, \"interrupted\": the signal and the run cut short. A signal "
@@ -340,6 +346,9 @@ static void hold_standard_fds(void)
 		}
 }
 
+/* Every run was skipped (TMO_SCENARIO_SKIPPED): the automake/ctest "skip". */
+#define EXIT_ALL_SKIPPED 77
+
 /* The exit status once everything is printed: `rc`, or 1 when standard
  * output could not take it all (a full disk, a closed stdout): results
  * that were not written are lost results, never a silent 0. */
@@ -355,14 +364,16 @@ static int finish_output(int rc)
 		if (fputc('\n', stdout) == EOF || fflush(stdout) != 0)
 			e = errno;
 	}
+	/* Output lost is a failure, also of runs that were all skipped. */
+	int lost = rc > 1 && rc != EXIT_ALL_SKIPPED ? rc : 1;
 	if (stdout_closed) {
 		fprintf(stderr, "tmo-harness: standard output is closed: nothing printed reached it\n");
-		return rc > 1 ? rc : 1;
+		return lost;
 	}
 	if (err) {
 		fprintf(stderr, "tmo-harness: write error on standard output%s%s\n", e ? ": " : "",
 		        e ? strerror(e) : "");
-		return rc > 1 ? rc : 1;
+		return lost;
 	}
 	return rc;
 }
@@ -578,7 +589,7 @@ int main(int argc, char **argv)
 		int result;
 		double seconds;
 	} *outcomes = calloc((size_t)(nscen * nengines), sizeof *outcomes);
-	int nout = 0, failed = 0;
+	int nout = 0, failed = 0, skipped = 0;
 	pthread_t dog_th;
 	int dog_started = pthread_create(&dog_th, NULL, watchdog_main, NULL) == 0;
 	int64_t dog_limit = (quick ? WATCHDOG_QUICK_S : WATCHDOG_FULL_S) * TMO_NSEC_PER_SEC;
@@ -593,10 +604,12 @@ int main(int argc, char **argv)
 			watchdog_arm(NULL, NULL, 0);
 			double secs = (double)(tmo_now_ns() - t0) / 1e9;
 			report_end_run(rep, result, secs);
-			if (result < 0)
+			if (result == TMO_SCENARIO_SKIPPED)
+				skipped++;
+			else if (result < 0)
 				fprintf(stderr, "[%s/%s] could not run: %s (%s)\n", scenarios[s]->name,
 				        engines[e]->name, tmo_errname(result), tmo_strerror(result));
-			if (result != 0)
+			if (result != 0 && result != TMO_SCENARIO_SKIPPED)
 				failed = 1;
 			outcomes[nout++] = (struct outcome){scenarios[s]->name, engines[e]->name, result, secs};
 			/* After every run: a crash or the watchdog leaves the runs
@@ -618,7 +631,9 @@ int main(int argc, char **argv)
 	printf("%-12s %-10s %-12s %8s\n", "scenario", "engine", "result", "seconds");
 	for (int i = 0; i < nout; i++) {
 		char res[48];
-		if (outcomes[i].result < 0)
+		if (outcomes[i].result == TMO_SCENARIO_SKIPPED)
+			snprintf(res, sizeof res, "skipped");
+		else if (outcomes[i].result < 0)
 			snprintf(res, sizeof res, "%s", tmo_errname(outcomes[i].result));
 		else if (outcomes[i].result > 0)
 			snprintf(res, sizeof res, "%d violations", outcomes[i].result);
@@ -635,7 +650,15 @@ int main(int argc, char **argv)
 	pthread_mutex_unlock(&finish.mu);
 	if (json != NULL)
 		printf("\nresults: %s and %s\n", json, report_csv_path(rep));
-	printf("%s\n", failed ? "FAILED: see the violations / errors above" : "all runs clean");
+	int all_skipped = !failed && nout > 0 && skipped == nout;
+	if (failed)
+		printf("FAILED: see the violations / errors above\n");
+	else if (all_skipped)
+		printf("every run skipped: see SKIPPED above for why\n");
+	else if (skipped)
+		printf("all runs clean, %d skipped (see SKIPPED above)\n", skipped);
+	else
+		printf("all runs clean\n");
 	if (!failed && strcmp(scen, DEFAULT_SCENARIO) == 0)
 		printf("next: ./harness --list (engines, scenarios); ./harness --impl=%s "
 		       "--scenario=throughput --quick\n",
@@ -645,5 +668,5 @@ int main(int argc, char **argv)
 	report_close(rep);
 	free(ours);
 	free(gbs);
-	return finish_output(failed ? 1 : 0);
+	return finish_output(failed ? 1 : all_skipped ? EXIT_ALL_SKIPPED : 0);
 }

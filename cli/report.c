@@ -37,6 +37,7 @@ struct tmo_report {
 	char scenario[64], engine[64];
 	int64_t run_start_ns, last_progress_ns;
 	int64_t run_violations;
+	char skip_reason[256]; /* tmo_skip() in this run; "" when none */
 	int progress_line_open; /* a "\r" progress line is on the terminal */
 	int tty;
 };
@@ -182,6 +183,7 @@ void report_begin_run(struct tmo_report *r, const char *scenario, const char *en
 	snprintf(r->engine, sizeof r->engine, "%s", engine);
 	r->run_start_ns = r->last_progress_ns = now_ns();
 	r->run_violations = 0;
+	r->skip_reason[0] = 0;
 	r->in_run = 1;
 	pthread_mutex_unlock(&r->mu);
 }
@@ -193,11 +195,14 @@ void report_end_run(struct tmo_report *r, int result, double seconds)
 	if (r->run_violations > VIOLATIONS_SHOWN)
 		fprintf(stderr, "[%s/%s] ... %lld more violations not shown\n", r->scenario, r->engine,
 		        (long long)(r->run_violations - VIOLATIONS_SHOWN));
-	const char *status = result < 0 ? "error" : result > 0 ? "violations" : "ok";
+	int skipped = result == TMO_SCENARIO_SKIPPED;
+	const char *status = skipped ? "skipped" : result < 0 ? "error" : result > 0 ? "violations" : "ok";
 	json_t *o = json_pack("{s:s, s:s, s:s, s:i, s:I, s:f}", "scenario", r->scenario, "engine",
 	                      r->engine, "status", status, "result", result, "violations_reported",
 	                      (json_int_t)r->run_violations, "seconds", seconds);
-	if (result < 0)
+	if (skipped)
+		json_object_set_new(o, "reason", json_string(r->skip_reason));
+	else if (result < 0)
 		json_object_set_new(o, "error", json_string(tmo_errname(result)));
 	json_array_append_new(r->runs, o);
 	r->rows_done = json_array_size(r->rows);
@@ -252,6 +257,19 @@ void tmo_violation(const struct tmo_run *run, const char *fmt, ...)
 		                      json_pack("{s:s, s:s, s:s}", "scenario", r->scenario, "engine",
 		                                run->ops->name, "message", msg));
 	}
+	pthread_mutex_unlock(&r->mu);
+}
+
+void tmo_skip(const struct tmo_run *run, const char *fmt, ...)
+{
+	struct tmo_report *r = run->report;
+	va_list ap;
+	pthread_mutex_lock(&r->mu);
+	va_start(ap, fmt);
+	vsnprintf(r->skip_reason, sizeof r->skip_reason, fmt, ap);
+	va_end(ap);
+	end_progress_line(r);
+	fprintf(stderr, "SKIPPED [%s/%s] %s\n", r->scenario, run->ops->name, r->skip_reason);
 	pthread_mutex_unlock(&r->mu);
 }
 

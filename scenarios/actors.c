@@ -762,6 +762,12 @@ static int actors_run(const struct tmo_run *run)
 {
 	struct tmo *eng = NULL;
 	int rc = tmo_create_ops(run->ops, NULL, &eng);
+	if (rc == TMO_EAGAIN) {
+		tmo_skip(run, "the engine could not be created: TMO_EAGAIN (%s; a per-user limit such "
+		         "as RLIMIT_SIGPENDING for kernel timers, which other processes share)",
+		         tmo_strerror(rc));
+		return TMO_SCENARIO_SKIPPED;
+	}
 	if (rc != 0)
 		return rc;
 	int v = 0;

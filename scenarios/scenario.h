@@ -31,7 +31,8 @@ struct tmo_scenario {
 	 * run returned > 0. */
 	int correctness;
 	/* Run against run->ops.  Returns the number of violations found (0 for
-	 * benchmarks), or a negative enum tmo_error if it could not run. */
+	 * benchmarks), a negative enum tmo_error if it could not run, or
+	 * TMO_SCENARIO_SKIPPED (see tmo_skip). */
 	int (*run)(const struct tmo_run *run);
 	/* The manual, kept beside the code it describes: `./harness --help`
 	 * prints both under SCENARIOS and README.md carries that output (a
@@ -53,6 +54,15 @@ void tmo_report(const struct tmo_run *run, const char *metric, const char *param
 /* Print a violation with what is needed to reproduce it (stderr). */
 void tmo_violation(const struct tmo_run *run, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+
+/* A run that cannot happen here and now for want of a per-user kernel
+ * resource that other processes hold (kernel timers, threads) is neither a
+ * violation nor an error: the scenario says why with tmo_skip() and returns
+ * TMO_SCENARIO_SKIPPED.  Violations it found before that still count (it
+ * returns them instead).  The harness reports the run as skipped, with the
+ * reason, and exits 77 when every run it made was skipped. */
+#define TMO_SCENARIO_SKIPPED (-1000)
+void tmo_skip(const struct tmo_run *run, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Progress for runs longer than 2 s: call often; prints to stderr at most a
  * few times a second once the run has lasted 2 s. */

@@ -159,14 +159,11 @@ static _Noreturn void fatal(const char *what)
 	abort();
 }
 
-/* Wake the owner of c (a signaller, or an engine callback). */
-static void ctx_wake(struct ctx *c, int token)
+/* Wake the owner of c for a signaller's token. */
+static void ctx_wake(struct ctx *c)
 {
 	pthread_mutex_lock(&c->m);
-	if (token)
-		c->token = 1;
-	else
-		atomic_store_explicit(&c->pending, 1, memory_order_release);
+	c->token = 1;
 	pthread_cond_signal(&c->cv);
 	pthread_mutex_unlock(&c->m);
 }
@@ -200,8 +197,9 @@ static int park(struct ctx *c, int64_t deadline)
 }
 
 /* `pending` := some scope on the chain expired and was not delivered.  Under
- * m, so a callback's later `pending = 1` is never overwritten by a stale 0
- * (the callback stores `fired` before it takes m). */
+ * m, which a callback holds while it stores `pending` and then `fired`: a
+ * scope read here as not fired has its `pending = 1` still to come, so the
+ * value stored here never hides an expiry. */
 static void recompute_pending(struct ctx *c)
 {
 	pthread_mutex_lock(&c->m);
@@ -369,13 +367,19 @@ int tmo_ensure(tmo_block_fn *body, void *arg, tmo_ensure_fn *ensure, void *earg,
 
 /* Engine callback.  Touches only the scope's `fired` and its thread's
  * context; the scope cancels (and waits for) this callback before its memory
- * goes away. */
+ * goes away.  `pending` is stored before `fired`, both under m: a thread
+ * that sees the scope expired (tmo_scope_expired reads `fired`) sees the
+ * interrupt pending too, so its next interruption point delivers it. */
 static void scope_expired(struct tmo_timer *t, void *arg)
 {
 	struct tmo_scope *s = arg;
+	struct ctx *c = s->ctx;
 	(void)t;
+	pthread_mutex_lock(&c->m);
+	atomic_store_explicit(&c->pending, 1, memory_order_release);
 	atomic_store_explicit(&s->fired, 1, memory_order_release);
-	ctx_wake(s->ctx, 0);
+	pthread_cond_signal(&c->cv);
+	pthread_mutex_unlock(&c->m);
 }
 
 static __attribute__((noinline)) int scope_frame(struct ctx *c, struct tmo_scope *s)
@@ -655,7 +659,7 @@ int tmo_cond_signal(struct tmo_cond *cv)
 		return 0;
 	waiter_remove(cv, w);
 	w->signalled = 1;
-	ctx_wake(w->c, 1);
+	ctx_wake(w->c);
 	return 1;
 }
 

@@ -294,15 +294,7 @@ int main(int argc, char **argv)
 		bad_timeouts(a);
 		bad_pointers(a);
 		misuse(a, b);
-		/* The fixture engines (tests/fixtures/) wrap condvar without
-		 * owning a thread: their callbacks run on the wrapped engine's
-		 * thread, which the core knows as that engine's, so a destroy of
-		 * the wrapper from its callback cannot be refused there. */
-		int fixture = 0;
-		for (const struct tmo_engine_ops *const *x = et_extra_engines; x && *x; x++)
-			fixture |= *x == et_ops;
-		if (!fixture)
-			from_callback(a);
+		from_callback(a);
 		forked_child(a);
 		struct tmo_stats st;
 		CHECK_EQ(tmo_stats(a, &st), 0);

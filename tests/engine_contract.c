@@ -43,6 +43,60 @@ static int is_resolved(int rc)
 	return rc == TMO_CANCEL_FIRED || rc == TMO_CANCEL_WAITED;
 }
 
+/* Cancel of a timer whose callback was seen to run: the callback's last
+ * store is not its return, so the engine may still be inside it (WAITED).
+ * WAITED promises the callback has returned, so a second cancel answers for
+ * the settled timer.  Returns that settled answer. */
+static int cancel_settled(struct tmo *e, struct tmo_timer *t)
+{
+	int rc = tmo_cancel(e, t);
+	return rc == TMO_CANCEL_WAITED ? tmo_cancel(e, t) : rc;
+}
+
+/* The measured cost of an arm+cancel pair (the worst of 3): deadlines that
+ * must leave room to arm and cancel many timers first are sized from it. */
+/* tmo_arm, asked again while the engine refuses for capacity (TMO_EAGAIN:
+ * mpsc's flow control, while its timer thread, starved on a loaded machine,
+ * has not taken back the nodes in transit), as an application would.  A
+ * refusal that outlasts LIVENESS is the engine's failure to recover: it is
+ * returned, and fails the check.  Callbacks arm with tmo_arm itself (a wait
+ * there would hold up the very thread that recycles). */
+static atomic_llong eagain_retries;
+
+static int arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
+               void *arg)
+{
+	int rc = tmo_arm(e, t, timeout_ns, cb, arg);
+	int64_t end = rc == TMO_EAGAIN ? tmo_now_ns() + LIVENESS : 0;
+	while (rc == TMO_EAGAIN && tmo_now_ns() < end) {
+		atomic_fetch_add(&eagain_retries, 1);
+		et_sleep_ns(100 * US);
+		rc = tmo_arm(e, t, timeout_ns, cb, arg);
+	}
+	return rc;
+}
+
+static void probe_cb(struct tmo_timer *t, void *arg) { (void)t, (void)arg; }
+
+static int64_t pair_cost(struct tmo *e)
+{
+	int64_t worst = 0;
+	for (int k = 0; k < 3; k++) {
+		struct tmo_timer probe = TMO_TIMER_INIT;
+		int64_t t0 = tmo_now_ns();
+		CHECK_EQ(arm(e, &probe, TMO_NSEC_PER_SEC, probe_cb, NULL), 0);
+		CHECK_EQ(tmo_cancel(e, &probe), TMO_CANCEL_PREVENTED);
+		int64_t d = tmo_now_ns() - t0;
+		worst = d > worst ? d : worst;
+	}
+	return worst;
+}
+
+/* Rounds whose result depends on the machine reaching a point before a
+ * deadline (not on the engine) are retried with the deadline this many
+ * times further away, doubling each time: 2^5 x the first. */
+#define ROUNDS 6
+
 /* ---- 1. exactly once, several threads arming and cancelling ------------- */
 
 /* One record per arm: the callback counts into the record of the arm it
@@ -93,7 +147,7 @@ static void *eo_run(void *arg)
 			default: r->timeout = 50 * MS; break;
 			}
 			r->t_arm = tmo_now_ns();
-			int rc = tmo_arm(w->e, &w->timers[s], r->timeout, eo_cb, r);
+			int rc = arm(w->e, &w->timers[s], r->timeout, eo_cb, r);
 			if (rc != 0) {
 				fprintf(stderr, "worker %d: arm returned %s\n", w->id, tmo_errname(rc));
 				w->arm_errors++;
@@ -235,7 +289,7 @@ static void test_never_early(void)
 		/* the listed values, then random ones with sub-tick offsets */
 		s[i].timeout = i < nb ? base[i] : base[i % nb] + (int64_t)et_below(&rng, 1000);
 		s[i].t_arm = tmo_now_ns();
-		CHECK_EQ(tmo_arm(e, &s[i].t, s[i].timeout, ne_cb, &s[i]), 0);
+		CHECK_EQ(arm(e, &s[i].t, s[i].timeout, ne_cb, &s[i]), 0);
 	}
 	CHECK(et_wait_ge(&ne_count, n, LIVENESS));
 	int early = 0;
@@ -305,7 +359,7 @@ static void test_order(void)
 		int64_t timeout = start + i * gap - before;
 		if (timeout < 0)
 			timeout = 0;
-		CHECK_EQ(tmo_arm(e, &s[i].t, timeout, ord_cb, &s[i]), 0);
+		CHECK_EQ(arm(e, &s[i].t, timeout, ord_cb, &s[i]), 0);
 		s[i].lo = before + timeout;
 		s[i].hi = tmo_now_ns() + timeout;
 	}
@@ -349,7 +403,15 @@ static void cnt_cb(struct tmo_timer *t, void *arg)
 	atomic_fetch_add(&cnt_total, 1);
 }
 
-static void test_cancel_before_deadline(void)
+/* One round on a fresh engine: N timers due `margin` and more from now, all
+ * cancelled at once.  A cancel that RETURNED before its timer's deadline
+ * must have prevented it: by "never early" its callback cannot have started
+ * (judging by when the cancel was called instead would blame the engine for
+ * a preemption between the clock read and the cancel).  A cancel that
+ * returned later may find it fired, and then it fires exactly once.
+ * Returns how many cancels returned before their deadline; *wrong counts
+ * the violations. */
+static int cbd_round(int64_t margin, int *wrong)
 {
 	enum { N = 50 };
 	struct cnt_slot s[N];
@@ -357,59 +419,67 @@ static void test_cancel_before_deadline(void)
 	memset(s, 0, sizeof s);
 	struct tmo *e = new_engine();
 	if (!e)
-		return;
+		return 0;
 	atomic_store(&cnt_total, 0);
-	/* room to arm them all before the first deadline: 100 ms plus twice the
-	 * measured cost of N arm+cancel pairs */
-	int64_t pair = 0;
-	for (int k = 0; k < 3; k++) {
-		struct tmo_timer probe = TMO_TIMER_INIT;
-		int64_t t0 = tmo_now_ns();
-		CHECK_EQ(tmo_arm(e, &probe, TMO_NSEC_PER_SEC, cnt_cb, &s[0]), 0);
-		CHECK_EQ(tmo_cancel(e, &probe), TMO_CANCEL_PREVENTED);
-		int64_t d = tmo_now_ns() - t0;
-		pair = d > pair ? d : pair;
-	}
 	for (int i = 0; i < N; i++) {
-		int64_t timeout = 100 * MS + 2 * N * pair + i * 200 * US;
+		int64_t timeout = margin + i * 200 * US;
 		deadline[i] = tmo_now_ns() + timeout; /* no later than the engine's */
-		CHECK_EQ(tmo_arm(e, &s[i].t, timeout, cnt_cb, &s[i]), 0);
+		CHECK_EQ(arm(e, &s[i].t, timeout, cnt_cb, &s[i]), 0);
 	}
-	/* A cancel called before the deadline must prevent: by "never early"
-	 * the callback cannot have started.  (A cancel a slow machine only got
-	 * to after the deadline proves nothing and is counted apart.) */
-	int prevented = 0, checked = 0, late = 0, wrong = 0;
+	int prevented = 0, in_time = 0;
 	for (int i = 0; i < N; i++) {
-		int64_t called = tmo_now_ns();
 		int rc = tmo_cancel(e, &s[i].t);
-		if (called < deadline[i]) {
-			checked++;
+		int64_t returned = tmo_now_ns();
+		if (returned < deadline[i]) {
+			in_time++;
 			if (rc != TMO_CANCEL_PREVENTED) {
-				fprintf(stderr, "cancel-before: timer %d: %s, called %lld us before its "
+				fprintf(stderr, "cancel-before: timer %d: %s, returned %lld us before its "
 				        "deadline\n",
-				        i, et_result_name(rc), (long long)((deadline[i] - called) / US));
-				wrong++;
+				        i, et_result_name(rc), (long long)((deadline[i] - returned) / US));
+				++*wrong;
 			}
-		} else {
-			late++;
-			if (rc != TMO_CANCEL_PREVENTED && !is_resolved(rc))
-				wrong++;
+		} else if (rc != TMO_CANCEL_PREVENTED && !is_resolved(rc)) {
+			++*wrong;
 		}
 		prevented += rc == TMO_CANCEL_PREVENTED;
 	}
-	/* wait well past every deadline: only what was not prevented fires */
-	et_sleep_ns(deadline[N - 1] - tmo_now_ns() + 50 * MS);
-	if (late)
-		printf("  cancel-before: %d of %d cancels came after their deadline (slow arms)\n",
-		       late, N);
-	CHECK_EQ(wrong, 0);
-	CHECK(checked >= N / 2);
+	/* Only what was not prevented fires: wait for it, then a little more
+	 * for a prevented timer that fires anyway. */
+	CHECK(et_wait_ge(&cnt_total, N - prevented, LIVENESS));
+	et_sleep_ns(deadline[N - 1] - tmo_now_ns() + 20 * MS);
 	CHECK_EQ(atomic_load(&cnt_total), N - prevented);
 	struct tmo_stats st;
 	CHECK_EQ(tmo_stats(e, &st), 0);
-	CHECK_EQ(st.cancelled, prevented + 3); /* + the 3 probes */
+	CHECK_EQ(st.cancelled, prevented);
 	CHECK_EQ(st.fired, N - prevented);
+	CHECK_EQ(st.pending, 0);
 	destroy_engine(&e);
+	if (in_time < N)
+		printf("  cancel-before: %d of %d cancels returned after their deadline (a slow "
+		       "machine)\n",
+		       N - in_time, N);
+	return in_time;
+}
+
+static void test_cancel_before_deadline(void)
+{
+	struct tmo *e = new_engine();
+	if (!e)
+		return;
+	/* room to arm them all before the first deadline: 100 ms plus twice the
+	 * measured cost of 50 arm+cancel pairs */
+	int64_t margin = 100 * MS + 2 * 50 * pair_cost(e);
+	destroy_engine(&e);
+	int wrong = 0, in_time = 0;
+	for (int r = 0; r < ROUNDS && in_time < 25; r++, margin *= 2)
+		in_time = cbd_round(margin, &wrong);
+	CHECK_EQ(wrong, 0);
+	/* Not a check on the engine: that the case exercised what it checks. */
+	if (in_time < 25)
+		fprintf(stderr, "cancel-before: in %d rounds, the last %lld ms ahead, fewer than half "
+		        "the cancels returned before their deadline\n",
+		        ROUNDS, (long long)(margin / 2 / MS));
+	CHECK(in_time >= 25);
 }
 
 static void test_cancel_after_fire(void)
@@ -422,10 +492,9 @@ static void test_cancel_after_fire(void)
 	atomic_store(&cnt_total, 0);
 	for (int round = 1; round <= 3; round++) {
 		/* the same timer again after each resolution */
-		CHECK_EQ(tmo_arm(e, &s.t, MS, cnt_cb, &s), 0);
+		CHECK_EQ(arm(e, &s.t, MS, cnt_cb, &s), 0);
 		CHECK(et_wait_ge(&cnt_total, round, LIVENESS));
-		et_sleep_ns(10 * MS); /* let the callback return */
-		CHECK_EQ(tmo_cancel(e, &s.t), TMO_CANCEL_FIRED);
+		CHECK_EQ(cancel_settled(e, &s.t), TMO_CANCEL_FIRED);
 		CHECK_EQ(atomic_load(&s.fires), round);
 	}
 	destroy_engine(&e);
@@ -457,11 +526,10 @@ static void test_cancel_self(void)
 	c.e = new_engine();
 	if (!c.e)
 		return;
-	CHECK_EQ(tmo_arm(c.e, &c.t, 0, self_cb, &c), 0);
+	CHECK_EQ(arm(c.e, &c.t, 0, self_cb, &c), 0);
 	CHECK(et_wait_ge(&c.done, 1, LIVENESS));
 	CHECK_EQ(c.rc_cancel, TMO_CANCEL_SELF);
-	et_sleep_ns(5 * MS);
-	CHECK_EQ(tmo_cancel(c.e, &c.t), TMO_CANCEL_FIRED);
+	CHECK_EQ(cancel_settled(c.e, &c.t), TMO_CANCEL_FIRED);
 	CHECK_EQ(atomic_load(&c.fires), 1);
 
 	/* Re-armed, then cancelled from inside: the new arm must be accounted
@@ -470,16 +538,17 @@ static void test_cancel_self(void)
 	atomic_store(&c.done, 0);
 	atomic_store(&c.fires, 0);
 	c.rearm = 1;
-	CHECK_EQ(tmo_arm(c.e, &c.t, 0, self_cb, &c), 0);
+	CHECK_EQ(arm(c.e, &c.t, 0, self_cb, &c), 0);
 	CHECK(et_wait_ge(&c.done, 1, LIVENESS));
-	et_sleep_ns(5 * MS);
 	CHECK_EQ(c.rc_rearm, 0);
 	if (c.rc_cancel == TMO_CANCEL_SELF) {
+		/* a cancel that finds the callback still running waits for it,
+		 * then prevents the re-arm (10 s away) */
 		printf("  cancel-self after re-arm: SELF; the re-arm stays pending\n");
 		CHECK_EQ(tmo_cancel(c.e, &c.t), TMO_CANCEL_PREVENTED);
 	} else {
 		CHECK_EQ(c.rc_cancel, TMO_CANCEL_PREVENTED);
-		CHECK_EQ(tmo_cancel(c.e, &c.t), TMO_ENOTARMED);
+		CHECK_EQ(cancel_settled(c.e, &c.t), TMO_ENOTARMED);
 	}
 	CHECK_EQ(atomic_load(&c.fires), 1);
 	destroy_engine(&c.e);
@@ -487,8 +556,15 @@ static void test_cancel_self(void)
 
 /* ---- 7. cancel waits for a callback running on the engine thread --------- */
 
+/* The callback runs for `hold` after it has said it started; a cancel
+ * called meanwhile must wait for it (WAITED) and return after it returned.
+ * Whatever the answer, cancel never returns while the callback runs.  A
+ * cancel that a preemption delayed past the callback's end may rightly
+ * answer FIRED: that proves nothing about waiting, so the case is run again
+ * with a longer hold until three cancels waited. */
 struct wait_ctx {
 	struct tmo_timer t;
+	int64_t hold;
 	atomic_llong started;
 	atomic_int returned;
 	int64_t t_start, t_return;
@@ -499,7 +575,7 @@ static void wait_cb(struct tmo_timer *t, void *arg)
 	struct wait_ctx *c = arg;
 	c->t_start = tmo_now_ns();
 	atomic_store(&c->started, 1);
-	et_sleep_ns(40 * MS);
+	et_sleep_ns(c->hold);
 	c->t_return = tmo_now_ns();
 	atomic_store(&c->returned, 1);
 }
@@ -509,27 +585,40 @@ static void test_cancel_waits_for_running(void)
 	struct tmo *e = new_engine();
 	if (!e)
 		return;
-	for (int i = 0; i < 3; i++) {
+	int waited = 0, fired = 0;
+	int64_t hold = 40 * MS;
+	for (int i = 0; i < 12 && waited < 3; i++) {
 		struct wait_ctx c;
 		memset(&c, 0, sizeof c);
-		CHECK_EQ(tmo_arm(e, &c.t, i * MS, wait_cb, &c), 0);
+		c.hold = hold;
+		CHECK_EQ(arm(e, &c.t, (i % 3) * MS, wait_cb, &c), 0);
 		CHECK(et_wait_ge(&c.started, 1, LIVENESS));
 		int64_t t_call = tmo_now_ns();
 		int rc = tmo_cancel(e, &c.t);
 		int64_t t_ret = tmo_now_ns();
 		int returned = atomic_load(&c.returned);
-		CHECK_EQ(rc, TMO_CANCEL_WAITED);
-		/* proof of waiting: the callback's return is recorded before
-		 * cancel returned, and cancel was called while it ran */
+		/* never returns while the callback runs */
 		CHECK_EQ(returned, 1);
-		CHECK(returned && t_ret >= c.t_return);
-		CHECK(t_call < c.t_return);
-		if (i == 0)
-			printf("  cancel-waited: cancel called %lld us after the callback started, "
-			       "returned %lld us after it returned\n",
-			       (long long)((t_call - c.t_start) / US),
-			       (long long)((t_ret - c.t_return) / US));
+		if (rc == TMO_CANCEL_WAITED) {
+			/* proof of waiting: the callback's return came before
+			 * cancel's */
+			CHECK(returned && t_ret >= c.t_return);
+			if (waited++ == 0)
+				printf("  cancel-waited: cancel called %lld us after the callback "
+				       "started, returned %lld us after it returned\n",
+				       (long long)((t_call - c.t_start) / US),
+				       (long long)((t_ret - c.t_return) / US));
+		} else {
+			CHECK_EQ(rc, TMO_CANCEL_FIRED);
+			fired++;
+			hold = hold < TMO_NSEC_PER_SEC ? 2 * hold : hold;
+		}
 	}
+	if (fired)
+		printf("  cancel-waited: %d cancels came after the callback returned (a slow "
+		       "machine); held longer\n",
+		       fired);
+	CHECK_EQ(waited, 3);
 	destroy_engine(&e);
 }
 
@@ -565,12 +654,12 @@ static void test_rearm_in_callback(void)
 		return;
 	c.limit = 5;
 	c.timeout = MS;
-	CHECK_EQ(tmo_arm(c.e, &c.t, MS, rearm_cb, &c), 0);
+	CHECK_EQ(arm(c.e, &c.t, MS, rearm_cb, &c), 0);
 	CHECK(et_wait_ge(&c.fires, 5, LIVENESS));
-	et_sleep_ns(20 * MS);
+	et_sleep_ns(20 * MS); /* a sixth fire, if the engine makes one, shows now */
 	CHECK_EQ(atomic_load(&c.fires), 5);
 	CHECK_EQ(atomic_load(&c.arm_errors), 0);
-	CHECK_EQ(tmo_cancel(c.e, &c.t), TMO_CANCEL_FIRED);
+	CHECK_EQ(cancel_settled(c.e, &c.t), TMO_CANCEL_FIRED);
 	struct tmo_stats st;
 	CHECK_EQ(tmo_stats(c.e, &st), 0);
 	CHECK_EQ(st.fired, 5);
@@ -597,7 +686,7 @@ static void test_cancel_races_rearm(void)
 		c->limit = 0;
 		/* 0: the callback re-arms as fast as the engine fires */
 		c->timeout = i % 3 == 0 ? 0 : (int64_t)et_below(&rng, 200 * US);
-		CHECK_EQ(tmo_arm(e, &c->t, c->timeout, rearm_cb, c), 0);
+		CHECK_EQ(arm(e, &c->t, c->timeout, rearm_cb, c), 0);
 		et_sleep_ns((int64_t)et_below(&rng, 3 * MS));
 		int rc = tmo_cancel(e, &c->t);
 		/* The callback always re-arms, so once any running callback has
@@ -623,10 +712,71 @@ static void test_cancel_races_rearm(void)
 
 /* ---- 10. independence: equal deadlines, cancel half ---------------------- */
 
-static void test_independence(void)
+/* One round on a fresh engine: N timers at one absolute deadline `margin`
+ * from now (they share a heap level, a wheel slot, a kernel expiry instant),
+ * the half marked in cancel[] cancelled.  A cancel that returned before the
+ * deadline must have prevented (never early); one that returned later may
+ * find its timer fired.  Every timer not prevented fires once, every
+ * prevented one never: cancelling one never touches another.  Returns how
+ * many cancels returned before the deadline; *wrong counts violations. */
+static int independence_round(int64_t margin, const int *want_cancel, int *wrong)
 {
 	enum { N = 100 };
 	struct cnt_slot *s = calloc(N, sizeof *s);
+	int cancel[N];
+	memcpy(cancel, want_cancel, sizeof cancel);
+	struct tmo *e = new_engine();
+	if (!e) {
+		free(s);
+		return 0;
+	}
+	atomic_store(&cnt_total, 0);
+	int64_t deadline = tmo_now_ns() + margin;
+	for (int i = 0; i < N; i++) {
+		int64_t timeout = deadline - tmo_now_ns();
+		CHECK_EQ(arm(e, &s[i].t, timeout < 0 ? 0 : timeout, cnt_cb, &s[i]), 0);
+	}
+	int prevented = 0, in_time = 0, late = 0;
+	for (int i = 0; i < N; i++) {
+		if (!cancel[i])
+			continue;
+		int rc = tmo_cancel(e, &s[i].t);
+		int64_t returned = tmo_now_ns();
+		if (returned < deadline) {
+			in_time++;
+			if (rc != TMO_CANCEL_PREVENTED) {
+				fprintf(stderr, "independence: timer %d: cancel %s, returned before the "
+				        "deadline\n",
+				        i, et_result_name(rc));
+				++*wrong;
+			}
+		} else if (rc != TMO_CANCEL_PREVENTED) {
+			late++;
+			if (!is_resolved(rc))
+				++*wrong;
+		}
+		prevented += rc == TMO_CANCEL_PREVENTED;
+		if (rc != TMO_CANCEL_PREVENTED)
+			cancel[i] = 0; /* it fired: it counts among those that must */
+	}
+	CHECK(et_wait_ge(&cnt_total, N - prevented, LIVENESS));
+	et_sleep_ns(20 * MS); /* a prevented timer that fires anyway shows now */
+	int bad = 0;
+	for (int i = 0; i < N; i++)
+		bad += atomic_load(&s[i].fires) != (cancel[i] ? 0 : 1);
+	printf("  independence: %d equal deadlines %lld ms ahead, %d cancelled, %d fired, %d "
+	       "wrong%s\n",
+	       N, (long long)(margin / MS), prevented, (int)atomic_load(&cnt_total), bad,
+	       late ? " (some cancels came after the deadline)" : "");
+	*wrong += bad;
+	destroy_engine(&e);
+	free(s);
+	return in_time;
+}
+
+static void test_independence(void)
+{
+	enum { N = 100 };
 	int cancel[N], idx[N];
 	struct et_rng rng;
 	et_rng_seed(&rng, 10);
@@ -638,56 +788,22 @@ static void test_independence(void)
 	struct tmo *e = new_engine();
 	if (!e)
 		return;
-	atomic_store(&cnt_total, 0);
 	/* Room to arm and cancel them all before the deadline: 80 ms plus twice
 	 * the measured cost of N arm+cancel pairs (a thread per timer under a
 	 * sanitizer takes milliseconds per arm). */
-	int64_t pair = 0;
-	for (int k = 0; k < 3; k++) {
-		struct tmo_timer probe = TMO_TIMER_INIT;
-		int64_t t0 = tmo_now_ns();
-		CHECK_EQ(tmo_arm(e, &probe, TMO_NSEC_PER_SEC, cnt_cb, &s[0]), 0);
-		CHECK_EQ(tmo_cancel(e, &probe), TMO_CANCEL_PREVENTED);
-		int64_t d = tmo_now_ns() - t0;
-		pair = d > pair ? d : pair;
-	}
-	/* one absolute deadline for all: they share a heap level, a wheel slot,
-	 * a kernel expiry instant */
-	int64_t deadline = tmo_now_ns() + 80 * MS + 2 * N * pair;
-	for (int i = 0; i < N; i++) {
-		int64_t timeout = deadline - tmo_now_ns();
-		CHECK_EQ(tmo_arm(e, &s[i].t, timeout < 0 ? 0 : timeout, cnt_cb, &s[i]), 0);
-	}
-	int prevented = 0, late_cancels = 0;
-	for (int i = 0; i < N; i++) {
-		if (!cancel[i])
-			continue;
-		int64_t called = tmo_now_ns();
-		int rc = tmo_cancel(e, &s[i].t);
-		if (rc == TMO_CANCEL_PREVENTED)
-			prevented++;
-		else if (is_resolved(rc) && called >= deadline)
-			late_cancels++; /* the machine was too slow to cancel in time */
-		else
-			CHECK_EQ(rc, TMO_CANCEL_PREVENTED); /* before the deadline: must */
-		if (rc != TMO_CANCEL_PREVENTED)
-			cancel[i] = 0;
-	}
-	CHECK(et_wait_ge(&cnt_total, N - prevented, LIVENESS));
-	et_sleep_ns(20 * MS);
-	int wrong = 0;
-	for (int i = 0; i < N; i++) {
-		int f = atomic_load(&s[i].fires);
-		if (f != (cancel[i] ? 0 : 1))
-			wrong++;
-	}
-	printf("  independence: %d equal deadlines, %d cancelled, %d fired, %d wrong%s\n", N,
-	       prevented, (int)atomic_load(&cnt_total), wrong,
-	       late_cancels ? " (some cancels came after the deadline)" : "");
-	CHECK_EQ(wrong, 0);
-	CHECK(prevented >= N / 4);
+	int64_t margin = 80 * MS + 2 * N * pair_cost(e);
 	destroy_engine(&e);
-	free(s);
+	int wrong = 0, in_time = 0;
+	for (int r = 0; r < ROUNDS && in_time < N / 4; r++, margin *= 2)
+		in_time = independence_round(margin, cancel, &wrong);
+	CHECK_EQ(wrong, 0);
+	/* Not a check on the engine: that enough cancels came in time for the
+	 * round to show anything. */
+	if (in_time < N / 4)
+		fprintf(stderr, "independence: in %d rounds, the last %lld ms ahead, fewer than %d "
+		        "cancels returned before the deadline\n",
+		        ROUNDS, (long long)(margin / 2 / MS), N / 4);
+	CHECK(in_time >= N / 4);
 }
 
 /* ---- 11-12. freeing timers: right after cancel, and inside the callback -- */
@@ -740,7 +856,7 @@ static void test_free_after_cancel(void)
 		r->id = i;
 		r->payload = 0;
 		static const int64_t choice[] = {0, 20 * US, 300 * US, 100 * MS};
-		CHECK_EQ(tmo_arm(e, &r->t, choice[et_below(&rng, 4)], hr_cb, r), 0);
+		CHECK_EQ(arm(e, &r->t, choice[et_below(&rng, 4)], hr_cb, r), 0);
 		if (et_below(&rng, 4) == 0)
 			et_sleep_ns((int64_t)et_below(&rng, 500 * US));
 		int rc = tmo_cancel(e, &r->t);
@@ -779,7 +895,7 @@ static void test_callback_frees_timer(void)
 		struct heap_rec *r = malloc(sizeof *r);
 		tmo_timer_init(&r->t);
 		r->id = i;
-		CHECK_EQ(tmo_arm(e, &r->t, (int64_t)et_below(&rng, 2 * MS), hr_free_cb, r), 0);
+		CHECK_EQ(arm(e, &r->t, (int64_t)et_below(&rng, 2 * MS), hr_free_cb, r), 0);
 	}
 	CHECK(et_wait_ge(&hr_total, n, LIVENESS));
 	et_sleep_ns(10 * MS);
@@ -836,12 +952,12 @@ static void test_destroy_pending(void)
 	struct et_rng rng;
 	et_rng_seed(&rng, 13);
 	/* a callback that is running when destroy is called */
-	CHECK_EQ(tmo_arm(e, &t[n], 0, dp_slow_cb, NULL), 0);
+	CHECK_EQ(arm(e, &t[n], 0, dp_slow_cb, NULL), 0);
 	for (int i = 0; i < n; i++) {
 		/* a tenth may fire before destroy, the rest are pending */
 		int64_t to = i % 10 == 0 ? (int64_t)et_below(&rng, 2 * MS)
 		                         : TMO_NSEC_PER_SEC + (int64_t)et_below(&rng, 10 * TMO_NSEC_PER_SEC);
-		CHECK_EQ(tmo_arm(e, &t[i], to, dp_cb, i % 10 == 0 ? NULL : DP_LONG), 0);
+		CHECK_EQ(arm(e, &t[i], to, dp_cb, i % 10 == 0 ? NULL : DP_LONG), 0);
 	}
 	int64_t wait_end = tmo_now_ns() + LIVENESS;
 	while (!atomic_load(&dp_slow_started) && tmo_now_ns() < wait_end)
@@ -857,7 +973,7 @@ static void test_destroy_pending(void)
 	int inflight = atomic_load(&dp_inflight);
 	int slow_done = atomic_load(&dp_slow_returned);
 	et_sleep_ns(50 * MS);
-	int threads1 = et_wait_thread_count(threads0, TMO_NSEC_PER_SEC);
+	int threads1 = et_wait_thread_count(threads0, LIVENESS);
 	printf("  destroy-pending: %llu pending destroyed in %lld us, %lld fired before, %lld "
 	       "long ones fired; late %d, in flight at return %d, threads %d -> %d, live allocs "
 	       "%lld -> %lld\n",
@@ -904,7 +1020,7 @@ static void test_timeout_zero(void)
 		struct zero_ctx c;
 		memset(&c, 0, sizeof c);
 		int64_t t0 = tmo_now_ns();
-		CHECK_EQ(tmo_arm(e, &c.t, 0, zero_cb, &c), 0);
+		CHECK_EQ(arm(e, &c.t, 0, zero_cb, &c), 0);
 		if (!et_wait_ge(&c.fired_at, 1, LIVENESS)) {
 			missing++;
 			lat[i] = LIVENESS;
@@ -937,7 +1053,7 @@ static void test_stats(void)
 	CHECK_EQ(st.fired, 0);
 	CHECK_EQ(st.cancelled, 0);
 	for (int i = 0; i < LONG; i++)
-		CHECK_EQ(tmo_arm(e, &s[i].t, 10 * TMO_NSEC_PER_SEC, cnt_cb, &s[i]), 0);
+		CHECK_EQ(arm(e, &s[i].t, 10 * TMO_NSEC_PER_SEC, cnt_cb, &s[i]), 0);
 	CHECK_EQ(tmo_stats(e, &st), 0);
 	CHECK_EQ(st.pending, LONG);
 	CHECK(st.threads >= 1);
@@ -947,7 +1063,7 @@ static void test_stats(void)
 	CHECK_EQ(st.pending, LONG - CANCEL);
 	CHECK_EQ(st.cancelled, CANCEL);
 	for (int i = LONG; i < LONG + SHORT; i++)
-		CHECK_EQ(tmo_arm(e, &s[i].t, MS, cnt_cb, &s[i]), 0);
+		CHECK_EQ(arm(e, &s[i].t, MS, cnt_cb, &s[i]), 0);
 	CHECK(et_wait_ge(&cnt_total, SHORT, LIVENESS));
 	for (int i = LONG; i < LONG + SHORT; i++)
 		CHECK(is_resolved(tmo_cancel(e, &s[i].t)));
@@ -992,5 +1108,9 @@ int main(int argc, char **argv)
 	CASE(test_destroy_pending);
 	CASE(test_timeout_zero);
 	CASE(test_stats);
+	if (atomic_load(&eagain_retries))
+		printf("note: arms refused with TMO_EAGAIN (the engine's flow control) were asked "
+		       "again %lld times\n",
+		       (long long)atomic_load(&eagain_retries));
 	return TEST_EXIT();
 }

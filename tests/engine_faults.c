@@ -222,7 +222,7 @@ static struct baseline baseline_now(void)
 static void check_baseline(struct tally *t, struct baseline b0, const char *what, long n)
 {
 	int64_t live = tmo_testing_live_allocs();
-	int threads = et_wait_thread_count(b0.threads, TMO_NSEC_PER_SEC);
+	int threads = et_wait_thread_count(b0.threads, LIVENESS);
 	int ktimers = et_kernel_timer_count();
 	if (live != b0.live || threads != b0.threads || ktimers != b0.ktimers) {
 		fprintf(stderr,

@@ -1,12 +1,15 @@
 # The per-engine tests can fail: each is built once more with broken fixture
 # engines (tests/fixtures/broken_engines.c: wrappers around condvar with one
-# bug each, never in the registry) and run against them.  A broken engine
+# bug each, never in the registry; tests/fixtures/wrap.c keeps the rest of
+# the engine contract) and run against them.  A broken engine
 # must make the test exit 1 (its checks failed: not a crash, not a pass);
 # the honest wrapper must pass, so the failures are the bugs'.
-set(tmo_fx_src ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/broken_engines.c)
+set(tmo_fx_src ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/broken_engines.c
+               ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/wrap.c)
 foreach(t contract badinput faults destroy)
   add_executable(test_engine_${t}_fixtures ${CMAKE_CURRENT_SOURCE_DIR}/engine_${t}.c ${tmo_fx_src})
   target_link_libraries(test_engine_${t}_fixtures PRIVATE tmo_testcommon)
+  target_include_directories(test_engine_${t}_fixtures PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/fixtures)
 endforeach()
 
 # name | test | fixture engine | case filter or size | expected exit status

@@ -41,16 +41,27 @@ if(TARGET tmo-harness)
 endif()
 
 # The correctness checks can fail: broken fixture engines through the real
-# race, expiry and coalesce scenarios (tests/harness_fixtures.c).
+# race, expiry, coalesce and progress scenarios (tests/harness_fixtures.c).
 if(TARGET tmo-harness)
   add_executable(test_harness_fixtures ${PROJECT_SOURCE_DIR}/tests/harness_fixtures.c
+                 ${PROJECT_SOURCE_DIR}/tests/fixtures/wrap.c
                  ${PROJECT_SOURCE_DIR}/cli/report.c ${PROJECT_SOURCE_DIR}/scenarios/race.c
-                 ${PROJECT_SOURCE_DIR}/scenarios/expiry.c ${PROJECT_SOURCE_DIR}/scenarios/coalesce.c)
+                 ${PROJECT_SOURCE_DIR}/scenarios/expiry.c ${PROJECT_SOURCE_DIR}/scenarios/coalesce.c
+                 ${PROJECT_SOURCE_DIR}/scenarios/progress.c)
   target_include_directories(test_harness_fixtures PRIVATE ${PROJECT_SOURCE_DIR}/cli
                                                            ${PROJECT_SOURCE_DIR}/scenarios
+                                                           ${PROJECT_SOURCE_DIR}/tests/fixtures
+                                                           ${PROJECT_SOURCE_DIR}/src
                                                            ${TMO_BUILD_INFO_DIR})
   add_dependencies(test_harness_fixtures tmo-build-info)
   target_link_libraries(test_harness_fixtures PRIVATE tmo PkgConfig::JANSSON Threads::Threads m)
   add_test(NAME harness/checks_can_fail COMMAND test_harness_fixtures)
-  set_tests_properties(harness/checks_can_fail PROPERTIES TIMEOUT ${TMO_TEST_TIMEOUT})
+  # One run as the harness makes it: progress on an engine that declares
+  # lockfree-arm but whose arm waits while a callback runs must report the
+  # callback phase's violation and exit 1.
+  add_test(NAME harness/checks_can_fail_progress
+           COMMAND sh -c "\"$0\" progress waitarm >\"$1\" 2>&1; rc=$?; cat \"$1\"; test $rc -eq 1 && grep -q 'yet in the callback phase' \"$1\""
+                   $<TARGET_FILE:test_harness_fixtures> ${CMAKE_CURRENT_BINARY_DIR}/checks_can_fail_progress.log)
+  set_tests_properties(harness/checks_can_fail harness/checks_can_fail_progress PROPERTIES
+                       TIMEOUT ${TMO_TEST_TIMEOUT})
 endif()

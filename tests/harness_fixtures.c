@@ -24,101 +24,102 @@
 
 #include "report.h"
 #include "scenario.h"
+#include "wrap.h"
 
-extern const struct tmo_scenario tmo_scenario_race, tmo_scenario_expiry, tmo_scenario_coalesce;
+extern const struct tmo_scenario tmo_scenario_race, tmo_scenario_expiry, tmo_scenario_coalesce,
+	tmo_scenario_progress;
 
-enum bug { HONEST, LIAR, EARLY, LOSSY };
-
-struct fx {
-	struct tmo_base base;
-	struct tmo *inner;
-	atomic_ulong arms;
-};
-
-#define FX(e) ((struct fx *)(void *)(e))
-
-static int fx_create(const struct tmo_config *cfg, struct tmo **out, const struct tmo_engine_ops *ops)
-{
-	struct fx *f = calloc(1, sizeof *f);
-	if (f == NULL)
-		return TMO_ENOMEM;
-	f->base.ops = ops;
-	int rc = tmo_create("condvar", cfg, &f->inner);
-	if (rc != 0) {
-		free(f);
-		return rc;
-	}
-	*out = (struct tmo *)(void *)f;
-	return 0;
-}
-
-static void fx_destroy(struct tmo *e)
-{
-	tmo_destroy(&FX(e)->inner);
-	free(e);
-}
-
-static int fx_stats(struct tmo *e, struct tmo_stats *out) { return tmo_stats(FX(e)->inner, out); }
-static int fx_park(struct tmo *e, int on) { return tmo_park(FX(e)->inner, on); }
-static int fx_arm(struct tmo *e, struct tmo_timer *t, int64_t ns, tmo_callback *cb, void *arg)
-{
-	return tmo_ops(FX(e)->inner)->arm(FX(e)->inner, t, ns, cb, arg);
-}
-static int fx_cancel(struct tmo *e, struct tmo_timer *t) { return tmo_ops(FX(e)->inner)->cancel(FX(e)->inner, t); }
+enum bug { HONEST, LIAR, EARLY, LOSSY, WAITARM };
 
 static int liar_cancel(struct tmo *e, struct tmo_timer *t)
 {
-	int rc = tmo_ops(FX(e)->inner)->cancel(FX(e)->inner, t);
+	int rc = fxw_cancel(e, t);
 	return rc == TMO_CANCEL_FIRED || rc == TMO_CANCEL_WAITED ? TMO_CANCEL_PREVENTED : rc;
 }
 
 static int early_arm(struct tmo *e, struct tmo_timer *t, int64_t ns, tmo_callback *cb, void *arg)
 {
-	return tmo_ops(FX(e)->inner)->arm(FX(e)->inner, t, ns / 2, cb, arg);
+	return fxw_arm(e, t, ns / 2, cb, arg);
 }
 
 static int lossy_arm(struct tmo *e, struct tmo_timer *t, int64_t ns, tmo_callback *cb, void *arg)
 {
-	if (atomic_fetch_add(&FX(e)->arms, 1) % 7 == 6)
+	if (atomic_fetch_add(&FXW(e)->arms, 1) % 7 == 6)
 		return 0; /* accepted, never armed: the timer is lost */
-	return tmo_ops(FX(e)->inner)->arm(FX(e)->inner, t, ns, cb, arg);
+	return fxw_arm(e, t, ns, cb, arg);
 }
 
 static int lossy_cancel(struct tmo *e, struct tmo_timer *t)
 {
-	int rc = tmo_ops(FX(e)->inner)->cancel(FX(e)->inner, t);
+	int rc = fxw_cancel(e, t);
 	/* A dropped timer was never armed: pretend the cancel worked. */
 	return rc == TMO_ENOTARMED ? TMO_CANCEL_PREVENTED : rc;
 }
 
-#define FIXTURE(NAME, ARM, CANCEL)                                                                  \
-	extern const struct tmo_engine_ops fx_##NAME;                                               \
-	static int NAME##_create(const struct tmo_config *cfg, struct tmo **out)                    \
-	{                                                                                           \
-		return fx_create(cfg, out, &fx_##NAME);                                             \
-	}                                                                                           \
-	const struct tmo_engine_ops fx_##NAME = {                                                   \
-		#NAME, "fixture: condvar with a deliberate bug", TMO_CAP_PARK, 50000, NAME##_create, \
-		fx_destroy, ARM, CANCEL, fx_stats, fx_park, NULL,                                   \
+static int waitarm_arm(struct tmo *e, struct tmo_timer *t, int64_t ns, tmo_callback *cb, void *arg)
+{
+	fxw_wait_idle(e); /* the bug: a lock-free arm never waits for a callback */
+	return fxw_arm(e, t, ns, cb, arg);
+}
+
+#define FIXTURE(NAME, INNER, CAPS, RES, ARM, CANCEL)                                            \
+	static int NAME##_create(const struct tmo_config *cfg, struct tmo **out)                 \
+	{                                                                                        \
+		return fxw_create(cfg, out, INNER, 0);                                           \
+	}                                                                                        \
+	static const struct tmo_engine_ops fx_##NAME = {                                         \
+		.name = #NAME,                                                                   \
+		.summary = "fixture: " INNER " with a deliberate bug",                           \
+		.caps = CAPS,                                                                    \
+		.resolution_ns = RES,                                                            \
+		.create = NAME##_create,                                                         \
+		.destroy = fxw_destroy,                                                          \
+		.arm = ARM,                                                                      \
+		.cancel = CANCEL,                                                                \
+		.stats = fxw_stats,                                                              \
+		.park = fxw_park,                                                                \
+		.destroy_forked = fxw_destroy_forked,                                            \
 	}
 
-FIXTURE(honest, fx_arm, fx_cancel);
-FIXTURE(liar, fx_arm, liar_cancel);
-FIXTURE(early, early_arm, fx_cancel);
-FIXTURE(lossy, lossy_arm, lossy_cancel);
+#define CV_RES (50 * TMO_NSEC_PER_USEC)
+FIXTURE(honest, "condvar", TMO_CAP_PARK, CV_RES, fxw_arm, fxw_cancel);
+FIXTURE(liar, "condvar", TMO_CAP_PARK, CV_RES, fxw_arm, liar_cancel);
+FIXTURE(early, "condvar", TMO_CAP_PARK, CV_RES, early_arm, fxw_cancel);
+FIXTURE(lossy, "condvar", TMO_CAP_PARK, CV_RES, lossy_arm, lossy_cancel);
+FIXTURE(waitarm, "wheel", TMO_CAP_LOCKFREE_ARM | TMO_CAP_PARK, TMO_NSEC_PER_MSEC, waitarm_arm,
+        fxw_cancel);
+
+static const struct tmo_scenario *const scenarios[] = {
+	&tmo_scenario_race, &tmo_scenario_expiry, &tmo_scenario_coalesce, &tmo_scenario_progress,
+	NULL,
+};
+static const struct tmo_engine_ops *const fixtures[] = {
+	&fx_honest, &fx_liar, &fx_early, &fx_lossy, &fx_waitarm, NULL,
+};
+
+/* One run as the harness makes it; returns what the scenario returned.
+ * *rep_out keeps the report open for a look at the rows (close it). */
+static int run_one(const struct tmo_scenario *sc, const struct tmo_engine_ops *ops, int quick,
+                   struct tmo_report **rep_out)
+{
+	struct report_opts ro = {NULL, "harness_fixtures", 2, quick, 1, NULL};
+	struct tmo_report *rep = report_open(&ro);
+	struct tmo_run run = {ops, 2, quick, 1, rep, 1};
+	report_begin_run(rep, sc->name, ops->name);
+	int v = sc->run(&run);
+	report_end_run(rep, v, 0);
+	*rep_out = rep;
+	return v;
+}
 
 static int failures;
 
 static void expect(const struct tmo_scenario *sc, const struct tmo_engine_ops *ops, int want_fail)
 {
-	struct report_opts ro = {NULL, "harness_fixtures", 2, 1, 1, NULL};
-	struct tmo_report *rep = report_open(&ro);
-	struct tmo_run run = {ops, 2, 1, 1, rep, 1};
-	report_begin_run(rep, sc->name, ops->name);
 	printf("---- %s on fixture '%s' (want %s) ----\n", sc->name, ops->name,
 	       want_fail ? "violations" : "clean");
-	int v = sc->run(&run);
-	report_end_run(rep, v, 0);
+	struct tmo_report *rep;
+	int v = run_one(sc, ops, 1, &rep);
 	int ok = want_fail ? v > 0 : v == 0;
 	printf("---- %s/%s: %d violations: %s ----\n", sc->name, ops->name, v,
 	       ok ? "as expected" : "WRONG");
@@ -126,14 +127,62 @@ static void expect(const struct tmo_scenario *sc, const struct tmo_engine_ops *o
 	report_close(rep);
 }
 
-int main(void)
+/* The waiting arm is caught where it waits: workers blocked in the phase
+ * where a callback blocks (while the timer thread is parked they keep
+ * going, as wheel's do: printed).  Full windows (2 s with the callback
+ * blocked): a worker counts as blocked after a second in one arm, far
+ * beyond any preemption, and the fixture's arm waits until the callback
+ * returns. */
+static void expect_progress_waitarm(void)
+{
+	printf("---- progress on fixture 'waitarm' (want workers blocked by the callback) ----\n");
+	struct tmo_report *rep;
+	int v = run_one(&tmo_scenario_progress, &fx_waitarm, 0, &rep);
+	double cb = -1, parked = -1;
+	report_lookup(rep, "progress", "waitarm", "blocked_workers", "phase=callback,threads=2", &cb);
+	report_lookup(rep, "progress", "waitarm", "blocked_workers", "phase=parked,threads=2",
+	              &parked);
+	int ok = v > 0 && cb >= 1;
+	printf("---- progress/waitarm: %d violations, %.0f workers blocked by the callback, %.0f by "
+	       "the park: %s ----\n",
+	       v, cb, parked, ok ? "as expected" : "WRONG");
+	failures += !ok;
+	report_close(rep);
+}
+
+int main(int argc, char **argv)
 {
 	/* Small sizes: the point is that the checks fire, not the load. */
 	setenv("TMO_TEST_SCALE", "0.02", 1);
+	if (argc == 3) {
+		const struct tmo_scenario *sc = NULL;
+		const struct tmo_engine_ops *ops = NULL;
+		for (int i = 0; scenarios[i] != NULL; i++)
+			if (strcmp(scenarios[i]->name, argv[1]) == 0)
+				sc = scenarios[i];
+		for (int i = 0; fixtures[i] != NULL; i++)
+			if (strcmp(fixtures[i]->name, argv[2]) == 0)
+				ops = fixtures[i];
+		if (sc == NULL || ops == NULL) {
+			fprintf(stderr, "usage: %s [SCENARIO FIXTURE]: no scenario '%s' or fixture '%s' "
+			        "here\n", argv[0], argv[1], argv[2]);
+			return 2;
+		}
+		struct tmo_report *rep;
+		int v = run_one(sc, ops, 0, &rep);
+		report_close(rep);
+		printf("%s/%s: %d violations\n", sc->name, ops->name, v);
+		return v == 0 ? 0 : 1;
+	}
+	if (argc != 1) {
+		fprintf(stderr, "usage: %s [SCENARIO FIXTURE]\n", argv[0]);
+		return 2;
+	}
 	expect(&tmo_scenario_race, &fx_liar, 1);
 	expect(&tmo_scenario_expiry, &fx_early, 1);
 	expect(&tmo_scenario_coalesce, &fx_lossy, 1);
 	expect(&tmo_scenario_coalesce, &fx_honest, 0);
+	expect_progress_waitarm();
 	printf("%s\n", failures ? "FAIL: a check did not behave" : "every check caught its bug");
 	return failures ? 1 : 0;
 }

@@ -414,11 +414,17 @@ def report(d, summary=False):
         for r in doc.get("runs", []):
             if r["scenario"] not in scen:
                 scen.append(r["scenario"])
-    bad = [r for r in runs.values() if r.get("status") != "ok"]
-    out.append("- **Verdict:** %d runs, %s" % (
+    # Skipped: a per-user resource other processes held (the run says why).
+    skipped = [r for r in runs.values() if r.get("status") == "skipped"]
+    bad = [r for r in runs.values() if r.get("status") not in ("ok", "skipped")]
+    out.append("- **Verdict:** %d runs, %s%s" % (
         len(runs), "all clean" if not bad else "%d not clean: %s" % (
             len(bad), ", ".join("%s/%s (%s)" % (r["scenario"], r["engine"], run_cell(r))
-                                for r in bad))))
+                                for r in bad)),
+        "" if not skipped else "; %d skipped: %s" % (
+            len(skipped), "; ".join("%s/%s (%s)" % (r["scenario"], r["engine"],
+                                                     r.get("reason", "?"))
+                                    for r in skipped))))
     out.append("")
     out.append("## Runs")
     out.append("")
@@ -496,8 +502,8 @@ def run_cell(r):
     if r is None:
         return ""
     st = r.get("status")
-    if st == "ok":
-        return "ok"
+    if st in ("ok", "skipped"):
+        return st
     if st == "violations":
         n = r.get("result", 0)
         return "**%d violation%s**" % (n, "" if n == 1 else "s")
