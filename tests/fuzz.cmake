@@ -30,13 +30,13 @@ foreach(name mpsc wheel)
   string(APPEND reg_rows "\t&tmo_engine_${name},\n")
 endforeach()
 configure_file(${PROJECT_SOURCE_DIR}/cmake/registry.c.in
-               ${CMAKE_CURRENT_BINARY_DIR}/fuzz_lf/registry.c @ONLY)
+               ${CMAKE_CURRENT_BINARY_DIR}/generated/lf_registry.c @ONLY)
 file(GLOB tmo_lf_core CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/lf/*.c)
 set(tmo_fuzz_src_lf ${tmo_lf_core}
     ${PROJECT_SOURCE_DIR}/src/tmo.c ${PROJECT_SOURCE_DIR}/src/alloc.c
     ${PROJECT_SOURCE_DIR}/src/heap.c ${PROJECT_SOURCE_DIR}/src/wheel.c
     ${PROJECT_SOURCE_DIR}/impls/mpsc.c ${PROJECT_SOURCE_DIR}/impls/wheel.c
-    ${CMAKE_CURRENT_BINARY_DIR}/fuzz_lf/registry.c)
+    ${CMAKE_CURRENT_BINARY_DIR}/generated/lf_registry.c)
 set(tmo_fuzz_libs_lf PkgConfig::CK rt)
 
 if(TMO_FUZZ AND NOT CMAKE_C_COMPILER_ID MATCHES "Clang")
