@@ -100,6 +100,7 @@ struct arm {
 	int timer;
 	int due; /* its timeout is at most 2 ms: it fires at the next settle */
 	int self_cancel;
+	int slow; /* its callback takes a while: a racing cancel waits for it */
 	int next; /* the re-arm its callback makes, or -1 */
 	int64_t timeout;
 	int64_t t_arm; /* a clock read just before the arm */
@@ -290,6 +291,14 @@ static void audit(int exact)
 
 /* ---- the callback ------------------------------------------------------------------ */
 
+/* A callback that takes a while, so that a racing cancel finds it running. */
+static void linger(const struct arm *a)
+{
+	int64_t until = tmo_now_ns() + 150 * US;
+	while (a->slow && tmo_now_ns() < until)
+		;
+}
+
 static void on_fire(struct tmo_timer *t, void *arg)
 {
 	struct arm *a = arg;
@@ -306,6 +315,7 @@ static void on_fire(struct tmo_timer *t, void *arg)
 		FUZZ_CHECK(rc == TMO_CANCEL_SELF, "timer %d: its callback's cancel returned %s",
 		           a->timer, tmo_errname(rc));
 	}
+	linger(a);
 	if (a->next >= 0) {
 		struct arm *r = &fz.arms[a->next];
 		int quiet = atomic_load(&fz.quiet);
@@ -319,6 +329,7 @@ static void on_fire(struct tmo_timer *t, void *arg)
 		if (rc != 0)
 			atomic_fetch_add(&fz.n_rearm_refused, 1);
 		atomic_store(&a->rearm_rc, rc);
+		linger(a); /* running and re-armed: a cancel waits, then prevents */
 	}
 	FUZZ_CHECK(atomic_fetch_add(&a->fired, 1) == 0, "timer %d: one arm fired twice", a->timer);
 }
@@ -608,6 +619,7 @@ static struct arm *arm_new(int idx, int64_t timeout, int due)
 	a->due = due;
 	a->timeout = timeout;
 	a->self_cancel = 0;
+	a->slow = 0;
 	a->next = -1;
 	a->t_arm = 0;
 	atomic_init(&a->expect, -1);
@@ -617,7 +629,8 @@ static struct arm *arm_new(int idx, int64_t timeout, int due)
 }
 
 /* Decode an arm: spec bits 0-2 the timeout, 3-4 the callback's re-arm,
- * 5 the callback's cancel of its own timer. */
+ * 5 the callback's cancel of its own timer, 6 a slow callback (T0's arms:
+ * a helper's spec has 6 bits). */
 static struct arm *arm_decode(int idx, unsigned spec, struct fuzz_in *in)
 {
 	int64_t timeout = 0;
@@ -648,6 +661,7 @@ static struct arm *arm_decode(int idx, unsigned spec, struct fuzz_in *in)
 	if (a == NULL)
 		return NULL;
 	a->self_cancel = (spec >> 5) & 1;
+	a->slow = (spec >> 6) & 1;
 	unsigned re = (spec >> 3) & 3;
 	if (re == 1 || re == 2) {
 		struct arm *r = arm_new(idx, re == 1 ? LONG_NS : 0, re == 2);

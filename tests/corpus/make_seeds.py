@@ -120,18 +120,20 @@ END_DRAIN, END_PARKED, END_RUNNING = 0, 2, 3
 def lcfg(engine, res=RES_DEFAULT, cap=CAP_NONE, end=END_DRAIN):
     return [engine | (res << 1) | (cap << 3) | (end << 5)]
 # an arm's spec: timeout class | re-arm << 3 | the callback cancels itself << 5
+# | a slow callback << 6 (T0's arms only)
 ZERO, SHORT, LONG, MAX, BAD = 0, 1, 2, 3, 4
 RE_LONG, RE_DUE = 1, 2
-def spec(cls, re=0, self_cancel=False):
-    return cls | (re << 3) | (0x20 if self_cancel else 0)
+def spec(cls, re=0, self_cancel=False, slow=False):
+    return cls | (re << 3) | (0x20 if self_cancel else 0) | (0x40 if slow else 0)
 def extra(cls, x):
     return [x & 0xFF] if cls in (SHORT, LONG) else []
-def arm(idx, cls=LONG, x=0, re=0, self_cancel=False, on=0):
+def arm(idx, cls=LONG, x=0, re=0, self_cancel=False, slow=False, on=0):
     """Arm timer idx on thread `on` (0: the fuzzer's own, 1 or 2: a helper);
     SHORT: (x + 1) * 8 us; LONG: 2^(42 + x % 20) ns."""
-    s = spec(cls, re, self_cancel)
+    s = spec(cls, re, self_cancel, slow)
     if on == 0:
         return [idx & 63, s] + extra(cls, x)
+    assert not slow, "a helper's spec has no slow bit"
     return [0x80 | (idx & 63), (on - 1) | (s << 2)] + extra(cls, x)
 def cancel(idx, on=0):
     return [0x40 | (idx & 63)] if on == 0 else [0x80 | (idx & 63), (on - 1) | 2]
@@ -179,6 +181,13 @@ for name, eng in (("mpsc", MPSC), ("wheel", WHEEL)):
         + sum((arm(i, SHORT, 2, on=1 + i % 2) + cancel(i, on=2 - i % 2) for i in range(16, 32)), []) \
         + arms(range(32, 48), cls=ZERO, re=RE_LONG) + cancels(range(32, 48)) + PARK + SETTLE \
         + RUN + arms(range(48, 60), cls=SHORT, x=100) + arms(range(8)) + cancels(range(48, 60), on=1)
+    # slow callbacks while the timer thread runs: a cancel from another
+    # thread finds one running and waits (TMO_CANCEL_WAITED), or waits and
+    # then prevents the re-arm it made
+    lf[name + "_race_waited"] = lcfg(eng, RES_37US) + RUN + sum((arm(i, ZERO, slow=True, re=i % 3)
+        + arms(range(40 + 2 * (i % 4), 42 + 2 * (i % 4)), on=1 + i % 2) + cancel(i, on=2 - i % 2)
+        + cancels(range(40 + 2 * (i % 4), 42 + 2 * (i % 4)), on=1 + i % 2) for i in range(24)), []) \
+        + PARK + SETTLE
     # misuse the model knows: a timer armed twice, invalid timeouts
     lf[name + "_misuse"] = lcfg(eng) + arm(0) + arm(0) + arm(0, ZERO) + arm(1, BAD) + [2, BAD | 8] \
         + cancel(5) + arm(3, ZERO) + arm(3, LONG) + SETTLE + cancel(3) + cancel(3) + arm(3, MAX) \
