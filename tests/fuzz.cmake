@@ -1,20 +1,43 @@
-# Fuzzing the data structures (src/heap.c, src/wheel.c): tests/fuzz_<t>.c
-# each define LLVMFuzzerTestOneInput, which decodes bytes into timer
-# operations on a virtual clock and aborts on any mismatch with a reference
-# model.
+# Fuzzing the data structures (src/heap.c, src/wheel.c) and the lock-free
+# core (src/lf/, the mpsc and wheel engines): tests/fuzz_<t>.c each define
+# LLVMFuzzerTestOneInput, which decodes bytes into timer operations and
+# aborts on any mismatch with a reference model (heap, wheel: on a virtual
+# clock; lf: on a live engine whose timer thread it parks and settles).
 #
 #   Always (any compiler): fuzz_replay_<t> feeds every file of
-#   tests/corpus/<t>/ plus 2000 fixed pseudo-random inputs to the same
-#   function; ctest "fuzz-replay/<t>".  So every build exercises the corpus.
+#   tests/corpus/<t>/ plus fixed pseudo-random inputs (TMO_FUZZ_REPLAY_RANDOM
+#   each; lf, whose inputs settle a live engine, TMO_FUZZ_REPLAY_RANDOM_LF)
+#   to the same function; ctest "fuzz-replay/<t>".  So every build exercises
+#   the corpus.
 #
 #   TMO_FUZZ=ON (clang only; preset "fuzz", `scripts/check fuzz`): fuzz_<t>,
 #   the libFuzzer binary, built with -fsanitize=fuzzer,address,undefined.
 #   Its structure's sources are compiled into it (not linked from libtmo) so
-#   they carry the fuzzer's coverage instrumentation.
-set(TMO_FUZZ_TARGETS heap wheel)
+#   they carry the fuzzer's coverage instrumentation: for lf, the core and
+#   the two engines with what they need, behind a registry of those two.
+set(TMO_FUZZ_TARGETS heap wheel lf)
 set(TMO_FUZZ_REPLAY_RANDOM 2000 CACHE STRING "random inputs each fuzz-replay test adds")
+set(TMO_FUZZ_REPLAY_RANDOM_LF 150 CACHE STRING "random inputs fuzz-replay/lf adds")
 set(tmo_fuzz_src_heap ${PROJECT_SOURCE_DIR}/src/heap.c ${PROJECT_SOURCE_DIR}/src/alloc.c)
 set(tmo_fuzz_src_wheel ${PROJECT_SOURCE_DIR}/src/wheel.c)
+
+# lf: the core, the mpsc and wheel engines, the checked entry points and a
+# registry of just those two (generated like the library's).
+set(reg_decls "")
+set(reg_rows "")
+foreach(name mpsc wheel)
+  string(APPEND reg_decls "extern const struct tmo_engine_ops tmo_engine_${name};\n")
+  string(APPEND reg_rows "\t&tmo_engine_${name},\n")
+endforeach()
+configure_file(${PROJECT_SOURCE_DIR}/cmake/registry.c.in
+               ${CMAKE_CURRENT_BINARY_DIR}/generated/lf_registry.c @ONLY)
+file(GLOB tmo_lf_core CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/lf/*.c)
+set(tmo_fuzz_src_lf ${tmo_lf_core}
+    ${PROJECT_SOURCE_DIR}/src/tmo.c ${PROJECT_SOURCE_DIR}/src/alloc.c
+    ${PROJECT_SOURCE_DIR}/src/heap.c ${PROJECT_SOURCE_DIR}/src/wheel.c
+    ${PROJECT_SOURCE_DIR}/impls/mpsc.c ${PROJECT_SOURCE_DIR}/impls/wheel.c
+    ${CMAKE_CURRENT_BINARY_DIR}/generated/lf_registry.c)
+set(tmo_fuzz_libs_lf PkgConfig::CK rt)
 
 if(TMO_FUZZ AND NOT CMAKE_C_COMPILER_ID MATCHES "Clang")
   message(FATAL_ERROR "TMO_FUZZ needs clang (libFuzzer); use the 'fuzz' preset")
@@ -26,9 +49,12 @@ foreach(t IN LISTS TMO_FUZZ_TARGETS)
   target_include_directories(fuzz_replay_${t} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}
                                                       ${PROJECT_SOURCE_DIR}/src)
   target_link_libraries(fuzz_replay_${t} PRIVATE tmo)
+  set(random ${TMO_FUZZ_REPLAY_RANDOM})
+  if(t STREQUAL "lf")
+    set(random ${TMO_FUZZ_REPLAY_RANDOM_LF})
+  endif()
   add_test(NAME fuzz-replay/${t}
-           COMMAND fuzz_replay_${t} --random ${TMO_FUZZ_REPLAY_RANDOM}
-                   ${CMAKE_CURRENT_SOURCE_DIR}/corpus/${t})
+           COMMAND fuzz_replay_${t} --random ${random} ${CMAKE_CURRENT_SOURCE_DIR}/corpus/${t})
   set_tests_properties(fuzz-replay/${t} PROPERTIES TIMEOUT ${TMO_TEST_TIMEOUT})
 
   if(TMO_FUZZ)
@@ -40,7 +66,7 @@ foreach(t IN LISTS TMO_FUZZ_TARGETS)
                                              -fno-sanitize-recover=undefined
                                              -fno-omit-frame-pointer -g)
     target_link_options(fuzz_${t} PRIVATE -fsanitize=fuzzer,address,undefined)
-    target_link_libraries(fuzz_${t} PRIVATE Threads::Threads)
+    target_link_libraries(fuzz_${t} PRIVATE Threads::Threads ${tmo_fuzz_libs_${t}})
   endif()
 endforeach()
 
@@ -74,3 +100,53 @@ add_test(NAME fuzz-replay/wheel-planted
 set_tests_properties(fuzz-replay/wheel-planted PROPERTIES
                      TIMEOUT ${TMO_TEST_TIMEOUT}
                      PASS_REGULAR_EXPRESSION "fuzz mismatch[^\n]*early")
+
+# The lf replay must be able to fail, twice over: each planted variant is a
+# copy of one src/lf file with one statement broken, generated into the
+# build tree and compiled with the rest of the core into
+# fuzz_replay_<name>; ctest fuzz-replay/<name> passes only when the corpus
+# replay reports the mismatch that the bug must cause (the regex names the
+# check).  Configuring fails if the text to break is gone.
+#   lf-planted       timer.c: a fire leaves the timer's word PENDING instead
+#                    of FIRED -- the model sees a fired timer whose word,
+#                    cancel or arm (its callback's re-arm first) do not know
+#                    it has fired.
+#   lf-leak-planted  arm.c: a cancel that takes back its own ring arm reports
+#                    PREVENTED but never returns the node -- only the pool
+#                    audit can see it (a leak at the end of a draining input).
+function(tmo_lf_planted name file pattern replacement regex)
+  set(src ${PROJECT_SOURCE_DIR}/src/lf/${file})
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${src})
+  file(READ ${src} text)
+  string(FIND "${text}" "${pattern}" first)
+  string(FIND "${text}" "${pattern}" last REVERSE)
+  if(first EQUAL -1 OR NOT first EQUAL last)
+    message(FATAL_ERROR "tests/fuzz.cmake: the text to break for ${name} is not in "
+                        "src/lf/${file} exactly once any more: update the planted bug")
+  endif()
+  string(REPLACE "${pattern}" "${replacement}" text "${text}")
+  set(out ${CMAKE_CURRENT_BINARY_DIR}/planted/${name}/${file})
+  file(WRITE ${out}.tmp "${text}")
+  configure_file(${out}.tmp ${out} COPYONLY)
+  set(sources ${tmo_fuzz_src_lf})
+  list(REMOVE_ITEM sources ${src})
+  add_executable(fuzz_replay_${name} ${CMAKE_CURRENT_SOURCE_DIR}/fuzz_lf.c
+                                     ${CMAKE_CURRENT_SOURCE_DIR}/fuzz_replay.c ${sources} ${out})
+  target_include_directories(fuzz_replay_${name} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}
+                             ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/src/lf
+                             ${PROJECT_SOURCE_DIR}/include)
+  target_link_libraries(fuzz_replay_${name} PRIVATE Threads::Threads ${tmo_fuzz_libs_lf})
+  add_test(NAME fuzz-replay/${name}
+           COMMAND fuzz_replay_${name} --expect-mismatch ${CMAKE_CURRENT_SOURCE_DIR}/corpus/lf)
+  set_tests_properties(fuzz-replay/${name} PROPERTIES TIMEOUT ${TMO_TEST_TIMEOUT}
+                       PASS_REGULAR_EXPRESSION "${regex}")
+endfunction()
+
+tmo_lf_planted(lf-planted timer.c
+  "lf_word(lf_idx_of(e, n), d->gen, LF_FIRED)"
+  "lf_word(lf_idx_of(e, n), d->gen, LF_PENDING) /* PLANTED BUG: no FIRED word */"
+  "fuzz mismatch[^\n]*(\\(fired\\)|re-arm returned TMO_EARMED)")
+tmo_lf_planted(lf-leak-planted arm.c
+  "\tn->free_next = r->cache;\n\tr->cache = n;\n\tif (LF_UNLIKELY(++r->cache_n > LF_CACHE_MAX))\n"
+  "\tif (0) /* PLANTED BUG: the node is not taken back */\n"
+  "fuzz mismatch[^\n]*a leak")
