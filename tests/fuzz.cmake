@@ -147,6 +147,6 @@ tmo_lf_planted(lf-planted timer.c
   "lf_word(lf_idx_of(e, n), d->gen, LF_PENDING) /* PLANTED BUG: no FIRED word */"
   "fuzz mismatch[^\n]*(\\(fired\\)|re-arm returned TMO_EARMED)")
 tmo_lf_planted(lf-leak-planted arm.c
-  "\tn->free_next = r->cache;\n\tr->cache = n;\n\tif (LF_UNLIKELY(++r->cache_n > LF_CACHE_MAX))\n"
-  "\tif (0) /* PLANTED BUG: the node is not taken back */\n"
+  "\tn->free_next = r->cache;\n\tr->cache = n;\n\tr->cache_n++;\n\treturn TMO_CANCEL_PREVENTED;"
+  "\treturn TMO_CANCEL_PREVENTED; /* PLANTED BUG: the node is not taken back */"
   "fuzz mismatch[^\n]*a leak")

@@ -60,12 +60,9 @@
  * (nothing else arms then).  While running, only an engine with a cap may
  * answer TMO_EAGAIN (frees race with the arm).
  *
- * FUZZ_LF_STRICT_CACHE=1 adds pool.c's own rule, that a record's cache
- * holds at most LF_CACHE_MAX free nodes.  It is off by default because the
- * core breaks it today: a refill keeps a whole growth step (256 nodes, or a
- * given-back page's 64) in one thread's cache, where no other thread can
- * take them, so arms elsewhere answer TMO_EAGAIN with most of the pool free
- * (tests/corpus/lf-findings/).  Turn it on by default once that is fixed.
+ * A record's cache holds at most LF_CACHE_BOUND free nodes (a refill keeps
+ * one chain and sends the rest of a growth step to the depot, where every
+ * thread can take it: tests/corpus/lf/cache_hoard).
  *
  * Any mismatch aborts with "fuzz mismatch".
  */
@@ -159,7 +156,6 @@ static struct fz {
 	_Atomic int n_rearm_refused;
 } fz;
 
-static int strict_cache; /* FUZZ_LF_STRICT_CACHE, see the top */
 
 static const char *state_name[] = {"idle", "fired", "armed-long", "armed-due"};
 
@@ -220,10 +216,10 @@ static void audit(int exact)
 		uint64_t n = walk_free(r->cache, seen, hwm, "a record's cache");
 		FUZZ_CHECK(n == r->cache_n, "a record's cache holds %llu nodes, counts %u",
 		           (unsigned long long)n, r->cache_n);
-		FUZZ_CHECK(!strict_cache || n <= LF_CACHE_MAX,
-		           "a record's cache holds %llu free nodes, more than LF_CACHE_MAX (%d), that "
+		FUZZ_CHECK(n <= LF_CACHE_BOUND,
+		           "a record's cache holds %llu free nodes, more than LF_CACHE_BOUND (%d), that "
 		           "no other thread can take (the depot holds %llu, %llu nodes populated)",
-		           (unsigned long long)n, LF_CACHE_MAX,
+		           (unsigned long long)n, LF_CACHE_BOUND,
 		           (unsigned long long)atomic_load(&p->depot_nodes), (unsigned long long)populated);
 		free_n += n;
 		attached += r->attached != 0;
@@ -852,7 +848,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct fuzz_in in = {data, size, 0};
 	uint8_t cfg = fuzz_u8(&in);
 	memset(&fz, 0, sizeof fz);
-	strict_cache = getenv("FUZZ_LF_STRICT_CACHE") != NULL;
 	fz.arm_limit = MAX_ARMS - 2 * LF_RING_SLOTS;
 	fz.wheel = cfg & 1;
 	fz.cap = caps[(cfg >> 3) & 3];

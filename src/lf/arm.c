@@ -27,6 +27,9 @@
  * of its filing, the lateness (and, deadlines further apart than that,
  * the disorder) a flood of long timers may cause on mpsc. */
 #define INBOX_MAX 65536u
+/* A backlog at which a sleeping timer thread is woken whatever the
+ * deadlines (a sixteenth of INBOX_MAX). */
+#define INBOX_WAKE (INBOX_MAX / 16)
 
 struct tls_ent {
 	uint64_t id; /* the engine's tmo_base.id; 0: empty */
@@ -264,11 +267,17 @@ static void count_prevented(struct tmo *e)
 void lf_inbox_post(struct tmo *e, struct lf_node *n, int64_t deadline_lower)
 {
 	ck_stack_push_upmc(&e->inbox, &n->link);
-	atomic_fetch_add_explicit(&e->inbox_in, 1, memory_order_relaxed);
+	uint64_t in = atomic_fetch_add_explicit(&e->inbox_in, 1, memory_order_relaxed) + 1;
 	uint64_t tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
 	lf_light_barrier(tw);
-	if (atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_SLEEPING)
+	if (atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_SLEEPING) {
+		/* A sleeping timer thread need not wake for a late deadline, but
+		 * a backlog it has not taken holds nodes (and nears INBOX_MAX,
+		 * where arms are refused): past INBOX_WAKE it wakes anyway. */
+		if (in - atomic_load_explicit(&e->inbox_out, memory_order_relaxed) >= INBOX_WAKE)
+			deadline_lower = 0;
 		lf_wake_for(e, deadline_lower);
+	}
 }
 
 static int64_t deadline_lower(struct tmo *e, struct lf_node *n)
@@ -544,6 +553,7 @@ static __attribute__((noinline)) int arm_general(struct tmo *e, struct tmo_timer
 		                                                    memory_order_relaxed) >
 		                           INBOX_MAX) {
 			lf_cache_put(e, r, n);
+			lf_ec_wake(&e->wake_ec); /* whatever it sleeps for: drain */
 			return TMO_EAGAIN;
 		}
 		ring_evict(e, r, i, prev);

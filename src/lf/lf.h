@@ -243,6 +243,9 @@ struct lf_base {
 #define LF_RING_SLOTS 8
 /* Free nodes a record keeps; beyond, whole chains go to the depot. */
 #define LF_CACHE_MAX 32
+/* What a cache may hold at most: an own-ring cancel returns its node
+ * unchecked (arm.c), so LF_CACHE_MAX plus the ring's arms. */
+#define LF_CACHE_BOUND (LF_CACHE_MAX + LF_RING_SLOTS)
 #define LF_CHAIN 16
 
 struct lf_rec {

@@ -248,12 +248,38 @@ static struct lf_node *grow(struct tmo *e, uint32_t *count, int *err)
 	return c;
 }
 
+/* Keep the first LF_CHAIN nodes of chain c (count nodes); the rest go to
+ * the depot in chains of LF_CHAIN, for other threads (a growth step or a
+ * page-sized chain kept by one thread would hold nodes others need). */
+static uint32_t chain_trim(struct tmo *e, struct lf_node *c, uint32_t count)
+{
+	if (count <= LF_CHAIN)
+		return count;
+	struct lf_node *tail = c;
+	for (uint32_t i = 1; i < LF_CHAIN; i++)
+		tail = tail->free_next;
+	struct lf_node *rest = tail->free_next;
+	tail->free_next = NULL;
+	for (uint32_t left = count - LF_CHAIN; left > 0;) {
+		uint32_t k = left < LF_CHAIN ? left : LF_CHAIN;
+		struct lf_node *head = rest, *t = head;
+		for (uint32_t i = 1; i < k; i++)
+			t = t->free_next;
+		rest = t->free_next;
+		t->free_next = NULL;
+		depot_push(e, head, k);
+		left -= k;
+	}
+	return LF_CHAIN;
+}
+
 struct lf_node *lf_cache_refill(struct tmo *e, struct lf_rec *r, int *err)
 {
 	uint32_t count = 0;
 	struct lf_node *c = depot_pop(e, &count);
 	if (c == NULL && (c = grow(e, &count, err)) == NULL)
 		return NULL;
+	count = chain_trim(e, c, count);
 	/* the chain joins whatever the cache holds (at most a few nodes) */
 	struct lf_node *tail = c;
 	while (tail->free_next != NULL)

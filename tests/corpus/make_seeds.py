@@ -205,18 +205,12 @@ lf["wheel_hand_off"] = lcfg(WHEEL, RES_250US) + arms(range(24), cls=SHORT, x=60)
     + SETTLE + RUN + arms(range(24), cls=SHORT, x=200) + arms(range(24, 40)) + PARK \
     + cancels(range(0, 24, 2)) + cancels(range(24, 40), on=1) + SETTLE
 
-# Inputs that show a known fault of src/lf, kept apart (ctest does not
-# replay them): run with the check that sees it, e.g.
-#   FUZZ_LF_STRICT_CACHE=1 fuzz_replay_lf tests/corpus/lf-findings/cache_hoard
-# cache_hoard: T0's first arm takes the whole 64-node pool into its cache;
-# T1's arm answers TMO_EAGAIN with 63 nodes free (without the strict check
-# the replay passes: by the per-thread rule the refusal is what the code
-# does; the strict check names the hoard).
-lf_findings = {
-    "cache_hoard": lcfg(WHEEL, cap=CAP_64) + arm(0) + arm(1, on=1) + arm(2, on=2) + cancel(0) + arm(1, on=1),
-}
+# cache_hoard: T0's first arm grows the pool (64 nodes under this cap);
+# T1's and T2's arms must find the rest in the depot, not in T0's cache.
+lf["cache_hoard"] = lcfg(WHEEL, cap=CAP_64) + arm(0) + arm(1, on=1) + arm(2, on=2) + cancel(0) \
+    + arm(1, on=1)
 
-for target, seeds in (("wheel", wheel), ("heap", heap), ("lf", lf), ("lf-findings", lf_findings)):
+for target, seeds in (("wheel", wheel), ("heap", heap), ("lf", lf)):
     d = os.path.join(HERE, target)
     os.makedirs(d, exist_ok=True)
     for name, prog in seeds.items():
