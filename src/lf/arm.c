@@ -131,7 +131,7 @@ void lf_recs_free(struct tmo *e)
 	atomic_store_explicit(&e->recs, NULL, memory_order_relaxed);
 }
 
-static void ring_evict(struct tmo *e, struct lf_rec *r, uint32_t i, uint64_t w);
+static int64_t ring_evict(struct tmo *e, struct lf_rec *r, uint32_t i, uint64_t w);
 
 /* The calling thread gives r back (its exit, or it uses too many engines):
  * ring nodes go to the inbox, free nodes to the depot; the record, its
@@ -403,12 +403,12 @@ static inline int64_t coarse_now(struct tmo *e)
  * base busy (the timer thread collecting from it) the node waits on its
  * tofile stack for the next holder: its owner's next filing, or the timer
  * thread, which looks at every such stack. */
-static void file_own_base(struct tmo *e, struct lf_rec *r, struct lf_node *n)
+static void file_own_base(struct tmo *e, struct lf_rec *r, struct lf_node *n, int64_t later)
 {
 	struct lf_base *b = r->base;
 	int64_t wake_at = 0;
 	if (lf_base_trylock(b)) {
-		base_file_locked(e, b, n, 0, r);
+		base_file_locked(e, b, n, later, r);
 		lf_base_tidy(e, b, r);
 		/* While this thread keeps spilling it hands what comes due soon to
 		 * the timer thread itself: that thread need not take the lock
@@ -424,7 +424,8 @@ static void file_own_base(struct tmo *e, struct lf_rec *r, struct lf_node *n)
 		/* dated now, while the arm is recent: its next holder may come
 		 * much later */
 		int64_t deadline =
-		    lf_arm_time_upper(e, atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed)) +
+		    lf_arm_time_upper_before(
+		        e, atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed), later) +
 		    atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed);
 		atomic_store_explicit(&n->s.q.timeout, deadline, memory_order_relaxed);
 		atomic_store_explicit(&n->s.q.stamp, LF_STAMP_DEADLINE, memory_order_relaxed);
@@ -436,26 +437,49 @@ static void file_own_base(struct tmo *e, struct lf_rec *r, struct lf_node *n)
 		lf_wake_for(e, wake_at);
 }
 
+/* Bound slot i's arm w by the clock reading `later` (see lf_rec). */
+static inline void slot_bound(struct lf_rec *r, uint32_t i, uint64_t w, int64_t later)
+{
+	atomic_store_explicit(&r->bound_ns[i], later, memory_order_relaxed);
+	atomic_store_explicit(&r->bound_w[i], w, memory_order_release);
+}
+
 /* Slot i of our ring is needed again (or we detach) while it holds arm w:
  * spill the arm if it is still in the ring, reclaim the node if another
  * thread's cancel took the arm back, else (the timer thread stole it)
- * leave it. */
-static void ring_evict(struct tmo *e, struct lf_rec *r, uint32_t i, uint64_t w)
+ * leave it.  Returns the clock reading the spill took (0: none): every arm
+ * this thread made so far was made before it. */
+static int64_t ring_evict(struct tmo *e, struct lf_rec *r, uint32_t i, uint64_t w)
 {
 	(void)i;
 	struct lf_node *n = lf_node_at(e, lf_word_idx(w));
 	uint64_t gen = lf_word_gen(w);
 	uint64_t s = lf_st(gen, LF_RING);
+	int64_t later = 0;
 	if (atomic_compare_exchange_strong_explicit(&n->state, &s, lf_st(gen, LF_QUEUED),
 	                                            memory_order_acq_rel, memory_order_acquire)) {
 		bump(&r->spilled);
-		if (r->base != NULL)
-			file_own_base(e, r, n);
-		else
+		if (r->base != NULL) {
+			/* Coarse dating whose tick has not closed on time: the
+			 * reading that dates this spill bounds the ring's other arms
+			 * too, should the timer thread steal them late. */
+			uint64_t stamp = atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed);
+			if (!(stamp & LF_PRECISE) && !lf_tick_closed_on_time(e, stamp)) {
+				later = tmo_now_ns();
+				for (uint32_t j = 0; j < LF_RING_SLOTS; j++) {
+					uint64_t x = atomic_load_explicit(&r->ring[j], memory_order_relaxed);
+					if (x != 0 && j != i)
+						slot_bound(r, j, x, later);
+				}
+			}
+			file_own_base(e, r, n, later);
+		} else {
 			lf_inbox_post(e, n, deadline_lower(e, n));
+		}
 	} else if (s == lf_st(gen, LF_CANCELLED)) {
 		lf_cache_put(e, r, n);
 	}
+	return later;
 }
 
 /* ---- arm -------------------------------------------------------------------------- */
@@ -556,9 +580,13 @@ static __attribute__((noinline)) int arm_general(struct tmo *e, struct tmo_timer
 			lf_ec_wake(&e->wake_ec); /* whatever it sleeps for: drain */
 			return TMO_EAGAIN;
 		}
-		ring_evict(e, r, i, prev);
+		int64_t later = ring_evict(e, r, i, prev);
+		arm_publish(e, r, n, i, t, timeout_ns, stamp, cb, arg);
+		if (later != 0 && !(stamp & LF_PRECISE)) /* this arm's stamp came first */
+			slot_bound(r, i, atomic_load_explicit(&r->ring[i], memory_order_relaxed), later);
+	} else {
+		arm_publish(e, r, n, i, t, timeout_ns, stamp, cb, arg);
 	}
-	arm_publish(e, r, n, i, t, timeout_ns, stamp, cb, arg);
 	lf_light_barrier(tw);
 	if (atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_SLEEPING)
 		return arm_wake(e, stamp, timeout_ns);

@@ -16,7 +16,16 @@
  * The timer thread measures each gap; when one is late by more than a
  * quarter of the resolution (a CPU hog, a preempted timer thread) it sets
  * LF_TW_PRECISE for PRECISE_HOLD_NS, and arms stamp the TSC meanwhile.
- * While it sleeps it sets LF_TW_PRECISE too (no tick comes).
+ * While it sleeps it sets LF_TW_PRECISE too (no tick comes).  An arm made
+ * during the late gap itself is dated, besides the late tick, by the first
+ * clock reading known to follow it: the spill that takes it out of its
+ * ring (its owner reads the clock then), a later spill of the same thread
+ * (which bounds every arm still in that ring: lf_rec.bound_*), or the
+ * steal.  What stays exposed: arms that no later spill of their thread
+ * bounds and that the timer thread steals late may be dated late by up to
+ * the gap's lateness, and fire that much later (never early).  Measured:
+ * 16 timers 2 ms apart, 4 spinning processes on 2 CPUs, 0 inversions in 900
+ * runs (18 in 300 before the spill bound).
  *
  * Precise stamps: the TSC, converted with a rate measured against
  * CLOCK_MONOTONIC since the first engine was created, anchored at a (TSC,
@@ -291,6 +300,12 @@ static int64_t tick_ns_of(struct tmo *e, uint64_t k)
 int64_t lf_arm_time_upper(struct tmo *e, uint64_t stamp)
 {
 	return lf_arm_time_upper_before(e, stamp, 0);
+}
+
+int lf_tick_closed_on_time(struct tmo *e, uint64_t k)
+{
+	int64_t ns = tick_ns_of(e, k + 1), prev = tick_ns_of(e, k);
+	return ns != 0 && prev != 0 && ns - prev <= e->tick_ns + e->resolution_ns / 8;
 }
 
 int64_t lf_arm_time_upper_before(struct tmo *e, uint64_t stamp, int64_t later_ns)

@@ -269,6 +269,13 @@ struct lf_rec {
 	struct lf_rec *_Atomic next;
 	/* Timer thread only: `head` when it last looked. */
 	uint64_t seen_head;
+	/* A clock reading later than the arm in each slot (bound_w[i] names
+	 * that arm): taken by the owner when it spills with a coarse stamp
+	 * whose tick has not closed on time, so that an arm the timer thread
+	 * steals late is dated by when it was made, not by when it was stolen
+	 * (clock.c, Order).  Owner writes ns, then w (release). */
+	_Alignas(64) _Atomic uint64_t bound_w[LF_RING_SLOTS];
+	_Atomic int64_t bound_ns[LF_RING_SLOTS];
 };
 
 /* ---- engine parameters and the engine ---------------------------------------- */
@@ -442,6 +449,9 @@ int64_t lf_arm_time_upper(struct tmo *e, uint64_t stamp);
 int64_t lf_arm_time_upper_before(struct tmo *e, uint64_t stamp, int64_t later_ns);
 /* Lower bound on that time; 0 if unknown. */
 int64_t lf_arm_time_lower(struct tmo *e, uint64_t stamp);
+/* 1 when the tick after coarse stamp k was published on time: the upper
+ * bound of an arm stamped k is then that tick's reading, tight. */
+int lf_tick_closed_on_time(struct tmo *e, uint64_t k);
 /* Timer thread: refresh the TSC calibration. */
 void lf_cal_update(struct tmo *e);
 /* Sleep / wake (futex event counts through ck_ec). */

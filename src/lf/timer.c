@@ -127,7 +127,7 @@ static void retry_unfiled(struct tmo *e)
  * is taken: an arm that lives longer than a tick gains nothing from staying
  * (its cancel then costs a CAS and a trip through the base either way), and
  * the thread never reads a node it has not won.  Returns 1 if it stole. */
-static int steal_one(struct tmo *e, uint64_t w)
+static int steal_one(struct tmo *e, struct lf_rec *r, uint32_t i, uint64_t w)
 {
 	struct lf_node *n = lf_node_at(e, lf_word_idx(w));
 	uint64_t gen = lf_word_gen(w);
@@ -137,6 +137,12 @@ static int steal_one(struct tmo *e, uint64_t w)
 	                                             memory_order_acq_rel, memory_order_relaxed))
 		return 0;
 	int64_t later = tmo_now_ns(); /* after the arm */
+	/* or, tighter, a reading its owner took after it (lf_rec) */
+	if (atomic_load_explicit(&r->bound_w[i], memory_order_acquire) == w) {
+		int64_t b = atomic_load_explicit(&r->bound_ns[i], memory_order_relaxed);
+		if (b < later)
+			later = b;
+	}
 	uint64_t stamp = atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed);
 	int64_t timeout = atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed);
 	file_tt(e, n, gen, lf_arm_time_upper_before(e, stamp, later) + timeout);
@@ -158,7 +164,7 @@ static int steal_rings(struct tmo *e)
 		}
 		for (uint32_t i = 0; i < LF_RING_SLOTS; i++) {
 			uint64_t w = atomic_load_explicit(&r->ring[i], memory_order_acquire);
-			if (w != 0 && steal_one(e, w))
+			if (w != 0 && steal_one(e, r, i, w))
 				active |= 2;
 		}
 	}
