@@ -302,31 +302,47 @@ int64_t lf_arm_time_upper(struct tmo *e, uint64_t stamp)
 	return lf_arm_time_upper_before(e, stamp, 0);
 }
 
-int lf_tick_closed_on_time(struct tmo *e, uint64_t k)
+/* The reading of tick k + 1 when tick k closed on time (its gap within the
+ * period plus an eighth of the resolution), else 0. */
+static int64_t tick_close_on_time(struct tmo *e, uint64_t k)
 {
 	int64_t ns = tick_ns_of(e, k + 1), prev = tick_ns_of(e, k);
-	return ns != 0 && prev != 0 && ns - prev <= e->tick_ns + e->resolution_ns / 8;
+	return ns != 0 && prev != 0 && ns - prev <= e->tick_ns + e->resolution_ns / 8 ? ns : 0;
+}
+
+int lf_tick_closed_on_time(struct tmo *e, uint64_t k) { return tick_close_on_time(e, k) != 0; }
+
+/* The bounds of the clock reading behind a precise stamp: the reading
+ * itself when arm read the clock (returns 1, exact), else the TSC
+ * reading's (0 where unknown). */
+static int precise_bounds(struct tmo *e, uint64_t stamp, int64_t *lo, int64_t *hi)
+{
+	uint64_t st = stamp & ~LF_PRECISE;
+	if (!g_use_tsc) {
+		*lo = *hi = (int64_t)st;
+		return 1;
+	}
+	tsc_bounds(e, st, lo, hi);
+	return 0;
 }
 
 int64_t lf_arm_time_upper_before(struct tmo *e, uint64_t stamp, int64_t later_ns)
 {
 	if (stamp & LF_PRECISE) {
-		uint64_t st = stamp & ~LF_PRECISE;
-		if (!g_use_tsc)
-			return (int64_t)st;
 		int64_t lo, hi;
-		tsc_bounds(e, st, &lo, &hi);
+		if (precise_bounds(e, stamp, &lo, &hi))
+			return hi;
 		/* capped by a clock read after the arm: never early, whatever the
 		 * TSC does */
 		int64_t now = later_ns != 0 ? later_ns : tmo_now_ns();
 		return hi != 0 && hi < now ? hi : now;
 	}
-	/* The next tick's reading bounds the arm; when that tick came on time
-	 * (its gap within the period plus an eighth of the resolution) it is
-	 * also close to the arm. */
-	int64_t ns = tick_ns_of(e, stamp + 1), prev = tick_ns_of(e, stamp);
-	if (ns != 0 && prev != 0 && ns - prev <= e->tick_ns + e->resolution_ns / 8)
+	/* The next tick's reading bounds the arm; when that tick closed on
+	 * time it is also close to the arm. */
+	int64_t ns = tick_close_on_time(e, stamp);
+	if (ns != 0)
 		return ns;
+	ns = tick_ns_of(e, stamp + 1);
 	/* Not published yet, or late (a hog, a preempted timer thread), or
 	 * overwritten: the caller runs after the arm, so a clock read now is an
 	 * upper bound too, and close when the arm was recent (a spill, a steal
@@ -346,11 +362,8 @@ int64_t lf_arm_time_lower(struct tmo *e, uint64_t stamp)
 	if (stamp == LF_STAMP_DEADLINE)
 		return 0;
 	if (stamp & LF_PRECISE) {
-		uint64_t st = stamp & ~LF_PRECISE;
-		if (!g_use_tsc)
-			return (int64_t)st;
 		int64_t lo, hi;
-		tsc_bounds(e, st, &lo, &hi);
+		precise_bounds(e, stamp, &lo, &hi);
 		return lo > 0 ? lo : 0;
 	}
 	return stamp > 0 ? tick_ns_of(e, stamp - 1) : 0;
