@@ -10,8 +10,11 @@
  * other shared write to hide it behind; a type-stable arena costs it
  * nothing.
  *
- * Pages (64 nodes each) are populated on demand by producers (grow_lock;
- * the timer thread never takes it).  Free nodes live in each record's cache
+ * Pages (64 nodes each) are populated on demand by producers, which never
+ * wait for each other there: fresh pages are claimed by a CAS on the
+ * high-water mark, pages given back are reused under grow_lock when a
+ * trylock gets it (waited for only once the reservation is used up; the
+ * timer thread never takes it).  Free nodes live in each record's cache
  * (at most LF_CACHE_MAX) and in the depot: a lock-free stack of chains of
  * LF_CHAIN nodes.  Its head word is a tag (high 32 bits, bumped by every
  * push and pop) and the top chain's index + 1 (low 32 bits), so a pop that
@@ -24,8 +27,9 @@
  * one timer thread files every arm that outlives its ring) arm answers
  * TMO_EAGAIN at once, as it does when the reservation is used up.
  *
- * Giving memory back: when the timer thread is about to sleep and the
- * depot holds more than TRIM_KEEP nodes, it takes the depot, counts free
+ * Giving memory back: when the timer thread is about to sleep, it returns
+ * its own cache to the depot (a free node in a cache pins its page), and
+ * when the depot holds more than TRIM_KEEP nodes it takes it, counts free
  * nodes per page, returns every page whose 64 nodes are all free with
  * madvise(MADV_DONTNEED), and puts the rest back as chains of one page
  * each.  A given-back page reads as zeros; when it is populated again its
@@ -120,50 +124,86 @@ void lf_pool_fini(struct tmo *e)
 
 /* ---- growth ------------------------------------------------------------------ */
 
-/* Populate pages (grow_lock held): a chain of their nodes, *count of them.
- * NULL with *err when the arena is full (TMO_EAGAIN) or a fault is
- * injected (TMO_ENOMEM). */
-static struct lf_node *grow_locked(struct tmo *e, uint32_t *count, int *err)
+/* The soft bound: fewer than LF_SOFT_NODES plus twice the pending arms. */
+static int may_grow(struct tmo *e)
+{
+	uint64_t held =
+	    atomic_load_explicit(&e->pool.populated_pages, memory_order_relaxed) * PAGE_NODES;
+	return held < LF_SOFT_NODES + 2 * lf_pending(e);
+}
+
+/* Take up to GROW_PAGES pages of a run given back earlier (grow_lock held).
+ * Returns the count, 0 when there is none. */
+static uint32_t reuse_take_locked(struct lf_pool *p, uint32_t *first, uint64_t *floor)
+{
+	if (p->reuse == NULL) {
+		ck_stack_entry_t *got = ck_stack_batch_pop_upmc(&p->released);
+		p->reuse = got != NULL ? tmo_container_of(got, struct lf_run, link) : NULL;
+	}
+	struct lf_run *r = p->reuse;
+	if (r == NULL)
+		return 0;
+	uint32_t pages = r->count < GROW_PAGES ? r->count : GROW_PAGES;
+	*first = r->first;
+	*floor = r->gen_floor;
+	r->first += pages;
+	r->count -= pages;
+	if (r->count == 0) {
+		p->reuse = r->link.next ? tmo_container_of(r->link.next, struct lf_run, link) : NULL;
+		tmo__free(r);
+	}
+	return pages;
+}
+
+/* Claim up to GROW_PAGES pages never populated, lock-free.  Returns the
+ * count, 0 when the reservation is used up. */
+static uint32_t fresh_claim(struct lf_pool *p, uint32_t *first)
+{
+	uint64_t cap = p->reserved_nodes_cap / PAGE_NODES;
+	uint32_t hwm = atomic_load_explicit(&p->hwm_pages, memory_order_relaxed), pages;
+	do {
+		if (hwm >= cap)
+			return 0;
+		pages = cap - hwm < GROW_PAGES ? (uint32_t)(cap - hwm) : GROW_PAGES;
+		/* release: the trimmer reads hwm, then the nodes' states */
+	} while (!atomic_compare_exchange_weak_explicit(&p->hwm_pages, &hwm, hwm + pages,
+	                                                memory_order_release,
+	                                                memory_order_relaxed));
+	*first = hwm;
+	return pages;
+}
+
+/* Populate pages: a chain of their nodes, *count of them.  NULL with *err
+ * past the soft bound or with the reservation used up (TMO_EAGAIN), or
+ * when a fault is injected (TMO_ENOMEM).  Never waits for another grower:
+ * pages given back are reused when their lock is free at once (or nothing
+ * else is left), else fresh pages are claimed with a CAS. */
+static struct lf_node *grow(struct tmo *e, uint32_t *count, int *err)
 {
 	struct lf_pool *p = &e->pool;
 	if (tmo__fault(TMO_FAULT_ALLOC)) {
 		*err = TMO_ENOMEM;
 		return NULL;
 	}
-	uint64_t held = atomic_load_explicit(&p->populated_pages, memory_order_relaxed) * PAGE_NODES;
-	if (held >= LF_SOFT_NODES + 2 * lf_pending(e)) {
+	if (!may_grow(e)) {
 		*err = TMO_EAGAIN;
 		return NULL;
 	}
-	uint32_t first, pages;
+	uint32_t first = 0, pages = 0;
 	uint64_t floor = 0;
-	if (p->reuse == NULL) {
-		ck_stack_entry_t *got = ck_stack_batch_pop_upmc(&p->released);
-		p->reuse = got != NULL ? tmo_container_of(got, struct lf_run, link) : NULL;
+	if (pthread_mutex_trylock(&p->grow_lock) == 0) {
+		pages = reuse_take_locked(p, &first, &floor);
+		pthread_mutex_unlock(&p->grow_lock);
 	}
-	if (p->reuse != NULL) {
-		struct lf_run *r = p->reuse;
-		first = r->first;
-		pages = r->count < GROW_PAGES ? r->count : GROW_PAGES;
-		floor = r->gen_floor;
-		r->first += pages;
-		r->count -= pages;
-		if (r->count == 0) {
-			p->reuse = r->link.next ? tmo_container_of(r->link.next, struct lf_run, link)
-			                        : NULL;
-			tmo__free(r);
-		}
-	} else {
-		uint32_t hwm = atomic_load_explicit(&p->hwm_pages, memory_order_relaxed);
-		uint64_t cap = p->reserved_nodes_cap / PAGE_NODES;
-		if (hwm >= cap) {
+	if (pages == 0 && (pages = fresh_claim(p, &first)) == 0) {
+		/* the reservation is used up: only given-back pages are left */
+		pthread_mutex_lock(&p->grow_lock);
+		pages = reuse_take_locked(p, &first, &floor);
+		pthread_mutex_unlock(&p->grow_lock);
+		if (pages == 0) {
 			*err = TMO_EAGAIN;
 			return NULL;
 		}
-		first = hwm;
-		pages = cap - hwm < GROW_PAGES ? (uint32_t)(cap - hwm) : GROW_PAGES;
-		/* release: the trimmer reads hwm, then the nodes' states */
-		atomic_store_explicit(&p->hwm_pages, hwm + pages, memory_order_release);
 	}
 	struct lf_node *head = NULL;
 	uint32_t n = pages * PAGE_NODES;
@@ -238,14 +278,6 @@ static struct lf_node *depot_take_all(struct tmo *e)
 	                                              memory_order_acquire))
 		;
 	return (uint32_t)w != 0 ? lf_node_at(e, (uint32_t)w - 1) : NULL;
-}
-
-static struct lf_node *grow(struct tmo *e, uint32_t *count, int *err)
-{
-	pthread_mutex_lock(&e->pool.grow_lock);
-	struct lf_node *c = grow_locked(e, count, err);
-	pthread_mutex_unlock(&e->pool.grow_lock);
-	return c;
 }
 
 /* Keep the first LF_CHAIN nodes of chain c (count nodes); the rest go to
@@ -354,6 +386,7 @@ void lf_pool_trim(struct tmo *e)
 {
 	struct lf_pool *p = &e->pool;
 	loose_collect(e);
+	lf_cache_return(e, e->tt_rec);
 	if (atomic_load_explicit(&p->depot_nodes, memory_order_relaxed) <= TRIM_KEEP)
 		return;
 	uint32_t hwm = atomic_load_explicit(&p->hwm_pages, memory_order_acquire);
