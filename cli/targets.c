@@ -160,8 +160,9 @@ void targets_print(struct tmo_report *r, const struct tmo_scenario *const *scena
 	if (prog) {
 		const char *lf[] = {"mpsc", "wheel"};
 		for (int i = 0; i < 2; i++) {
-			char what[80], why[64];
-			snprintf(what, sizeof what, "worst arm+cancel while a callback blocks: %s", lf[i]);
+			char what[96], why[64];
+			snprintf(what, sizeof what,
+			         "worst arm+cancel while a callback blocks (not switched out): %s", lf[i]);
 			snprintf(why, sizeof why, "not measured (%s not run)", lf[i]);
 			target(what, get(r, "progress", lf[i], "callback_max_latency_ns", "") / 1e6, "<=",
 			       1, " ms", why);

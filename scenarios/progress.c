@@ -21,6 +21,17 @@
  * cancels must not block meanwhile (the slowest pair is reported:
  * callback_max_latency_ns).
  *
+ * The slowest pair, told apart from the scheduler: a worker reads its own
+ * context-switch counts (getrusage RUSAGE_THREAD) every SNAP_EVERY pairs
+ * and after every pair slower than SLOW_NS.  A slow pair with no switch
+ * since the reading before it ran on its CPU throughout: its time is the
+ * engine's.  One with an involuntary switch may have been preempted (on a
+ * loaded machine it usually was); one with a voluntary switch slept, which
+ * an engine that never waits does not do.  Reported per phase: the slowest
+ * pair of all (q=max), the slowest not switched out (max_unswitched_ns,
+ * the one callback_max_latency_ns reports), the slow pairs preempted and
+ * those that slept.
+ *
  * Reported per engine and phase: ops, pairs/s, arm+cancel latency p50/p99/
  * max, stalled and blocked workers.  The check is the engine's own declaration: an
  * engine declaring TMO_CAP_LOCKFREE_ARM that blocks is a violation; one that
@@ -30,6 +41,7 @@
  */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/resource.h>
 
 #include "util.h"
 
@@ -44,7 +56,9 @@
  * thread-per-timer engine: fewer there) */
 #define CB_HELD 4096
 #define CB_HELD_THREAD 16
-#define MAX_SAMPLES 200000 /* per worker and phase */
+#define MAX_SAMPLES 200000 /* per worker and phase, for the quantiles */
+#define SLOW_NS (20 * TMO_NSEC_PER_USEC) /* a pair this slow is told apart */
+#define SNAP_EVERY 1024                   /* pairs between switch-count readings */
 #define MAX_WORKERS 64
 
 /* PH_* index ops[] and lat[] */
@@ -57,8 +71,14 @@ struct pg_worker {
 	struct pg_ctx *c;
 	atomic_llong ops[NPH];
 	_Atomic int64_t op_start; /* 0 when between ops */
-	int64_t *lat[NPH];        /* ns per arm+cancel pair */
+	int64_t *lat[NPH];        /* ns per arm+cancel pair (the first MAX_SAMPLES) */
 	size_t nlat[NPH];
+	int64_t max[NPH];         /* slowest pair of all */
+	int64_t max_quiet[NPH];   /* slowest pair not switched out */
+	long long preempted[NPH]; /* slow pairs with an involuntary switch */
+	long long slept[NPH];     /* slow pairs with a voluntary switch */
+	long snap_inv, snap_vol;  /* the last switch-count reading */
+	unsigned since_snap;
 	struct tmo_timer *held;   /* CB_HELD: the callback phase's window */
 	size_t next_held, nheld;
 	long long refused[NPH];   /* arms refused with TMO_EAGAIN */
@@ -99,10 +119,31 @@ static void pg_held_op(struct pg_ctx *c, struct pg_worker *w, int *rc, int *rc2)
 		t->cb = NULL; /* not armed: nothing to cancel next time */
 }
 
+/* Read this thread's context-switch counts after a pair of d ns in phase
+ * ph; a slow pair is judged against the reading before it. */
+static void pg_switches(struct pg_worker *w, int ph, int64_t d)
+{
+	struct rusage ru;
+	if (getrusage(RUSAGE_THREAD, &ru) != 0)
+		return; /* the pair stays unjudged: in neither max */
+	if (d >= SLOW_NS) {
+		if (ru.ru_nvcsw != w->snap_vol)
+			w->slept[ph]++;
+		else if (ru.ru_nivcsw != w->snap_inv)
+			w->preempted[ph]++;
+		else if (d > w->max_quiet[ph])
+			w->max_quiet[ph] = d;
+	}
+	w->snap_inv = ru.ru_nivcsw;
+	w->snap_vol = ru.ru_nvcsw;
+	w->since_snap = 0;
+}
+
 static void *pg_worker_main(void *arg)
 {
 	struct pg_worker *w = arg;
 	struct pg_ctx *c = w->c;
+	pg_switches(w, 0, 0);
 	for (;;) {
 		int phase = atomic_load(&c->phase);
 		if (phase == PH_STOP)
@@ -132,8 +173,15 @@ static void *pg_worker_main(void *arg)
 				w->first_error = rc != 0 ? rc : rc2;
 			continue;
 		}
+		int64_t d = t1 - t0;
 		if (w->nlat[ph] < MAX_SAMPLES)
-			w->lat[ph][w->nlat[ph]++] = t1 - t0;
+			w->lat[ph][w->nlat[ph]++] = d;
+		if (d > w->max[ph])
+			w->max[ph] = d;
+		if (d >= SLOW_NS || ++w->since_snap >= SNAP_EVERY)
+			pg_switches(w, ph, d);
+		else if (d > w->max_quiet[ph])
+			w->max_quiet[ph] = d;
 		atomic_fetch_add_explicit(&w->ops[ph], 1, memory_order_relaxed);
 	}
 	return NULL;
@@ -203,12 +251,18 @@ static void pg_phase_report(const struct tmo_run *run, struct pg_ctx *c, int ph,
                             struct pg_watch_result w)
 {
 	const char *name = ph_name[ph];
-	long long ops = 0, refused = 0;
+	long long ops = 0, refused = 0, preempted = 0, slept = 0;
+	int64_t mx_all = 0, mx_quiet = 0;
 	size_t n = 0;
 	for (int i = 0; i < c->nworkers; i++) {
-		ops += atomic_load(&c->w[i].ops[ph]);
-		refused += c->w[i].refused[ph];
-		n += c->w[i].nlat[ph];
+		struct pg_worker *x = &c->w[i];
+		ops += atomic_load(&x->ops[ph]);
+		refused += x->refused[ph];
+		n += x->nlat[ph];
+		preempted += x->preempted[ph];
+		slept += x->slept[ph];
+		mx_all = x->max[ph] > mx_all ? x->max[ph] : mx_all;
+		mx_quiet = x->max_quiet[ph] > mx_quiet ? x->max_quiet[ph] : mx_quiet;
 	}
 	int64_t *all = malloc((n ? n : 1) * sizeof *all);
 	size_t k = 0;
@@ -219,16 +273,21 @@ static void pg_phase_report(const struct tmo_run *run, struct pg_ctx *c, int ph,
 		qsort(all, k, sizeof *all, su_cmp_i64);
 	double p50 = all ? (double)su_quantile_i64(all, k, 0.5) : NAN;
 	double p99 = all ? (double)su_quantile_i64(all, k, 0.99) : NAN;
-	double mx = all && k ? (double)all[k - 1] : NAN;
+	double mx = ops > 0 ? (double)mx_all : NAN, mq = ops > 0 ? (double)mx_quiet : NAN;
 	free(all);
 	double rate = (double)ops / ((double)window / 1e9);
 	if (ph == PH_CALLBACK)
-		tmo_report(run, "callback_max_latency_ns", "", mx, "ns");
+		tmo_report(run, "callback_max_latency_ns", "", mq, "ns");
 	su_report(run, "pairs", (double)ops, "count", "phase=%s,threads=%d", name, c->nworkers);
 	su_report(run, "pairs_per_s", rate, "pairs/s", "phase=%s,threads=%d", name, c->nworkers);
 	su_report(run, "latency_ns", p50, "ns", "phase=%s,threads=%d,q=p50", name, c->nworkers);
 	su_report(run, "latency_ns", p99, "ns", "phase=%s,threads=%d,q=p99", name, c->nworkers);
 	su_report(run, "latency_ns", mx, "ns", "phase=%s,threads=%d,q=max", name, c->nworkers);
+	su_report(run, "max_unswitched_ns", mq, "ns", "phase=%s,threads=%d", name, c->nworkers);
+	su_report(run, "slow_pairs_preempted", (double)preempted, "count", "phase=%s,threads=%d",
+	          name, c->nworkers);
+	su_report(run, "slow_pairs_slept", (double)slept, "count", "phase=%s,threads=%d", name,
+	          c->nworkers);
 	su_report(run, "blocked_workers", (double)w.blocked, "count", "phase=%s,threads=%d", name,
 	          c->nworkers);
 	su_report(run, "stalled_workers", (double)w.stalled, "count", "phase=%s,threads=%d", name,
@@ -237,9 +296,11 @@ static void pg_phase_report(const struct tmo_run *run, struct pg_ctx *c, int ph,
 	          c->nworkers);
 	printf("  %-8s %10lld arm+cancel pairs (%.3g/s), latency p50 %8.0f ns  p99 %10.0f ns  max "
 	       "%12.0f ns; of %d workers %d stalled > %lld ms, %d blocked to the end; %lld arms "
-	       "refused (TMO_EAGAIN)\n",
+	       "refused (TMO_EAGAIN)\n"
+	       "           slowest pair not switched out %.0f ns; pairs over %lld us: %lld preempted, "
+	       "%lld slept\n",
 	       name, ops, rate, p50, p99, mx, c->nworkers, w.stalled, (long long)(BOUND / 1000000),
-	       w.blocked, refused);
+	       w.blocked, refused, mq, (long long)(SLOW_NS / 1000), preempted, slept);
 }
 
 /* Park the timer thread for `window` and watch.  Returns violations. */
@@ -431,7 +492,9 @@ const struct tmo_scenario tmo_scenario_progress = {
 	          "engine that declares lockfree-arm the park and the blocked callback last until "
 	          "every worker has also finished 200 pairs in the phase (at most 10 s). Reports "
 	          "pairs/s, latency p50/p99/max, stalled (an op over 100 ms: reported) and "
-	          "blocked workers per phase, and the slowest pair while the callback blocked.",
+	          "blocked workers per phase, the slowest pair of all and the slowest that the worker's "
+	          "thread ran without a context switch (getrusage), and the pairs over 20 us that "
+	          "were preempted or slept.",
 	.fails_when = "an engine that declares lockfree-arm has a worker blocked by the park or "
 	              "by the blocked callback: short of 200 pairs when the phase ends, or inside "
 	              "one pair begun more than half the phase earlier (an engine that does not "
