@@ -17,9 +17,10 @@
 #                    seed figure is doubled: compare.py's table and the rows
 #                    table, where that figure reads "2.00x slower" and the
 #                    others "same"
-#   plot_report      scripts/plot on a copy of results/baseline (plus an
-#                    instructions.csv): every plot drawn, REPORT.md with the
-#                    machine, runs, figures, targets, violations and each
+#   plot_report      scripts/plot on a copy of results/baseline with a
+#                    violation planted (then with an instructions.csv):
+#                    every plot drawn, REPORT.md with the machine, runs,
+#                    figures, targets, the planted violation and each
 #                    plot inline; without the CSV the instructions plot is
 #                    skipped and REPORT.md says why
 #   scale_quick      scripts/scale --quick --max=2 through the real harness
@@ -161,7 +162,19 @@ EOF
   ;;
 plot_report)
   cp -r "$root/results/baseline" "$dir/b"
-  rm -rf "$dir/b/plots" "$dir/b/REPORT.md"
+  rm -rf "$dir/b/plots" "$dir/b/REPORT.md" "$dir/b/instructions.csv" "$dir/b/instructions.json"
+  # a violation planted in the copy: REPORT.md must list it and count the run
+  /usr/bin/python3 - "$dir/b/expiry.json" <<'PY' || fail "could not plant a violation"
+import json, sys
+p = sys.argv[1]
+d = json.load(open(p))
+d["violations"].append({"scenario": "expiry", "engine": "wheel",
+                        "message": "n=1000000: order: planted by the test"})
+for r in d["runs"]:
+    if r["engine"] == "wheel":
+        r["status"], r["result"], r["violations_reported"] = "violations", 1, 1
+json.dump(d, open(p, "w"))
+PY
   "$root/scripts/plot" "$dir/b" >"$dir/out" 2>&1 || { cat "$dir/out"; fail "scripts/plot failed"; }
   cat "$dir/out"
   for p in ns_per_op thread_scaling live_timers lateness_cdf retention; do
@@ -176,9 +189,15 @@ plot_report)
   done
   grep -q "^- \*\*Machine:\*\* .* 2 CPUs" "$dir/b/REPORT.md" || fail "REPORT.md: no machine line"
   grep -q "^- \*\*Load average" "$dir/b/REPORT.md" || fail "REPORT.md: no load line"
-  grep -q "^| wheel | 64.9 |" "$dir/b/REPORT.md" || fail "REPORT.md: the figures table lacks wheel's seed figure"
-  grep -q "^| seed 1 thread: wheel faster than thread | 587x |" "$dir/b/REPORT.md" || fail "REPORT.md: no targets"
-  grep -q '^- `expiry/wheel`: n=1000000: order' "$dir/b/REPORT.md" || fail "REPORT.md: the baseline's violation is missing"
+  seed=$(awk -F, '$2 == "wheel" && $3 == "seed_median_ns_per_op" { printf "%.3g", $5 }' "$dir/b/throughput.csv")
+  [ -n "$seed" ] && grep -qF "| wheel | $seed |" "$dir/b/REPORT.md" ||
+    fail "REPORT.md: the figures table lacks wheel's seed figure ($seed, throughput.csv)"
+  grep -Eq "^\| seed 1 thread: wheel faster than thread \| [0-9,.]+x \| >= 1,500x \| (met|NOT MET) \|$" \
+    "$dir/b/REPORT.md" || fail "REPORT.md: no targets"
+  grep -q '^- `expiry/wheel`: n=1000000: order: planted by the test' "$dir/b/REPORT.md" ||
+    fail "REPORT.md: the planted violation is missing"
+  grep -q '^- \*\*Verdict:\*\* .* 1 not clean: expiry/wheel' "$dir/b/REPORT.md" ||
+    fail "REPORT.md: the verdict does not count the planted violation"
   printf 'engine,total,producer,timer_thread\nwheel,400,150,250\ncondvar,300,200,100\n' > "$dir/b/instructions.csv"
   "$root/scripts/plot" "$dir/b" >"$dir/out" 2>&1 || fail "scripts/plot failed with instructions.csv"
   [ -s "$dir/b/plots/instructions.svg" ] || fail "no instructions plot"

@@ -37,7 +37,8 @@ def dir_docs(d):
         except (OSError, ValueError) as e:
             print("results: %s: %s (skipped)" % (p, e), file=sys.stderr)
             continue
-        if isinstance(doc, dict) and "rows" in doc:
+        # the harness's files have runs; instructions.json (scripts/instructions) has not
+        if isinstance(doc, dict) and "rows" in doc and "runs" in doc:
             out.append((os.path.splitext(os.path.basename(p))[0], doc))
     out.sort(key=lambda nd: (str(nd[1].get("context", {}).get("date", "")), nd[0]))
     return out
