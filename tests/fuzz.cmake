@@ -107,11 +107,11 @@ set_tests_properties(fuzz-replay/wheel-planted PROPERTIES
 # fuzz_replay_<name>; ctest fuzz-replay/<name> passes only when the corpus
 # replay reports the mismatch that the bug must cause (the regex names the
 # check).  Configuring fails if the text to break is gone.
-#   lf-planted       timer.c: a fire leaves the timer's word PENDING instead
+#   lf-planted       fire.c: a fire leaves the timer's word PENDING instead
 #                    of FIRED -- the model sees a fired timer whose word,
 #                    cancel or arm (its callback's re-arm first) do not know
 #                    it has fired.
-#   lf-leak-planted  arm.c: a cancel that takes back its own ring arm reports
+#   lf-leak-planted  cancel.c: a cancel that takes back its own ring arm reports
 #                    PREVENTED but never returns the node -- only the pool
 #                    audit can see it (a leak at the end of a draining input).
 function(tmo_lf_planted name file pattern replacement regex)
@@ -142,11 +142,11 @@ function(tmo_lf_planted name file pattern replacement regex)
                        PASS_REGULAR_EXPRESSION "${regex}")
 endfunction()
 
-tmo_lf_planted(lf-planted timer.c
+tmo_lf_planted(lf-planted fire.c
   "lf_word(lf_idx_of(e, n), d->gen, LF_FIRED)"
   "lf_word(lf_idx_of(e, n), d->gen, LF_PENDING) /* PLANTED BUG: no FIRED word */"
   "fuzz mismatch[^\n]*(\\(fired\\)|re-arm returned TMO_EARMED)")
-tmo_lf_planted(lf-leak-planted arm.c
+tmo_lf_planted(lf-leak-planted cancel.c
   "\tn->free_next = r->cache;\n\tr->cache = n;\n\tr->cache_n++;\n\treturn TMO_CANCEL_PREVENTED;"
   "\treturn TMO_CANCEL_PREVENTED; /* PLANTED BUG: the node is not taken back */"
   "fuzz mismatch[^\n]*a leak")

@@ -57,9 +57,12 @@
  * generation floor above every generation they used, so a stale (index,
  * generation) never matches again.
  *
- * Files, by who runs the code: arm.c (arm, cancel, records: the application's
- * threads), timer.c (the timer thread, create/destroy/stats/park), pool.c
- * (memory), clock.c (the time source and the wake-up protocol).
+ * Files, by who runs the code: the application's threads run arm.c (arm,
+ * and filing into a base they hold), cancel.c and rec.c (their records);
+ * the timer thread runs timer.c (its loop, stealing, draining) and fire.c
+ * (collect, order, fire); engine.c is the engine's life (create, destroy,
+ * stats, park); pool.c is memory, clock.c the time source and the wake-up
+ * protocol.
  *
  * Synchronization: as in include/tmo/tmo.h.  arm and cancel never wait for
  * the timer thread or a callback (TMO_CAP_LOCKFREE_ARM): bases are taken
@@ -244,7 +247,7 @@ struct lf_base {
 /* Free nodes a record keeps; beyond, whole chains go to the depot. */
 #define LF_CACHE_MAX 32
 /* What a cache may hold at most: an own-ring cancel returns its node
- * unchecked (arm.c), so LF_CACHE_MAX plus the ring's arms. */
+ * unchecked (cancel.c), so LF_CACHE_MAX plus the ring's arms. */
 #define LF_CACHE_BOUND (LF_CACHE_MAX + LF_RING_SLOTS)
 #define LF_CHAIN 16
 
@@ -373,7 +376,7 @@ struct tmo {
 
 	struct lf_pool pool;
 
-	/* The timer thread's own base and state (timer.c). */
+	/* The timer thread's own base and state (tt.h). */
 	struct lf_base *tt_base;
 	struct lf_rec *tt_rec; /* its node cache, for callbacks' arms */
 	struct lf_tt *tt;
@@ -475,7 +478,37 @@ int64_t lf_precise_hold_ns(void);
  * than `deadline_lower` (0: as soon as possible). */
 void lf_wake_for(struct tmo *e, int64_t deadline_lower);
 
-/* ---- arm.c ------------------------------------------------------------------- */
+/* ---- rec.c: the calling thread's record ------------------------------------- */
+
+struct lf_tls_ent {
+	uint64_t id; /* the engine's tmo_base.id; 0: empty */
+	struct lf_rec *rec;
+};
+#define LF_TLS_IE __attribute__((tls_model("initial-exec"), visibility("hidden")))
+/* The record of the engine this thread used last. */
+extern _Thread_local struct lf_tls_ent lf_tls_hot LF_TLS_IE;
+/* Any other engine's record: found, attached or made (NULL once this
+ * thread's exit hook ran, or out of memory). */
+struct lf_rec *lf_rec_slow(struct tmo *e);
+static inline struct lf_rec *lf_rec_get(struct tmo *e)
+{
+	if (LF_LIKELY(lf_tls_hot.id == e->base.id))
+		return lf_tls_hot.rec;
+	return lf_rec_slow(e);
+}
+static inline void lf_bump(_Atomic uint64_t *c)
+{
+	/* one writer: a plain increment, atomic only so readers see no race */
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
+	                      memory_order_relaxed);
+}
+
+/* ---- arm.c, cancel.c ------------------------------------------------------- */
+
+/* The arm w in slot i of r leaves the ring for its base or the inbox.
+ * Returns the clock reading that dated it when it bounds the ring's later
+ * arms, else 0. */
+int64_t lf_ring_evict(struct tmo *e, struct lf_rec *r, uint32_t i, uint64_t w);
 
 /* arm: mpsc's (every arm dated by the TSC) and the wheel's (dated by the
  * published tick unless it says precise). */
@@ -513,7 +546,7 @@ void lf_engine_register(struct tmo *e);
 uint64_t lf_my_cache_count(struct tmo *e);
 void lf_engine_unregister(struct tmo *e);
 
-/* ---- timer.c ------------------------------------------------------------------ */
+/* ---- engine.c, timer.c, fire.c ------------------------------------------------ */
 
 int lf_create(const struct lf_params *p, const struct tmo_config *cfg, struct tmo **out);
 void lf_destroy(struct tmo *e);

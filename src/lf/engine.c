@@ -1,0 +1,256 @@
+/*
+ * The lock-free engine's life: its bases, create, destroy (also in a
+ * forked child), stats, park, debug, and an arm made by its own timer
+ * thread (a callback's).  lf.h has the design.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tt.h"
+
+/* ---- bases ---------------------------------------------------------------------- */
+
+struct lf_base *lf_base_new(struct tmo *e)
+{
+	const struct lf_sched *sc = e->p->sched;
+	struct lf_base *b = tmo__aligned_alloc(64, sizeof *b + sc->size);
+	if (b == NULL)
+		return NULL;
+	memset(b, 0, sizeof *b + sc->size);
+	if (sc->init(lf_sched_of(b), e->resolution_ns, e->origin_ns) != 0) {
+		tmo__free(b);
+		return NULL;
+	}
+	atomic_store_explicit(&b->next, INT64_MAX, memory_order_relaxed);
+	ck_stack_init(&b->cancels);
+	ck_stack_init(&b->tofile);
+	atomic_fetch_add_explicit(&e->rec_bytes, sizeof *b + sc->size, memory_order_relaxed);
+	return b;
+}
+
+void lf_base_free(struct tmo *e, struct lf_base *b)
+{
+	e->p->sched->fini(lf_sched_of(b));
+	tmo__free(b);
+}
+
+/* ---- create / destroy ------------------------------------------------------------------ */
+
+static void engine_free(struct tmo *e)
+{
+	lf_recs_free(e);
+	if (e->tt_base != NULL)
+		lf_base_free(e, e->tt_base);
+	tmo__free(e->tt_rec);
+	if (e->tt != NULL) {
+		tmo__free(e->tt->due);
+		tmo__free(e->tt->tmp);
+		tmo__free(e->tt);
+	}
+	if (e->pool.arena != NULL)
+		lf_pool_fini(e);
+	tmo__free(e);
+}
+
+int lf_create(const struct lf_params *p, const struct tmo_config *cfg, struct tmo **out)
+{
+	struct tmo *e = tmo__aligned_alloc(64, sizeof *e);
+	if (e == NULL)
+		return TMO_ENOMEM;
+	memset(e, 0, sizeof *e);
+	e->base.ops = p->ops;
+	e->p = p;
+	e->resolution_ns = cfg->resolution_ns > 0 ? cfg->resolution_ns : p->resolution_ns;
+	/* the tick period scales with a configured resolution */
+	e->tick_ns = p->tick_ns > 0 ? p->tick_ns * e->resolution_ns / p->resolution_ns : 0;
+	if (p->tick_ns > 0 && e->tick_ns <= 0)
+		e->tick_ns = 1;
+	e->margin_ns = e->resolution_ns / 20 > 10000 ? e->resolution_ns / 20 : 10000;
+	e->origin_ns = tmo_now_ns(); /* every base's tick grid starts here */
+	ck_stack_init(&e->inbox);
+	ck_ec32_init(&e->wake_ec, 0);
+	ck_ec32_init(&e->done_ec, 0);
+	int rc = TMO_ESYS;
+	if (pthread_mutex_init(&e->rec_lock, NULL) != 0)
+		goto fail_free;
+	if (pthread_mutex_init(&e->park_lock, NULL) != 0)
+		goto fail_rec;
+	if (pthread_cond_init(&e->park_cv, NULL) != 0)
+		goto fail_park;
+	if ((rc = lf_pool_init(e)) != 0)
+		goto fail_cv;
+	lf_clock_init(e);
+	rc = TMO_ENOMEM;
+	e->tt = tmo__calloc(1, sizeof *e->tt);
+	if (e->tt == NULL)
+		goto fail_mem;
+	e->tt->due_cap = DUE_FIRST;
+	e->tt->due = tmo__malloc(DUE_FIRST * sizeof *e->tt->due);
+	e->tt->tmp = tmo__malloc(DUE_FIRST * sizeof *e->tt->tmp);
+	if (e->tt->due == NULL || e->tt->tmp == NULL)
+		goto fail_mem;
+	if ((e->tt_base = lf_base_new(e)) == NULL)
+		goto fail_mem;
+	if ((e->tt_rec = tmo__aligned_alloc(64, sizeof *e->tt_rec)) == NULL)
+		goto fail_mem;
+	memset(e->tt_rec, 0, sizeof *e->tt_rec);
+	if ((rc = tmo__thread_create(&e->thread, NULL, lf_timer_main, e)) != 0)
+		goto fail_mem;
+	lf_engine_register(e);
+	*out = e;
+	return 0;
+
+fail_mem:
+	pthread_cond_destroy(&e->park_cv);
+	pthread_mutex_destroy(&e->park_lock);
+	pthread_mutex_destroy(&e->rec_lock);
+	engine_free(e);
+	return rc;
+fail_cv:
+	pthread_cond_destroy(&e->park_cv);
+fail_park:
+	pthread_mutex_destroy(&e->park_lock);
+fail_rec:
+	pthread_mutex_destroy(&e->rec_lock);
+fail_free:
+	tmo__free(e);
+	return rc;
+}
+
+/* Destroy: an arm still pending is cancelled, and its timer says so. */
+static void cancel_left(struct tmo *e, struct lf_node *n)
+{
+	uint64_t s = atomic_load_explicit(&n->state, memory_order_acquire);
+	unsigned st = lf_st_of(s);
+	if (st == LF_RING || st == LF_QUEUED || st == LF_IN_STRUCT)
+		atomic_store_explicit(lf_timer_word(n->timer),
+		                      lf_word(lf_idx_of(e, n), lf_gen_of(s), LF_CANCELLED_OUT),
+		                      memory_order_release);
+}
+
+void lf_destroy(struct tmo *e)
+{
+	atomic_store_explicit(&e->stop, 1, memory_order_release);
+	pthread_mutex_lock(&e->park_lock);
+	pthread_cond_broadcast(&e->park_cv);
+	pthread_mutex_unlock(&e->park_lock);
+	lf_ec_wake(&e->wake_ec);
+	pthread_join(e->thread, NULL);
+	/* no thread exit touches our records after this */
+	lf_engine_unregister(e);
+	lf_pool_each(e, cancel_left);
+	pthread_cond_destroy(&e->park_cv);
+	pthread_mutex_destroy(&e->park_lock);
+	pthread_mutex_destroy(&e->rec_lock);
+	engine_free(e);
+}
+
+void lf_destroy_forked(struct tmo *e)
+{
+	/* The child has no timer thread; the parent's locks may have been
+	 * held at fork time: free memory only. */
+	lf_engine_unregister(e);
+	engine_free(e);
+}
+/* ---- stats, park, debug ------------------------------------------------------------------ */
+
+/* Arms, prevented cancels and fires from every counter (relaxed). */
+static void lf_counts(struct tmo *e, uint64_t *armed_out, uint64_t *prevented_out,
+                      uint64_t *fired_out)
+{
+	uint64_t armed = atomic_load_explicit(&e->armed_bare, memory_order_relaxed) +
+	                 atomic_load_explicit(&e->tt_rec->head, memory_order_relaxed);
+	uint64_t prevented = atomic_load_explicit(&e->prevented_bare, memory_order_relaxed) +
+	                     atomic_load_explicit(&e->tt_rec->prevented, memory_order_relaxed);
+	for (struct lf_rec *r = atomic_load_explicit(&e->recs, memory_order_acquire); r != NULL;
+	     r = atomic_load_explicit(&r->next, memory_order_relaxed)) {
+		armed += atomic_load_explicit(&r->head, memory_order_relaxed);
+		prevented += atomic_load_explicit(&r->prevented, memory_order_relaxed);
+	}
+	*armed_out = armed;
+	*prevented_out = prevented;
+	*fired_out = atomic_load_explicit(&e->fired, memory_order_relaxed);
+}
+
+uint64_t lf_pending(struct tmo *e)
+{
+	uint64_t armed, prevented, fired;
+	lf_counts(e, &armed, &prevented, &fired);
+	return armed > fired + prevented ? armed - fired - prevented : 0;
+}
+
+int lf_stats(struct tmo *e, struct tmo_stats *out)
+{
+	uint64_t armed, prevented, fired;
+	lf_counts(e, &armed, &prevented, &fired);
+	out->pending = armed > fired + prevented ? armed - fired - prevented : 0;
+	out->held_nodes = lf_pool_nodes(e);
+	out->held_bytes = lf_pool_bytes(e) + atomic_load_explicit(&e->rec_bytes, memory_order_relaxed) +
+	                  atomic_load_explicit(&e->tt->bytes, memory_order_relaxed);
+	out->threads = 1;
+	out->fired = fired;
+	out->cancelled = prevented;
+	return 0;
+}
+
+int lf_park(struct tmo *e, int on)
+{
+	pthread_mutex_lock(&e->park_lock);
+	if (on) {
+		e->park_req = 1;
+		atomic_store_explicit(&e->park_flag, 1, memory_order_release);
+		lf_ec_wake(&e->wake_ec);
+		while (!e->parked)
+			pthread_cond_wait(&e->park_cv, &e->park_lock);
+	} else {
+		e->park_req = 0;
+		atomic_store_explicit(&e->park_flag, 0, memory_order_release);
+		pthread_cond_broadcast(&e->park_cv);
+	}
+	pthread_mutex_unlock(&e->park_lock);
+	return 0;
+}
+
+int lf_arm_on_timer(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
+                    void *arg)
+{
+	struct lf_rec *r = e->tt_rec;
+	int err = TMO_ENOMEM;
+	struct lf_node *n = r->cache;
+	if (n == NULL && (n = lf_cache_refill(e, r, &err)) == NULL)
+		return err;
+	r->cache = n->free_next;
+	r->cache_n--;
+	uint64_t gen = (lf_gen_of(atomic_load_explicit(&n->state, memory_order_relaxed)) + 1) &
+	               LF_GEN_MASK;
+	n->timer = t;
+	t->cb = cb;
+	t->arg = arg;
+	atomic_store_explicit(&n->aux, LF_IN_TT, memory_order_relaxed);
+	if (e->p->sched->insert(lf_sched_of(e->tt_base), n, tmo_now_ns() + timeout_ns) != 0) {
+		lf_cache_put(e, r, n);
+		return TMO_ENOMEM;
+	}
+	atomic_store_explicit(&n->state, lf_st(gen, LF_IN_STRUCT), memory_order_release);
+	atomic_store_explicit(lf_timer_word(t), lf_word(lf_idx_of(e, n), gen, LF_PENDING),
+	                      memory_order_release);
+	atomic_store_explicit(&r->head, atomic_load_explicit(&r->head, memory_order_relaxed) + 1,
+	                      memory_order_relaxed);
+	return 0;
+}
+
+void lf_debug(struct tmo *e, struct lf_debug *out)
+{
+	memset(out, 0, sizeof *out);
+	out->filed = atomic_load_explicit(&e->tt->filed, memory_order_relaxed);
+	out->stolen = atomic_load_explicit(&e->tt->stolen, memory_order_relaxed);
+	out->inbox = atomic_load_explicit(&e->tt->via_inbox, memory_order_relaxed);
+	out->trims = atomic_load_explicit(&e->pool.trimmed_pages, memory_order_relaxed);
+	out->precise = atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_PRECISE;
+	out->cache_count = lf_my_cache_count(e);
+	pthread_mutex_lock(&e->rec_lock);
+	for (struct lf_rec *r = atomic_load_explicit(&e->recs, memory_order_acquire); r != NULL;
+	     r = atomic_load_explicit(&r->next, memory_order_relaxed))
+		out->spilled += atomic_load_explicit(&r->spilled, memory_order_relaxed);
+	pthread_mutex_unlock(&e->rec_lock);
+}

@@ -1,0 +1,291 @@
+/*
+ * The timer thread's step 3 and 4 (timer.c has the loop): collect what is
+ * due from every base, put it in deadline order, run the callbacks.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tt.h"
+
+/* Due batches up to this size are sorted by deadline. */
+#define DUE_SORT_MAX 4096u
+/* A busy per-thread base is retried after this share of a tick. */
+#define RETRY_DIV 16
+/* Pauses the timer thread spins for a per-thread base's lock. */
+#define BASE_SPINS 256
+
+/* collect() hands each due node here; due_reserve made room first. */
+static void due_add(void *ctx, struct lf_node *n)
+{
+	struct tmo *e = ctx;
+	struct lf_tt *tt = e->tt;
+	tt->due[tt->due_n++] = (struct due){
+	    n, lf_gen_of(atomic_load_explicit(&n->state, memory_order_relaxed)),
+	    e->p->sched->deadline(n), 0};
+}
+
+static void tt_bytes_update(struct tmo *e);
+
+/* Make room for every node a base holds before collecting from it, so
+ * due_add never fails.  Returns 0 when it cannot (collect later). */
+static int due_reserve(struct tmo *e, uint64_t more)
+{
+	struct lf_tt *tt = e->tt;
+	if (tt->due_n + more <= tt->due_cap)
+		return 1;
+	size_t cap = tt->due_cap;
+	while (cap < tt->due_n + more)
+		cap *= 2;
+	struct due *d = tmo__malloc(cap * sizeof *d), *t2 = tmo__malloc(cap * sizeof *t2);
+	if (d == NULL || t2 == NULL) {
+		tmo__free(d);
+		tmo__free(t2);
+		return 0;
+	}
+	memcpy(d, tt->due, tt->due_n * sizeof *d);
+	tmo__free(tt->due);
+	tmo__free(tt->tmp);
+	tt->due = d;
+	tt->tmp = t2;
+	tt->due_cap = cap;
+	tt_bytes_update(e);
+	return 1;
+}
+
+static void tt_bytes_update(struct tmo *e)
+{
+	struct lf_tt *tt = e->tt;
+	uint64_t b = (tt->due_cap - DUE_FIRST) * 2 * sizeof(struct due) +
+	             e->p->sched->bytes(lf_sched_of(e->tt_base));
+	atomic_store_explicit(&tt->bytes, b, memory_order_relaxed);
+}
+
+/* Idle: a due array grown by a burst goes back to its first size. */
+void lf_due_shrink(struct tmo *e)
+{
+	struct lf_tt *tt = e->tt;
+	if (tt->due_cap > DUE_FIRST && tt->due_n == 0) {
+		struct due *d = tmo__malloc(DUE_FIRST * sizeof *d), *t2 = tmo__malloc(DUE_FIRST * sizeof *t2);
+		if (d != NULL && t2 != NULL) {
+			tmo__free(tt->due);
+			tmo__free(tt->tmp);
+			tt->due = d;
+			tt->tmp = t2;
+			tt->due_cap = DUE_FIRST;
+			tt->due_n = 0;
+		} else {
+			tmo__free(d);
+			tmo__free(t2);
+		}
+	}
+	tt_bytes_update(e);
+}
+
+/* Collect from base b (held).  Returns its next deadline. */
+static int64_t collect_base(struct tmo *e, struct lf_base *b, struct lf_rec *free_to, int64_t now)
+{
+	const struct lf_sched *sc = e->p->sched;
+	lf_base_tidy(e, b, free_to);
+	void *s = lf_sched_of(b);
+	if (sc->next_deadline(s) <= now && due_reserve(e, sc->count(s)))
+		sc->collect(s, now, due_add, e);
+	int64_t next = sc->next_deadline(s);
+	atomic_store_explicit(&b->next, next, memory_order_relaxed);
+	return next;
+}
+
+/* A per-thread base's lock, for the timer thread: its owner holds it for
+ * one filing at a time, so a short spin nearly always gets it; an owner
+ * preempted while holding it is not waited for (see collect_all). */
+static int base_lock_spin(struct lf_base *b)
+{
+	for (int i = 0; i < BASE_SPINS; i++) {
+		if (lf_base_trylock(b))
+			return 1;
+		__builtin_ia32_pause();
+	}
+	return 0;
+}
+
+/* Take base b's soon list: what its owner handed over. */
+static void take_soon(struct tmo *e, struct lf_base *b)
+{
+	struct lf_node *chain = atomic_exchange_explicit(&b->soon, NULL, memory_order_acquire);
+	size_t k = 0;
+	for (struct lf_node *n = chain; n != NULL; n = n->s.soon.next)
+		k++;
+	if (k == 0 || !due_reserve(e, k)) {
+		if (k != 0) { /* no room now: back for the next round */
+			struct lf_node *tail = chain, *old = NULL;
+			while (tail->s.soon.next != NULL)
+				tail = tail->s.soon.next;
+			do
+				tail->s.soon.next = old;
+			while (!atomic_compare_exchange_weak_explicit(&b->soon, &old, chain,
+			                                              memory_order_release,
+			                                              memory_order_relaxed));
+		}
+		return;
+	}
+	struct lf_tt *tt = e->tt;
+	while (chain != NULL) {
+		struct lf_node *n = chain;
+		chain = n->s.soon.next;
+		uint64_t s = atomic_load_explicit(&n->state, memory_order_acquire);
+		if (lf_st_of(s) == LF_QUEUED)
+			tt->due[tt->due_n++] =
+			    (struct due){n, lf_gen_of(s), e->p->sched->deadline(n), 1};
+		else
+			lf_cache_put(e, e->tt_rec, n); /* DROPPED on the list */
+	}
+}
+
+/* Collect from every base.  Returns the earliest deadline a busy base may
+ * hold (INT64_MAX: none was busy): nothing due later may fire before it is
+ * collected, or deadlines further apart than the resolution would run out
+ * of order. */
+int64_t lf_collect_all(struct tmo *e, int64_t now, int64_t *wake)
+{
+	int64_t hold = INT64_MAX;
+	int64_t next = collect_base(e, e->tt_base, e->tt_rec, now);
+	if (next < *wake)
+		*wake = next;
+	uint64_t filed = e->p->sched->count(lf_sched_of(e->tt_base));
+	atomic_store_explicit(&e->tt->filed, filed, memory_order_relaxed);
+	if (!e->p->thread_bases)
+		return hold;
+	for (struct lf_rec *r = atomic_load_explicit(&e->recs, memory_order_acquire); r != NULL;
+	     r = atomic_load_explicit(&r->next, memory_order_relaxed)) {
+		struct lf_base *b = r->base;
+		/* `next` first, then the soon list: an owner hands over, then
+		 * raises `next` (release), so a raised `next` comes with its list */
+		next = atomic_load_explicit(&b->next, memory_order_acquire);
+		if (atomic_load_explicit(&b->soon, memory_order_relaxed) != NULL)
+			take_soon(e, b);
+		if (next <= now || ck_pr_load_ptr(&b->tofile.head) != NULL ||
+		    ck_pr_load_ptr(&b->cancels.head) != NULL) {
+			if (base_lock_spin(b)) {
+				next = collect_base(e, b, e->tt_rec, now);
+				/* under the lock nothing more is handed over */
+				if (atomic_load_explicit(&b->soon, memory_order_relaxed) != NULL)
+					take_soon(e, b);
+				filed += e->p->sched->count(lf_sched_of(b));
+				lf_base_unlock(b);
+			} else {
+				/* Its owner holds it and has not handed over what is due
+				 * (it is preempted inside, or its horizon is short): hold
+				 * back what is due after that, look again soon. */
+				if (next <= now && next < hold)
+					hold = next;
+				next = now + e->tick_ns / RETRY_DIV;
+			}
+		}
+		if (next < *wake)
+			*wake = next;
+	}
+	atomic_store_explicit(&e->tt->filed, filed, memory_order_relaxed);
+	return hold;
+}
+
+/* Stable merge sort of the due array by deadline. */
+static void due_sort(struct due *a, struct due *tmp, size_t n)
+{
+	for (size_t w = 1; w < n; w *= 2) {
+		for (size_t lo = 0; lo < n; lo += 2 * w) {
+			size_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+			size_t i = lo, j = mid, k = lo;
+			while (i < mid && j < hi)
+				tmp[k++] = a[j].deadline < a[i].deadline ? a[j++] : a[i++];
+			while (i < mid)
+				tmp[k++] = a[i++];
+			while (j < hi)
+				tmp[k++] = a[j++];
+		}
+		memcpy(a, tmp, n * sizeof *a);
+	}
+}
+
+/* 1 when a[0..n) is in tick order (one wheel's hand-out). */
+static int tick_sorted(const struct due *a, size_t n, int64_t r)
+{
+	for (size_t i = 1; i < n; i++)
+		if (a[i].deadline / r < a[i - 1].deadline / r)
+			return 0;
+	return 1;
+}
+
+/* Drop what was cancelled while it waited in the due array: a handed-over
+ * node its canceller dropped is freed here, so nodes in transit are bounded
+ * by one round's arms rather than one tick's. */
+void lf_due_compact(struct tmo *e)
+{
+	struct lf_tt *tt = e->tt;
+	size_t k = 0, sorted = 0;
+	for (size_t i = 0; i < tt->due_n; i++) {
+		struct due *d = &tt->due[i];
+		uint64_t s = atomic_load_explicit(&d->n->state, memory_order_acquire);
+		if (s == lf_st(d->gen, d->handed ? LF_QUEUED : LF_IN_STRUCT)) {
+			tt->due[k++] = *d;
+			sorted += i < tt->sorted;
+		} else if (d->handed) {
+			lf_cache_put(e, e->tt_rec, d->n);
+		}
+	}
+	tt->due_n = k;
+	tt->sorted = sorted;
+}
+
+/* Order the due array: every deadline further apart than the resolution in
+ * order.  Its first tt->sorted entries are in order already (what waited
+ * from the last round); what this round added is sorted (unless a large
+ * batch in tick order already: one wheel's burst) and merged in. */
+void lf_due_order(struct tmo *e)
+{
+	struct lf_tt *tt = e->tt;
+	size_t n = tt->due_n, m = tt->sorted;
+	if (n - m >= 2 && !(e->p->sched->ordered && !e->p->thread_bases) &&
+	    !(n - m > DUE_SORT_MAX && tick_sorted(tt->due + m, n - m, e->resolution_ns)))
+		due_sort(tt->due + m, tt->tmp + m, n - m);
+	if (m > 0 && m < n) {
+		size_t i = 0, j = m, k = 0;
+		while (i < m && j < n)
+			tt->tmp[k++] = tt->due[j].deadline < tt->due[i].deadline ? tt->due[j++]
+			                                                        : tt->due[i++];
+		while (i < m)
+			tt->tmp[k++] = tt->due[i++];
+		while (j < n)
+			tt->tmp[k++] = tt->due[j++];
+		memcpy(tt->due, tt->tmp, n * sizeof *tt->due);
+	}
+	tt->sorted = n;
+}
+
+void lf_fire(struct tmo *e, struct due *d)
+{
+	struct lf_node *n = d->n;
+	/* a handed-over node is in transit (QUEUED): a cancel drops it and we
+	 * free it; a node collected from a base stays IN_STRUCT, and one whose
+	 * cancel won (CANCEL_PENDING, or already freed) is its canceller's */
+	uint64_t s = lf_st(d->gen, d->handed ? LF_QUEUED : LF_IN_STRUCT);
+	if (!atomic_compare_exchange_strong_explicit(&n->state, &s, lf_st(d->gen, LF_FIRING),
+	                                             memory_order_acq_rel, memory_order_acquire)) {
+		if (d->handed)
+			lf_cache_put(e, e->tt_rec, n);
+		return;
+	}
+	struct tmo_timer *t = n->timer;
+	/* read before the callback: it may free or re-arm the timer */
+	tmo_callback *cb = t->cb;
+	void *arg = t->arg;
+	atomic_store_explicit(&e->running, t, memory_order_relaxed);
+	atomic_store_explicit(lf_timer_word(t), lf_word(lf_idx_of(e, n), d->gen, LF_FIRED),
+	                      memory_order_release);
+	atomic_fetch_add_explicit(&e->fired, 1, memory_order_relaxed);
+	cb(t, arg);
+	tmo__end_if_forked(e);
+	atomic_store_explicit(&e->running, NULL, memory_order_release);
+	atomic_store_explicit(&n->state, lf_st(d->gen, LF_FREE), memory_order_release);
+	lf_ec_wake(&e->done_ec); /* after that store: a cancel waiting on FIRING wakes */
+	lf_cache_put(e, e->tt_rec, n);
+}
+

@@ -1,0 +1,212 @@
+/*
+ * The records behind arm and cancel: one per thread that uses an engine,
+ * found through a thread-local pointer (the hot one, and a few more);
+ * attached on a thread's first arm, detached at its exit or when it uses
+ * too many engines (lf.h has the design).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "lf.h"
+
+/* Engines a thread keeps a record for besides the hot one; using more
+ * detaches the least recently used (its record stays with the engine). */
+#define TLS_MORE 4
+
+_Thread_local struct lf_tls_ent lf_tls_hot LF_TLS_IE;
+static _Thread_local struct lf_tls_ent tls_more[TLS_MORE];
+static _Thread_local unsigned tls_victim;
+/* 0: no exit hook yet; 1: the exit hook will run; 2: it ran (this thread
+ * is exiting: later arms and cancels take the record-less path) */
+static _Thread_local int tls_state;
+
+/* Live engines of this core, so a thread's exit hook only touches records
+ * of engines that still exist (ids are never reused). */
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct tmo **g_engines;
+static size_t g_len, g_cap;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static pthread_key_t g_key;
+static int g_key_ok;
+
+static void tls_exit(void *unused);
+static void fork_prepare(void) { pthread_mutex_lock(&g_lock); }
+static void fork_after(void) { pthread_mutex_unlock(&g_lock); }
+static void once_init(void)
+{
+	g_key_ok = pthread_key_create(&g_key, tls_exit) == 0;
+	pthread_atfork(fork_prepare, fork_after, fork_after);
+}
+
+void lf_engine_register(struct tmo *e)
+{
+	pthread_once(&g_once, once_init);
+	pthread_mutex_lock(&g_lock);
+	if (g_len == g_cap) {
+		size_t cap = g_cap ? 2 * g_cap : 16;
+		struct tmo **n = realloc(g_engines, cap * sizeof *n);
+		if (n == NULL)
+			abort(); /* a few pointers; the engine is already built */
+		g_engines = n;
+		g_cap = cap;
+	}
+	g_engines[g_len++] = e;
+	pthread_mutex_unlock(&g_lock);
+}
+
+void lf_engine_unregister(struct tmo *e)
+{
+	pthread_mutex_lock(&g_lock);
+	for (size_t i = 0; i < g_len; i++)
+		if (g_engines[i] == e) {
+			g_engines[i] = g_engines[--g_len];
+			break;
+		}
+	pthread_mutex_unlock(&g_lock);
+}
+
+/* g_lock held. */
+static struct tmo *engine_by_id(uint64_t id)
+{
+	for (size_t i = 0; i < g_len; i++)
+		if (atomic_load_explicit((_Atomic uint64_t *)&g_engines[i]->base.id,
+		                         memory_order_relaxed) == id)
+			return g_engines[i];
+	return NULL;
+}
+
+static inline uint64_t id_of(struct tmo *e)
+{
+	return atomic_load_explicit((_Atomic uint64_t *)&e->base.id, memory_order_relaxed);
+}
+
+struct lf_rec *lf_rec_new(struct tmo *e)
+{
+	struct lf_rec *r = tmo__aligned_alloc(64, sizeof *r);
+	if (r == NULL)
+		return NULL;
+	memset(r, 0, sizeof *r);
+	if (e->p->thread_bases && (r->base = lf_base_new(e)) == NULL) {
+		tmo__free(r);
+		return NULL;
+	}
+	atomic_fetch_add_explicit(&e->rec_bytes, sizeof *r, memory_order_relaxed);
+	return r;
+}
+
+void lf_recs_free(struct tmo *e)
+{
+	struct lf_rec *r = atomic_load_explicit(&e->recs, memory_order_acquire);
+	while (r != NULL) {
+		struct lf_rec *next = atomic_load_explicit(&r->next, memory_order_relaxed);
+		if (r->base != NULL)
+			lf_base_free(e, r->base);
+		tmo__free(r);
+		r = next;
+	}
+	atomic_store_explicit(&e->recs, NULL, memory_order_relaxed);
+}
+
+/* The calling thread gives r back (its exit, or it uses too many engines):
+ * ring nodes go to the inbox, free nodes to the depot; the record, its
+ * counters and its base stay with the engine for the next thread. */
+static void rec_detach(struct tmo *e, struct lf_rec *r)
+{
+	for (uint32_t i = 0; i < LF_RING_SLOTS; i++) {
+		uint64_t w = atomic_load_explicit(&r->ring[i], memory_order_relaxed);
+		if (w != 0)
+			lf_ring_evict(e, r, i, w);
+		atomic_store_explicit(&r->ring[i], 0, memory_order_relaxed);
+	}
+	lf_cache_return(e, r);
+	pthread_mutex_lock(&e->rec_lock);
+	r->attached = 0;
+	r->next_free = e->free_recs;
+	e->free_recs = r;
+	pthread_mutex_unlock(&e->rec_lock);
+}
+
+/* Detach the entry's record if its engine still exists (g_lock held). */
+static void ent_drop_locked(struct lf_tls_ent *x)
+{
+	struct tmo *e = x->id != 0 ? engine_by_id(x->id) : NULL;
+	if (e != NULL)
+		rec_detach(e, x->rec);
+	x->id = 0;
+	x->rec = NULL;
+}
+
+static void tls_exit(void *unused)
+{
+	(void)unused;
+	tls_state = 2;
+	pthread_mutex_lock(&g_lock);
+	ent_drop_locked(&lf_tls_hot);
+	for (unsigned i = 0; i < TLS_MORE; i++)
+		ent_drop_locked(&tls_more[i]);
+	pthread_mutex_unlock(&g_lock);
+}
+
+static struct lf_rec *rec_attach(struct tmo *e)
+{
+	pthread_mutex_lock(&e->rec_lock);
+	struct lf_rec *r = e->free_recs;
+	if (r != NULL) {
+		e->free_recs = r->next_free;
+	} else if ((r = lf_rec_new(e)) != NULL) {
+		atomic_store_explicit(&r->next, atomic_load_explicit(&e->recs, memory_order_relaxed),
+		                      memory_order_relaxed);
+		/* release: the timer thread walks the list without the lock */
+		atomic_store_explicit(&e->recs, r, memory_order_release);
+	}
+	if (r != NULL)
+		r->attached = 1;
+	pthread_mutex_unlock(&e->rec_lock);
+	return r;
+}
+
+/* The calling thread's record for e, attaching one; NULL on the timer
+ * thread, after this thread's exit hook ran, or out of memory. */
+struct lf_rec *lf_rec_slow(struct tmo *e)
+{
+	if (tls_state == 2 || tmo__thread_engine == e)
+		return NULL;
+	uint64_t id = id_of(e);
+	for (unsigned i = 0; i < TLS_MORE; i++) {
+		if (tls_more[i].id == id) {
+			struct lf_tls_ent x = tls_more[i];
+			tls_more[i] = lf_tls_hot;
+			lf_tls_hot = x;
+			return x.rec;
+		}
+	}
+	pthread_once(&g_once, once_init);
+	if (tls_state == 0 && g_key_ok && pthread_setspecific(g_key, &lf_tls_hot) == 0)
+		tls_state = 1; /* only so that tls_exit runs */
+	struct lf_rec *r = rec_attach(e);
+	if (r == NULL)
+		return NULL;
+	/* the hot entry moves to a free (or the victim's) place */
+	if (lf_tls_hot.id != 0) {
+		unsigned k = TLS_MORE;
+		for (unsigned i = 0; i < TLS_MORE && k == TLS_MORE; i++)
+			if (tls_more[i].id == 0)
+				k = i;
+		if (k == TLS_MORE) {
+			k = tls_victim++ % TLS_MORE;
+			pthread_mutex_lock(&g_lock);
+			ent_drop_locked(&tls_more[k]);
+			pthread_mutex_unlock(&g_lock);
+		}
+		tls_more[k] = lf_tls_hot;
+	}
+	lf_tls_hot.id = id;
+	lf_tls_hot.rec = r;
+	return r;
+}
+
+
+uint64_t lf_my_cache_count(struct tmo *e)
+{
+	return lf_tls_hot.id == e->base.id ? lf_tls_hot.rec->cache_n : 0;
+}

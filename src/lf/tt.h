@@ -1,0 +1,47 @@
+/*
+ * The timer thread's own state, shared by the two files it runs:
+ * timer.c (the loop: ticks, stealing, draining, filing, sleeping) and
+ * fire.c (collecting what is due, ordering it, running the callbacks);
+ * engine.c allocates it.  Only the timer thread touches it, besides the
+ * counters stats and debug read.
+ */
+#ifndef TMO_LF_TT_H
+#define TMO_LF_TT_H
+
+#include "lf.h"
+
+/* The due array's first size. */
+#define DUE_FIRST 1024u
+
+
+struct due {
+	struct lf_node *n;
+	uint64_t gen;
+	int64_t deadline;
+	int handed; /* from a soon list: QUEUED, the timer thread frees it if dropped */
+};
+
+/* Timer-thread state (timer thread only, besides the debug counters). */
+struct lf_tt {
+	struct due *due, *tmp;
+	size_t due_n, due_cap;
+	size_t sorted; /* due[0..sorted) is in deadline order */
+	struct lf_node *unfiled; /* QUEUED nodes its base could not take yet */
+	int64_t last_tick, precise_until, last_cal;
+	int last_precise; /* the last tick made arms precise */
+	int idle;
+	/* bytes it holds beyond its fixed size (stats) */
+	_Atomic uint64_t bytes;
+	_Atomic uint64_t stolen, via_inbox, filed;
+};
+
+/* fire.c */
+int64_t lf_collect_all(struct tmo *e, int64_t now, int64_t *wake);
+void lf_due_compact(struct tmo *e);
+void lf_due_order(struct tmo *e);
+void lf_fire(struct tmo *e, struct due *d);
+void lf_due_shrink(struct tmo *e);
+/* timer.c */
+void *lf_timer_main(void *arg);
+
+#endif /* TMO_LF_TT_H */
