@@ -571,6 +571,7 @@ struct lf_debug {
 	uint64_t trims;       /* pages given back */
 	uint64_t cache_count; /* free nodes in the calling thread's cache */
 	uint64_t precise;     /* 1: arms stamp the TSC now */
+	uint64_t fence;       /* 1: arms fence before reading the tick word */
 };
 void lf_debug(struct tmo *e, struct lf_debug *out);
 
