@@ -124,7 +124,8 @@ void lf_pool_fini(struct tmo *e)
 
 /* ---- growth ------------------------------------------------------------------ */
 
-/* The soft bound: fewer than LF_SOFT_NODES plus twice the pending arms. */
+/* The soft bound: fewer than LF_SOFT_NODES plus twice the pending arms.
+ * Growers that pass it together may each add a step beyond it. */
 static int may_grow(struct tmo *e)
 {
 	uint64_t held =
