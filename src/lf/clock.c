@@ -309,15 +309,20 @@ int64_t lf_arm_time_upper(struct tmo *e, uint64_t stamp)
 	return lf_arm_time_upper_before(e, stamp, 0);
 }
 
-/* The reading of tick k + 1 when tick k closed on time (its gap within the
- * period plus an eighth of the resolution), else 0. */
-static int64_t tick_close_on_time(struct tmo *e, uint64_t k)
+/* Whether tick k closed on time (its gap within the period plus an eighth
+ * of the resolution); *next: the reading of tick k + 1, or 0. */
+static int closed_on_time(struct tmo *e, uint64_t k, int64_t *next)
 {
 	int64_t ns = tick_ns_of(e, k + 1), prev = tick_ns_of(e, k);
-	return ns != 0 && prev != 0 && ns - prev <= e->tick_ns + e->resolution_ns / 8 ? ns : 0;
+	*next = ns;
+	return ns != 0 && prev != 0 && ns - prev <= e->tick_ns + e->resolution_ns / 8;
 }
 
-int lf_tick_closed_on_time(struct tmo *e, uint64_t k) { return tick_close_on_time(e, k) != 0; }
+int lf_tick_closed_on_time(struct tmo *e, uint64_t k)
+{
+	int64_t next;
+	return closed_on_time(e, k, &next);
+}
 
 /* The bounds of the clock reading behind a precise stamp: the reading
  * itself when arm read the clock (returns 1, exact), else the TSC
@@ -346,10 +351,9 @@ int64_t lf_arm_time_upper_before(struct tmo *e, uint64_t stamp, int64_t later_ns
 	}
 	/* The next tick's reading bounds the arm; when that tick closed on
 	 * time it is also close to the arm. */
-	int64_t ns = tick_close_on_time(e, stamp);
-	if (ns != 0)
+	int64_t ns;
+	if (closed_on_time(e, stamp, &ns))
 		return ns;
-	ns = tick_ns_of(e, stamp + 1);
 	/* Not published yet, or late (a hog, a preempted timer thread), or
 	 * overwritten: the caller runs after the arm, so a clock read now is an
 	 * upper bound too, and close when the arm was recent (a spill, a steal

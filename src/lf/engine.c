@@ -234,8 +234,7 @@ int lf_arm_on_timer(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_
 	atomic_store_explicit(&n->state, lf_st(gen, LF_IN_STRUCT), memory_order_release);
 	atomic_store_explicit(lf_timer_word(t), lf_word(lf_idx_of(e, n), gen, LF_PENDING),
 	                      memory_order_release);
-	atomic_store_explicit(&r->head, atomic_load_explicit(&r->head, memory_order_relaxed) + 1,
-	                      memory_order_relaxed);
+	lf_bump(&r->head);
 	return 0;
 }
 

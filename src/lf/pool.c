@@ -162,11 +162,11 @@ static uint32_t fresh_claim(struct lf_pool *p, uint32_t *first)
 {
 	uint64_t cap = p->reserved_nodes_cap / PAGE_NODES;
 	uint32_t hwm = atomic_load_explicit(&p->hwm_pages, memory_order_relaxed), pages;
+	/* the CAS releases: the trimmer reads hwm, then the nodes' states */
 	do {
 		if (hwm >= cap)
 			return 0;
 		pages = cap - hwm < GROW_PAGES ? (uint32_t)(cap - hwm) : GROW_PAGES;
-		/* release: the trimmer reads hwm, then the nodes' states */
 	} while (!atomic_compare_exchange_weak_explicit(&p->hwm_pages, &hwm, hwm + pages,
 	                                                memory_order_release,
 	                                                memory_order_relaxed));
