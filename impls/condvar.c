@@ -70,8 +70,8 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
-#include "heap.h"
-#include "internal.h"
+#include "ds/heap.h"
+#include "core/internal.h"
 
 /* How long the fork handler waits, in all, for the engines' mutexes. */
 #define FORK_LOCK_NS TMO_NSEC_PER_SEC

@@ -115,7 +115,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "internal.h"
+#include "core/internal.h"
 
 /* How long the fork handler waits for an engine to quiesce. */
 #define FORK_QUIESCE_NS TMO_NSEC_PER_SEC

@@ -1,6 +1,6 @@
 /*
  * mpsc: lock-free arm and cancel (src/lf/), one timer thread owning a 4-ary
- * min-heap (src/heap.h) fed through a Concurrency Kit inbox.
+ * min-heap (src/ds/heap.h) fed through a Concurrency Kit inbox.
  *
  * An arm is held in its thread's ring, where the same thread's cancel takes
  * it back with one CAS (the seed's arm+cancel never leaves its core); the

@@ -99,7 +99,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "core/internal.h"
 
 #define TMO_POSIX_SIGNAL_OFFSET 6
 

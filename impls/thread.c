@@ -113,8 +113,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "heap.h"
-#include "internal.h"
+#include "ds/heap.h"
+#include "core/internal.h"
 
 
 /* Threads all thread engines of the process may hold at once; arm beyond

@@ -1,6 +1,6 @@
 /*
  * wheel: lock-free arm and cancel (src/lf/), hierarchical timing wheels
- * (src/wheel.h): one per thread that arms, and one of the timer thread's.
+ * (src/ds/wheel.h): one per thread that arms, and one of the timer thread's.
  *
  * An arm is held in its thread's ring, where the same thread's cancel takes
  * it back with one CAS; it is dated by the tick the timer thread publishes

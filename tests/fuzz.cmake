@@ -1,4 +1,4 @@
-# Fuzzing the data structures (src/heap.c, src/wheel.c) and the lock-free
+# Fuzzing the data structures (src/ds/heap.c, src/ds/wheel.c) and the lock-free
 # core (src/lf/, the mpsc and wheel engines): tests/fuzz_<t>.c each define
 # LLVMFuzzerTestOneInput, which decodes bytes into timer operations and
 # aborts on any mismatch with a reference model (heap, wheel: on a virtual
@@ -18,8 +18,8 @@
 set(TMO_FUZZ_TARGETS heap wheel lf)
 set(TMO_FUZZ_REPLAY_RANDOM 2000 CACHE STRING "random inputs each fuzz-replay test adds")
 set(TMO_FUZZ_REPLAY_RANDOM_LF 150 CACHE STRING "random inputs fuzz-replay/lf adds")
-set(tmo_fuzz_src_heap ${PROJECT_SOURCE_DIR}/src/heap.c ${PROJECT_SOURCE_DIR}/src/alloc.c)
-set(tmo_fuzz_src_wheel ${PROJECT_SOURCE_DIR}/src/wheel.c)
+set(tmo_fuzz_src_heap ${PROJECT_SOURCE_DIR}/src/ds/heap.c ${PROJECT_SOURCE_DIR}/src/core/alloc.c)
+set(tmo_fuzz_src_wheel ${PROJECT_SOURCE_DIR}/src/ds/wheel.c)
 
 # lf: the core, the mpsc and wheel engines, the checked entry points and a
 # registry of just those two (generated like the library's).
@@ -33,8 +33,8 @@ configure_file(${PROJECT_SOURCE_DIR}/cmake/registry.c.in
                ${CMAKE_CURRENT_BINARY_DIR}/generated/lf_registry.c @ONLY)
 file(GLOB tmo_lf_core CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/lf/*.c)
 set(tmo_fuzz_src_lf ${tmo_lf_core}
-    ${PROJECT_SOURCE_DIR}/src/tmo.c ${PROJECT_SOURCE_DIR}/src/alloc.c
-    ${PROJECT_SOURCE_DIR}/src/heap.c ${PROJECT_SOURCE_DIR}/src/wheel.c
+    ${PROJECT_SOURCE_DIR}/src/core/tmo.c ${PROJECT_SOURCE_DIR}/src/core/alloc.c
+    ${PROJECT_SOURCE_DIR}/src/ds/heap.c ${PROJECT_SOURCE_DIR}/src/ds/wheel.c
     ${PROJECT_SOURCE_DIR}/impls/mpsc.c ${PROJECT_SOURCE_DIR}/impls/wheel.c
     ${CMAKE_CURRENT_BINARY_DIR}/generated/lf_registry.c)
 set(tmo_fuzz_libs_lf PkgConfig::CK rt)
@@ -70,19 +70,19 @@ foreach(t IN LISTS TMO_FUZZ_TARGETS)
   endif()
 endforeach()
 
-# The replay must be able to fail.  A copy of src/wheel.c with its round-up
+# The replay must be able to fail.  A copy of src/ds/wheel.c with its round-up
 # removed (deadlines rounded DOWN to a tick: timers fire early) is generated
 # into the build tree and built into fuzz_replay_wheel_planted; ctest
 # fuzz-replay/wheel-planted passes only when the corpus replay reports that
 # mismatch.  Configuring fails if the line to plant the bug in is gone.
-set(tmo_wheel_c ${PROJECT_SOURCE_DIR}/src/wheel.c)
+set(tmo_wheel_c ${PROJECT_SOURCE_DIR}/src/ds/wheel.c)
 set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${tmo_wheel_c})
 file(READ ${tmo_wheel_c} tmo_wheel_src)
 set(tmo_roundup "return q + (rem != 0);")
 string(FIND "${tmo_wheel_src}" "${tmo_roundup}" tmo_at)
 if(tmo_at EQUAL -1)
   message(FATAL_ERROR "tests/fuzz.cmake: '${tmo_roundup}' (the round-up to break) "
-                      "is not in src/wheel.c any more: update the planted bug")
+                      "is not in src/ds/wheel.c any more: update the planted bug")
 endif()
 string(REPLACE "${tmo_roundup}" "return q; /* PLANTED BUG: rounds down */"
        tmo_wheel_src "${tmo_wheel_src}")

@@ -1,5 +1,5 @@
 /*
- * libFuzzer target for the min-heap (src/heap.h).
+ * libFuzzer target for the min-heap (src/ds/heap.h).
  *
  * The input is a program on a virtual clock: a header picks the arity and
  * the initial capacity, then each op byte arms a timer at now + delta,
@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "fuzz_input.h"
-#include "heap.h"
+#include "ds/heap.h"
 
 #include "tmo/testing.h"
 #include "tmo/tmo.h"

@@ -1,5 +1,5 @@
 /*
- * libFuzzer target for the timing wheel (src/wheel.h).
+ * libFuzzer target for the timing wheel (src/ds/wheel.h).
  *
  * The input is a program on a virtual clock: a header picks the resolution
  * and the origin, then each op byte arms a timer at now + delta, cancels
@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "fuzz_input.h"
-#include "wheel.h"
+#include "ds/wheel.h"
 
 #define NODES 64
 

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "heap.h"
+#include "ds/heap.h"
 #include "tmo/testing.h"
 #include "tmo/tmo.h"
 

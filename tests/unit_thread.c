@@ -24,7 +24,7 @@
 #include <time.h>
 
 #include "check.h"
-#include "internal.h" /* TMO__UNDER_SANITIZER */
+#include "core/internal.h" /* TMO__UNDER_SANITIZER */
 #include "tmo/testing.h"
 #include "tmo/tmo.h"
 

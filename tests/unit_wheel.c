@@ -1,5 +1,5 @@
 /*
- * The timing wheel (src/wheel.h) on a virtual clock, against a reference
+ * The timing wheel (src/ds/wheel.h) on a virtual clock, against a reference
  * model that knows each node's exact due time.
  *
  * Bound checked (the one wheel.h promises), with r = resolution and o = the
@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "wheel.h"
+#include "ds/wheel.h"
 
 #include "tmo/tmo.h"
 

@@ -86,9 +86,9 @@
 #include <ck_ec.h>
 #include <ck_stack.h>
 
-#include "heap.h"
-#include "internal.h"
-#include "wheel.h"
+#include "ds/heap.h"
+#include "core/internal.h"
+#include "ds/wheel.h"
 
 #define LF_LIKELY(x) __builtin_expect(!!(x), 1)
 #define LF_UNLIKELY(x) __builtin_expect(!!(x), 0)

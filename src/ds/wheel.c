@@ -31,7 +31,7 @@
  * node is re-filed at most once per level on its way down, plus once per
  * top-level epoch while on the overflow list.
  */
-#include "wheel.h"
+#include "ds/wheel.h"
 
 #include "tmo/tmo.h"
 

@@ -45,7 +45,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "internal.h"
+#include "core/internal.h"
 #include "tmo/scope.h"
 
 struct frame {

@@ -4,7 +4,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-#include "internal.h"
+#include "core/internal.h"
 
 /* The hook is read on every allocation; it is set only while no engine call
  * is in flight, but read atomically so a sanitizer sees no race with engine

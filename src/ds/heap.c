@@ -15,8 +15,8 @@
  */
 #include <string.h>
 
-#include "heap.h"
-#include "internal.h"
+#include "ds/heap.h"
+#include "core/internal.h"
 
 /* Largest capacity: indices must stay below TMO_HEAP_NOT_IN, and doubling
  * must not overflow uint32_t. */
