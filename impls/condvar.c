@@ -34,17 +34,12 @@
  * returns the timer thread never touches the timer again (the callback may
  * have freed it), it only compares the pointer.
  *
- * A cancel from another thread that finds the timer's callback running waits
- * on `done_cv` until that callback invocation has returned (`run_gen`
- * moves).  The timer thread then waits (`drain_cv`) until every such waiter
- * has re-taken the mutex, so a waiter always sees the state the callback left
- * (re-armed: it cancels the new arm -> PREVENTED) before the timer thread can
- * fire that timer again; a re-arming callback cannot starve its canceller.
+ * A cancel that finds the timer's callback running waits for it through the
+ * callback gate (src/core/gate.h), under the engine mutex.
  *
- * Park: the hook sits at the top of the loop and between callbacks, where
- * the thread holds the engine mutex; it blocks there on a separate mutex
- * and condvar, so park(0) never needs the engine mutex the parked thread
- * holds (arm and cancel block meanwhile: no TMO_CAP_LOCKFREE_ARM).
+ * Park (src/core/park.h): the hook sits at the top of the loop and between
+ * callbacks, where the thread holds the engine mutex, so arm and cancel
+ * block meanwhile: no TMO_CAP_LOCKFREE_ARM.
  *
  * Destroy sets `stop` and empties the heap under the mutex, so nothing that
  * has not started runs (the timer thread checks `stop` before each pop),
@@ -70,8 +65,11 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
-#include "ds/heap.h"
+#include "core/forkset.h"
+#include "core/gate.h"
 #include "core/internal.h"
+#include "core/park.h"
+#include "ds/heap.h"
 
 /* How long the fork handler waits, in all, for the engines' mutexes. */
 #define FORK_LOCK_NS TMO_NSEC_PER_SEC
@@ -96,8 +94,6 @@ struct tmo {
 	struct tmo_base base;
 	pthread_mutex_t m;
 	pthread_cond_t cv;       /* timer thread sleeps here (monotonic) */
-	pthread_cond_t done_cv;  /* a running callback returned */
-	pthread_cond_t drain_cv; /* the last done_cv waiter re-took the mutex */
 	struct tmo_heap heap;
 	pthread_t thread;
 	bool stop;
@@ -105,24 +101,12 @@ struct tmo {
 	 * timed sleep, INT64_MAX for an untimed one, INT64_MIN while it is
 	 * awake or already signalled (it re-reads the heap before sleeping). */
 	int64_t wake_at;
-	/* Whose callback runs now (compared, never dereferenced once the
-	 * callback returned), how many callbacks have returned, and how many
-	 * cancels wait for the running one. */
-	struct tmo_timer *running;
-	uint64_t run_gen;
-	uint32_t waiters;
+	struct tmo__gate gate; /* under m */
 	uint64_t fired, cancelled;
+	struct tmo__park park;
 
-	/* Park: park_req is set under `m` (so the timer thread cannot miss it
-	 * between its check and its sleep) and cleared under `pm` only. */
-	atomic_int park_req;
-	pthread_mutex_t pm;
-	pthread_cond_t pcv;
-	bool parked;
-
-	/* Live engines, for the fork handlers (under fork_mu), and whether the
-	 * prepare handler holds this engine's mutex. */
-	struct tmo *fork_prev, *fork_next;
+	/* In the fork set, and whether the prepare handler holds m. */
+	struct tmo_list fork_link;
 	bool fork_locked;
 };
 
@@ -133,29 +117,13 @@ static inline struct tmo_timer *timer_of(struct tmo_heap_node *n)
 	return tmo_container_of((uint64_t *)(void *)n, struct tmo_timer, tmo_private);
 }
 
-static bool on_timer_thread(const struct tmo *e) { return tmo__thread_engine == e; }
-
-/* The park hook; called with e->m held, returns with it still held. */
-static void park_point(struct tmo *e)
-{
-	if (!atomic_load_explicit(&e->park_req, memory_order_acquire))
-		return;
-	pthread_mutex_lock(&e->pm);
-	e->parked = true;
-	pthread_cond_broadcast(&e->pcv);
-	while (atomic_load_explicit(&e->park_req, memory_order_relaxed))
-		pthread_cond_wait(&e->pcv, &e->pm);
-	e->parked = false;
-	pthread_mutex_unlock(&e->pm);
-}
-
 static void *timer_thread(void *arg)
 {
 	struct tmo *e = arg;
 	tmo__thread_engine = e;
 	pthread_mutex_lock(&e->m);
 	for (;;) {
-		park_point(e);
+		tmo__park_point(&e->park); /* holding m */
 		if (e->stop)
 			break;
 		struct tmo_heap_node *top = tmo_heap_peek(&e->heap);
@@ -178,7 +146,7 @@ static void *timer_thread(void *arg)
 			tmo_heap_pop(&e->heap);
 			struct tmo_timer *t = timer_of(top);
 			priv(t)->state = CV_FIRED;
-			e->running = t;
+			tmo__gate_begin(&e->gate, t);
 			e->fired++;
 			tmo_callback *cb = t->cb;
 			void *cb_arg = t->arg;
@@ -186,14 +154,8 @@ static void *timer_thread(void *arg)
 			cb(t, cb_arg);
 			tmo__end_if_forked(e);
 			pthread_mutex_lock(&e->m);
-			e->running = NULL;
-			e->run_gen++;
-			if (e->waiters > 0) {
-				pthread_cond_broadcast(&e->done_cv);
-				while (e->waiters > 0)
-					pthread_cond_wait(&e->drain_cv, &e->m);
-			}
-			park_point(e);
+			tmo__gate_end(&e->gate, &e->m);
+			tmo__park_point(&e->park);
 		}
 	}
 	pthread_mutex_unlock(&e->m);
@@ -202,22 +164,23 @@ static void *timer_thread(void *arg)
 
 /* ---- fork ------------------------------------------------------------------- */
 
-static pthread_mutex_t fork_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct tmo *fork_list;
-static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+static void fork_prepare(void);
+static void fork_release(void);
+static struct tmo__fork_set forks = TMO__FORK_SET_INIT(forks, fork_prepare, fork_release,
+                                                       fork_release);
 
 static void fork_prepare(void)
 {
-	pthread_mutex_lock(&fork_mu);
+	pthread_mutex_lock(&forks.mu);
 	/* pthread_mutex_timedlock (CLOCK_REALTIME): ThreadSanitizer does not
 	 * know pthread_mutex_clocklock.  A clock step only moves the bound. */
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	ts.tv_sec += FORK_LOCK_NS / TMO_NSEC_PER_SEC;
-	for (struct tmo *e = fork_list; e != NULL; e = e->fork_next) {
-		pthread_mutex_lock(&e->pm);
-		bool parked = e->parked; /* its thread holds m until park(0) */
-		pthread_mutex_unlock(&e->pm);
+	tmo_list_for_each(e, &forks.engines, struct tmo, fork_link) {
+		pthread_mutex_lock(&e->park.mu);
+		bool parked = e->park.parked; /* its thread holds m until park(0) */
+		pthread_mutex_unlock(&e->park.mu);
 		e->fork_locked = !parked && pthread_mutex_timedlock(&e->m, &ts) == 0;
 	}
 }
@@ -225,45 +188,18 @@ static void fork_prepare(void)
 /* Parent and child alike. */
 static void fork_release(void)
 {
-	for (struct tmo *e = fork_list; e != NULL; e = e->fork_next)
+	tmo_list_for_each(e, &forks.engines, struct tmo, fork_link)
 		if (e->fork_locked)
 			pthread_mutex_unlock(&e->m);
-	pthread_mutex_unlock(&fork_mu);
-}
-
-static void fork_init(void) { pthread_atfork(fork_prepare, fork_release, fork_release); }
-
-static void fork_list_add(struct tmo *e)
-{
-	pthread_mutex_lock(&fork_mu);
-	e->fork_prev = NULL;
-	e->fork_next = fork_list;
-	if (fork_list != NULL)
-		fork_list->fork_prev = e;
-	fork_list = e;
-	pthread_mutex_unlock(&fork_mu);
-}
-
-static void fork_list_remove(struct tmo *e)
-{
-	pthread_mutex_lock(&fork_mu);
-	if (e->fork_prev != NULL)
-		e->fork_prev->fork_next = e->fork_next;
-	else
-		fork_list = e->fork_next;
-	if (e->fork_next != NULL)
-		e->fork_next->fork_prev = e->fork_prev;
-	pthread_mutex_unlock(&fork_mu);
+	pthread_mutex_unlock(&forks.mu);
 }
 
 /* ---- create / destroy ----------------------------------------------------- */
 
 static void destroy_sync(struct tmo *e)
 {
-	pthread_cond_destroy(&e->pcv);
-	pthread_mutex_destroy(&e->pm);
-	pthread_cond_destroy(&e->drain_cv);
-	pthread_cond_destroy(&e->done_cv);
+	tmo__park_fini(&e->park);
+	tmo__gate_fini(&e->gate);
 	pthread_cond_destroy(&e->cv);
 	pthread_mutex_destroy(&e->m);
 }
@@ -280,16 +216,14 @@ static int cv_create(const struct tmo_config *cfg, struct tmo **out)
 		tmo__free(e);
 		return rc;
 	}
-	if (pthread_mutex_init(&e->m, NULL) != 0 || pthread_mutex_init(&e->pm, NULL) != 0 ||
-	    tmo__cond_init_monotonic(&e->cv) != 0 || pthread_cond_init(&e->done_cv, NULL) != 0 ||
-	    pthread_cond_init(&e->drain_cv, NULL) != 0 || pthread_cond_init(&e->pcv, NULL) != 0) {
+	if (pthread_mutex_init(&e->m, NULL) != 0 || tmo__cond_init_monotonic(&e->cv) != 0 ||
+	    tmo__gate_init(&e->gate) != 0 || tmo__park_init(&e->park) != 0) {
 		/* glibc's init of these cannot fail; no partial cleanup needed
 		 * beyond memory (destroying never-initialised objects is UB). */
 		tmo_heap_fini(&e->heap);
 		tmo__free(e);
 		return TMO_ESYS;
 	}
-	atomic_init(&e->park_req, 0);
 	e->wake_at = INT64_MIN;
 	rc = tmo__thread_create(&e->thread, NULL, timer_thread, e);
 	if (rc != 0) {
@@ -298,8 +232,7 @@ static int cv_create(const struct tmo_config *cfg, struct tmo **out)
 		tmo__free(e);
 		return rc;
 	}
-	pthread_once(&fork_once, fork_init);
-	fork_list_add(e);
+	tmo__fork_set_join(&forks, &e->fork_link);
 	*out = e;
 	return 0;
 }
@@ -317,11 +250,8 @@ static void drain_heap(struct tmo *e)
 
 static void cv_destroy(struct tmo *e)
 {
-	fork_list_remove(e);
-	pthread_mutex_lock(&e->pm);
-	atomic_store_explicit(&e->park_req, 0, memory_order_relaxed);
-	pthread_cond_broadcast(&e->pcv);
-	pthread_mutex_unlock(&e->pm);
+	tmo__fork_set_leave(&forks, &e->fork_link);
+	tmo__park_release(&e->park);
 
 	pthread_mutex_lock(&e->m);
 	e->stop = true;
@@ -343,7 +273,7 @@ static void cv_destroy(struct tmo *e)
  * child can never resolve them, so it may have freed them. */
 static void cv_destroy_forked(struct tmo *e)
 {
-	fork_list_remove(e);
+	tmo__fork_set_leave(&forks, &e->fork_link);
 	if (pthread_mutex_trylock(&e->m) == 0) {
 		e->heap.n = 0;
 		tmo_heap_fini(&e->heap);
@@ -388,36 +318,17 @@ static int cv_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_ca
 static int cv_cancel(struct tmo *e, struct tmo_timer *t)
 {
 	struct cv_priv *p = priv(t);
-	bool waited = false;
 	pthread_mutex_lock(&e->m);
-	if (e->running == t && !on_timer_thread(e)) {
-		/* Wait for this invocation of the callback to return; the timer
-		 * thread then holds off until every waiter has looked. */
-		uint64_t gen = e->run_gen;
-		e->waiters++;
-		while (e->run_gen == gen)
-			pthread_cond_wait(&e->done_cv, &e->m);
-		if (--e->waiters == 0)
-			pthread_cond_signal(&e->drain_cv);
-		waited = true;
-	}
+	bool waited = tmo__gate_wait(&e->gate, &e->m, e, t);
 	int res;
-	switch ((enum cv_state)p->state) {
-	case CV_PENDING: /* first arm, or the re-arm of the callback we waited for */
+	if (p->state == CV_PENDING) {
+		/* The first arm, or the re-arm of the callback we waited for. */
 		tmo_heap_remove(&e->heap, &p->node);
 		p->state = CV_IDLE;
 		e->cancelled++;
 		res = TMO_CANCEL_PREVENTED;
-		break;
-	case CV_FIRED:
-		res = waited ? TMO_CANCEL_WAITED
-		      : e->running == t ? TMO_CANCEL_SELF /* on the timer thread */
-		                        : TMO_CANCEL_FIRED;
-		break;
-	default: /* idle: never armed, already prevented, or the callback we
-	          * waited for cancelled its own re-arm */
-		res = waited ? TMO_CANCEL_WAITED : TMO_ENOTARMED;
-		break;
+	} else {
+		res = tmo__gate_result(&e->gate, t, p->state == CV_FIRED, waited);
 	}
 	pthread_mutex_unlock(&e->m);
 	return res;
@@ -438,27 +349,19 @@ static int cv_stats(struct tmo *e, struct tmo_stats *out)
 
 static int cv_park(struct tmo *e, int on)
 {
-	if (on) {
-		pthread_mutex_lock(&e->pm);
-		bool requested = atomic_load_explicit(&e->park_req, memory_order_relaxed);
-		pthread_mutex_unlock(&e->pm);
-		/* Already requested: the parked thread holds e->m, do not take it. */
-		if (!requested) {
-			pthread_mutex_lock(&e->m);
-			atomic_store_explicit(&e->park_req, 1, memory_order_release);
-			pthread_cond_signal(&e->cv);
-			pthread_mutex_unlock(&e->m);
-		}
-		pthread_mutex_lock(&e->pm);
-		while (!e->parked)
-			pthread_cond_wait(&e->pcv, &e->pm);
-		pthread_mutex_unlock(&e->pm);
-	} else {
-		pthread_mutex_lock(&e->pm);
-		atomic_store_explicit(&e->park_req, 0, memory_order_relaxed);
-		pthread_cond_broadcast(&e->pcv);
-		pthread_mutex_unlock(&e->pm);
+	if (!on) {
+		tmo__park_release(&e->park);
+		return 0;
 	}
+	/* Already requested: the parked thread holds e->m, do not take it.
+	 * Else the signal, sent under m, reaches the thread in its sleep or
+	 * finds it before its next look at the request. */
+	if (!tmo__park_request(&e->park, NULL)) {
+		pthread_mutex_lock(&e->m);
+		pthread_cond_signal(&e->cv);
+		pthread_mutex_unlock(&e->m);
+	}
+	tmo__park_wait(&e->park);
 	return 0;
 }
 

@@ -29,10 +29,8 @@
  * libevent does not touch a non-persistent event after its callback returned,
  * so the engine thread frees the record right after ours returned.
  *
- * Cancel from another thread while the callback runs waits on done_cv; the
- * engine thread then waits (drain_cv) until every such waiter re-took the
- * mutex, so the waiter cancels a re-arm made by the callback before it can
- * fire again.  Cancel from inside the callback returns TMO_CANCEL_SELF.
+ * Cancel that finds the callback running waits for it through the callback
+ * gate (src/core/gate.h), under `m`.
  *
  * Time: libevent keeps struct timeval (microseconds).  The base is created
  * with EVENT_BASE_FLAG_PRECISE_TIMER, because without it libevent 2.1 on
@@ -115,7 +113,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "core/forkset.h"
+#include "core/gate.h"
 #include "core/internal.h"
+#include "core/park.h"
 
 /* How long the fork handler waits for an engine to quiesce. */
 #define FORK_QUIESCE_NS TMO_NSEC_PER_SEC
@@ -123,7 +124,7 @@
 enum rec_state { REC_PENDING = 1, REC_FIRING, REC_CANCELLED };
 
 struct lev_rec {
-	struct lev_rec *prev, *next; /* pending list, under m (destroy frees it) */
+	struct tmo_list link; /* e->recs while pending, under m (destroy frees it) */
 	struct tmo *eng;
 	struct tmo_timer *timer;
 	tmo_callback *cb;
@@ -151,23 +152,17 @@ struct tmo {
 	size_t ev_off, rec_size;
 
 	pthread_mutex_t m;
-	pthread_cond_t done_cv;  /* a running callback returned */
-	pthread_cond_t drain_cv; /* the last done_cv waiter re-took m */
-	struct lev_rec *head;    /* pending records */
-	struct tmo_timer *running;
-	uint64_t run_gen;
-	uint32_t waiters;
+	struct tmo__gate gate;  /* under m */
+	struct tmo_list recs;   /* pending records, under m */
 	uint64_t pending, records, peak, fired, cancelled;
 
 	atomic_int stop; /* set under m: lev_fire starts no callback after it */
-	atomic_int park_req;
-	pthread_mutex_t pm;
-	pthread_cond_t pcv; /* monotonic: the fork handler waits on it too */
-	bool parked;
+	/* The fork handler waits on park.cv too, under park.mu. */
+	struct tmo__park park;
 
-	/* fork (see the header comment).  fork_req is set under pm; the engine
-	 * thread holds at its fork point while it is set (fork_held). */
-	struct tmo *fork_prev, *fork_next; /* live engines, under fork_mu */
+	/* fork (see the header comment).  fork_req is set under park.mu; the
+	 * engine thread holds at its fork point while it is set (fork_held). */
+	struct tmo_list fork_link; /* in the fork set */
 	atomic_int fork_req;
 	bool fork_held;
 	/* Cancels inside event_del (called without `m`), and whether a fork
@@ -185,25 +180,6 @@ static inline struct lev_priv *priv(struct tmo_timer *t) { return TMO__PRIV(stru
 static inline struct event *rec_ev(struct tmo *e, struct lev_rec *r)
 {
 	return (struct event *)(void *)((char *)r + e->ev_off);
-}
-
-static void link_rec(struct tmo *e, struct lev_rec *r)
-{
-	r->prev = NULL;
-	r->next = e->head;
-	if (e->head != NULL)
-		e->head->prev = r;
-	e->head = r;
-}
-
-static void unlink_rec(struct tmo *e, struct lev_rec *r)
-{
-	if (r->prev != NULL)
-		r->prev->next = r->next;
-	else
-		e->head = r->next;
-	if (r->next != NULL)
-		r->next->prev = r->prev;
 }
 
 /* ---- calls into libevent without the engine mutex ------------------------ */
@@ -232,15 +208,15 @@ static void fork_point(struct tmo *e)
 {
 	if (!atomic_load_explicit(&e->fork_req, memory_order_acquire))
 		return;
-	pthread_mutex_lock(&e->pm);
+	pthread_mutex_lock(&e->park.mu);
 	if (atomic_load(&e->fork_req)) {
 		e->fork_held = true;
-		pthread_cond_broadcast(&e->pcv);
+		pthread_cond_broadcast(&e->park.cv);
 		while (atomic_load(&e->fork_req))
-			pthread_cond_wait(&e->pcv, &e->pm);
+			pthread_cond_wait(&e->park.cv, &e->park.mu);
 		e->fork_held = false;
 	}
-	pthread_mutex_unlock(&e->pm);
+	pthread_mutex_unlock(&e->park.mu);
 }
 
 /* libevent's callback for an arm (base lock not held). */
@@ -263,7 +239,7 @@ static void lev_fire(evutil_socket_t fd, short what, void *arg)
 		return;
 	}
 	r->state = REC_FIRING;
-	unlink_rec(e, r);
+	tmo_list_del(&r->link);
 	e->pending--;
 	e->fired++;
 	struct tmo_timer *t = r->timer;
@@ -272,21 +248,15 @@ static void lev_fire(evutil_socket_t fd, short what, void *arg)
 	struct lev_priv *p = priv(t);
 	atomic_store_explicit(&p->rec, NULL, memory_order_relaxed);
 	atomic_store_explicit(&p->fired, 1, memory_order_relaxed);
-	e->running = t;
+	tmo__gate_begin(&e->gate, t);
 	pthread_mutex_unlock(&e->m);
 
 	cb(t, cb_arg); /* may free t: not touched again */
 	tmo__end_if_forked(e);
 
 	pthread_mutex_lock(&e->m);
-	e->running = NULL;
-	e->run_gen++;
 	e->records--;
-	if (e->waiters > 0) {
-		pthread_cond_broadcast(&e->done_cv);
-		while (e->waiters > 0)
-			pthread_cond_wait(&e->drain_cv, &e->m);
-	}
+	tmo__gate_end(&e->gate, &e->m);
 	pthread_mutex_unlock(&e->m);
 	tmo__free(r);
 	fork_point(e);
@@ -298,13 +268,7 @@ static int park_hold(const struct event_base *b, const struct event *ev, void *a
 	(void)b;
 	(void)ev;
 	struct tmo *e = arg;
-	pthread_mutex_lock(&e->pm);
-	e->parked = true;
-	pthread_cond_broadcast(&e->pcv);
-	while (atomic_load(&e->park_req))
-		pthread_cond_wait(&e->pcv, &e->pm);
-	e->parked = false;
-	pthread_mutex_unlock(&e->pm);
+	tmo__park_point(&e->park);
 	return 1; /* stop iterating */
 }
 
@@ -319,7 +283,7 @@ static void lev_ctl(evutil_socket_t fd, short what, void *arg)
 		event_base_loopbreak(e->eb);
 		return;
 	}
-	if (atomic_load(&e->park_req) && event_base_foreach_event(e->eb, park_hold, e) == 0)
+	if (tmo__park_requested(&e->park) && event_base_foreach_event(e->eb, park_hold, e) == 0)
 		park_hold(NULL, NULL, e); /* visited nothing: park without the lock */
 	fork_point(e);
 }
@@ -338,14 +302,16 @@ static void *lev_main(void *arg)
 
 /* ---- fork ------------------------------------------------------------------- */
 
-/* Live engines.  Held across the fork (prepare to parent/child), and around
- * event_base_new/free, which take libevent's global signal lock. */
-static pthread_mutex_t fork_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct tmo *fork_list;
+/* Live engines.  forks.mu is held across the fork (prepare to parent/child),
+ * and around event_base_new/free, which take libevent's global signal lock. */
+static void fork_prepare(void);
+static void fork_release(void);
+static struct tmo__fork_set forks = TMO__FORK_SET_INIT(forks, fork_prepare, fork_release,
+                                                       fork_release);
 
 static void fork_prepare(void)
 {
-	pthread_mutex_lock(&fork_mu);
+	pthread_mutex_lock(&forks.mu);
 	int64_t end = tmo_now_ns() + FORK_QUIESCE_NS;
 	struct timespec ts = tmo__ts_from_ns(end);
 	/* pthread_mutex_timedlock takes CLOCK_REALTIME (ThreadSanitizer does
@@ -354,35 +320,35 @@ static void fork_prepare(void)
 	clock_gettime(CLOCK_REALTIME, &rts);
 	rts.tv_sec += FORK_QUIESCE_NS / TMO_NSEC_PER_SEC;
 	/* 1. Ask every engine thread to hold (all first, then wait for each). */
-	for (struct tmo *e = fork_list; e != NULL; e = e->fork_next) {
+	tmo_list_for_each(e, &forks.engines, struct tmo, fork_link) {
 		e->fork_safe = false;
 		if (tmo__thread_engine == e)
 			continue; /* forking from its own callback: it holds nothing */
-		pthread_mutex_lock(&e->pm);
+		pthread_mutex_lock(&e->park.mu);
 		/* A parked thread holds the base lock (event_active would wait
 		 * for it): not quiesced. */
-		bool parked = e->parked || atomic_load(&e->park_req);
+		bool parked = e->park.parked || tmo__park_requested(&e->park);
 		if (!parked)
 			atomic_store(&e->fork_req, 1);
-		pthread_mutex_unlock(&e->pm);
+		pthread_mutex_unlock(&e->park.mu);
 		if (!parked)
 			event_active(e->ctl, EV_TIMEOUT, 1);
 	}
-	for (struct tmo *e = fork_list; e != NULL; e = e->fork_next) {
+	tmo_list_for_each(e, &forks.engines, struct tmo, fork_link) {
 		if (tmo__thread_engine == e) {
 			e->fork_safe = true;
 			continue;
 		}
-		pthread_mutex_lock(&e->pm);
+		pthread_mutex_lock(&e->park.mu);
 		while (atomic_load(&e->fork_req) && !e->fork_held &&
-		       pthread_cond_timedwait(&e->pcv, &e->pm, &ts) == 0)
+		       pthread_cond_timedwait(&e->park.cv, &e->park.mu, &ts) == 0)
 			;
 		e->fork_safe = e->fork_held;
-		pthread_mutex_unlock(&e->pm);
+		pthread_mutex_unlock(&e->park.mu);
 	}
 	/* 2. Take every engine mutex, then wait for the calls made without it
 	 * to leave libevent. */
-	for (struct tmo *e = fork_list; e != NULL; e = e->fork_next) {
+	tmo_list_for_each(e, &forks.engines, struct tmo, fork_link) {
 		e->fork_locked = pthread_mutex_timedlock(&e->m, &rts) == 0;
 		if (!e->fork_locked) {
 			e->fork_safe = false;
@@ -404,38 +370,15 @@ static void fork_prepare(void)
  * flags matter: the engine threads are not there). */
 static void fork_release(void)
 {
-	for (struct tmo *e = fork_list; e != NULL; e = e->fork_next) {
+	tmo_list_for_each(e, &forks.engines, struct tmo, fork_link) {
 		if (e->fork_locked)
 			pthread_mutex_unlock(&e->m);
-		pthread_mutex_lock(&e->pm);
+		pthread_mutex_lock(&e->park.mu);
 		atomic_store(&e->fork_req, 0);
-		pthread_cond_broadcast(&e->pcv);
-		pthread_mutex_unlock(&e->pm);
+		pthread_cond_broadcast(&e->park.cv);
+		pthread_mutex_unlock(&e->park.mu);
 	}
-	pthread_mutex_unlock(&fork_mu);
-}
-
-static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
-static void fork_init(void) { pthread_atfork(fork_prepare, fork_release, fork_release); }
-
-/* Under fork_mu. */
-static void fork_list_add(struct tmo *e)
-{
-	e->fork_prev = NULL;
-	e->fork_next = fork_list;
-	if (fork_list != NULL)
-		fork_list->fork_prev = e;
-	fork_list = e;
-}
-
-static void fork_list_remove(struct tmo *e)
-{
-	if (e->fork_prev != NULL)
-		e->fork_prev->fork_next = e->fork_next;
-	else
-		fork_list = e->fork_next;
-	if (e->fork_next != NULL)
-		e->fork_next->fork_prev = e->fork_prev;
+	pthread_mutex_unlock(&forks.mu);
 }
 
 /* ---- create / destroy ----------------------------------------------------- */
@@ -448,10 +391,8 @@ static void destroy_sync(struct tmo *e)
 {
 	pthread_cond_destroy(&e->gcv);
 	pthread_mutex_destroy(&e->gm);
-	pthread_cond_destroy(&e->pcv);
-	pthread_mutex_destroy(&e->pm);
-	pthread_cond_destroy(&e->drain_cv);
-	pthread_cond_destroy(&e->done_cv);
+	tmo__park_fini(&e->park);
+	tmo__gate_fini(&e->gate);
 	pthread_mutex_destroy(&e->m);
 }
 
@@ -461,11 +402,11 @@ static int lev_create(const struct tmo_config *cfg, struct tmo **out)
 	pthread_once(&evthread_once, evthread_init);
 	if (evthread_rc != 0)
 		return TMO_ESYS;
-	pthread_once(&fork_once, fork_init);
 	struct tmo *e = tmo__calloc(1, sizeof *e);
 	if (e == NULL)
 		return TMO_ENOMEM;
 	e->base.ops = &tmo_engine_libevent;
+	tmo_list_init(&e->recs);
 	size_t a = alignof(max_align_t);
 	e->ev_off = (sizeof(struct lev_rec) + a - 1) / a * a;
 	e->rec_size = e->ev_off + event_get_struct_event_size();
@@ -474,9 +415,8 @@ static int lev_create(const struct tmo_config *cfg, struct tmo **out)
 		tmo__free(e);
 		return TMO_ENOMEM;
 	}
-	if (pthread_mutex_init(&e->m, NULL) != 0 || pthread_cond_init(&e->done_cv, NULL) != 0 ||
-	    pthread_cond_init(&e->drain_cv, NULL) != 0 || pthread_mutex_init(&e->pm, NULL) != 0 ||
-	    tmo__cond_init_monotonic(&e->pcv) != 0 || pthread_mutex_init(&e->gm, NULL) != 0 ||
+	if (pthread_mutex_init(&e->m, NULL) != 0 || tmo__gate_init(&e->gate) != 0 ||
+	    tmo__park_init(&e->park) != 0 || pthread_mutex_init(&e->gm, NULL) != 0 ||
 	    tmo__cond_init_monotonic(&e->gcv) != 0) {
 		tmo__free(e->ctl);
 		tmo__free(e);
@@ -488,9 +428,9 @@ static int lev_create(const struct tmo_config *cfg, struct tmo **out)
 	if (!tmo__fault(TMO_FAULT_SYSRES) && (ec = event_config_new()) != NULL) {
 		event_config_set_flag(ec, EVENT_BASE_FLAG_PRECISE_TIMER |
 		                              EVENT_BASE_FLAG_NO_CACHE_TIME);
-		pthread_mutex_lock(&fork_mu);
+		pthread_mutex_lock(&forks.mu);
 		e->eb = event_base_new_with_config(ec);
-		pthread_mutex_unlock(&fork_mu);
+		pthread_mutex_unlock(&forks.mu);
 		event_config_free(ec);
 	}
 	if (e->eb == NULL)
@@ -504,18 +444,16 @@ static int lev_create(const struct tmo_config *cfg, struct tmo **out)
 	rc = tmo__thread_create(&e->thread, NULL, lev_main, e);
 	if (rc != 0)
 		goto fail_thread;
-	pthread_mutex_lock(&fork_mu);
-	fork_list_add(e);
-	pthread_mutex_unlock(&fork_mu);
+	tmo__fork_set_join(&forks, &e->fork_link);
 	*out = e;
 	return 0;
 
 fail_thread:
 	event_del(e->ctl);
 fail_ctl:
-	pthread_mutex_lock(&fork_mu);
+	pthread_mutex_lock(&forks.mu);
 	event_base_free(e->eb);
-	pthread_mutex_unlock(&fork_mu);
+	pthread_mutex_unlock(&forks.mu);
 fail_base:
 	destroy_sync(e);
 	tmo__free(e->ctl);
@@ -525,14 +463,8 @@ fail_base:
 
 static void lev_destroy(struct tmo *e)
 {
-	pthread_mutex_lock(&fork_mu);
-	fork_list_remove(e);
-	pthread_mutex_unlock(&fork_mu);
-
-	pthread_mutex_lock(&e->pm);
-	atomic_store(&e->park_req, 0);
-	pthread_cond_broadcast(&e->pcv);
-	pthread_mutex_unlock(&e->pm);
+	tmo__fork_set_leave(&forks, &e->fork_link);
+	tmo__park_release(&e->park);
 
 	pthread_mutex_lock(&e->m);
 	atomic_store(&e->stop, 1);
@@ -545,21 +477,18 @@ static void lev_destroy(struct tmo *e)
 
 	/* The loop is gone: every record still listed never ran its callback
 	 * (timed out or not).  Cancel them; their timers become idle. */
-	struct lev_rec *r = e->head;
-	while (r != NULL) {
-		struct lev_rec *next = r->next;
+	tmo_list_for_each_safe(r, &e->recs, struct lev_rec, link) {
 		event_del(rec_ev(e, r));
 		struct lev_priv *p = priv(r->timer);
 		atomic_store_explicit(&p->rec, NULL, memory_order_relaxed);
 		atomic_store_explicit(&p->fired, 0, memory_order_relaxed);
 		e->cancelled++;
 		tmo__free(r);
-		r = next;
 	}
 	event_del(e->ctl);
-	pthread_mutex_lock(&fork_mu);
+	pthread_mutex_lock(&forks.mu);
 	event_base_free(e->eb);
-	pthread_mutex_unlock(&fork_mu);
+	pthread_mutex_unlock(&forks.mu);
 	destroy_sync(e);
 	tmo__free(e->ctl);
 	tmo__free(e);
@@ -572,9 +501,7 @@ static void lev_destroy(struct tmo *e)
  * (the child can never resolve them, so it may have freed them). */
 static void lev_destroy_forked(struct tmo *e)
 {
-	pthread_mutex_lock(&fork_mu);
-	fork_list_remove(e);
-	pthread_mutex_unlock(&fork_mu);
+	tmo__fork_set_leave(&forks, &e->fork_link);
 	/* The record list is whole unless a thread held m at the fork (never,
 	 * once quiesced). */
 	bool list_ok = pthread_mutex_trylock(&e->m) == 0;
@@ -586,17 +513,15 @@ static void lev_destroy_forked(struct tmo *e)
 		 * event_reinit(), so that the wake-up these deletes send goes to
 		 * the child's own notify descriptor. */
 		event_del_noblock(e->ctl);
-		for (struct lev_rec *r = e->head; r != NULL; r = r->next)
+		tmo_list_for_each(r, &e->recs, struct lev_rec, link)
 			event_del_noblock(rec_ev(e, r));
 		event_base_free(e->eb);
 	}
 	/* Otherwise the base is left, untouched: it still points at the
 	 * records and the control event, and nothing uses it again. */
 	if (list_ok) {
-		for (struct lev_rec *r = e->head, *next; r != NULL; r = next) {
-			next = r->next;
+		tmo_list_for_each_safe(r, &e->recs, struct lev_rec, link)
 			tmo__free(r);
-		}
 		pthread_mutex_unlock(&e->m);
 	}
 	tmo__free(e->ctl);
@@ -632,7 +557,7 @@ static int lev_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_c
 	struct timeval tv = {.tv_sec = (time_t)(us / 1000000), .tv_usec = (suseconds_t)(us % 1000000)};
 
 	pthread_mutex_lock(&e->m);
-	link_rec(e, r);
+	tmo_list_add(&e->recs, &r->link);
 	e->pending++;
 	e->records++;
 	if (e->pending > e->peak)
@@ -643,7 +568,7 @@ static int lev_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_c
 	 * before the base lock here and nowhere the other way round (the loop
 	 * runs lev_fire without its lock). */
 	if (event_add(ev, &tv) != 0) {
-		unlink_rec(e, r);
+		tmo_list_del(&r->link);
 		e->pending--;
 		e->records--;
 		atomic_store_explicit(&p->rec, NULL, memory_order_relaxed);
@@ -661,24 +586,13 @@ static int lev_cancel(struct tmo *e, struct tmo_timer *t)
 	/* Everything under m: the engine thread clears rec and sets fired in
 	 * two stores, under m; read unlocked between them, a timer that is
 	 * firing would look idle (TMO_ENOTARMED; the race scenario caught it). */
-	bool waited = false;
 	pthread_mutex_lock(&e->m);
-	if (e->running == t && tmo__thread_engine != e) {
-		/* Wait for this invocation of the callback to return; the engine
-		 * thread then holds off until every waiter has looked. */
-		uint64_t gen = e->run_gen;
-		e->waiters++;
-		while (e->run_gen == gen)
-			pthread_cond_wait(&e->done_cv, &e->m);
-		if (--e->waiters == 0)
-			pthread_cond_signal(&e->drain_cv);
-		waited = true;
-	}
+	bool waited = tmo__gate_wait(&e->gate, &e->m, e, t);
 	struct lev_rec *r = atomic_load_explicit(&p->rec, memory_order_relaxed);
 	if (r != NULL) {
 		/* The first arm, or the re-arm by the callback we waited for. */
 		r->state = REC_CANCELLED;
-		unlink_rec(e, r);
+		tmo_list_del(&r->link);
 		e->pending--;
 		e->cancelled++;
 		atomic_store_explicit(&p->rec, NULL, memory_order_relaxed);
@@ -693,14 +607,8 @@ static int lev_cancel(struct tmo *e, struct tmo_timer *t)
 		pthread_mutex_unlock(&e->m);
 		return TMO_CANCEL_PREVENTED;
 	}
-	int res;
-	if (atomic_load_explicit(&p->fired, memory_order_relaxed))
-		res = waited ? TMO_CANCEL_WAITED
-		      : e->running == t ? TMO_CANCEL_SELF /* on the engine thread */
-		                        : TMO_CANCEL_FIRED;
-	else /* a concurrent cancel prevented it, or the callback we waited
-	      * for re-armed and cancelled itself */
-		res = waited ? TMO_CANCEL_WAITED : TMO_ENOTARMED;
+	int res = tmo__gate_result(&e->gate, t,
+	                           atomic_load_explicit(&p->fired, memory_order_relaxed), waited);
 	pthread_mutex_unlock(&e->m);
 	return res;
 }
@@ -726,33 +634,20 @@ static int lev_stats(struct tmo *e, struct tmo_stats *out)
 static int lev_park(struct tmo *e, int on)
 {
 	if (!on) {
-		pthread_mutex_lock(&e->pm);
-		atomic_store(&e->park_req, 0);
-		pthread_cond_broadcast(&e->pcv);
-		pthread_mutex_unlock(&e->pm);
+		tmo__park_release(&e->park);
 		return 0;
 	}
-	pthread_mutex_lock(&e->pm);
-	/* Not while a fork is prepared: the fork handler decided, under pm,
-	 * that this thread is not parked, and it may still call event_active,
-	 * which a parked thread (holding the base lock) would block. */
-	while (atomic_load(&e->fork_req))
-		pthread_cond_wait(&e->pcv, &e->pm);
-	bool already = atomic_load(&e->park_req) || e->parked;
-	atomic_store(&e->park_req, 1);
-	pthread_mutex_unlock(&e->pm);
-	/* Already requested, or still parked (a park(0) it has not seen yet:
-	 * under pm it now sees park_req set again and stays): the parked thread
-	 * holds the base lock, which event_active needs. */
-	if (!already) {
+	/* Not while a fork is prepared (fork_req): the fork handler decided,
+	 * under park.mu, that this thread is not parked, and it may still call
+	 * event_active, which a parked thread (holding the base lock) would
+	 * block.  Already requested, or still parked: the parked thread holds
+	 * the base lock, which event_active needs. */
+	if (!tmo__park_request(&e->park, &e->fork_req)) {
 		pthread_mutex_lock(&e->m); /* as in arm: no fork finds it inside */
 		event_active(e->ctl, EV_TIMEOUT, 1);
 		pthread_mutex_unlock(&e->m);
 	}
-	pthread_mutex_lock(&e->pm);
-	while (!e->parked)
-		pthread_cond_wait(&e->pcv, &e->pm);
-	pthread_mutex_unlock(&e->pm);
+	tmo__park_wait(&e->park);
 	return 0;
 }
 

@@ -100,6 +100,7 @@
 #include <unistd.h>
 
 #include "core/internal.h"
+#include "core/park.h"
 
 #define TMO_POSIX_SIGNAL_OFFSET 6
 
@@ -145,20 +146,18 @@ struct tmo {
 	pthread_t thread;
 	timer_t ctl; /* control timer: stop and park requests */
 
-	/* Control requests: set the flag, then kick (see ctl_kick). */
+	/* Control requests: set the flag (stop, park.req), then kick (see
+	 * ctl_kick). */
 	atomic_int stop;
-	atomic_int park_req;
+	struct tmo__park park;
 	atomic_int ctl_out; /* a control signal is outstanding */
 
-	/* Park and start-up handshakes. */
-	pthread_mutex_t pm;
-	pthread_cond_t pcv;
-	bool parked, started;
-	int start_rc; /* the control timer's creation, on the engine thread */
-
-	/* Cancels waiting for a running callback, and the drain. */
+	/* Cancels waiting for a running callback, and the drain; the start-up
+	 * handshake (started, start_rc) on wm and wait_cv too. */
 	pthread_mutex_t wm;
-	pthread_cond_t wait_cv;  /* a callback returned */
+	pthread_cond_t wait_cv;  /* a callback returned; the thread started */
+	bool started;
+	int start_rc; /* the control timer's creation, on the engine thread */
 	pthread_cond_t drain_cv; /* the last waiter has looked */
 	atomic_uint waiters;
 	_Atomic(struct tmo_timer *) running; /* whose callback runs now */
@@ -233,7 +232,7 @@ static void slot_put(struct tmo *e, uint32_t i)
 
 /* ---- control channel ------------------------------------------------------ */
 
-/* Ask the engine thread to look at stop/park_req.  The control timer (its
+/* Ask the engine thread to look at stop and park.req.  The control timer (its
  * sigqueue entry is preallocated: this cannot fail for lack of signal queue)
  * is re-armed only when no control signal is outstanding, i.e. after the
  * engine thread dequeued the previous one: a one-shot timer is never re-armed
@@ -246,19 +245,6 @@ static void ctl_kick(struct tmo *e)
 		return;
 	struct itimerspec its = {.it_value = {.tv_sec = 0, .tv_nsec = 1}};
 	timer_settime(e->ctl, 0, &its, NULL);
-}
-
-static void park_point(struct tmo *e)
-{
-	pthread_mutex_lock(&e->pm);
-	if (atomic_load(&e->park_req)) {
-		e->parked = true;
-		pthread_cond_broadcast(&e->pcv);
-		while (atomic_load(&e->park_req))
-			pthread_cond_wait(&e->pcv, &e->pm);
-		e->parked = false;
-	}
-	pthread_mutex_unlock(&e->pm);
 }
 
 static int make_ktimer(struct tmo *e, uint64_t sival, timer_t *out)
@@ -417,11 +403,11 @@ static void *px_main(void *arg)
 	 * queued signal, which the same full quota refuses. */
 	e->tid = gettid();
 	int rc = make_ktimer(e, PX_CTRL, &e->ctl);
-	pthread_mutex_lock(&e->pm);
+	pthread_mutex_lock(&e->wm);
 	e->start_rc = rc;
 	e->started = true;
-	pthread_cond_broadcast(&e->pcv);
-	pthread_mutex_unlock(&e->pm);
+	pthread_cond_broadcast(&e->wait_cv);
+	pthread_mutex_unlock(&e->wm);
 	if (rc != 0)
 		return NULL;
 
@@ -454,7 +440,7 @@ static void *px_main(void *arg)
 			atomic_store(&e->ctl_out, 0);
 			if (atomic_load(&e->stop))
 				break; /* what the window holds: destroy cancels it */
-			park_point(e);
+			tmo__park_point(&e->park); /* holding nothing */
 		}
 	}
 	return NULL;
@@ -468,8 +454,7 @@ static void destroy_sync(struct tmo *e)
 	pthread_cond_destroy(&e->drain_cv);
 	pthread_cond_destroy(&e->wait_cv);
 	pthread_mutex_destroy(&e->wm);
-	pthread_cond_destroy(&e->pcv);
-	pthread_mutex_destroy(&e->pm);
+	tmo__park_fini(&e->park);
 }
 
 static int px_create(const struct tmo_config *cfg, struct tmo **out)
@@ -487,8 +472,8 @@ static int px_create(const struct tmo_config *cfg, struct tmo **out)
 		tmo__free(e);
 		return TMO_ENOMEM;
 	}
-	if (e->signo > SIGRTMAX || pthread_mutex_init(&e->pm, NULL) != 0 ||
-	    pthread_cond_init(&e->pcv, NULL) != 0 || pthread_mutex_init(&e->wm, NULL) != 0 ||
+	if (e->signo > SIGRTMAX || tmo__park_init(&e->park) != 0 ||
+	    pthread_mutex_init(&e->wm, NULL) != 0 ||
 	    pthread_cond_init(&e->wait_cv, NULL) != 0 ||
 	    pthread_cond_init(&e->drain_cv, NULL) != 0 ||
 	    pthread_mutex_init(&e->free_mu, NULL) != 0) {
@@ -516,11 +501,11 @@ static int px_create(const struct tmo_config *cfg, struct tmo **out)
 		tmo__free(e);
 		return rc;
 	}
-	pthread_mutex_lock(&e->pm);
+	pthread_mutex_lock(&e->wm);
 	while (!e->started)
-		pthread_cond_wait(&e->pcv, &e->pm);
+		pthread_cond_wait(&e->wait_cv, &e->wm);
 	rc = e->start_rc;
-	pthread_mutex_unlock(&e->pm);
+	pthread_mutex_unlock(&e->wm);
 	if (rc != 0) {
 		pthread_join(e->thread, NULL); /* it has ended by itself */
 		destroy_sync(e);
@@ -554,11 +539,7 @@ static void sweep(struct tmo *e)
 
 static void px_destroy(struct tmo *e)
 {
-	pthread_mutex_lock(&e->pm);
-	atomic_store(&e->park_req, 0);
-	pthread_cond_broadcast(&e->pcv);
-	pthread_mutex_unlock(&e->pm);
-
+	tmo__park_release(&e->park);
 	atomic_store(&e->stop, 1); /* from here px_fire starts no callback */
 	sweep(e); /* kernel timers gone before the thread that receives them */
 	ctl_kick(e);
@@ -754,18 +735,12 @@ static int px_stats(struct tmo *e, struct tmo_stats *out)
 static int px_park(struct tmo *e, int on)
 {
 	if (!on) {
-		pthread_mutex_lock(&e->pm);
-		atomic_store(&e->park_req, 0);
-		pthread_cond_broadcast(&e->pcv);
-		pthread_mutex_unlock(&e->pm);
+		tmo__park_release(&e->park);
 		return 0;
 	}
-	atomic_store(&e->park_req, 1);
-	ctl_kick(e);
-	pthread_mutex_lock(&e->pm);
-	while (!e->parked)
-		pthread_cond_wait(&e->pcv, &e->pm);
-	pthread_mutex_unlock(&e->pm);
+	tmo__park_request(&e->park, NULL);
+	ctl_kick(e); /* a no-op while a control signal is outstanding */
+	tmo__park_wait(&e->park);
 	return 0;
 }
 

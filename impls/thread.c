@@ -113,8 +113,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ds/heap.h"
+#include "core/forkset.h"
 #include "core/internal.h"
+#include "core/list.h"
+#include "ds/heap.h"
 
 
 /* Threads all thread engines of the process may hold at once; arm beyond
@@ -176,8 +178,9 @@ struct rec {
 	pid_t tid; /* the record's thread, for /proc (written before entered) */
 	struct rec *ph_child, *ph_next, *ph_prev; /* pairing heap; ph_prev: parent
 	                                             or left sibling */
-	struct rec *prev, *next;         /* e->running while RUNNING; e->done (next) */
-	struct rec *all_prev, *all_next; /* e->all, from arm to free */
+	struct tmo_list run_link; /* e->running while RUNNING */
+	struct tmo_list all_link; /* e->all, from arm to free */
+	struct rec *next;         /* e->done, and the lists reap() takes */
 };
 
 enum timer_state {
@@ -205,15 +208,15 @@ struct tmo {
 	struct tmo_heap heap; /* WAITING records, except held ones */
 	struct rec *blocked;  /* pairing heap: due, held back by the heap's top */
 	struct rec *entering; /* pairing heap: decided, callback not known started */
-	struct rec *running;  /* RUNNING (doubly linked) */
-	struct rec *done;     /* DONE, nobody waiting: to be joined */
-	struct rec *all;      /* every record (doubly linked through all_*) */
+	struct tmo_list running; /* RUNNING records */
+	struct rec *done;        /* DONE, nobody waiting: to be joined */
+	struct tmo_list all;     /* every record */
 	bool closing;         /* destroy has begun: nothing decides to fire */
 	uint64_t npending;
 	uint64_t fired_count, cancelled_count;
 	/* Decremented after join/free, outside the mutex. */
 	atomic_uint_fast64_t threads, records;
-	struct tmo *reg_prev, *reg_next; /* the fork registry, under reg_lock */
+	struct tmo_list fork_link; /* in the fork set */
 };
 
 /* The record whose callback this thread runs (NULL outside callbacks). */
@@ -389,49 +392,19 @@ static void unqueue(struct tmo *e, struct rec *r)
 
 /* ---- record lists ----------------------------------------------------------- */
 
-static void running_add(struct tmo *e, struct rec *r)
-{
-	r->prev = NULL;
-	r->next = e->running;
-	if (e->running != NULL)
-		e->running->prev = r;
-	e->running = r;
-}
-
-static void running_del(struct tmo *e, struct rec *r)
-{
-	if (r->prev != NULL)
-		r->prev->next = r->next;
-	else
-		e->running = r->next;
-	if (r->next != NULL)
-		r->next->prev = r->prev;
-	r->prev = r->next = NULL;
-}
-
 static void done_add(struct tmo *e, struct rec *r)
 {
 	r->next = e->done;
 	e->done = r;
 }
 
-static void all_add(struct tmo *e, struct rec *r)
+/* Under the mutex: a record running t's callback, or NULL. */
+static struct rec *running_of(struct tmo *e, const struct tmo_timer *t)
 {
-	r->all_prev = NULL;
-	r->all_next = e->all;
-	if (e->all != NULL)
-		e->all->all_prev = r;
-	e->all = r;
-}
-
-static void all_del(struct tmo *e, struct rec *r)
-{
-	if (r->all_prev != NULL)
-		r->all_prev->all_next = r->all_next;
-	else
-		e->all = r->all_next;
-	if (r->all_next != NULL)
-		r->all_next->all_prev = r->all_prev;
+	tmo_list_for_each(r, &e->running, struct rec, run_link)
+		if (r->timer == t)
+			return r;
+	return NULL;
 }
 
 /* Under the mutex: a waiter (a cancel waiting for r's callback, or a later
@@ -490,7 +463,7 @@ static void *rec_thread(void *arg)
 		unqueue(e, r); /* out of the heap: later ones may decide now, */
 		set_in(e, r, IN_ENTERING); /* but call theirs only after ours */
 		r->state = R_RUNNING;
-		running_add(e, r);
+		tmo_list_add(&e->running, &r->run_link);
 		e->npending--;
 		e->fired_count++;
 		priv(t)->state = T_FIRED;
@@ -511,7 +484,7 @@ static void *rec_thread(void *arg)
 		pthread_mutex_lock(&e->m);
 		set_in(e, r, IN_NONE); /* if nobody took it out of `entering` */
 		r->state = R_DONE;
-		running_del(e, r);
+		tmo_list_del(&r->run_link);
 		if (r->waiters > 0) /* cancels, and later timers waiting for our turn */
 			pthread_cond_broadcast(&r->cv); /* the last waiter moves it to done */
 		else
@@ -551,7 +524,7 @@ static void reap(struct tmo *e, struct rec *list)
 	}
 	pthread_mutex_lock(&e->m);
 	for (struct rec *r = list; r != NULL; r = r->next)
-		all_del(e, r);
+		tmo_list_del(&r->all_link);
 	pthread_mutex_unlock(&e->m);
 	while (list != NULL) {
 		struct rec *nx = list->next;
@@ -564,58 +537,34 @@ static void reap(struct tmo *e, struct rec *list)
 
 /* Every live thread engine, so that fork() can take their mutexes: a child
  * then inherits every engine's sets whole, never half-updated. */
-static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct tmo *reg_head;
-static pthread_once_t reg_once = PTHREAD_ONCE_INIT;
+static void fork_prepare(void);
+static void fork_parent(void);
+static void fork_child(void);
+static struct tmo__fork_set forks = TMO__FORK_SET_INIT(forks, fork_prepare, fork_parent,
+                                                       fork_child);
 
 static void fork_prepare(void)
 {
-	pthread_mutex_lock(&reg_lock);
-	for (struct tmo *e = reg_head; e != NULL; e = e->reg_next)
+	pthread_mutex_lock(&forks.mu);
+	tmo_list_for_each(e, &forks.engines, struct tmo, fork_link)
 		pthread_mutex_lock(&e->m);
 }
 
 static void fork_parent(void)
 {
-	for (struct tmo *e = reg_head; e != NULL; e = e->reg_next)
+	tmo_list_for_each(e, &forks.engines, struct tmo, fork_link)
 		pthread_mutex_unlock(&e->m);
-	pthread_mutex_unlock(&reg_lock);
+	pthread_mutex_unlock(&forks.mu);
 }
 
 /* The child has none of the parent's threads: no engine it inherited will
  * ever lock its mutex again (the core refuses every call; destroy_forked
- * does not lock), so they leave the registry and the thread count. */
+ * does not lock), so they leave the set and the thread count. */
 static void fork_child(void)
 {
-	reg_head = NULL;
+	tmo_list_init(&forks.engines);
 	atomic_store_explicit(&process_threads, 0, memory_order_relaxed);
-	pthread_mutex_unlock(&reg_lock);
-}
-
-static void reg_init(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
-
-static void reg_add(struct tmo *e)
-{
-	pthread_once(&reg_once, reg_init);
-	pthread_mutex_lock(&reg_lock);
-	e->reg_prev = NULL;
-	e->reg_next = reg_head;
-	if (reg_head != NULL)
-		reg_head->reg_prev = e;
-	reg_head = e;
-	pthread_mutex_unlock(&reg_lock);
-}
-
-static void reg_del(struct tmo *e)
-{
-	pthread_mutex_lock(&reg_lock);
-	if (e->reg_prev != NULL)
-		e->reg_prev->reg_next = e->reg_next;
-	else
-		reg_head = e->reg_next;
-	if (e->reg_next != NULL)
-		e->reg_next->reg_prev = e->reg_prev;
-	pthread_mutex_unlock(&reg_lock);
+	pthread_mutex_unlock(&forks.mu);
 }
 
 /* ---- ops -------------------------------------------------------------------- */
@@ -646,7 +595,9 @@ static int thr_create(const struct tmo_config *cfg, struct tmo **out)
 	}
 	atomic_init(&e->threads, 0);
 	atomic_init(&e->records, 0);
-	reg_add(e);
+	tmo_list_init(&e->running);
+	tmo_list_init(&e->all);
+	tmo__fork_set_join(&forks, &e->fork_link);
 	*out = e;
 	return 0;
 }
@@ -667,7 +618,7 @@ static void cancel_rec(struct tmo *e, struct rec *r)
 
 static void thr_destroy(struct tmo *e)
 {
-	reg_del(e);
+	tmo__fork_set_leave(&forks, &e->fork_link);
 	struct rec *tojoin = NULL;
 	pthread_mutex_lock(&e->m);
 	e->closing = true; /* from now on no waiting record fires */
@@ -683,9 +634,9 @@ static void thr_destroy(struct tmo *e)
 			tojoin = r;
 		}
 		/* Wait for a running callback; it may arm again, so look again. */
-		struct rec *run = e->running;
-		if (run == NULL)
+		if (tmo_list_empty(&e->running))
 			break;
+		struct rec *run = tmo_container_of(e->running.next, struct rec, run_link);
 		run->waiters++;
 		while (run->state == R_RUNNING)
 			pthread_cond_wait(&run->cv, &e->m);
@@ -708,10 +659,8 @@ static void thr_destroy(struct tmo *e)
 static void thr_destroy_forked(struct tmo *e)
 {
 	tmo_heap_fini(&e->heap); /* first: it writes to the nodes it still holds */
-	for (struct rec *r = e->all, *nx; r != NULL; r = nx) {
-		nx = r->all_next;
+	tmo_list_for_each_safe(r, &e->all, struct rec, all_link)
 		tmo__free(r);
-	}
 	tmo__free(e);
 }
 
@@ -769,7 +718,7 @@ static int thr_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_c
 	}
 	atomic_fetch_add_explicit(&e->threads, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&e->records, 1, memory_order_relaxed);
-	all_add(e, r);
+	tmo_list_add(&e->all, &r->all_link);
 	e->npending++;
 	t->cb = cb;
 	t->arg = arg;
@@ -791,17 +740,13 @@ static int thr_cancel(struct tmo *e, struct tmo_timer *t)
 		unqueue(e, p->rec);
 	/* From another thread: wait for every running invocation of the
 	 * callback; restart the scan after each wait (the list changed). */
-	for (struct rec *r = self ? NULL : e->running; r != NULL;) {
-		if (r->timer != t) {
-			r = r->next;
-			continue;
-		}
+	struct rec *r;
+	while (!self && (r = running_of(e, t)) != NULL) {
 		r->waiters++;
 		while (r->state == R_RUNNING)
 			pthread_cond_wait(&r->cv, &e->m);
 		unwait(e, r);
 		waited = true;
-		r = e->running;
 	}
 	int res;
 	struct rec *victim = NULL;
