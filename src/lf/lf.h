@@ -562,7 +562,7 @@ struct lf_base *lf_base_new(struct tmo *e);
 void lf_base_free(struct tmo *e, struct lf_base *b);
 static inline void *lf_sched_of(struct lf_base *b) { return b->sched; }
 
-/* Test view (tests/unit_lf.c). */
+/* Test view (tests/unit/lf.c). */
 struct lf_debug {
 	uint64_t filed;       /* nodes in bases (as of the timer thread's last look) */
 	uint64_t stolen;      /* ring nodes the timer thread took */
