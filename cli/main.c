@@ -62,7 +62,7 @@ static void item(FILE *f, const char *name, const char *text)
 }
 
 /* The manual.  README.md carries this output between its "harness --help"
- * markers; tests/harness.cmake compares the two (scripts/update-readme
+ * markers; tests/harness/harness.cmake compares the two (scripts/update-readme
  * copies it over). */
 static void usage(FILE *f)
 {
