@@ -365,6 +365,8 @@ static int cv_park(struct tmo *e, int on)
 	return 0;
 }
 
+static const struct tmo_testing_ops testing_ops = {.park = cv_park};
+
 const struct tmo_engine_ops tmo_engine_condvar = {
 	.name = "condvar",
 	.summary = "one timer thread, mutex + CLOCK_MONOTONIC condvar, 4-ary heap of "
@@ -376,6 +378,6 @@ const struct tmo_engine_ops tmo_engine_condvar = {
 	.arm = cv_arm,
 	.cancel = cv_cancel,
 	.stats = cv_stats,
-	.park = cv_park,
 	.destroy_forked = cv_destroy_forked,
+	.testing = &testing_ops,
 };

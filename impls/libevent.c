@@ -651,6 +651,8 @@ static int lev_park(struct tmo *e, int on)
 	return 0;
 }
 
+static const struct tmo_testing_ops testing_ops = {.park = lev_park};
+
 const struct tmo_engine_ops tmo_engine_libevent = {
 	.name = "libevent",
 	.summary = "libevent 2.1 event_base (pthreads locking, PRECISE_TIMER + NO_CACHE_TIME: "
@@ -664,6 +666,6 @@ const struct tmo_engine_ops tmo_engine_libevent = {
 	.arm = lev_arm,
 	.cancel = lev_cancel,
 	.stats = lev_stats,
-	.park = lev_park,
 	.destroy_forked = lev_destroy_forked,
+	.testing = &testing_ops,
 };

@@ -70,6 +70,8 @@ static const struct lf_sched heap_sched = {
 
 static int mpsc_create(const struct tmo_config *cfg, struct tmo **out);
 
+static const struct tmo_testing_ops testing_ops = {.park = lf_park};
+
 const struct tmo_engine_ops tmo_engine_mpsc = {
 	.name = "mpsc",
 	.summary = "lock-free arm/cancel (per-thread rings: a thread's cancel takes its own arm "
@@ -82,8 +84,8 @@ const struct tmo_engine_ops tmo_engine_mpsc = {
 	.arm = lf_arm_precise,
 	.cancel = lf_cancel,
 	.stats = lf_stats,
-	.park = lf_park,
 	.destroy_forked = lf_destroy_forked,
+	.testing = &testing_ops,
 };
 
 static int mpsc_create(const struct tmo_config *cfg, struct tmo **out)

@@ -744,6 +744,8 @@ static int px_park(struct tmo *e, int on)
 	return 0;
 }
 
+static const struct tmo_testing_ops testing_ops = {.park = px_park};
+
 const struct tmo_engine_ops tmo_engine_posix = {
 	.name = "posix",
 	.summary = "one kernel POSIX timer per arm (timer_create CLOCK_MONOTONIC, absolute, "
@@ -758,6 +760,6 @@ const struct tmo_engine_ops tmo_engine_posix = {
 	.arm = px_arm,
 	.cancel = px_cancel,
 	.stats = px_stats,
-	.park = px_park,
 	.destroy_forked = px_destroy_forked,
+	.testing = &testing_ops,
 };

@@ -103,7 +103,7 @@
  * sanitizers).  A process-wide cap keeps the engine from exhausting the
  * system's thread ids.
  *
- * No single timer thread: park() returns TMO_EINVAL.
+ * No single timer thread: no park hook (tmo_testing_park: TMO_EINVAL).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -795,13 +795,6 @@ static int thr_stats(struct tmo *e, struct tmo_stats *out)
 	return 0;
 }
 
-static int thr_park(struct tmo *e, int on)
-{
-	(void)e;
-	(void)on;
-	return TMO_EINVAL; /* no single timer thread to park */
-}
-
 const struct tmo_engine_ops tmo_engine_thread = {
 	.name = "thread",
 	.summary = "one OS thread per armed timer (320 KiB stack, at most 10000 per "
@@ -815,6 +808,5 @@ const struct tmo_engine_ops tmo_engine_thread = {
 	.arm = thr_arm,
 	.cancel = thr_cancel,
 	.stats = thr_stats,
-	.park = thr_park,
 	.destroy_forked = thr_destroy_forked,
 };

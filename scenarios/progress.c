@@ -1,7 +1,7 @@
 /*
  * progress — do arm and cancel need the timer thread?  Workers (--threads)
  * arm and cancel 1 s timeouts flat out, first with the engine running, then
- * with its timer thread parked at its loop's hook (tmo_park), holding
+ * with its timer thread parked at its loop's hook (tmo_testing_park), holding
  * whatever it holds there.  Lock-free engines keep going; lock-based ones
  * block until the park is released.  The verdict is on state, not time: on
  * an engine that declares TMO_CAP_LOCKFREE_ARM the park (and, below, the
@@ -43,6 +43,7 @@
 #include <stdatomic.h>
 #include <sys/resource.h>
 
+#include "tmo/testing.h"
 #include "util.h"
 
 #define WINDOW_FULL (500 * TMO_NSEC_PER_MSEC)
@@ -310,7 +311,7 @@ static int pg_parked_phase(struct pg_ctx *c, int64_t window, struct pg_watch_res
 	/* Parking waits for the timer thread to reach its hook; only then does
 	 * the parked phase start counting. */
 	atomic_store(&c->parked_at, su_now_ns());
-	int rc = tmo_park(c->e, 1);
+	int rc = tmo_testing_park(c->e, 1);
 	if (rc != 0) {
 		tmo_violation(run, "park(1) returned %s on an engine declaring TMO_CAP_PARK",
 		              tmo_errname(rc));
@@ -321,7 +322,7 @@ static int pg_parked_phase(struct pg_ctx *c, int64_t window, struct pg_watch_res
 	 * completes and is counted in the parked phase (with the park's length
 	 * as its latency). */
 	atomic_store(&c->phase, PH_CALLBACK);
-	rc = tmo_park(c->e, 0);
+	rc = tmo_testing_park(c->e, 0);
 	if (rc != 0) {
 		tmo_violation(run, "park(0) returned %s", tmo_errname(rc));
 		return 1;
@@ -398,14 +399,14 @@ static int progress_run(const struct tmo_run *run)
 	int v = 0;
 	int parkable = (run->ops->caps & TMO_CAP_PARK) != 0;
 	if (!parkable) {
-		rc = tmo_park(c->e, 1);
+		rc = tmo_testing_park(c->e, 1);
 		if (rc != TMO_EINVAL) {
 			tmo_violation(run, "park on an engine without TMO_CAP_PARK returned %s, want "
 			              "TMO_EINVAL",
 			              tmo_errname(rc));
 			v++;
 			if (rc == 0)
-				tmo_park(c->e, 0);
+				tmo_testing_park(c->e, 0);
 		}
 		rc = 0;
 		printf("progress: not parkable (no TMO_CAP_PARK: %s); no parked phase\n",
@@ -486,7 +487,7 @@ const struct tmo_scenario tmo_scenario_progress = {
 	progress_run,
 	.params = "--threads workers (at most 64) arm and cancel 1 s timeouts flat out, first "
 	          "with the engine running, then for 500 ms (--quick: 200 ms) with its timer "
-	          "thread parked at its loop's hook (tmo_park), then for 2 s (--quick: 200 ms) "
+	          "thread parked at its loop's hook (tmo_testing_park), then for 2 s (--quick: 200 ms) "
 	          "while one callback blocks, each worker keeping 4096 timers of 60 s armed (16 on "
 	          "a thread-per-timer engine) and cancelling the oldest as it arms the next. On an "
 	          "engine that declares lockfree-arm the park and the blocked callback last until "
@@ -499,7 +500,7 @@ const struct tmo_scenario tmo_scenario_progress = {
 	              "by the blocked callback: short of 200 pairs when the phase ends, or inside "
 	              "one pair begun more than half the phase earlier (an engine that does not "
 	              "declare it is reported, not failed); an engine without the park capability "
-	              "does not refuse tmo_park with TMO_EINVAL; an arm or cancel returns an error "
+	              "does not refuse tmo_testing_park with TMO_EINVAL; an arm or cancel returns an error "
 	              "other than an arm refused at once with TMO_EAGAIN (counted and reported); "
 	              "the blocked callback's timer does not fire.",
 };

@@ -12,9 +12,30 @@
 
 #include <stdint.h>
 
+#include "tmo/tmo.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ---- engine test hooks ---------------------------------------------------- */
+
+/* What an engine offers tests beyond its production ops, through
+ * tmo_engine_ops.testing (NULL: nothing).  A slot may be NULL. */
+struct tmo_testing_ops {
+	/* Park (progress scenario, lifecycle tests): with on != 0, make the
+	 * timer thread stop at a hook inside its loop, holding whatever it
+	 * holds there, and return once parked; on == 0 releases it.  An
+	 * engine has it exactly when it declares TMO_CAP_PARK. */
+	int (*park)(struct tmo *self, int on);
+};
+
+/* The engine's park hook.  TMO_ENULLENGINE, TMO_EFORKED, TMO_EDEADLK from
+ * a thread the engine owns (parking would stop this very thread),
+ * TMO_EINVAL when the engine has no park hook (no single timer thread). */
+int tmo_testing_park(struct tmo *e, int on);
+
+/* ---- faults and allocation accounting ----------------------------------- */
 
 enum tmo_fault_kind {
 	TMO_FAULT_ALLOC = 1,  /* malloc/calloc/realloc/aligned alloc */

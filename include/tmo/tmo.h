@@ -37,13 +37,13 @@
  *       another thread waits for the callback, then cancels the new arm.
  *   [4] Cancel of its own timer from inside its callback returns at once
  *       with TMO_CANCEL_SELF (it must not, and does not, wait for itself).
- *   [5] Destroy (and tmo_park) from a thread the engine owns, a callback
+ *   [5] Destroy (and tmo_testing_park) from a thread the engine owns, a callback
  *       above all, is refused with TMO_EDEADLK; the engine stays usable.
  *
  * From inside a callback: arm and cancel any timer of any engine (its own
  * timer: [3] and [4]), create engines and destroy OTHER engines.  Not
  * allowed, and refused with TMO_EDEADLK (the call changes nothing and the
- * engine keeps working): tmo_destroy() and tmo_park() of the engine whose
+ * engine keeps working): tmo_destroy() and tmo_testing_park() of the engine whose
  * thread runs the callback, which would wait for that very thread.  Never
  * wait in a callback for something that waits for this callback (a lock the
  * canceller of this timer holds, the case of two engines below).
@@ -220,7 +220,11 @@ void tmo_timer_init(struct tmo_timer *t);
 
 /* ---- engines ----------------------------------------------------------- */
 
-/* Capabilities: what an engine does beyond, or short of, the base contract. */
+/* Capabilities: what an engine does beyond, or short of, the base contract.
+ * A declared capability is a promise a test checks for every engine that
+ * declares it: LOCKFREE_ARM the progress scenario, NO_SYSCALL and NO_ALLOC
+ * tests/engine/faults.c, PARK tests/engine/lifecycle.c (and the progress
+ * scenario), CONCURRENT_CALLBACKS tests/unit/thread.c. */
 enum tmo_cap {
 	/* arm and cancel never wait for the timer thread or a callback: they
 	 * take no lock the timer thread holds while it runs its loop or a
@@ -232,14 +236,14 @@ enum tmo_cap {
 	TMO_CAP_NO_SYSCALL = 1u << 1,
 	/* arm and cancel do not allocate in the steady state */
 	TMO_CAP_NO_ALLOC = 1u << 2,
-	/* deadlines are grouped into buckets internally (wheel slots) */
-	TMO_CAP_BUCKETED = 1u << 3,
+	/* 1u << 3 is retired (it named bucketed deadlines, a promise no test
+	 * could check): never reuse it, the harness names bits by position */
 	/* callbacks of one engine may run concurrently on several threads */
 	TMO_CAP_CONCURRENT_CALLBACKS = 1u << 4,
 	/* one OS thread per armed timer */
 	TMO_CAP_THREAD_PER_TIMER = 1u << 5,
-	/* the engine can be parked (tmo_park) at a hook inside its timer
-	 * thread's loop */
+	/* the engine has a park hook (tmo_testing_park, tmo/testing.h): its
+	 * timer thread can be held at a point inside its loop */
 	TMO_CAP_PARK = 1u << 6,
 };
 
@@ -265,6 +269,7 @@ struct tmo_stats {
 };
 
 struct tmo; /* an engine instance; its layout is private to the engine */
+struct tmo_testing_ops; /* tmo/testing.h */
 
 /* Cancel's results (non-negative); errors are negative enum tmo_error. */
 enum tmo_cancel_result {
@@ -328,18 +333,16 @@ struct tmo_engine_ops {
 	/* Fill *out with what the engine holds now.  Returns 0. */
 	int (*stats)(struct tmo *self, struct tmo_stats *out);
 
-	/* Test hook (progress scenario, TMO_CAP_PARK): with on != 0, make the
-	 * timer thread(s) stop at a hook inside their loop, holding whatever
-	 * they hold there, and return once parked; on == 0 releases them.
-	 * Engines without one timer thread return TMO_EINVAL. */
-	int (*park)(struct tmo *self, int on);
-
 	/* In a child process after fork(): free the child's copy of the
 	 * engine (memory, the child's own descriptors) without joining threads
 	 * (they do not exist in the child) and without touching anything the
 	 * parent still uses (shared epoll sets, kernel timers).  NULL: the copy
 	 * is left as it is. */
 	void (*destroy_forked)(struct tmo *self);
+
+	/* Test hooks (struct tmo_testing_ops, tmo/testing.h), or NULL: none.
+	 * Never used by the production paths. */
+	const struct tmo_testing_ops *testing;
 };
 
 /* Every struct tmo starts with this header (engines embed it first and
@@ -413,8 +416,6 @@ static inline int tmo_cancel(struct tmo *e, struct tmo_timer *t)
 
 /* Fill *out.  TMO_ENULLENGINE, TMO_EINVAL (out NULL), TMO_EFORKED. */
 int tmo_stats(struct tmo *e, struct tmo_stats *out);
-/* The test hook above.  TMO_EDEADLK from a thread the engine owns. */
-int tmo_park(struct tmo *e, int on);
 /* The engine's id (0 for NULL): what tmo_timer.owner holds once armed. */
 uint64_t tmo_id(const struct tmo *e);
 

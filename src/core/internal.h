@@ -71,7 +71,7 @@ static inline struct timespec tmo__ts_from_ns(int64_t ns)
  * Every engine sets it at the start of each thread it owns (timer threads,
  * per-timer threads, the thread that runs its callbacks), so the core can
  * refuse, with TMO_EDEADLK, calls that would wait for the calling thread
- * itself: tmo_destroy() and tmo_park() from the engine's own callback, and a
+ * itself: tmo_destroy() and tmo_testing_park() from the engine's own callback, and a
  * scope on an engine whose callbacks are serialized on this thread. */
 extern _Thread_local struct tmo *tmo__thread_engine;
 

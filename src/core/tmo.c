@@ -257,7 +257,7 @@ int tmo_stats(struct tmo *e, struct tmo_stats *out)
 	return tmo_ops(e)->stats(e, out);
 }
 
-int tmo_park(struct tmo *e, int on)
+int tmo_testing_park(struct tmo *e, int on)
 {
 	if (e == NULL)
 		return TMO_ENULLENGINE;
@@ -265,5 +265,8 @@ int tmo_park(struct tmo *e, int on)
 		return TMO_EFORKED;
 	if (tmo__thread_engine == e)
 		return TMO_EDEADLK; /* parking would stop this very thread */
-	return tmo_ops(e)->park(e, on);
+	const struct tmo_testing_ops *t = tmo_ops(e)->testing;
+	if (t == NULL || t->park == NULL)
+		return TMO_EINVAL;
+	return t->park(e, on);
 }

@@ -91,7 +91,7 @@ static void bad_pointers(struct tmo *e)
 	row("cancel, NULL engine", TMO_ENULLENGINE, tmo_cancel(NULL, &t));
 	row("stats, NULL engine", TMO_ENULLENGINE, tmo_stats(NULL, &(struct tmo_stats){0}));
 	row("stats, NULL output", TMO_EINVAL, tmo_stats(e, NULL));
-	row("park, NULL engine", TMO_ENULLENGINE, tmo_park(NULL, 1));
+	row("park, NULL engine", TMO_ENULLENGINE, tmo_testing_park(NULL, 1));
 	row("cancel of a never-armed timer", TMO_ENOTARMED, tmo_cancel(e, &t));
 	/* after all of that the timer still works */
 	row("arm after the rejections (valid)", TMO_OK, tmo_arm(e, &t, LONG_TIMEOUT, cb, NULL));
@@ -150,7 +150,7 @@ static void misuse_cb(struct tmo_timer *t, void *arg)
 {
 	struct tmo *self = cbm.e;
 	cbm.rc_destroy = tmo_destroy(&self);
-	cbm.rc_park = tmo_park(cbm.e, 1);
+	cbm.rc_park = tmo_testing_park(cbm.e, 1);
 	atomic_store(&cbm.done, 1);
 }
 
@@ -202,7 +202,7 @@ static void forked_child(struct tmo *a)
 		rc[0] = tmo_arm(a, &fresh, MS, cb, NULL);
 		rc[1] = tmo_cancel(a, &mt4);
 		rc[2] = tmo_stats(a, &st);
-		rc[3] = tmo_park(a, 1);
+		rc[3] = tmo_testing_park(a, 1);
 		rc[4] = tmo_arm(a, &mt4, MS, cb, NULL);
 		rc[5] = tmo_destroy(&c);
 		_exit(write(p[1], rc, sizeof rc) == (ssize_t)sizeof rc ? 0 : 1);

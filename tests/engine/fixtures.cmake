@@ -22,6 +22,8 @@ foreach(row
     "badinput_lax|badinput|fx-lax||1"
     "faults_honest|faults|fx-honest||0"
     "faults_faultlossy|faults|fx-faultlossy||1"
+    "faults_allocating|faults|fx-allocating|caps|1"
+    "faults_syscalling|faults|fx-syscalling|caps|1"
     "destroy_honest|destroy|fx-honest|20000|0"
     "destroy_leaky|destroy|fx-leaky|20000|1")
   string(REPLACE "|" ";" f "${row}")

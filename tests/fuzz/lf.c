@@ -12,7 +12,7 @@
  * timer thread, or ends a helper thread (its record is detached: its ring
  * spills, and the next thread on that slot adopts the record and its base).
  *
- * Determinism: the timer thread stays parked (tmo_park) while ops run, so
+ * Determinism: the timer thread stays parked (tmo_testing_park) while ops run, so
  * nothing fires and nothing is stolen under them; timeouts are either "due"
  * (0 .. 2 ms) or "long" (an hour and more).  A settle unparks it, waits on
  * state -- every due timer fired, two ticks published after the last
@@ -513,7 +513,7 @@ static void run_start(void)
 	for (int i = 0; i <= TIMERS; i++)
 		fz.m[i].uncertain = fz.m[i].st == T_DUE;
 	fz.running = 1;
-	FUZZ_CHECK(tmo_park(fz.e, 0) == 0, "unpark failed");
+	FUZZ_CHECK(tmo_testing_park(fz.e, 0) == 0, "unpark failed");
 }
 
 /* Park; every due timer that fired meanwhile is resolved by its counter. */
@@ -521,7 +521,7 @@ static void run_stop(void)
 {
 	if (!fz.running)
 		return;
-	FUZZ_CHECK(tmo_park(fz.e, 1) == 0, "park failed");
+	FUZZ_CHECK(tmo_testing_park(fz.e, 1) == 0, "park failed");
 	fz.running = 0;
 	for (int i = 0; i <= TIMERS; i++) {
 		struct tmodel *m = &fz.m[i];
@@ -586,13 +586,13 @@ static void settle(void)
 {
 	run_stop();
 	atomic_store(&fz.quiet, 1);
-	FUZZ_CHECK(tmo_park(fz.e, 0) == 0, "unpark failed");
+	FUZZ_CHECK(tmo_testing_park(fz.e, 0) == 0, "unpark failed");
 	wait_until(due_done_nap, "due timers have not fired");
 	/* a round starts with a tick and ends with one (or the next round's):
 	 * two ticks on, a round ran wholly after the last due timer fired */
 	tick_goal = tick_now() + 2;
 	wait_until(tick_reached, "the timer thread made no round");
-	FUZZ_CHECK(tmo_park(fz.e, 1) == 0, "park failed");
+	FUZZ_CHECK(tmo_testing_park(fz.e, 1) == 0, "park failed");
 	atomic_store(&fz.quiet, 0);
 	for (int i = 0; i <= TIMERS; i++)
 		if (fz.m[i].st == T_DUE)
@@ -866,7 +866,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	}
 	FUZZ_CHECK(rc == 0, "create failed: %s", tmo_errname(rc));
-	FUZZ_CHECK(tmo_park(fz.e, 1) == 0, "park failed");
+	FUZZ_CHECK(tmo_testing_park(fz.e, 1) == 0, "park failed");
 
 	for (int ops_n = 0; fuzz_more(&in) && ops_n < MAX_OPS; ops_n++) {
 		uint8_t op = fuzz_u8(&in);

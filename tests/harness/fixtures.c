@@ -77,7 +77,7 @@ static int waitarm_arm(struct tmo *e, struct tmo_timer *t, int64_t ns, tmo_callb
 		.arm = ARM,                                                                      \
 		.cancel = CANCEL,                                                                \
 		.stats = fxw_stats,                                                              \
-		.park = fxw_park,                                                                \
+		.testing = &fxw_testing,                                                       \
 		.destroy_forked = fxw_destroy_forked,                                            \
 	}
 

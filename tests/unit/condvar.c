@@ -188,8 +188,8 @@ static void test_park(void)
 	struct tmo *e;
 	CHECK_EQ(tmo_create(ENGINE, NULL, &e), 0);
 	struct tmo_timer t = TMO_TIMER_INIT;
-	CHECK_EQ(tmo_park(e, 1), 0);
-	CHECK_EQ(tmo_park(e, 1), 0); /* already parked: returns, no deadlock */
+	CHECK_EQ(tmo_testing_park(e, 1), 0);
+	CHECK_EQ(tmo_testing_park(e, 1), 0); /* already parked: returns, no deadlock */
 	struct arm_job j = {e, &t, 0, 0, -100};
 	pthread_t th;
 	CHECK_EQ(pthread_create(&th, NULL, arm_thread, &j), 0);
@@ -198,7 +198,7 @@ static void test_park(void)
 		sleep_ms(1);
 	CHECK(wait_blocked((pid_t)atomic_load(&j.tid), 3));
 	CHECK_EQ(atomic_load(&j.done), 0);
-	CHECK_EQ(tmo_park(e, 0), 0);
+	CHECK_EQ(tmo_testing_park(e, 0), 0);
 	pthread_join(th, NULL);
 	CHECK_EQ(j.rc, 0);
 	CHECK_EQ(wait_ge_int(&park_fired, 1), 1);
@@ -206,15 +206,15 @@ static void test_park(void)
 	 * (armed before parking: arm itself blocks while parked). */
 	int64_t due = tmo_now_ns() + 5 * TMO_NSEC_PER_MSEC;
 	CHECK_EQ(tmo_arm(e, &t, 5 * TMO_NSEC_PER_MSEC, count_cb, &park_fired), 0);
-	CHECK_EQ(tmo_park(e, 1), 0);
+	CHECK_EQ(tmo_testing_park(e, 1), 0);
 	while (tmo_now_ns() <= due)
 		sleep_ms(1);
 	CHECK_EQ(atomic_load(&park_fired), 1);
-	CHECK_EQ(tmo_park(e, 0), 0);
+	CHECK_EQ(tmo_testing_park(e, 0), 0);
 	CHECK_EQ(wait_ge_int(&park_fired, 2), 2);
 	/* Destroy while parked releases and joins the thread. */
 	CHECK_EQ(tmo_arm(e, &t, TMO_NSEC_PER_SEC, count_cb, &park_fired), 0);
-	CHECK_EQ(tmo_park(e, 1), 0);
+	CHECK_EQ(tmo_testing_park(e, 1), 0);
 	CHECK_EQ(tmo_destroy(&e), 0);
 	CHECK_EQ(atomic_load(&park_fired), 2);
 }
@@ -294,10 +294,10 @@ static void test_cancel_due_in_batch(void)
 	CHECK_EQ(tmo_arm(p.e, &p.b, 20 * TMO_NSEC_PER_MSEC, b_cb, &p), 0);
 	CHECK_EQ(tmo_arm(p.e, &p.c, 20 * TMO_NSEC_PER_MSEC, c_cb, &p), 0);
 	int64_t all_due = tmo_now_ns() + 20 * TMO_NSEC_PER_MSEC; /* >= every deadline */
-	CHECK_EQ(tmo_park(p.e, 1), 0);
+	CHECK_EQ(tmo_testing_park(p.e, 1), 0);
 	while (tmo_now_ns() <= all_due)
 		sleep_ms(1);
-	CHECK_EQ(tmo_park(p.e, 0), 0);
+	CHECK_EQ(tmo_testing_park(p.e, 0), 0);
 	CHECK_EQ(wait_ge(&p.c_ran, 1), 1);
 	CHECK_EQ(atomic_load(&p.cancel_b), TMO_CANCEL_PREVENTED);
 	CHECK_EQ(atomic_load(&p.b_ran), 0);

@@ -437,7 +437,7 @@ static void test_precise_while_parked(void)
 {
 	struct tmo *e = make();
 	struct lf_debug d;
-	CHECK_EQ(tmo_park(e, 1), 0);
+	CHECK_EQ(tmo_testing_park(e, 1), 0);
 	lf_debug(e, &d);
 	CHECK_EQ(d.precise, 1); /* no tick comes while parked */
 	struct tmo_timer t = TMO_TIMER_INIT;
@@ -447,7 +447,7 @@ static void test_precise_while_parked(void)
 	/* stay parked well past its deadline (a state of the clock) */
 	while (tmo_now_ns() < t0 + 20 * MS)
 		et_sleep_ns(MS);
-	CHECK_EQ(tmo_park(e, 0), 0);
+	CHECK_EQ(tmo_testing_park(e, 0), 0);
 	CHECK(et_wait_ge(&fired, 1, WAIT));
 	CHECK_EQ(cancel_settled(e, &t), TMO_CANCEL_FIRED);
 	CHECK_EQ(tmo_destroy(&e), 0);

@@ -237,7 +237,7 @@ static void *arm_thread(void *arg)
 static void test_park_blocks_arms(void)
 {
 	struct tmo *e = make();
-	CHECK_EQ(tmo_park(e, 1), 0);
+	CHECK_EQ(tmo_testing_park(e, 1), 0);
 	static struct blocked_arm b;
 	memset(&b, 0, sizeof b);
 	b.e = e;
@@ -248,7 +248,7 @@ static void test_park_blocks_arms(void)
 	CHECK(wait_blocked((pid_t)atomic_load(&b.tid), 3)); /* on the base lock */
 	CHECK_EQ(atomic_load(&b.done), 0);
 	atomic_store(&b.released, 1);
-	CHECK_EQ(tmo_park(e, 0), 0);
+	CHECK_EQ(tmo_testing_park(e, 0), 0);
 	pthread_join(th, NULL);
 	CHECK_EQ(b.rc, 0);
 	CHECK_EQ(b.released_before_return, 1); /* it got through only after the release */
@@ -257,8 +257,8 @@ static void test_park_blocks_arms(void)
 	 * the previous round must not wait for the base lock. */
 	int64_t t0 = tmo_now_ns();
 	for (int i = 0; i < 100; i++) {
-		CHECK_EQ(tmo_park(e, 1), 0);
-		CHECK_EQ(tmo_park(e, 0), 0);
+		CHECK_EQ(tmo_testing_park(e, 1), 0);
+		CHECK_EQ(tmo_testing_park(e, 0), 0);
 	}
 	CHECK(tmo_now_ns() - t0 < 10 * TMO_NSEC_PER_SEC);
 	printf("  parked: an arm from another thread blocked %.1f ms, until the release\n",
@@ -431,9 +431,9 @@ static void test_fork_not_quiesced(void)
 	int64_t took;
 	/* Parked: the engine thread holds the base lock at the fork. */
 	struct tmo *e = make();
-	CHECK_EQ(tmo_park(e, 1), 0);
+	CHECK_EQ(tmo_testing_park(e, 1), 0);
 	CHECK_EQ(fork_child_destroys(e, &took), 1);
-	CHECK_EQ(tmo_park(e, 0), 0);
+	CHECK_EQ(tmo_testing_park(e, 0), 0);
 	parent_still_works(e);
 	tmo_destroy(&e);
 

@@ -174,8 +174,8 @@ static void test_park_einval(void)
 {
 	struct tmo *e;
 	CHECK_EQ(tmo_create(ENGINE, NULL, &e), 0);
-	CHECK_EQ(tmo_park(e, 1), TMO_EINVAL);
-	CHECK_EQ(tmo_park(e, 0), TMO_EINVAL);
+	CHECK_EQ(tmo_testing_park(e, 1), TMO_EINVAL);
+	CHECK_EQ(tmo_testing_park(e, 0), TMO_EINVAL);
 	tmo_destroy(&e);
 }
 
@@ -668,7 +668,7 @@ static void from_cb_fire(struct tmo_timer *t, void *arg)
 	struct from_cb *f = arg;
 	struct tmo *copy = f->e;
 	f->destroy_rc = tmo_destroy(&copy);
-	f->park_rc = tmo_park(f->e, 1);
+	f->park_rc = tmo_testing_park(f->e, 1);
 	atomic_store(&f->done, 1);
 }
 
@@ -802,7 +802,7 @@ static int fork_child(struct tmo *e, struct tmo_timer *pending, int64_t live_bef
 	bad |= (tmo_cancel(e, pending) != TMO_EFORKED) << 0;
 	bad |= (tmo_arm(e, &fresh, 0, fk_cb, NULL) != TMO_EFORKED) << 1;
 	bad |= (tmo_stats(e, &st) != TMO_EFORKED) << 2;
-	bad |= (tmo_park(e, 1) != TMO_EFORKED) << 3;
+	bad |= (tmo_testing_park(e, 1) != TMO_EFORKED) << 3;
 	bad |= (tmo_destroy(&e) != 0) << 4;
 	bad |= (e != NULL) << 5;
 	bad |= (tmo_testing_live_allocs() != live_before_engine) << 6;
