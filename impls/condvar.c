@@ -80,8 +80,7 @@ enum cv_state {
 	CV_FIRED,    /* taken off the heap for its callback (running or done) */
 };
 
-/* What the engine keeps in the caller's timer (which engine owns it is the
- * core's tmo_timer.owner). */
+/* What the engine keeps in the caller's timer. */
 struct cv_priv {
 	struct tmo_heap_node node; /* first: node <-> priv is a cast */
 	uint32_t state;            /* enum cv_state, under the engine's mutex */

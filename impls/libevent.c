@@ -133,8 +133,7 @@ struct lev_rec {
 	/* then, at eng->ev_off: the struct event */
 };
 
-/* What the engine keeps in the caller's timer (which engine owns it is the
- * core's tmo_timer.owner).  Written under the engine mutex; atomic because
+/* What the engine keeps in the caller's timer.  Written under the engine mutex; atomic because
  * arm reads `rec` without it. */
 struct lev_priv {
 	_Atomic(struct lev_rec *) rec; /* the pending record, NULL otherwise */

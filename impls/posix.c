@@ -36,9 +36,9 @@
  * its high-water mark (56 bytes a slot), reported in held_bytes.
  *
  * The caller's timer holds ref = gen << 33 | fired << 32 | index, 0 when
- * idle (which engine owns the timer is the core's tmo_timer.owner, so a ref
- * always names a slot of this engine).  The engine thread sets the fired bit (after winning
- * the CAS, before the callback: it owns the timer then) and never touches the
+ * idle (the core checks ownership, so a ref always names a slot of this
+ * engine).  The engine thread sets the fired bit (after winning the CAS,
+ * before the callback: it owns the timer then) and never touches the
  * timer after the callback starts.  The fired bit stops a late cancel of a
  * long-fired timer from ever matching a reused slot of the same generation.
  *

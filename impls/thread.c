@@ -189,9 +189,7 @@ enum timer_state {
 	T_FIRED,    /* its callback started (running or returned) */
 };
 
-/* What the engine keeps in the caller's timer (all under e->m).  The core
- * guarantees a timer reaching these ops belongs to this engine (tmo.h), so
- * the words are ours or all-zero. */
+/* What the engine keeps in the caller's timer (all under e->m). */
 struct thr_priv {
 	struct rec *rec;     /* valid while T_PENDING only */
 	uint32_t state;      /* enum timer_state */

@@ -65,6 +65,13 @@
  * any chain of engines whose callbacks cancel each other's timers in a
  * cycle.
  *
+ * Ownership: a timer belongs to the engine of its first successful arm
+ * (tmo_timer.owner holds that engine's id) until tmo_timer_init().
+ * tmo_arm() and tmo_cancel() check it, and nothing else does: through any
+ * other engine they answer TMO_EWRONGENGINE, so one timer is never in two
+ * engines, and an engine's ops only ever see timers whose private words
+ * are their own or all-zero.
+ *
  * Identity: engines are recognised by a 64-bit id that is never reused in
  * the process (not by address), so a timer left on a destroyed engine is
  * refused by an engine that malloc later puts at the same address
@@ -201,12 +208,8 @@ typedef void tmo_callback(struct tmo_timer *timer, void *arg);
 struct tmo_timer {
 	tmo_callback *cb; /* written by arm; read-only for the caller */
 	void *arg;        /* written by arm; read-only for the caller */
-	/* The id of the engine this timer belongs to (0: none): set by its
-	 * first tmo_arm(), kept until tmo_timer_init().  tmo_arm()/tmo_cancel()
-	 * through any other engine answer TMO_EWRONGENGINE, so one timer is
-	 * never in two engines and no engine misreads another's private words.
-	 * This is the only ownership check: engine ops never repeat it.  Never
-	 * touched by engines or the caller. */
+	/* The id of the engine this timer belongs to, 0 for none (Ownership,
+	 * above).  Never touched by engines or the caller. */
 	uint64_t owner;
 	/* Engine-private words: never touched by the caller. */
 	uint64_t tmo_private[TMO_TIMER_PRIVATE_WORDS];
