@@ -20,53 +20,10 @@
  * WAITING -> RUNNING -> DONE (its thread), only under the mutex; the timer's
  * own state (IDLE / PENDING / FIRED) changes in the same critical section.
  *
- * Order, without polling
- * ----------------------
- * Independent threads would fire in whatever order the scheduler wakes
- * them; on a loaded machine that inverted timers 2 ms apart.  So a due
- * thread calls its callback only on its turn: when no record due more than
- * the resolution before it is still waiting (the heap of waiting records,
- * by deadline and arm order, has its top within the resolution), and none
- * that decided to fire is still `entering` (by deadline): decided, and not
- * yet known to be inside its callback.  Timers within the resolution of
- * each other fire concurrently.
+ * Order: a due thread calls its callback only on its turn, handed on in
+ * deadline order without polling (src/thread/turns.c).
  *
- * Turns are handed on, never polled for:
- *  - a due thread held back by the heap's top sleeps on its own condvar in
- *    `blocked` (by deadline); whoever takes the top out of the heap (its
- *    own thread deciding to fire, or a cancel) wakes exactly the blocked
- *    records the new top lets through, earliest first;
- *  - a due thread held back by an `entering` record sleeps on that record's
- *    condvar until its callback returns, when that record's thread wakes
- *    it: a wake-up sent after the callback ran, so nothing can overtake it.
- * A flag set just before the call cannot stand in for "the callback
- * started": the thread may be preempted between the two, and a loaded
- * machine does that often enough (a few times per 9,000 timers with CPU
- * hogs running; waking the next thread before the call, 40-300 times).  So
- * a record leaves `entering` when its callback returns, or, for a callback
- * that runs longer than ENTRY_GRACE, when its thread is seen past the call:
- * it has used CPU time since it recorded its own just before the call, or
- * it is blocked (sleeping in the kernel, which nothing before the call
- * does).  A waiter looks at that after ENTRY_GRACE, and again each
- * ENTRY_GRACE while the record's thread is preempted before its callback:
- * the only repeated look, and it waits on that thread, not on the clock.
- * Each thread wakes once at its deadline and usually once for its turn;
- * nothing scans a list, and each step is O(log n).
- *
- * `blocked` and `entering` are intrusive pairing heaps (links in the
- * record, which is in at most one of them): insertion, removal of any
- * record and extraction of the minimum never allocate, so the firing path
- * cannot fail.
- *
- * Threads and memory
- * ------------------
- * A cancelled record's thread is joined by its canceller.  A fired record is
- * on the `running` list while its callback runs; then it is DONE and moves to
- * the `done` list (or, when cancels wait on it, the last of them moves it),
- * and any later arm, cancel or destroy takes that whole list and joins the
- * threads (finished or about to) and frees them: destroy joins every thread
- * the engine ever started.  Every record is also on `all` from arm to free,
- * which is how a forked child finds the copies to free.
+ * Threads and memory: src/thread/records.c.
  *
  * Cancel that finds the timer's callback running on another thread waits on
  * that record's condvar until the callback returned (a `waiters` count keeps
@@ -106,10 +63,8 @@
  * No single timer thread: no park hook (tmo_testing_park: TMO_EINVAL).
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdbool.h>
-#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -117,7 +72,7 @@
 #include "core/internal.h"
 #include "core/list.h"
 #include "ds/heap.h"
-
+#include "thread/thread.h"
 
 /* Threads all thread engines of the process may hold at once; arm beyond
  * it returns TMO_EAGAIN.  The kernel's own limit is system-wide (pid_max is
@@ -136,282 +91,11 @@
 #define REC_STACK_SIZE ((size_t)TMO_CALLBACK_STACK_MIN + 64u * 1024u)
 #define THREAD_ENGINE_MAX_THREADS 10000
 #endif
-static atomic_int process_threads;
-
-/* Deadlines are exact; this is the order granularity (see Order above) and
- * the declared resolution. */
-#define THREAD_RESOLUTION_NS TMO_NSEC_PER_MSEC
-/* How long a callback runs before a waiter looks whether its thread is
- * past the call (see Order): the most a long callback delays a later timer. */
-#define ENTRY_GRACE (THREAD_RESOLUTION_NS / 4)
-/* CPU time a thread uses between recording its own and calling the
- * callback is well under a microsecond; this much more proves it called.
- * Far more than that: interrupts that arrive in between are charged to the
- * thread (no IRQ time accounting on this kernel). */
-#define ENTRY_CPU_PROOF (100 * TMO_NSEC_PER_USEC)
-
-enum rec_state {
-	R_WAITING,   /* thread sleeps until the deadline (and its turn) */
-	R_CANCELLED, /* its canceller (or destroy) joins the thread */
-	R_RUNNING,   /* the callback runs on the record's thread */
-	R_DONE,      /* callback returned; the thread is finished or finishing */
-};
-
-struct rec {
-	struct tmo_heap_node node; /* in e->heap while WAITING and not held */
-	pthread_cond_t cv;         /* monotonic: the thread's sleep, callback-done */
-	pthread_t th;
-	struct tmo *e;
-	/* Dereferenced only while the record is WAITING (the timer is then
-	 * pending, so the caller keeps it alive); afterwards only compared. */
-	struct tmo_timer *timer;
-	int64_t deadline;
-	enum rec_state state;
-	enum { IN_NONE, IN_BLOCKED, IN_ENTERING } in; /* which pairing heap */
-	/* Cancels waiting for this callback, and later timers waiting for
-	 * their turn: no reap while > 0. */
-	uint32_t waiters;
-	/* Written by the record's thread just before the call, without the
-	 * mutex: its own CPU time and the clock, then `entered` (release). */
-	atomic_bool entered;
-	int64_t entered_cpu, entered_at;
-	pid_t tid; /* the record's thread, for /proc (written before entered) */
-	struct rec *ph_child, *ph_next, *ph_prev; /* pairing heap; ph_prev: parent
-	                                             or left sibling */
-	struct tmo_list run_link; /* e->running while RUNNING */
-	struct tmo_list all_link; /* e->all, from arm to free */
-	struct rec *next;         /* e->done, and the lists reap() takes */
-};
-
-enum timer_state {
-	T_IDLE = 0, /* all-zero timer: never armed, or its arm was prevented */
-	T_PENDING,  /* `rec` is WAITING */
-	T_FIRED,    /* its callback started (running or returned) */
-};
-
-/* What the engine keeps in the caller's timer (all under e->m). */
-struct thr_priv {
-	struct rec *rec;     /* valid while T_PENDING only */
-	uint32_t state;      /* enum timer_state */
-	uint32_t cancelling; /* cancels in progress: the pending arm is held */
-};
-TMO__PRIV_FITS(struct thr_priv);
-
-extern const struct tmo_engine_ops tmo_engine_thread;
-
-struct tmo {
-	struct tmo_base base;
-	pthread_mutex_t m;
-	pthread_attr_t attr;
-	struct tmo_heap heap; /* WAITING records, except held ones */
-	struct rec *blocked;  /* pairing heap: due, held back by the heap's top */
-	struct rec *entering; /* pairing heap: decided, callback not known started */
-	struct tmo_list running; /* RUNNING records */
-	struct rec *done;        /* DONE, nobody waiting: to be joined */
-	struct tmo_list all;     /* every record */
-	bool closing;         /* destroy has begun: nothing decides to fire */
-	uint64_t npending;
-	uint64_t fired_count, cancelled_count;
-	/* Decremented after join/free, outside the mutex. */
-	atomic_uint_fast64_t threads, records;
-	struct tmo_list fork_link; /* in the fork set */
-};
 
 /* The record whose callback this thread runs (NULL outside callbacks). */
 static _Thread_local struct rec *cur_rec;
 
-static inline struct thr_priv *priv(struct tmo_timer *t) { return TMO__PRIV(struct thr_priv, t); }
-
-static inline struct rec *rec_of(struct tmo_heap_node *n)
-{
-	return tmo_container_of(n, struct rec, node);
-}
-
-/* ---- blocked and entering: intrusive pairing heaps by deadline --------------- */
-
-static struct rec *ph_meld(struct rec *a, struct rec *b)
-{
-	if (a == NULL)
-		return b;
-	if (b == NULL)
-		return a;
-	if (b->deadline < a->deadline) {
-		struct rec *x = a;
-		a = b;
-		b = x;
-	}
-	b->ph_prev = a;
-	b->ph_next = a->ph_child;
-	if (a->ph_child != NULL)
-		a->ph_child->ph_prev = b;
-	a->ph_child = b;
-	return a;
-}
-
-/* Two-pass merge of a sibling list into one tree (its root unlinked). */
-static struct rec *ph_merge_pairs(struct rec *first)
-{
-	struct rec *stack = NULL;
-	while (first != NULL) {
-		struct rec *a = first, *b = a->ph_next;
-		first = b != NULL ? b->ph_next : NULL;
-		a->ph_next = a->ph_prev = NULL;
-		if (b != NULL)
-			b->ph_next = b->ph_prev = NULL;
-		struct rec *m = ph_meld(a, b);
-		m->ph_next = stack;
-		stack = m;
-	}
-	struct rec *root = NULL;
-	while (stack != NULL) {
-		struct rec *m = stack;
-		stack = m->ph_next;
-		m->ph_next = NULL;
-		root = ph_meld(root, m);
-	}
-	return root;
-}
-
-static void ph_insert(struct rec **root, struct rec *r)
-{
-	r->ph_child = r->ph_next = r->ph_prev = NULL;
-	*root = ph_meld(*root, r);
-}
-
-static void ph_remove(struct rec **root, struct rec *r)
-{
-	if (r == *root) {
-		*root = ph_merge_pairs(r->ph_child);
-	} else {
-		if (r->ph_prev->ph_child == r)
-			r->ph_prev->ph_child = r->ph_next;
-		else
-			r->ph_prev->ph_next = r->ph_next;
-		if (r->ph_next != NULL)
-			r->ph_next->ph_prev = r->ph_prev;
-		*root = ph_meld(*root, ph_merge_pairs(r->ph_child));
-	}
-	r->ph_child = r->ph_next = r->ph_prev = NULL;
-}
-
-static void set_in(struct tmo *e, struct rec *r, int where)
-{
-	if (r->in == IN_BLOCKED)
-		ph_remove(&e->blocked, r);
-	else if (r->in == IN_ENTERING)
-		ph_remove(&e->entering, r);
-	r->in = where;
-	if (where == IN_BLOCKED)
-		ph_insert(&e->blocked, r);
-	else if (where == IN_ENTERING)
-		ph_insert(&e->entering, r);
-}
-
-/* ---- turns ---------------------------------------------------------------- */
-
-enum turn { TURN_GO, TURN_BLOCKED, TURN_ENTERING };
-
-/* Whether p's thread is past its call: it used ENTRY_CPU_PROOF of CPU time
- * since it recorded its own, or it is blocked in the kernel.  p entered;
- * its thread is alive (p is not DONE, so not joined). */
-static bool past_the_call(const struct rec *p)
-{
-	clockid_t cid;
-	struct timespec ts;
-	if (pthread_getcpuclockid(p->th, &cid) == 0 && clock_gettime(cid, &ts) == 0 &&
-	    (int64_t)ts.tv_sec * TMO_NSEC_PER_SEC + ts.tv_nsec - p->entered_cpu >= ENTRY_CPU_PROOF)
-		return true;
-	char path[64], buf[256];
-	snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)p->tid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return false;
-	ssize_t n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	if (n <= 0)
-		return false;
-	buf[n] = 0;
-	const char *rp = strrchr(buf, ')'); /* "tid (comm) S ..." */
-	return rp != NULL && (rp[1] == ' ') && (rp[2] == 'S' || rp[2] == 'D');
-}
-
-/* Under the mutex; r is in the heap and due.  Whether it may fire now, and
- * if not, what holds it back: *pred, the record to wait for until *until. */
-static enum turn my_turn(struct tmo *e, const struct rec *r, struct rec **pred, int64_t *until)
-{
-	int64_t floor = r->deadline - THREAD_RESOLUTION_NS;
-	if (tmo_heap_peek(&e->heap)->deadline < floor)
-		return TURN_BLOCKED;
-	int64_t now = 0;
-	while (e->entering != NULL && e->entering->deadline < floor) {
-		struct rec *p = e->entering;
-		if (!atomic_load_explicit(&p->entered, memory_order_acquire)) {
-			*pred = p;
-			*until = (now ? now : tmo_now_ns()) + ENTRY_GRACE;
-			return TURN_ENTERING;
-		}
-		if (now == 0)
-			now = tmo_now_ns();
-		if (now < p->entered_at + ENTRY_GRACE || !past_the_call(p)) {
-			*pred = p;
-			*until = (now < p->entered_at + ENTRY_GRACE ? p->entered_at : now) + ENTRY_GRACE;
-			return TURN_ENTERING;
-		}
-		set_in(e, p, IN_NONE); /* a long callback: it holds nobody back */
-	}
-	return TURN_GO;
-}
-
-/* Under the mutex, after the heap's top left: wake the blocked records
- * whose turn (as far as the heap goes) has come. */
-static void next_turns(struct tmo *e)
-{
-	const struct tmo_heap_node *top = tmo_heap_peek(&e->heap);
-	int64_t through = top != NULL ? top->deadline + THREAD_RESOLUTION_NS : INT64_MAX;
-	while (e->blocked != NULL && e->blocked->deadline <= through) {
-		struct rec *r = e->blocked;
-		set_in(e, r, IN_NONE);
-		pthread_cond_signal(&r->cv);
-	}
-}
-
-/* Under the mutex: take a WAITING record out of the heap and of `blocked`
- * (it fires, is cancelled, or is held by a cancel). */
-static void unqueue(struct tmo *e, struct rec *r)
-{
-	set_in(e, r, IN_NONE);
-	if (tmo_heap_contains(&r->node)) {
-		bool was_top = tmo_heap_peek(&e->heap) == &r->node;
-		tmo_heap_remove(&e->heap, &r->node);
-		if (was_top && e->blocked != NULL)
-			next_turns(e);
-	}
-}
-
-/* ---- record lists ----------------------------------------------------------- */
-
-static void done_add(struct tmo *e, struct rec *r)
-{
-	r->next = e->done;
-	e->done = r;
-}
-
-/* Under the mutex: a record running t's callback, or NULL. */
-static struct rec *running_of(struct tmo *e, const struct tmo_timer *t)
-{
-	tmo_list_for_each(r, &e->running, struct rec, run_link)
-		if (r->timer == t)
-			return r;
-	return NULL;
-}
-
-/* Under the mutex: a waiter (a cancel waiting for r's callback, or a later
- * timer waiting for its turn) lets go of r. */
-static void unwait(struct tmo *e, struct rec *r)
-{
-	if (--r->waiters == 0 && r->state == R_DONE)
-		done_add(e, r);
-}
+static inline struct thr_priv *priv(struct tmo_timer *t) { return thr_priv_of(t); }
 
 /* ---- the record's thread ------------------------------------------------------ */
 
@@ -436,16 +120,16 @@ static void *rec_thread(void *arg)
 		}
 		struct rec *pred = NULL;
 		int64_t until = 0;
-		enum turn turn = my_turn(e, r, &pred, &until);
+		enum turn turn = thr_my_turn(e, r, &pred, &until);
 		if (turn == TURN_BLOCKED) {
 			/* An earlier record's thread has not fired yet: it (or
 			 * whoever takes it out of the heap) wakes us. */
 			if (r->in != IN_BLOCKED)
-				set_in(e, r, IN_BLOCKED);
+				thr_set_in(e, r, IN_BLOCKED);
 			pthread_cond_wait(&r->cv, &e->m);
 			continue;
 		}
-		set_in(e, r, IN_NONE);
+		thr_set_in(e, r, IN_NONE);
 		if (turn == TURN_ENTERING) {
 			/* An earlier one fires: until its callback returns (its
 			 * thread wakes us) or we should look whether it is past
@@ -453,13 +137,13 @@ static void *rec_thread(void *arg)
 			struct timespec grace = tmo__ts_from_ns(until);
 			pred->waiters++;
 			pthread_cond_timedwait(&pred->cv, &e->m, &grace);
-			unwait(e, pred);
+			thr_unwait(e, pred);
 			continue;
 		}
 		/* WAITING and not held: the timer is pending, its words valid. */
 		struct tmo_timer *t = r->timer;
-		unqueue(e, r); /* out of the heap: later ones may decide now, */
-		set_in(e, r, IN_ENTERING); /* but call theirs only after ours */
+		thr_unqueue(e, r); /* out of the heap: later ones may decide now, */
+		thr_set_in(e, r, IN_ENTERING); /* but call theirs only after ours */
 		r->state = R_RUNNING;
 		tmo_list_add(&e->running, &r->run_link);
 		e->npending--;
@@ -480,55 +164,17 @@ static void *rec_thread(void *arg)
 		tmo__end_if_forked(e);
 		cur_rec = NULL;
 		pthread_mutex_lock(&e->m);
-		set_in(e, r, IN_NONE); /* if nobody took it out of `entering` */
+		thr_set_in(e, r, IN_NONE); /* if nobody took it out of `entering` */
 		r->state = R_DONE;
 		tmo_list_del(&r->run_link);
 		if (r->waiters > 0) /* cancels, and later timers waiting for our turn */
 			pthread_cond_broadcast(&r->cv); /* the last waiter moves it to done */
 		else
-			done_add(e, r);
+			thr_done_add(e, r);
 	}
 	/* CANCELLED: the canceller joins us.  DONE: a later call reaps us. */
 	pthread_mutex_unlock(&e->m);
 	return NULL;
-}
-
-static void rec_free(struct tmo *e, struct rec *r)
-{
-	pthread_cond_destroy(&r->cv);
-	tmo__free(r);
-	atomic_fetch_sub_explicit(&e->records, 1, memory_order_relaxed);
-}
-
-/* Under the mutex: take the DONE records nobody waits on (linked through
- * `next`), to be joined and freed after the unlock. */
-static struct rec *take_done(struct tmo *e)
-{
-	struct rec *out = e->done;
-	e->done = NULL;
-	return out;
-}
-
-/* Outside the mutex: join the threads of a list of records (cancelled or
- * DONE: each has left its loop or is leaving it), then free the records. */
-static void reap(struct tmo *e, struct rec *list)
-{
-	if (list == NULL)
-		return;
-	for (struct rec *r = list; r != NULL; r = r->next) {
-		pthread_join(r->th, NULL);
-		atomic_fetch_sub_explicit(&e->threads, 1, memory_order_relaxed);
-		atomic_fetch_sub_explicit(&process_threads, 1, memory_order_relaxed);
-	}
-	pthread_mutex_lock(&e->m);
-	for (struct rec *r = list; r != NULL; r = r->next)
-		tmo_list_del(&r->all_link);
-	pthread_mutex_unlock(&e->m);
-	while (list != NULL) {
-		struct rec *nx = list->next;
-		rec_free(e, list);
-		list = nx;
-	}
 }
 
 /* ---- fork ------------------------------------------------------------------ */
@@ -561,7 +207,7 @@ static void fork_parent(void)
 static void fork_child(void)
 {
 	tmo_list_init(&forks.engines);
-	atomic_store_explicit(&process_threads, 0, memory_order_relaxed);
+	atomic_store_explicit(&thr_process_threads, 0, memory_order_relaxed);
 	pthread_mutex_unlock(&forks.mu);
 }
 
@@ -605,7 +251,7 @@ static int thr_create(const struct tmo_config *cfg, struct tmo **out)
 static void cancel_rec(struct tmo *e, struct rec *r)
 {
 	struct thr_priv *p = priv(r->timer);
-	unqueue(e, r);
+	thr_unqueue(e, r);
 	r->state = R_CANCELLED;
 	pthread_cond_signal(&r->cv);
 	p->state = T_IDLE;
@@ -638,12 +284,12 @@ static void thr_destroy(struct tmo *e)
 		run->waiters++;
 		while (run->state == R_RUNNING)
 			pthread_cond_wait(&run->cv, &e->m);
-		unwait(e, run);
+		thr_unwait(e, run);
 	}
-	struct rec *done = take_done(e);
+	struct rec *done = thr_take_done(e);
 	pthread_mutex_unlock(&e->m);
-	reap(e, tojoin);
-	reap(e, done);
+	thr_reap(e, tojoin);
+	thr_reap(e, done);
 	tmo_heap_fini(&e->heap);
 	pthread_mutex_destroy(&e->m);
 	pthread_attr_destroy(&e->attr);
@@ -681,16 +327,16 @@ static int thr_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_c
 	r->deadline = deadline;
 
 	pthread_mutex_lock(&e->m);
-	struct rec *done = take_done(e);
+	struct rec *done = thr_take_done(e);
 	/* Held (not in the heap) while a cancel of this timer is in progress:
 	 * that cancel will prevent it. */
 	bool held = p->cancelling > 0;
 	int rc = 0;
 	if (p->state == T_PENDING) {
 		rc = TMO_EARMED;
-	} else if (atomic_fetch_add_explicit(&process_threads, 1, memory_order_relaxed) >=
+	} else if (atomic_fetch_add_explicit(&thr_process_threads, 1, memory_order_relaxed) >=
 	           THREAD_ENGINE_MAX_THREADS) {
-		atomic_fetch_sub_explicit(&process_threads, 1, memory_order_relaxed);
+		atomic_fetch_sub_explicit(&thr_process_threads, 1, memory_order_relaxed);
 		rc = TMO_EAGAIN;
 	} else {
 		/* A new record never takes a turn from anyone: it is not due
@@ -705,13 +351,13 @@ static int thr_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_c
 				tmo_heap_remove(&e->heap, &r->node);
 		}
 		if (rc != 0)
-			atomic_fetch_sub_explicit(&process_threads, 1, memory_order_relaxed);
+			atomic_fetch_sub_explicit(&thr_process_threads, 1, memory_order_relaxed);
 	}
 	if (rc != 0) {
 		pthread_mutex_unlock(&e->m);
 		pthread_cond_destroy(&r->cv);
 		tmo__free(r);
-		reap(e, done);
+		thr_reap(e, done);
 		return rc;
 	}
 	atomic_fetch_add_explicit(&e->threads, 1, memory_order_relaxed);
@@ -723,7 +369,7 @@ static int thr_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_c
 	p->rec = r;
 	p->state = T_PENDING;
 	pthread_mutex_unlock(&e->m);
-	reap(e, done);
+	thr_reap(e, done);
 	return 0;
 }
 
@@ -735,15 +381,15 @@ static int thr_cancel(struct tmo *e, struct tmo_timer *t)
 	bool self = cur_rec != NULL && cur_rec->e == e && cur_rec->timer == t;
 	/* Hold the pending arm, if any, while we wait (see the design). */
 	if (p->cancelling++ == 0 && p->state == T_PENDING)
-		unqueue(e, p->rec);
+		thr_unqueue(e, p->rec);
 	/* From another thread: wait for every running invocation of the
 	 * callback; restart the scan after each wait (the list changed). */
 	struct rec *r;
-	while (!self && (r = running_of(e, t)) != NULL) {
+	while (!self && (r = thr_running_of(e, t)) != NULL) {
 		r->waiters++;
 		while (r->state == R_RUNNING)
 			pthread_cond_wait(&r->cv, &e->m);
-		unwait(e, r);
+		thr_unwait(e, r);
 		waited = true;
 	}
 	int res;
@@ -765,13 +411,13 @@ static int thr_cancel(struct tmo *e, struct tmo_timer *t)
 	/* Nothing is pending now, and nothing can be armed until we unlock:
 	 * no arm is left held. */
 	p->cancelling--;
-	struct rec *done = take_done(e);
+	struct rec *done = thr_take_done(e);
 	if (victim != NULL) {
 		victim->next = done;
 		done = victim;
 	}
 	pthread_mutex_unlock(&e->m);
-	reap(e, done);
+	thr_reap(e, done);
 	return res;
 }
 
