@@ -75,33 +75,8 @@
  * callback), and then cancels every record still listed: what had not
  * started, and what a running callback armed meanwhile.
  *
- * fork().  In the child the engine thread does not exist and the core
- * refuses every call (TMO_EFORKED); destroy_forked frees the child's copy.
- * That needs libevent's base lock (a recursive mutex a parent thread may
- * have held at the fork, and then no thread of the child ever releases it),
- * and event_base_free() alone would also remove the notify and timer
- * descriptors from the epoll set the child shares with the parent, whose
- * loop would then never wake again.  So a pthread_atfork prepare handler
- * quiesces every libevent engine before the fork: it asks the engine thread
- * to stop at a point where it holds no libevent lock (the end of a
- * callback, or inside the control event's callback, which libevent runs
- * without its lock), takes the engine mutex `m` (every call into libevent
- * from an application thread is made under it, except a cancel's
- * event_del, which is counted in `outside` and waited for), and records whether all that happened within FORK_QUIESCE_NS (a
- * callback that runs longer, or a parked engine, is not quiesced).  The
- * parent and child handlers release them.  So fork() waits, per libevent engine, for
- * a wake-up of its thread or the end of its running callback, at most
- * FORK_QUIESCE_NS.  In a child forked from a
- * quiesced engine, destroy_forked calls event_reinit() (a new epoll set and
- * new notify descriptors for the child; the inherited ones are only closed,
- * never removed from the parent's set) and then event_base_free(), and
- * frees the records.  From an engine that was not quiesced it frees only
- * what the engine allocated itself and leaves libevent's base and its
- * descriptors in the child, untouched.  The count costs a cancel that
- * prevents its timer two atomic read-modify-writes.  A callback that
- * forks returns, in the child, into a copy of the engine thread that is the
- * child's only thread: it ends there (the child exits 0) instead of running
- * the inherited loop on descriptors the parent shares.
+ * fork(): src/libevent/fork.c (the engine quiesces before a fork, so a
+ * child can free its copy).
  *
  * Resolution: wake-up latency of the engine thread (~20-60 us idle, as a
  * condvar's); deadlines are microseconds.
@@ -113,110 +88,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "core/forkset.h"
-#include "core/gate.h"
-#include "core/internal.h"
-#include "core/park.h"
-
-/* How long the fork handler waits for an engine to quiesce. */
-#define FORK_QUIESCE_NS TMO_NSEC_PER_SEC
-
-enum rec_state { REC_PENDING = 1, REC_FIRING, REC_CANCELLED };
-
-struct lev_rec {
-	struct tmo_list link; /* e->recs while pending, under m (destroy frees it) */
-	struct tmo *eng;
-	struct tmo_timer *timer;
-	tmo_callback *cb;
-	void *arg;
-	int state; /* enum rec_state, under m */
-	/* then, at eng->ev_off: the struct event */
-};
-
-/* What the engine keeps in the caller's timer.  Written under the engine mutex; atomic because
- * arm reads `rec` without it. */
-struct lev_priv {
-	_Atomic(struct lev_rec *) rec; /* the pending record, NULL otherwise */
-	atomic_uint fired;             /* the last arm's callback started */
-};
-TMO__PRIV_FITS(struct lev_priv);
+#include "libevent/libevent.h"
 
 extern const struct tmo_engine_ops tmo_engine_libevent;
 
-struct tmo {
-	struct tmo_base base;
-	struct event_base *eb;
-	pthread_t thread;
-	struct event *ctl; /* internal: stop, park and fork requests */
-	size_t ev_off, rec_size;
-
-	pthread_mutex_t m;
-	struct tmo__gate gate;  /* under m */
-	struct tmo_list recs;   /* pending records, under m */
-	uint64_t pending, records, peak, fired, cancelled;
-
-	atomic_int stop; /* set under m: lev_fire starts no callback after it */
-	/* The fork handler waits on park.cv too, under park.mu. */
-	struct tmo__park park;
-
-	/* fork (see the header comment).  fork_req is set under park.mu; the
-	 * engine thread holds at its fork point while it is set (fork_held). */
-	struct tmo_list fork_link; /* in the fork set */
-	atomic_int fork_req;
-	bool fork_held;
-	/* Cancels inside event_del (called without `m`), and whether a fork
-	 * handler waits for them to leave (under gm). */
-	atomic_int outside;
-	atomic_int fork_waiting;
-	pthread_mutex_t gm;
-	pthread_cond_t gcv; /* monotonic */
-	bool fork_locked; /* the prepare handler holds m */
-	bool fork_safe;   /* quiesced at the last fork: the child may free the base */
-};
-
-static inline struct lev_priv *priv(struct tmo_timer *t) { return TMO__PRIV(struct lev_priv, t); }
-
-static inline struct event *rec_ev(struct tmo *e, struct lev_rec *r)
-{
-	return (struct event *)(void *)((char *)r + e->ev_off);
-}
-
-/* ---- calls into libevent without the engine mutex ------------------------ */
-
-/* Entered with m held (so the fork handler, which takes m, sees the count),
- * left without it.  Dekker pair with fork_prepare: leaving decrements then
- * reads fork_waiting; the handler sets fork_waiting then reads the count
- * (seq_cst), so one of them sees the other. */
-static void outside_enter(struct tmo *e) { atomic_fetch_add(&e->outside, 1); }
-
-static void outside_leave(struct tmo *e)
-{
-	if (atomic_fetch_sub(&e->outside, 1) == 1 && atomic_load(&e->fork_waiting)) {
-		pthread_mutex_lock(&e->gm);
-		pthread_cond_broadcast(&e->gcv);
-		pthread_mutex_unlock(&e->gm);
-	}
-}
-
 /* ---- the engine thread ---------------------------------------------------- */
-
-/* Where the engine thread holds while a fork is prepared: called where it
- * holds no libevent lock and not `m` (end of lev_fire, the control event's
- * callback). */
-static void fork_point(struct tmo *e)
-{
-	if (!atomic_load_explicit(&e->fork_req, memory_order_acquire))
-		return;
-	pthread_mutex_lock(&e->park.mu);
-	if (atomic_load(&e->fork_req)) {
-		e->fork_held = true;
-		pthread_cond_broadcast(&e->park.cv);
-		while (atomic_load(&e->fork_req))
-			pthread_cond_wait(&e->park.cv, &e->park.mu);
-		e->fork_held = false;
-	}
-	pthread_mutex_unlock(&e->park.mu);
-}
 
 /* libevent's callback for an arm (base lock not held). */
 static void lev_fire(evutil_socket_t fd, short what, void *arg)
@@ -258,7 +134,7 @@ static void lev_fire(evutil_socket_t fd, short what, void *arg)
 	tmo__gate_end(&e->gate, &e->m);
 	pthread_mutex_unlock(&e->m);
 	tmo__free(r);
-	fork_point(e);
+	lev_fork_point(e);
 }
 
 /* Called by event_base_foreach_event with the base lock held. */
@@ -284,7 +160,7 @@ static void lev_ctl(evutil_socket_t fd, short what, void *arg)
 	}
 	if (tmo__park_requested(&e->park) && event_base_foreach_event(e->eb, park_hold, e) == 0)
 		park_hold(NULL, NULL, e); /* visited nothing: park without the lock */
-	fork_point(e);
+	lev_fork_point(e);
 }
 
 static void *lev_main(void *arg)
@@ -297,87 +173,6 @@ static void *lev_main(void *arg)
 		if (event_base_loop(e->eb, EVLOOP_NO_EXIT_ON_EMPTY) < 0)
 			break;
 	return NULL;
-}
-
-/* ---- fork ------------------------------------------------------------------- */
-
-/* Live engines.  forks.mu is held across the fork (prepare to parent/child),
- * and around event_base_new/free, which take libevent's global signal lock. */
-static void fork_prepare(void);
-static void fork_release(void);
-static struct tmo__fork_set forks = TMO__FORK_SET_INIT(forks, fork_prepare, fork_release,
-                                                       fork_release);
-
-static void fork_prepare(void)
-{
-	pthread_mutex_lock(&forks.mu);
-	int64_t end = tmo_now_ns() + FORK_QUIESCE_NS;
-	struct timespec ts = tmo__ts_from_ns(end);
-	/* pthread_mutex_timedlock takes CLOCK_REALTIME (ThreadSanitizer does
-	 * not know pthread_mutex_clocklock); a clock step only moves the bound. */
-	struct timespec rts;
-	clock_gettime(CLOCK_REALTIME, &rts);
-	rts.tv_sec += FORK_QUIESCE_NS / TMO_NSEC_PER_SEC;
-	/* 1. Ask every engine thread to hold (all first, then wait for each). */
-	tmo_list_for_each(e, &forks.engines, struct tmo, fork_link) {
-		e->fork_safe = false;
-		if (tmo__thread_engine == e)
-			continue; /* forking from its own callback: it holds nothing */
-		pthread_mutex_lock(&e->park.mu);
-		/* A parked thread holds the base lock (event_active would wait
-		 * for it): not quiesced. */
-		bool parked = e->park.parked || tmo__park_requested(&e->park);
-		if (!parked)
-			atomic_store(&e->fork_req, 1);
-		pthread_mutex_unlock(&e->park.mu);
-		if (!parked)
-			event_active(e->ctl, EV_TIMEOUT, 1);
-	}
-	tmo_list_for_each(e, &forks.engines, struct tmo, fork_link) {
-		if (tmo__thread_engine == e) {
-			e->fork_safe = true;
-			continue;
-		}
-		pthread_mutex_lock(&e->park.mu);
-		while (atomic_load(&e->fork_req) && !e->fork_held &&
-		       pthread_cond_timedwait(&e->park.cv, &e->park.mu, &ts) == 0)
-			;
-		e->fork_safe = e->fork_held;
-		pthread_mutex_unlock(&e->park.mu);
-	}
-	/* 2. Take every engine mutex, then wait for the calls made without it
-	 * to leave libevent. */
-	tmo_list_for_each(e, &forks.engines, struct tmo, fork_link) {
-		e->fork_locked = pthread_mutex_timedlock(&e->m, &rts) == 0;
-		if (!e->fork_locked) {
-			e->fork_safe = false;
-			continue;
-		}
-		pthread_mutex_lock(&e->gm);
-		atomic_store(&e->fork_waiting, 1);
-		while (atomic_load(&e->outside) != 0 &&
-		       pthread_cond_timedwait(&e->gcv, &e->gm, &ts) == 0)
-			;
-		if (atomic_load(&e->outside) != 0)
-			e->fork_safe = false;
-		atomic_store(&e->fork_waiting, 0);
-		pthread_mutex_unlock(&e->gm);
-	}
-}
-
-/* Parent and child alike (in the child, only the forking thread's locks and
- * flags matter: the engine threads are not there). */
-static void fork_release(void)
-{
-	tmo_list_for_each(e, &forks.engines, struct tmo, fork_link) {
-		if (e->fork_locked)
-			pthread_mutex_unlock(&e->m);
-		pthread_mutex_lock(&e->park.mu);
-		atomic_store(&e->fork_req, 0);
-		pthread_cond_broadcast(&e->park.cv);
-		pthread_mutex_unlock(&e->park.mu);
-	}
-	pthread_mutex_unlock(&forks.mu);
 }
 
 /* ---- create / destroy ----------------------------------------------------- */
@@ -427,9 +222,9 @@ static int lev_create(const struct tmo_config *cfg, struct tmo **out)
 	if (!tmo__fault(TMO_FAULT_SYSRES) && (ec = event_config_new()) != NULL) {
 		event_config_set_flag(ec, EVENT_BASE_FLAG_PRECISE_TIMER |
 		                              EVENT_BASE_FLAG_NO_CACHE_TIME);
-		pthread_mutex_lock(&forks.mu);
+		pthread_mutex_lock(&lev_forks.mu);
 		e->eb = event_base_new_with_config(ec);
-		pthread_mutex_unlock(&forks.mu);
+		pthread_mutex_unlock(&lev_forks.mu);
 		event_config_free(ec);
 	}
 	if (e->eb == NULL)
@@ -443,16 +238,16 @@ static int lev_create(const struct tmo_config *cfg, struct tmo **out)
 	rc = tmo__thread_create(&e->thread, NULL, lev_main, e);
 	if (rc != 0)
 		goto fail_thread;
-	tmo__fork_set_join(&forks, &e->fork_link);
+	tmo__fork_set_join(&lev_forks, &e->fork_link);
 	*out = e;
 	return 0;
 
 fail_thread:
 	event_del(e->ctl);
 fail_ctl:
-	pthread_mutex_lock(&forks.mu);
+	pthread_mutex_lock(&lev_forks.mu);
 	event_base_free(e->eb);
-	pthread_mutex_unlock(&forks.mu);
+	pthread_mutex_unlock(&lev_forks.mu);
 fail_base:
 	destroy_sync(e);
 	tmo__free(e->ctl);
@@ -462,7 +257,7 @@ fail_base:
 
 static void lev_destroy(struct tmo *e)
 {
-	tmo__fork_set_leave(&forks, &e->fork_link);
+	tmo__fork_set_leave(&lev_forks, &e->fork_link);
 	tmo__park_release(&e->park);
 
 	pthread_mutex_lock(&e->m);
@@ -485,44 +280,10 @@ static void lev_destroy(struct tmo *e)
 		tmo__free(r);
 	}
 	event_del(e->ctl);
-	pthread_mutex_lock(&forks.mu);
+	pthread_mutex_lock(&lev_forks.mu);
 	event_base_free(e->eb);
-	pthread_mutex_unlock(&forks.mu);
+	pthread_mutex_unlock(&lev_forks.mu);
 	destroy_sync(e);
-	tmo__free(e->ctl);
-	tmo__free(e);
-}
-
-/* In a child after fork(): see the header comment.  Never waits: the
- * engine thread, and whatever it held, is not here.  The mutexes and
- * condition variables are left alone (glibc's pthread_cond_destroy waits
- * for waiters the parent's threads were), and so are the callers' timers
- * (the child can never resolve them, so it may have freed them). */
-static void lev_destroy_forked(struct tmo *e)
-{
-	tmo__fork_set_leave(&forks, &e->fork_link);
-	/* The record list is whole unless a thread held m at the fork (never,
-	 * once quiesced). */
-	bool list_ok = pthread_mutex_trylock(&e->m) == 0;
-	if (e->fork_safe && list_ok && event_reinit(e->eb) == 0) {
-		/* Our events are deleted first, without waiting: libevent may take
-		 * one of them (the control event, or a freed record's address
-		 * reused) for the callback the engine thread was running at the
-		 * fork, and event_base_free() would wait for it forever.  After
-		 * event_reinit(), so that the wake-up these deletes send goes to
-		 * the child's own notify descriptor. */
-		event_del_noblock(e->ctl);
-		tmo_list_for_each(r, &e->recs, struct lev_rec, link)
-			event_del_noblock(rec_ev(e, r));
-		event_base_free(e->eb);
-	}
-	/* Otherwise the base is left, untouched: it still points at the
-	 * records and the control event, and nothing uses it again. */
-	if (list_ok) {
-		tmo_list_for_each_safe(r, &e->recs, struct lev_rec, link)
-			tmo__free(r);
-		pthread_mutex_unlock(&e->m);
-	}
 	tmo__free(e->ctl);
 	tmo__free(e);
 }
@@ -595,11 +356,11 @@ static int lev_cancel(struct tmo *e, struct tmo_timer *t)
 		e->pending--;
 		e->cancelled++;
 		atomic_store_explicit(&p->rec, NULL, memory_order_relaxed);
-		outside_enter(e);
+		lev_outside_enter(e);
 		pthread_mutex_unlock(&e->m);
 		/* Never under m: it may wait for lev_fire, which takes m. */
 		event_del(rec_ev(e, r));
-		outside_leave(e);
+		lev_outside_leave(e);
 		tmo__free(r);
 		pthread_mutex_lock(&e->m);
 		e->records--;

@@ -13,8 +13,8 @@
 #include "core/list.h"
 #include "ds/heap.h"
 
-/* Deadlines are exact; this is the order granularity (see Order, src/thread/turns.c) and
- * the declared resolution. */
+/* Deadlines are exact; this is the order granularity (see Order,
+ * src/thread/turns.c) and the declared resolution. */
 #define THREAD_RESOLUTION_NS TMO_NSEC_PER_MSEC
 /* How long a callback runs before a waiter looks whether its thread is
  * past the call (see Order): the most a long callback delays a later timer. */
@@ -92,7 +92,10 @@ struct tmo {
 	struct tmo_list fork_link; /* in the fork set */
 };
 
-static inline struct thr_priv *thr_priv_of(struct tmo_timer *t) { return TMO__PRIV(struct thr_priv, t); }
+static inline struct thr_priv *thr_priv_of(struct tmo_timer *t)
+{
+	return TMO__PRIV(struct thr_priv, t);
+}
 
 static inline struct rec *rec_of(struct tmo_heap_node *n)
 {
