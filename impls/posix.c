@@ -86,9 +86,9 @@
  * wake-up (~20-60 us idle), but hrtimers live in per-CPU bases, so timers
  * expire on different CPUs and a late CPU queues an earlier deadline's
  * signal after a later one's.  The engine thread reorders what is queued
- * (see px_main); what arrives after the queue ran empty stays out of order.
- * So resolution_ns = 1 ms (measurements in px_main's comment): order is
- * kept for deadlines further apart than that as far as measured; a CPU
+ * (src/posix/loop.c); what arrives after the queue ran empty stays out of
+ * order.  So resolution_ns = 1 ms (measurements in loop.c): order is kept
+ * for deadlines further apart than that as far as measured; a CPU
  * stalled longer (a descheduled vCPU) can still invert two.
  */
 #include <errno.h>
@@ -97,354 +97,10 @@
 #include <stdbool.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
-#include "core/internal.h"
-#include "core/park.h"
-
-#define TMO_POSIX_SIGNAL_OFFSET 6
-
-#define PX_CHUNK_SHIFT 10
-#define PX_CHUNK (1u << PX_CHUNK_SHIFT)
-/* 8 Mi slots: far above any RLIMIT_SIGPENDING, so the kernel runs out first. */
-#define PX_MAX_CHUNKS 8192u
-#define PX_NIL UINT32_MAX
-#define PX_GEN_MASK 0x7fffffffu
-#define PX_FIRED_BIT (UINT64_C(1) << 32)
-/* sival of the control timer: index PX_NIL, generation 0 (never a slot's). */
-#define PX_CTRL ((uint64_t)PX_NIL)
-
-enum px_state { S_FREE = 0, S_ARMED, S_FIRING, S_DONE, S_CANCELLED };
-/* px_attempt's "the callback has started: wait for it" (not an error). */
-#define PX_BUSY 100
-
-struct px_slot {
-	_Atomic uint64_t word; /* gen << 8 | enum px_state */
-	timer_t ktimer;        /* written by arm before word = ARMED */
-	struct tmo_timer *timer;
-	tmo_callback *cb;
-	void *arg;
-	_Atomic uint32_t next; /* free list / returned stack link */
-	/* Absolute deadline of the current arm, for px_main's window; relaxed:
-	 * a stale value only misplaces an entry whose CAS then fails. */
-	_Atomic int64_t deadline;
-};
-
-/* What the engine keeps in the caller's timer: word 0, non-zero while armed
- * or fired. */
-struct px_priv {
-	_Atomic uint64_t ref; /* gen << 33 | fired << 32 | index; 0 = idle */
-};
-TMO__PRIV_FITS(struct px_priv);
+#include "posix/posix.h"
 
 extern const struct tmo_engine_ops tmo_engine_posix;
-
-struct tmo {
-	struct tmo_base base;
-	int signo;
-	pid_t tid; /* the engine thread's, for SIGEV_THREAD_ID */
-	pthread_t thread;
-	timer_t ctl; /* control timer: stop and park requests */
-
-	/* Control requests: set the flag (stop, park.req), then kick (see
-	 * ctl_kick). */
-	atomic_int stop;
-	struct tmo__park park;
-	atomic_int ctl_out; /* a control signal is outstanding */
-
-	/* Cancels waiting for a running callback, and the drain; the start-up
-	 * handshake (started, start_rc) on wm and wait_cv too. */
-	pthread_mutex_t wm;
-	pthread_cond_t wait_cv;  /* a callback returned; the thread started */
-	bool started;
-	int start_rc; /* the control timer's creation, on the engine thread */
-	pthread_cond_t drain_cv; /* the last waiter has looked */
-	atomic_uint waiters;
-	_Atomic(struct tmo_timer *) running; /* whose callback runs now */
-
-	/* Slot table: dir has PX_MAX_CHUNKS entries, chunks never move. */
-	struct px_slot **dir;
-	atomic_uint nslots;       /* published slots (chunks * PX_CHUNK) */
-	pthread_mutex_t free_mu;  /* free_head, growing the table */
-	uint32_t free_head;
-	atomic_uint ret_head;     /* lock-free stack of returned slots */
-
-	atomic_ullong pending, fired, cancelled;
-};
-
-static inline struct px_priv *priv(struct tmo_timer *t) { return TMO__PRIV(struct px_priv, t); }
-
-static inline struct px_slot *slot_at(struct tmo *e, uint32_t i)
-{
-	return &e->dir[i >> PX_CHUNK_SHIFT][i & (PX_CHUNK - 1)];
-}
-
-static inline uint64_t mkword(uint32_t gen, enum px_state s) { return (uint64_t)gen << 8 | s; }
-static inline uint32_t word_gen(uint64_t w) { return (uint32_t)(w >> 8) & PX_GEN_MASK; }
-static inline uint64_t mkref(uint32_t gen, uint32_t idx) { return (uint64_t)gen << 33 | idx; }
-static inline uint32_t ref_idx(uint64_t r) { return (uint32_t)r; }
-static inline uint32_t ref_gen(uint64_t r) { return (uint32_t)(r >> 33); }
-
-/* ---- slot pool ----------------------------------------------------------- */
-
-static int slot_get(struct tmo *e, uint32_t *out)
-{
-	pthread_mutex_lock(&e->free_mu);
-	uint32_t i = e->free_head;
-	if (i == PX_NIL)
-		i = atomic_exchange_explicit(&e->ret_head, PX_NIL, memory_order_acquire);
-	if (i == PX_NIL) {
-		uint32_t n = atomic_load_explicit(&e->nslots, memory_order_relaxed);
-		if (n / PX_CHUNK >= PX_MAX_CHUNKS) {
-			pthread_mutex_unlock(&e->free_mu);
-			return TMO_EAGAIN;
-		}
-		struct px_slot *c = tmo__calloc(PX_CHUNK, sizeof *c);
-		if (c == NULL) {
-			pthread_mutex_unlock(&e->free_mu);
-			return TMO_ENOMEM;
-		}
-		for (uint32_t k = 0; k < PX_CHUNK; k++)
-			atomic_init(&c[k].next, k + 1 < PX_CHUNK ? n + k + 1 : PX_NIL);
-		e->dir[n / PX_CHUNK] = c;
-		/* Publish after the chunk pointer: the engine thread bounds-checks
-		 * a signal's index against nslots before reading dir. */
-		atomic_store_explicit(&e->nslots, n + PX_CHUNK, memory_order_release);
-		i = n;
-	}
-	e->free_head = atomic_load_explicit(&slot_at(e, i)->next, memory_order_relaxed);
-	pthread_mutex_unlock(&e->free_mu);
-	*out = i;
-	return 0;
-}
-
-/* Any thread, no lock: a push-only Treiber stack (taken whole by slot_get's
- * exchange, so no ABA). */
-static void slot_put(struct tmo *e, uint32_t i)
-{
-	struct px_slot *s = slot_at(e, i);
-	uint32_t h = atomic_load_explicit(&e->ret_head, memory_order_relaxed);
-	do
-		atomic_store_explicit(&s->next, h, memory_order_relaxed);
-	while (!atomic_compare_exchange_weak_explicit(&e->ret_head, &h, i, memory_order_release,
-	                                              memory_order_relaxed));
-}
-
-/* ---- control channel ------------------------------------------------------ */
-
-/* Ask the engine thread to look at stop and park.req.  The control timer (its
- * sigqueue entry is preallocated: this cannot fail for lack of signal queue)
- * is re-armed only when no control signal is outstanding, i.e. after the
- * engine thread dequeued the previous one: a one-shot timer is never re-armed
- * while its own signal is still queued.  Dekker pair with px_main: the
- * requester writes its flag then ctl_out; the engine thread clears ctl_out
- * then reads the flags, so one of them sees the other (seq_cst). */
-static void ctl_kick(struct tmo *e)
-{
-	if (atomic_exchange(&e->ctl_out, 1) != 0)
-		return;
-	struct itimerspec its = {.it_value = {.tv_sec = 0, .tv_nsec = 1}};
-	timer_settime(e->ctl, 0, &its, NULL);
-}
-
-static int make_ktimer(struct tmo *e, uint64_t sival, timer_t *out)
-{
-	if (tmo__fault(TMO_FAULT_SYSRES))
-		return TMO_EAGAIN;
-	struct sigevent sev;
-	memset(&sev, 0, sizeof sev);
-	sev.sigev_notify = SIGEV_THREAD_ID;
-	sev.sigev_signo = e->signo;
-	sev.sigev_value.sival_ptr = (void *)(uintptr_t)sival;
-	sev._sigev_un._tid = e->tid; /* glibc 2.36 has no sigev_notify_thread_id */
-	if (timer_create(CLOCK_MONOTONIC, &sev, out) == 0)
-		return 0;
-	return errno == EAGAIN ? TMO_EAGAIN : errno == ENOMEM ? TMO_ENOMEM : TMO_ESYS;
-}
-
-/* ---- the engine thread ---------------------------------------------------- */
-
-/* Fire the arm a signal names, if it is still that arm and still armed. */
-static void px_fire(struct tmo *e, uint64_t v)
-{
-	uint32_t idx = (uint32_t)v, gen = (uint32_t)(v >> 32);
-	/* Destroy has begun: what has not started is cancelled, not run (the
-	 * slot stays ARMED for destroy's sweep). */
-	if (atomic_load(&e->stop))
-		return;
-	if (idx >= atomic_load_explicit(&e->nslots, memory_order_acquire))
-		return; /* not ours */
-	struct px_slot *s = slot_at(e, idx);
-	uint64_t w = mkword(gen, S_ARMED);
-	if (!atomic_compare_exchange_strong_explicit(&s->word, &w, mkword(gen, S_FIRING),
-	                                             memory_order_acq_rel, memory_order_relaxed))
-		return; /* late signal of a cancelled arm, or stale generation */
-	struct tmo_timer *t = s->timer;
-	tmo_callback *cb = s->cb;
-	void *arg = s->arg;
-	/* The one-shot kernel timer has expired; release it before the callback
-	 * so a re-arm from the callback finds the resource. */
-	timer_delete(s->ktimer);
-	atomic_fetch_sub_explicit(&e->pending, 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&e->fired, 1, memory_order_relaxed);
-	atomic_store_explicit(&priv(t)->ref, mkref(gen, idx) | PX_FIRED_BIT, memory_order_release);
-	atomic_store(&e->running, t);
-	cb(t, arg); /* may free t: not touched again */
-	tmo__end_if_forked(e);
-	atomic_store(&e->running, NULL);
-	atomic_store(&s->word, mkword(gen, S_DONE));
-	/* Waiters increment `waiters` before they test the state (seq_cst):
-	 * either they see DONE, or we see them here. */
-	if (atomic_load(&e->waiters) != 0) {
-		pthread_mutex_lock(&e->wm);
-		pthread_cond_broadcast(&e->wait_cv);
-		while (atomic_load(&e->waiters) != 0)
-			pthread_cond_wait(&e->drain_cv, &e->wm);
-		pthread_mutex_unlock(&e->wm);
-	}
-	slot_put(e, idx);
-}
-
-/* One signal: 1 = a timer's (goes into the window), 0 = dropped or
- * control (handled through *ctl). */
-static int px_classify(const siginfo_t *si, uint64_t *v, bool *ctl)
-{
-	*v = (uint64_t)(uintptr_t)si->si_value.sival_ptr;
-	if (si->si_code != SI_TIMER)
-		return 0; /* not from one of our timers: dropped */
-	if (*v == PX_CTRL) {
-		*ctl = true;
-		return 0;
-	}
-	return 1;
-}
-
-static int64_t px_deadline_of(struct tmo *e, uint64_t v)
-{
-	uint32_t idx = (uint32_t)v;
-	if (idx >= atomic_load_explicit(&e->nslots, memory_order_acquire))
-		return INT64_MIN; /* not ours: px_fire drops it */
-	return atomic_load_explicit(&slot_at(e, idx)->deadline, memory_order_relaxed);
-}
-
-/*
- * The loop fires in deadline order what is queued, through a sliding window:
- * a min-heap of up to PX_WINDOW signals, topped up from the queue (without
- * blocking) before each fire while the queue has more, flushed in order once
- * it is empty.  hrtimers live in per-CPU bases: timers armed on different
- * CPUs expire on different CPUs, and when one CPU (a virtual CPU the
- * hypervisor descheduled, say) is late, an earlier deadline's signal is
- * queued after a later one's.  Measured (1e5 timers over 1 s, 2 vCPUs, load
- * 8-11): firing in queue order put 41-109 pairs out of order by more than
- * 50 us (up to 2.7 ms); fixed batches of 256 left 0-32 (up to 1.2 ms, pairs
- * split by a batch boundary); the window keeps any pair less than PX_WINDOW
- * signals apart in the queue in order.  A signal that arrives after the queue
- * ran empty and its window was flushed cannot be reordered: that residue is
- * the kernel's expiry skew between CPUs, which the resolution must cover.
- */
-#define PX_WINDOW 256
-
-struct px_due {
-	int64_t deadline;
-	uint64_t seq; /* arrival order: equal deadlines stay in queue order */
-	uint64_t v;
-};
-
-static bool due_before(const struct px_due *a, const struct px_due *b)
-{
-	return a->deadline < b->deadline || (a->deadline == b->deadline && a->seq < b->seq);
-}
-
-static void due_push(struct px_due *h, int *n, struct px_due d)
-{
-	int i = (*n)++;
-	while (i > 0 && due_before(&d, &h[(i - 1) / 2])) {
-		h[i] = h[(i - 1) / 2];
-		i = (i - 1) / 2;
-	}
-	h[i] = d;
-}
-
-static struct px_due due_pop(struct px_due *h, int *n)
-{
-	struct px_due top = h[0], last = h[--*n];
-	int i = 0;
-	for (;;) {
-		int c = 2 * i + 1;
-		if (c >= *n)
-			break;
-		if (c + 1 < *n && due_before(&h[c + 1], &h[c]))
-			c++;
-		if (!due_before(&h[c], &last))
-			break;
-		h[i] = h[c];
-		i = c;
-	}
-	if (*n > 0)
-		h[i] = last;
-	return top;
-}
-
-static void *px_main(void *arg)
-{
-	struct tmo *e = arg;
-	tmo__thread_engine = e;
-	sigset_t set;
-	sigemptyset(&set);
-	sigaddset(&set, e->signo);
-	static const struct timespec zero = {0, 0};
-	struct px_due win[PX_WINDOW];
-	int n = 0;
-	uint64_t seq = 0;
-
-	/* The control timer is made here, where the thread's id is known: if
-	 * the kernel refuses it (the user's quota of queued signals is full),
-	 * the thread ends by itself.  Stopping it from outside would need a
-	 * queued signal, which the same full quota refuses. */
-	e->tid = gettid();
-	int rc = make_ktimer(e, PX_CTRL, &e->ctl);
-	pthread_mutex_lock(&e->wm);
-	e->start_rc = rc;
-	e->started = true;
-	pthread_cond_broadcast(&e->wait_cv);
-	pthread_mutex_unlock(&e->wm);
-	if (rc != 0)
-		return NULL;
-
-	for (;;) {
-		siginfo_t si;
-		bool ctl = false, empty = false;
-		if (n == 0) {
-			if (sigwaitinfo(&set, &si) != e->signo)
-				continue; /* EINTR */
-		} else if (sigtimedwait(&set, &si, &zero) != e->signo) {
-			empty = true; /* EAGAIN: nothing more queued */
-		}
-		while (!empty) {
-			uint64_t v;
-			int k = px_classify(&si, &v, &ctl);
-			if (k > 0)
-				due_push(win, &n, (struct px_due){px_deadline_of(e, v), seq++, v});
-			if (n == PX_WINDOW)
-				break; /* full: fire one, then top up again */
-			if (sigtimedwait(&set, &si, &zero) != e->signo)
-				empty = true;
-		}
-		if (empty) {
-			while (n > 0)
-				px_fire(e, due_pop(win, &n).v);
-		} else if (n > 0) {
-			px_fire(e, due_pop(win, &n).v);
-		}
-		if (ctl) {
-			atomic_store(&e->ctl_out, 0);
-			if (atomic_load(&e->stop))
-				break; /* what the window holds: destroy cancels it */
-			tmo__park_point(&e->park); /* holding nothing */
-		}
-	}
-	return NULL;
-}
 
 /* ---- create / destroy ----------------------------------------------------- */
 
@@ -533,7 +189,7 @@ static void sweep(struct tmo *e)
 		atomic_store(&priv(s->timer)->ref, 0);
 		atomic_fetch_sub(&e->pending, 1);
 		atomic_fetch_add(&e->cancelled, 1);
-		slot_put(e, i);
+		px_slot_put(e, i);
 	}
 }
 
@@ -542,7 +198,7 @@ static void px_destroy(struct tmo *e)
 	tmo__park_release(&e->park);
 	atomic_store(&e->stop, 1); /* from here px_fire starts no callback */
 	sweep(e); /* kernel timers gone before the thread that receives them */
-	ctl_kick(e);
+	px_ctl_kick(e);
 	pthread_join(e->thread, NULL);
 	sweep(e); /* arms made by a callback that ran during the first sweep */
 	timer_delete(e->ctl);
@@ -583,7 +239,7 @@ static int px_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_ca
 		return TMO_EARMED;
 
 	uint32_t idx;
-	int rc = slot_get(e, &idx);
+	int rc = px_slot_get(e, &idx);
 	if (rc != 0)
 		return rc;
 	struct px_slot *s = slot_at(e, idx);
@@ -591,9 +247,9 @@ static int px_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_ca
 	               PX_GEN_MASK;
 	if (gen == 0)
 		gen = 1; /* ref 0 means idle; generation 0 is the control timer's */
-	rc = make_ktimer(e, (uint64_t)gen << 32 | idx, &s->ktimer);
+	rc = px_make_ktimer(e, (uint64_t)gen << 32 | idx, &s->ktimer);
 	if (rc != 0) {
-		slot_put(e, idx);
+		px_slot_put(e, idx);
 		return rc;
 	}
 	s->timer = t;
@@ -615,7 +271,7 @@ static int px_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_ca
 		timer_delete(s->ktimer);
 		atomic_store(&p->ref, 0);
 		atomic_fetch_sub(&e->pending, 1);
-		slot_put(e, idx);
+		px_slot_put(e, idx);
 		return TMO_ESYS;
 	}
 	return 0;
@@ -645,7 +301,7 @@ static int px_attempt(struct tmo *e, struct px_priv *p, bool waited)
 			timer_delete(s->ktimer);  /* a signal already queued stays: dropped */
 			atomic_fetch_sub_explicit(&e->pending, 1, memory_order_relaxed);
 			atomic_fetch_add_explicit(&e->cancelled, 1, memory_order_relaxed);
-			slot_put(e, idx);
+			px_slot_put(e, idx);
 			return TMO_CANCEL_PREVENTED;
 		}
 		if (w == mkword(gen, S_FIRING))
@@ -739,7 +395,7 @@ static int px_park(struct tmo *e, int on)
 		return 0;
 	}
 	tmo__park_request(&e->park, NULL);
-	ctl_kick(e); /* a no-op while a control signal is outstanding */
+	px_ctl_kick(e); /* a no-op while a control signal is outstanding */
 	tmo__park_wait(&e->park);
 	return 0;
 }
