@@ -346,22 +346,19 @@ static int cv_stats(struct tmo *e, struct tmo_stats *out)
 	return 0;
 }
 
+/* Park's wake-up (not when already requested: the parked thread holds m).
+ * Sent under m, it reaches the thread in its sleep or finds it before its
+ * next look at the request. */
+static void cv_wake(struct tmo *e)
+{
+	pthread_mutex_lock(&e->m);
+	pthread_cond_signal(&e->cv);
+	pthread_mutex_unlock(&e->m);
+}
+
 static int cv_park(struct tmo *e, int on)
 {
-	if (!on) {
-		tmo__park_release(&e->park);
-		return 0;
-	}
-	/* Already requested: the parked thread holds e->m, do not take it.
-	 * Else the signal, sent under m, reaches the thread in its sleep or
-	 * finds it before its next look at the request. */
-	if (!tmo__park_request(&e->park, NULL)) {
-		pthread_mutex_lock(&e->m);
-		pthread_cond_signal(&e->cv);
-		pthread_mutex_unlock(&e->m);
-	}
-	tmo__park_wait(&e->park);
-	return 0;
+	return tmo__park_set(&e->park, on, NULL, cv_wake, e);
 }
 
 static const struct tmo_testing_ops testing_ops = {.park = cv_park};

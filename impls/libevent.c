@@ -391,24 +391,21 @@ static int lev_stats(struct tmo *e, struct tmo_stats *out)
 	return 0;
 }
 
+/* Park's wake-up (not when already requested: the parked thread holds the
+ * base lock, which event_active needs). */
+static void lev_wake(struct tmo *e)
+{
+	pthread_mutex_lock(&e->m); /* as in arm: no fork finds it inside */
+	event_active(e->ctl, EV_TIMEOUT, 1);
+	pthread_mutex_unlock(&e->m);
+}
+
+/* Not while a fork is prepared (fork_req): the fork handler decided, under
+ * park.mu, that this thread is not parked, and it may still call
+ * event_active, which a parked thread (holding the base lock) would block. */
 static int lev_park(struct tmo *e, int on)
 {
-	if (!on) {
-		tmo__park_release(&e->park);
-		return 0;
-	}
-	/* Not while a fork is prepared (fork_req): the fork handler decided,
-	 * under park.mu, that this thread is not parked, and it may still call
-	 * event_active, which a parked thread (holding the base lock) would
-	 * block.  Already requested, or still parked: the parked thread holds
-	 * the base lock, which event_active needs. */
-	if (!tmo__park_request(&e->park, &e->fork_req)) {
-		pthread_mutex_lock(&e->m); /* as in arm: no fork finds it inside */
-		event_active(e->ctl, EV_TIMEOUT, 1);
-		pthread_mutex_unlock(&e->m);
-	}
-	tmo__park_wait(&e->park);
-	return 0;
+	return tmo__park_set(&e->park, on, &e->fork_req, lev_wake, e);
 }
 
 static const struct tmo_testing_ops testing_ops = {.park = lev_park};

@@ -390,14 +390,7 @@ static int px_stats(struct tmo *e, struct tmo_stats *out)
 
 static int px_park(struct tmo *e, int on)
 {
-	if (!on) {
-		tmo__park_release(&e->park);
-		return 0;
-	}
-	tmo__park_request(&e->park, NULL);
-	px_ctl_kick(e); /* a no-op while a control signal is outstanding */
-	tmo__park_wait(&e->park);
-	return 0;
+	return tmo__park_set(&e->park, on, NULL, px_ctl_kick, e);
 }
 
 static const struct tmo_testing_ops testing_ops = {.park = px_park};

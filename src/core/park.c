@@ -7,13 +7,9 @@ int tmo__park_init(struct tmo__park *p)
 {
 	atomic_init(&p->req, 0);
 	p->parked = false;
-	if (pthread_mutex_init(&p->mu, NULL) != 0)
-		return TMO_ESYS;
-	if (tmo__cond_init_monotonic(&p->cv) != 0) {
-		pthread_mutex_destroy(&p->mu);
-		return TMO_ESYS;
-	}
-	return 0;
+	/* glibc's init cannot fail: a failure leaves nothing to undo there */
+	bool ok = pthread_mutex_init(&p->mu, NULL) == 0 && tmo__cond_init_monotonic(&p->cv) == 0;
+	return ok ? 0 : TMO_ESYS;
 }
 
 void tmo__park_fini(struct tmo__park *p)
@@ -37,7 +33,9 @@ void tmo__park_point(struct tmo__park *p)
 	pthread_mutex_unlock(&p->mu);
 }
 
-bool tmo__park_request(struct tmo__park *p, const atomic_int *hold_off)
+/* Record a request: true when one was already recorded or the thread is
+ * still parked (no wake-up needed). */
+static bool request(struct tmo__park *p, const atomic_int *hold_off)
 {
 	pthread_mutex_lock(&p->mu);
 	while (hold_off != NULL && atomic_load(hold_off))
@@ -48,12 +46,20 @@ bool tmo__park_request(struct tmo__park *p, const atomic_int *hold_off)
 	return already;
 }
 
-void tmo__park_wait(struct tmo__park *p)
+int tmo__park_set(struct tmo__park *p, int on, const atomic_int *hold_off,
+                  void (*wake)(struct tmo *e), struct tmo *e)
 {
+	if (!on) {
+		tmo__park_release(p);
+		return 0;
+	}
+	if (!request(p, hold_off))
+		wake(e);
 	pthread_mutex_lock(&p->mu);
 	while (!p->parked)
 		pthread_cond_wait(&p->cv, &p->mu);
 	pthread_mutex_unlock(&p->mu);
+	return 0;
 }
 
 void tmo__park_release(struct tmo__park *p)

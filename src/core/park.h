@@ -4,11 +4,12 @@
  *
  * Rule: the engine thread calls tmo__park_point() at the points of its loop
  * where it may be held, holding there whatever it holds (the engine's own
- * choice, stated in its header).  A requester calls tmo__park_request(),
- * then, unless it was already requested, wakes the engine thread its own
- * way so that it reaches a park point, then tmo__park_wait() until it is
- * parked.  tmo__park_release() (park(0), destroy) lets it go; it never needs
- * a lock the parked thread holds.  `req` is atomic so the engine thread's
+ * choice, stated in its header).  The park op is tmo__park_set(): park(1)
+ * records the request and, unless one was already recorded (the parked
+ * thread may hold what a wake-up needs), wakes the engine thread its own way
+ * (`wake`) so that it reaches a park point, then waits until it is parked;
+ * park(0) and destroy release it (tmo__park_release), never needing a lock
+ * the parked thread holds.  `req` is atomic so the engine thread's
  * test is one load; it is written under `mu`, so a park(0) and a park(1)
  * never cross.
  */
@@ -18,6 +19,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+
+struct tmo;
 
 struct tmo__park {
 	pthread_mutex_t mu;
@@ -33,12 +36,11 @@ void tmo__park_fini(struct tmo__park *p);
 /* Engine thread: hold here while a park is requested. */
 void tmo__park_point(struct tmo__park *p);
 
-/* Requester: ask for a park; returns true when one was already requested
- * or the thread is still parked (no wake-up needed).  With `hold_off` set,
- * waits under mu (on cv) while *hold_off is non-zero first. */
-bool tmo__park_request(struct tmo__park *p, const atomic_int *hold_off);
-/* Requester: return once the engine thread is parked. */
-void tmo__park_wait(struct tmo__park *p);
+/* The park op of engine e: on != 0 parks, on == 0 releases; returns 0.
+ * With `hold_off` set, park(1) first waits under mu (on cv) while
+ * *hold_off is non-zero. */
+int tmo__park_set(struct tmo__park *p, int on, const atomic_int *hold_off,
+                  void (*wake)(struct tmo *e), struct tmo *e);
 /* park(0) and destroy: release the engine thread. */
 void tmo__park_release(struct tmo__park *p);
 
