@@ -62,7 +62,6 @@
  * machine, more under load); deadlines are exact, nothing is rounded.
  */
 #include <errno.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 
 #include "core/forkset.h"

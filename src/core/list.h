@@ -30,6 +30,12 @@ static inline void tmo_list_add(struct tmo_list *head, struct tmo_list *n)
 	head->next = n;
 }
 
+/* Insert n at the back of head (a FIFO: take from head->next). */
+static inline void tmo_list_add_tail(struct tmo_list *head, struct tmo_list *n)
+{
+	tmo_list_add(head->prev, n);
+}
+
 /* Unlink n (it then points at itself). */
 static inline void tmo_list_del(struct tmo_list *n)
 {
