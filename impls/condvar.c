@@ -86,8 +86,6 @@ struct cv_priv {
 };
 TMO__PRIV_FITS(struct cv_priv);
 
-extern const struct tmo_engine_ops tmo_engine_condvar;
-
 struct tmo {
 	struct tmo_base base;
 	pthread_mutex_t m;
@@ -208,7 +206,6 @@ static int cv_create(const struct tmo_config *cfg, struct tmo **out)
 	struct tmo *e = tmo__calloc(1, sizeof *e);
 	if (e == NULL)
 		return TMO_ENOMEM;
-	e->base.ops = &tmo_engine_condvar;
 	int rc = tmo_heap_init(&e->heap, TMO_HEAP_DEFAULT_ARITY, 64);
 	if (rc != 0) {
 		tmo__free(e);

@@ -90,8 +90,6 @@
 
 #include "libevent/libevent.h"
 
-extern const struct tmo_engine_ops tmo_engine_libevent;
-
 /* ---- the engine thread ---------------------------------------------------- */
 
 /* libevent's callback for an arm (base lock not held). */
@@ -199,7 +197,6 @@ static int lev_create(const struct tmo_config *cfg, struct tmo **out)
 	struct tmo *e = tmo__calloc(1, sizeof *e);
 	if (e == NULL)
 		return TMO_ENOMEM;
-	e->base.ops = &tmo_engine_libevent;
 	tmo_list_init(&e->recs);
 	size_t a = alignof(max_align_t);
 	e->ev_off = (sizeof(struct lev_rec) + a - 1) / a * a;

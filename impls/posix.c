@@ -100,8 +100,6 @@
 
 #include "posix/posix.h"
 
-extern const struct tmo_engine_ops tmo_engine_posix;
-
 /* ---- create / destroy ----------------------------------------------------- */
 
 static void destroy_sync(struct tmo *e)
@@ -119,7 +117,6 @@ static int px_create(const struct tmo_config *cfg, struct tmo **out)
 	struct tmo *e = tmo__calloc(1, sizeof *e);
 	if (e == NULL)
 		return TMO_ENOMEM;
-	e->base.ops = &tmo_engine_posix;
 	e->signo = SIGRTMIN + TMO_POSIX_SIGNAL_OFFSET;
 	e->free_head = PX_NIL;
 	atomic_init(&e->ret_head, PX_NIL);

@@ -219,7 +219,6 @@ static int thr_create(const struct tmo_config *cfg, struct tmo **out)
 	struct tmo *e = tmo__calloc(1, sizeof *e);
 	if (e == NULL)
 		return TMO_ENOMEM;
-	e->base.ops = &tmo_engine_thread;
 	int rc = tmo_heap_init(&e->heap, TMO_HEAP_DEFAULT_ARITY, 16);
 	if (rc != 0) {
 		tmo__free(e);

@@ -202,13 +202,18 @@ int tmo_destroy(struct tmo **engine)
 
 /* ---- the checked entry points' slow paths ------------------------------------ */
 
+/* The checks both slow paths make first. */
+static int check_handles(const struct tmo *e, const struct tmo_timer *t)
+{
+	return e == NULL ? TMO_ENULLENGINE : t == NULL ? TMO_ENULLTIMER : 0;
+}
+
 int tmo__arm_slow(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
                   void *arg)
 {
-	if (e == NULL)
-		return TMO_ENULLENGINE;
-	if (t == NULL)
-		return TMO_ENULLTIMER;
+	int rc = check_handles(e, t);
+	if (rc != 0)
+		return rc;
 	if (cb == NULL)
 		return TMO_ENULLCB;
 	if (timeout_ns < 0 || timeout_ns > TMO_TIMEOUT_MAX)
@@ -223,7 +228,7 @@ int tmo__arm_slow(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_ca
 		return TMO_EWRONGENGINE;
 	/* The first arm claims the timer for this engine. */
 	__atomic_store_n(&t->owner, id, __ATOMIC_RELAXED);
-	int rc = tmo_ops(e)->arm(e, t, timeout_ns, cb, arg);
+	rc = tmo_ops(e)->arm(e, t, timeout_ns, cb, arg);
 	if (rc != 0) /* never armed: it belongs to no engine yet */
 		__atomic_store_n(&t->owner, 0, __ATOMIC_RELAXED);
 	return rc;
@@ -231,10 +236,9 @@ int tmo__arm_slow(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_ca
 
 int tmo__cancel_slow(struct tmo *e, struct tmo_timer *t)
 {
-	if (e == NULL)
-		return TMO_ENULLENGINE;
-	if (t == NULL)
-		return TMO_ENULLTIMER;
+	int rc = check_handles(e, t);
+	if (rc != 0)
+		return rc;
 	if (forked(e))
 		return TMO_EFORKED;
 	uint64_t owner = __atomic_load_n(&t->owner, __ATOMIC_RELAXED);

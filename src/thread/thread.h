@@ -72,8 +72,6 @@ struct thr_priv {
 };
 TMO__PRIV_FITS(struct thr_priv);
 
-extern const struct tmo_engine_ops tmo_engine_thread;
-
 struct tmo {
 	struct tmo_base base;
 	pthread_mutex_t m;
