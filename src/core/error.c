@@ -2,7 +2,15 @@
  * the scope outcomes included, with its name and its meaning in words. */
 #include <stddef.h>
 
+#include "ds/heap.h"
+#include "ds/wheel.h"
 #include "tmo/tmo.h"
+
+/* The data structures below the core (src/ds/) import nothing and spell
+ * their results as plain values: they must be these. */
+_Static_assert(TMO_HEAP_EINVAL == TMO_EINVAL && TMO_HEAP_ENOMEM == TMO_ENOMEM,
+               "src/ds/heap.h's results must be enum tmo_error values");
+_Static_assert(TMO_WHEEL_EINVAL == TMO_EINVAL, "src/ds/wheel.h's result must be TMO_EINVAL");
 
 static const struct {
 	int code;
