@@ -72,6 +72,13 @@ void tmo_heap_fini(struct tmo_heap *h)
 	h->n = h->cap = 0;
 }
 
+/* Put x in slot i: every move keeps the node's own index exact. */
+static inline void set_slot(struct tmo_heap_node **a, uint32_t i, struct tmo_heap_node *x)
+{
+	a[i] = x;
+	x->index = i;
+}
+
 /* Move node x up from hole i until its parent is not after it. */
 static void sift_up(struct tmo_heap *h, uint32_t i, struct tmo_heap_node *x)
 {
@@ -81,12 +88,10 @@ static void sift_up(struct tmo_heap *h, uint32_t i, struct tmo_heap_node *x)
 		uint32_t p = (i - 1) >> k;
 		if (!before(x, a[p]))
 			break;
-		a[i] = a[p];
-		a[i]->index = i;
+		set_slot(a, i, a[p]);
 		i = p;
 	}
-	a[i] = x;
-	x->index = i;
+	set_slot(a, i, x);
 }
 
 /* Move node x down from hole i until no child is before it. */
@@ -109,12 +114,10 @@ static void sift_down(struct tmo_heap *h, uint32_t i, struct tmo_heap_node *x)
 				m = j;
 		if (!before(a[m], x))
 			break;
-		a[i] = a[m];
-		a[i]->index = i;
+		set_slot(a, i, a[m]);
 		i = m;
 	}
-	a[i] = x;
-	x->index = i;
+	set_slot(a, i, x);
 }
 
 int tmo_heap_push(struct tmo_heap *h, struct tmo_heap_node *n, int64_t deadline)
