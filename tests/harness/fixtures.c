@@ -77,8 +77,8 @@ static int waitarm_arm(struct tmo *e, struct tmo_timer *t, int64_t ns, tmo_callb
 		.arm = ARM,                                                                      \
 		.cancel = CANCEL,                                                                \
 		.stats = fxw_stats,                                                              \
-		.testing = &fxw_testing,                                                       \
 		.destroy_forked = fxw_destroy_forked,                                            \
+		.testing = &fxw_testing,                                                       \
 	}
 
 #define CV_RES (50 * TMO_NSEC_PER_USEC)
