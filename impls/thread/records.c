@@ -11,7 +11,7 @@
  * the engine ever started.  Every record is also on `all` from arm to free,
  * which is how a forked child finds the copies to free.
  */
-#include "thread/thread.h"
+#include "thread.h"
 
 atomic_int thr_process_threads;
 

@@ -4,7 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include "posix/posix.h"
+#include "posix.h"
 
 /* ---- the engine thread ---------------------------------------------------- */
 

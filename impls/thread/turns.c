@@ -44,7 +44,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "thread/thread.h"
+#include "thread.h"
 
 /* ---- blocked and entering: intrusive pairing heaps by deadline --------------- */
 

@@ -2,7 +2,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "posix/posix.h"
+#include "posix.h"
 
 /* ---- slot pool ----------------------------------------------------------- */
 

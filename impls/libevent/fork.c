@@ -35,7 +35,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
-#include "libevent/libevent.h"
+#include "libevent.h"
 
 /* How long the fork handler waits for an engine to quiesce. */
 #define FORK_QUIESCE_NS TMO_NSEC_PER_SEC
