@@ -64,10 +64,9 @@ void tmo_testing_set_node_cap(uint64_t nodes);
  * scheduled natively gives.  Never for real use. */
 void tmo_testing_timely_timer(int on);
 
-/* Library allocations currently live (allocated and not yet freed), and
- * total ever made: a leak check that works without a sanitizer. */
+/* Library allocations currently live (allocated and not yet freed): a leak
+ * check that works without a sanitizer. */
 int64_t tmo_testing_live_allocs(void);
-int64_t tmo_testing_total_allocs(void);
 
 #ifdef __cplusplus
 }

@@ -13,7 +13,6 @@
 static _Atomic(tmo_fault_fn *) fault_fn;
 static _Atomic(void *) fault_ctx;
 static atomic_llong live_allocs;
-static atomic_llong total_allocs;
 
 static _Atomic uint64_t node_cap;
 static atomic_int timely;
@@ -29,7 +28,6 @@ void tmo_testing_set_fault(tmo_fault_fn *fn, void *ctx)
 }
 
 int64_t tmo_testing_live_allocs(void) { return atomic_load(&live_allocs); }
-int64_t tmo_testing_total_allocs(void) { return atomic_load(&total_allocs); }
 
 int tmo__fault(enum tmo_fault_kind kind)
 {
@@ -41,7 +39,6 @@ static void *counted(void *p)
 {
 	if (p != NULL) {
 		atomic_fetch_add_explicit(&live_allocs, 1, memory_order_relaxed);
-		atomic_fetch_add_explicit(&total_allocs, 1, memory_order_relaxed);
 	}
 	return p;
 }

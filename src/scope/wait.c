@@ -9,6 +9,8 @@
 
 #include "scope/runtime.h"
 
+/* A condition's waiters: a NULL-ended list, not core/list.h's sentinel ring,
+ * because struct tmo_cond is zero-initialised (TMO_COND_INIT). */
 struct tmo__waiter {
 	struct tmo__waiter *next, *prev;
 	struct ctx *c;
