@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static int ran(const struct tmo_scenario *const *s, int n, const char *name)
+static int ran(const struct sk_scenario *const *s, int n, const char *name)
 {
 	for (int i = 0; i < n; i++)
 		if (strcmp(s[i]->name, name) == 0)
@@ -17,11 +17,11 @@ static int ran(const struct tmo_scenario *const *s, int n, const char *name)
 	return 0;
 }
 
-static double get(struct tmo_report *r, const char *scen, const char *engine, const char *metric,
+static double get(struct sk_sink *r, const char *scen, const char *engine, const char *metric,
                   const char *param)
 {
 	double v;
-	return report_lookup(r, scen, engine, metric, param, &v) ? v : NAN;
+	return sk_sink_lookup(r, scen, engine, metric, param, &v) ? v : NAN;
 }
 
 /* A number, or "-" when it was not measured. */
@@ -34,7 +34,7 @@ static void fmt(char *buf, double v, const char *f)
 }
 
 static int met_count, missed_count, unmeasured_count;
-static struct tmo_report *cur_report; /* targets also go to the JSON */
+static struct sk_sink *cur_report; /* targets also go to the JSON */
 
 /* One target row: `measured` compared with `want` by `op` ("<=" or ">="). */
 static void target(const char *what, double measured, const char *op, double want,
@@ -58,10 +58,10 @@ static void target(const char *what, double measured, const char *op, double wan
 	char w[48];
 	snprintf(w, sizeof w, "%s %.3g%s", op, want, unit);
 	printf("  %-46s %12s %12s  %s\n", what, m, w, verdict);
-	report_add_target(cur_report, what, measured, op, want, unit, verdict);
+	sk_sink_add_target(cur_report, what, measured, op, want, unit, verdict);
 }
 
-void targets_print(struct tmo_report *r, const struct tmo_scenario *const *scenarios, int nscen,
+void targets_print(struct sk_sink *r, const struct sk_scenario *const *scenarios, int nscen,
                    const struct tmo_engine_ops *const *engines, int nengines)
 {
 	int tp = ran(scenarios, nscen, "throughput");

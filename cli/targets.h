@@ -7,9 +7,9 @@
 #ifndef TMO_CLI_TARGETS_H
 #define TMO_CLI_TARGETS_H
 
-#include "report.h"
+#include "kit/sink.h"
 
-void targets_print(struct tmo_report *r, const struct tmo_scenario *const *scenarios, int nscen,
+void targets_print(struct sk_sink *r, const struct sk_scenario *const *scenarios, int nscen,
                    const struct tmo_engine_ops *const *engines, int nengines);
 
 #endif

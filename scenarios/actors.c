@@ -33,7 +33,7 @@
 #include <stdatomic.h>
 
 #include "tmo/scope.h"
-#include "util.h"
+#include "kit/util.h"
 
 #define US TMO_NSEC_PER_USEC
 #define MS TMO_NSEC_PER_MSEC
@@ -153,7 +153,7 @@ static int receive(struct receiver *r, int64_t after_ns, struct msg **out)
 		                           NULL)) == TMO_EAGAIN &&
 		       r->eagain < 100000) {
 			r->eagain++; /* a kernel-timer limit shared with other processes: retry */
-			su_sleep_ns(MS);
+			sk_sleep_ns(MS);
 		}
 		if (rc == 0) {
 			*out = tmo_container_of(p.n, struct msg, node);
@@ -170,7 +170,7 @@ static int receive(struct receiver *r, int64_t after_ns, struct msg **out)
 	while ((rc = tmo_arm(r->eng, &r->timer, after_ns, marker_cb, r)) == TMO_EAGAIN &&
 	       r->eagain < 100000) {
 		r->eagain++; /* as above */
-		su_sleep_ns(MS);
+		sk_sleep_ns(MS);
 	}
 	if (rc != 0)
 		return rc;
@@ -234,7 +234,7 @@ static void corpus_free(struct corpus *c)
  * punctuation and digits, which the mapper's scan skips as /[a-z]+/i does. */
 static int corpus_make(struct corpus *c, uint64_t seed, int ndocs, int words, int nvocab)
 {
-	struct su_rng rng = {seed ^ UINT64_C(0x5eed0f0c0de)};
+	struct sk_rng rng = {seed ^ UINT64_C(0x5eed0f0c0de)};
 	memset(c, 0, sizeof *c);
 	c->vocab = calloc((size_t)nvocab, sizeof *c->vocab);
 	c->docs = calloc((size_t)ndocs, sizeof *c->docs);
@@ -243,25 +243,25 @@ static int corpus_make(struct corpus *c, uint64_t seed, int ndocs, int words, in
 	c->nvocab = nvocab;
 	c->ndocs = ndocs;
 	for (int i = 0; i < nvocab; i++) {
-		int len = 2 + (int)su_below(&rng, 9);
+		int len = 2 + (int)sk_below(&rng, 9);
 		c->vocab[i] = malloc((size_t)len + 1);
 		if (c->vocab[i] == NULL)
 			goto oom;
 		for (int k = 0; k < len; k++)
-			c->vocab[i][k] = (char)((su_below(&rng, 5) == 0 ? 'A' : 'a') + su_below(&rng, 26));
+			c->vocab[i][k] = (char)((sk_below(&rng, 5) == 0 ? 'A' : 'a') + sk_below(&rng, 26));
 		c->vocab[i][len] = 0;
 	}
 	static const char *seps[] = {" ", " ", " ", ", ", ". ", "\n", " - ", " 42 ", "'", "(1) "};
 	for (int d = 0; d < ndocs; d++) {
-		int n = words / 2 + (int)su_below(&rng, (uint64_t)words);
+		int n = words / 2 + (int)sk_below(&rng, (uint64_t)words);
 		size_t cap = (size_t)n * 16 + 16, len = 0;
 		char *t = malloc(cap);
 		if (t == NULL)
 			goto oom;
 		for (int w = 0; w < n; w++) {
-			double u = (double)su_below(&rng, 1u << 30) / (double)(1u << 30);
+			double u = (double)sk_below(&rng, 1u << 30) / (double)(1u << 30);
 			const char *word = c->vocab[(int)(u * u * u * nvocab)];
-			const char *sep = seps[su_below(&rng, sizeof seps / sizeof seps[0])];
+			const char *sep = seps[sk_below(&rng, sizeof seps / sizeof seps[0])];
 			size_t wl = strlen(word), sl = strlen(sep);
 			memcpy(t + len, word, wl);
 			len += wl;
@@ -364,7 +364,7 @@ static int next_word(const struct doc *d, size_t *pos, const char **w, uint32_t 
 /* ---- the word count ------------------------------------------------------------------ */
 
 struct job {
-	const struct tmo_run *run;
+	const struct sk_run *run;
 	struct corpus *corpus;
 	int ndocs;
 	int64_t latency; /* simulated fetch of one document */
@@ -382,7 +382,7 @@ static void sequential(struct corpus *c, int ndocs, int64_t latency, struct tabl
 	for (int d = 0; d < ndocs; d++) {
 		struct doc *doc = &c->docs[d];
 		if (latency > 0)
-			su_sleep_ns(latency); /* the fetch */
+			sk_sleep_ns(latency); /* the fetch */
 		const char *w;
 		uint32_t len;
 		for (size_t pos = 0; next_word(doc, &pos, &w, &len);)
@@ -476,16 +476,16 @@ static long compare(const struct table *seq, const struct table *act)
 	return diff;
 }
 
-static int wordcount(const struct tmo_run *run, struct tmo *eng, struct corpus *corpus,
+static int wordcount(const struct sk_run *run, struct tmo *eng, struct corpus *corpus,
                      int ndocs, int64_t latency, enum via via)
 {
 	int v = 0;
 	struct table seq;
 	if (table_init(&seq, (size_t)corpus->nvocab) != 0)
 		return TMO_ENOMEM;
-	int64_t t0 = su_now_ns();
+	int64_t t0 = sk_now_ns();
 	sequential(corpus, ndocs, latency, &seq);
-	double seq_s = (double)(su_now_ns() - t0) / 1e9;
+	double seq_s = (double)(sk_now_ns() - t0) / 1e9;
 
 	struct job j = {.run = run, .corpus = corpus, .ndocs = ndocs, .latency = latency,
 	                .after = 500 * US};
@@ -501,21 +501,21 @@ static int wordcount(const struct tmo_run *run, struct tmo *eng, struct corpus *
 		return TMO_ENOMEM;
 	}
 	j.parent = &parent;
-	t0 = su_now_ns();
+	t0 = sk_now_ns();
 	int rc = actor_spawn(&red, reducer, &j, NULL);
 	if (rc == 0) {
 		struct tmo_qnode *n;
 		tmo_queue_pop(&parent.mbox, TMO_WAIT_FOREVER, &n); /* the result */
 		actor_join(&red);
 	}
-	double act_s = (double)(su_now_ns() - t0) / 1e9;
+	double act_s = (double)(sk_now_ns() - t0) / 1e9;
 	ac_eagain += j.rx.eagain;
 	tmo_queue_destroy(&parent.mbox);
 	if (rc == 0 && j.error != 0)
 		rc = j.error;
 	long diff = rc == 0 ? compare(&seq, &j.result) : 0;
 	if (rc == 0 && (diff != 0 || j.rx.lost != 0)) {
-		tmo_violation(run, "word count, %d actors, latency %lld us, via %s: %ld words differ "
+		sk_violation(run, "word count, %d actors, latency %lld us, via %s: %ld words differ "
 		              "from the sequential count (%zu vs %zu distinct, %llu vs %llu total), "
 		              "%ld messages lost",
 		              ndocs, (long long)(latency / US), via_name(via), diff, j.result.used,
@@ -531,15 +531,15 @@ static int wordcount(const struct tmo_run *run, struct tmo *eng, struct corpus *
 		       act_s > 0 ? seq_s / act_s : 0, (unsigned long long)seq.total, seq.used,
 		       diff == 0 ? "counts equal" : "COUNTS DIFFER", j.rx.receives, j.rx.armed,
 		       j.rx.timeouts, j.rx.stale_markers);
-		su_report(run, "wordcount_sequential_ms", seq_s * 1e3, "ms", "actors=%d,latency_us=%lld",
+		sk_report_fmt(run, "wordcount_sequential_ms", seq_s * 1e3, "ms", "actors=%d,latency_us=%lld",
 		          ndocs, (long long)(latency / US));
-		su_report(run, "wordcount_actors_ms", act_s * 1e3, "ms",
+		sk_report_fmt(run, "wordcount_actors_ms", act_s * 1e3, "ms",
 		          "actors=%d,latency_us=%lld,via=%s", ndocs, (long long)(latency / US),
 		          via_name(via));
-		su_report(run, "wordcount_after_ran", (double)j.rx.timeouts, "count",
+		sk_report_fmt(run, "wordcount_after_ran", (double)j.rx.timeouts, "count",
 		          "actors=%d,latency_us=%lld,via=%s", ndocs, (long long)(latency / US),
 		          via_name(via));
-		su_report(run, "wordcount_count_mismatches", (double)diff, "count",
+		sk_report_fmt(run, "wordcount_count_mismatches", (double)diff, "count",
 		          "actors=%d,latency_us=%lld,via=%s", ndocs, (long long)(latency / US),
 		          via_name(via));
 	}
@@ -563,12 +563,12 @@ struct race {
 static void *race_producer(void *p)
 {
 	struct race *r = p;
-	struct su_rng rng = {r->seed};
+	struct sk_rng rng = {r->seed};
 	for (int i = 0; i < r->n; i++) {
 		/* Gaps from 0 to past the receiver's after: some messages land just
 		 * before, some just after, a timeout. */
-		int64_t gap = (int64_t)su_below(&rng, (uint64_t)r->max_gap);
-		su_wait_until(su_now_ns() + gap);
+		int64_t gap = (int64_t)sk_below(&rng, (uint64_t)r->max_gap);
+		sk_wait_until(sk_now_ns() + gap);
 		r->msgs[i].kind = MSG_SEQ;
 		r->msgs[i].seq = (uint64_t)i;
 		tmo_queue_push(&r->q, &r->msgs[i].node);
@@ -576,7 +576,7 @@ static void *race_producer(void *p)
 	return NULL;
 }
 
-static int race(const struct tmo_run *run, struct tmo *eng, enum via via, int n)
+static int race(const struct sk_run *run, struct tmo *eng, enum via via, int n)
 {
 	int v = 0;
 	/* after: 200 us, or two ticks of a coarse engine (a 1 ms wheel fires up
@@ -596,9 +596,9 @@ static int race(const struct tmo_run *run, struct tmo *eng, enum via via, int n)
 	int64_t late[11];
 	for (int i = 0; i < 11; i++) {
 		struct msg *m;
-		int64_t t0 = su_now_ns();
+		int64_t t0 = sk_now_ns();
 		int c = receive(&rx, r.after, &m);
-		late[i] = su_now_ns() - t0 - r.after;
+		late[i] = sk_now_ns() - t0 - r.after;
 		if (c != 1) {
 			tmo_queue_destroy(&r.q);
 			free(r.msgs);
@@ -607,7 +607,7 @@ static int race(const struct tmo_run *run, struct tmo *eng, enum via via, int n)
 	}
 	/* The median, not the maximum: one scheduling hiccup on a loaded
 	 * machine must not stretch every gap (and the run) by 100x. */
-	qsort(late, 11, sizeof late[0], su_cmp_i64);
+	qsort(late, 11, sizeof late[0], sk_cmp_i64);
 	int64_t typical = late[5] < 0 ? 0 : late[5] > 10 * MS ? 10 * MS : late[5];
 	r.max_gap = 2 * (r.after + 2 * typical);
 	rx.receives = rx.armed = rx.timeouts = 0;
@@ -619,9 +619,9 @@ static int race(const struct tmo_run *run, struct tmo *eng, enum via via, int n)
 	}
 	uint64_t next = 0, in_order = 0;
 	long bad = 0;
-	int64_t give_up = su_now_ns() + 60 * TMO_NSEC_PER_SEC;
+	int64_t give_up = sk_now_ns() + 60 * TMO_NSEC_PER_SEC;
 	int rc = 0;
-	while (next < (uint64_t)n && su_now_ns() < give_up) {
+	while (next < (uint64_t)n && sk_now_ns() < give_up) {
 		struct msg *m;
 		rc = receive(&rx, r.after, &m);
 		if (rc < 0)
@@ -630,7 +630,7 @@ static int race(const struct tmo_run *run, struct tmo *eng, enum via via, int n)
 			continue;
 		if (m->kind != MSG_SEQ || m->seq != next) {
 			if (bad++ < 3)
-				tmo_violation(run, "race via %s: got %s #%llu, expected message #%llu",
+				sk_violation(run, "race via %s: got %s #%llu, expected message #%llu",
 				              via_name(via), m->kind == MSG_SEQ ? "message" : "a marker",
 				              (unsigned long long)m->seq, (unsigned long long)next);
 			if (m->kind == MSG_SEQ)
@@ -643,26 +643,26 @@ static int race(const struct tmo_run *run, struct tmo *eng, enum via via, int n)
 	pthread_join(th, NULL);
 	ac_eagain += rx.eagain;
 	if (rc >= 0 && next < (uint64_t)n) {
-		tmo_violation(run, "race via %s: only %llu of %d messages arrived", via_name(via),
+		sk_violation(run, "race via %s: only %llu of %d messages arrived", via_name(via),
 		              (unsigned long long)next, n);
 		bad++;
 	}
 	struct tmo_qnode *left;
 	if (rc >= 0 && tmo_queue_pop(&r.q, 0, &left) == TMO_WAIT_OK) {
-		tmo_violation(run, "race via %s: something left in the mailbox after the last message",
+		sk_violation(run, "race via %s: something left in the mailbox after the last message",
 		              via_name(via));
 		bad++;
 	}
 	if (rx.lost) {
-		tmo_violation(run, "race via %s: %ld messages lost", via_name(via), rx.lost);
+		sk_violation(run, "race via %s: %ld messages lost", via_name(via), rx.lost);
 		bad++;
 	}
 	printf("  race via %-6s: %d messages with gaps 0-%lld us, after %lld us: %llu arrived once "
 	       "and in order, after ran %ld, timer armed %ld, stale markers removed %ld, %ld bad\n",
 	       via_name(via), n, (long long)(r.max_gap / US), (long long)(r.after / US),
 	       (unsigned long long)in_order, rx.timeouts, rx.armed, rx.stale_markers, bad);
-	su_report(run, "race_bad", (double)bad, "count", "via=%s,messages=%d", via_name(via), n);
-	su_report(run, "race_after_ran", (double)rx.timeouts, "count", "via=%s,messages=%d",
+	sk_report_fmt(run, "race_bad", (double)bad, "count", "via=%s,messages=%d", via_name(via), n);
+	sk_report_fmt(run, "race_after_ran", (double)rx.timeouts, "count", "via=%s,messages=%d",
 	          via_name(via), n);
 	tmo_queue_destroy(&r.q);
 	free(r.msgs);
@@ -672,7 +672,7 @@ static int race(const struct tmo_run *run, struct tmo *eng, enum via via, int n)
 
 /* ---- the cost of one receive-with-timeout ------------------------------------------ */
 
-static int receive_cost(const struct tmo_run *run, struct tmo *eng, int n)
+static int receive_cost(const struct sk_run *run, struct tmo *eng, int n)
 {
 	struct tmo_queue q;
 	if (tmo_queue_init(&q) != 0)
@@ -682,25 +682,25 @@ static int receive_cost(const struct tmo_run *run, struct tmo *eng, int n)
 	int bad = 0;
 	for (int round = 0; round < 5; round++) {
 		/* A plain pop of a message that is there (no timeout at all). */
-		int64_t t0 = su_now_ns();
+		int64_t t0 = sk_now_ns();
 		for (int i = 0; i < n; i++) {
 			struct tmo_qnode *x;
 			tmo_queue_push(&q, &m.node);
 			bad += tmo_queue_pop(&q, TMO_WAIT_FOREVER, &x) != TMO_WAIT_OK;
 		}
-		plain[round] = (double)(su_now_ns() - t0) / n;
+		plain[round] = (double)(sk_now_ns() - t0) / n;
 		/* receive ... after 1 s with the timer armed every time (no fast
 		 * path): push, arm, pop, cancel. */
 		for (int via = VIA_SCOPE; via <= VIA_MARKER; via++) {
 			struct receiver rx = {.eng = eng, .via = (enum via)via, .mbox = &q};
 			rx.marker.kind = MSG_TIMEOUT_MARKER;
-			t0 = su_now_ns();
+			t0 = sk_now_ns();
 			for (int i = 0; i < n; i++) {
 				struct msg *got;
 				tmo_queue_push(&q, &m.node);
 				bad += receive(&rx, TMO_NSEC_PER_SEC, &got) != 0 || got != &m;
 			}
-			double ns = (double)(su_now_ns() - t0) / n;
+			double ns = (double)(sk_now_ns() - t0) / n;
 			ac_eagain += rx.eagain;
 			if (via == VIA_SCOPE)
 				scope[round] = ns;
@@ -709,64 +709,64 @@ static int receive_cost(const struct tmo_run *run, struct tmo *eng, int n)
 		}
 	}
 	/* How late the after clause runs: receives on an empty mailbox. */
-	int k = su_thread_per_timer(run) ? 20 : 50;
+	int k = sk_thread_per_timer(run) ? 20 : 50;
 	int64_t *late = calloc((size_t)k * 2, sizeof *late);
 	for (int via = VIA_SCOPE; via <= VIA_MARKER && late != NULL; via++) {
 		struct receiver rx = {.eng = eng, .via = (enum via)via, .mbox = &q};
 		rx.marker.kind = MSG_TIMEOUT_MARKER;
 		for (int i = 0; i < k; i++) {
 			struct msg *got;
-			int64_t t0 = su_now_ns();
+			int64_t t0 = sk_now_ns();
 			int rc = receive(&rx, MS, &got);
-			late[via * k + i] = su_now_ns() - t0 - MS;
+			late[via * k + i] = sk_now_ns() - t0 - MS;
 			bad += rc != 1;
 			if (late[via * k + i] < 0) {
-				tmo_violation(run, "after clause via %s ran %lld ns early", via_name((enum via)via),
+				sk_violation(run, "after clause via %s ran %lld ns early", via_name((enum via)via),
 				              (long long)-late[via * k + i]);
 				bad++;
 			}
 		}
 		ac_eagain += rx.eagain;
-		qsort(late + via * k, (size_t)k, sizeof *late, su_cmp_i64);
+		qsort(late + via * k, (size_t)k, sizeof *late, sk_cmp_i64);
 	}
-	double p = su_median(plain, 5), s = su_median(scope, 5), mk = su_median(marker, 5);
+	double p = sk_median(plain, 5), s = sk_median(scope, 5), mk = sk_median(marker, 5);
 	printf("  receive cost (median of 5 x %d): plain pop %.0f ns; receive-with-timeout, timer "
 	       "armed: via scope %.0f ns, via marker %.0f ns\n",
 	       n, p, s, mk);
-	su_report(run, "receive_plain_ns", p, "ns", "n=%d", n);
-	su_report(run, "receive_after_ns", s, "ns", "via=scope,n=%d", n);
-	su_report(run, "receive_after_ns", mk, "ns", "via=marker,n=%d", n);
+	sk_report_fmt(run, "receive_plain_ns", p, "ns", "n=%d", n);
+	sk_report_fmt(run, "receive_after_ns", s, "ns", "via=scope,n=%d", n);
+	sk_report_fmt(run, "receive_after_ns", mk, "ns", "via=marker,n=%d", n);
 	if (late != NULL) {
 		for (int via = VIA_SCOPE; via <= VIA_MARKER; via++) {
 			int64_t *l = late + via * k;
 			printf("  after 1 ms on an empty mailbox via %-6s: late by p50 %.0f us, max %.0f us "
 			       "(%d receives)\n",
-			       via_name((enum via)via), (double)su_quantile_i64(l, (size_t)k, 0.5) / 1e3,
+			       via_name((enum via)via), (double)sk_quantile_i64(l, (size_t)k, 0.5) / 1e3,
 			       (double)l[k - 1] / 1e3, k);
-			su_report(run, "after_late_us_p50", (double)su_quantile_i64(l, (size_t)k, 0.5) / 1e3,
+			sk_report_fmt(run, "after_late_us_p50", (double)sk_quantile_i64(l, (size_t)k, 0.5) / 1e3,
 			          "us", "via=%s,after=1ms", via_name((enum via)via));
-			su_report(run, "after_late_us_max", (double)l[k - 1] / 1e3, "us",
+			sk_report_fmt(run, "after_late_us_max", (double)l[k - 1] / 1e3, "us",
 			          "via=%s,after=1ms", via_name((enum via)via));
 		}
 	}
 	free(late);
 	tmo_queue_destroy(&q);
 	if (bad)
-		tmo_violation(run, "receive cost: %d receives returned the wrong thing", bad);
+		sk_violation(run, "receive cost: %d receives returned the wrong thing", bad);
 	return bad;
 }
 
 /* ---- the scenario ------------------------------------------------------------------- */
 
-static int actors_run(const struct tmo_run *run)
+static int actors_run(const struct sk_run *run)
 {
 	struct tmo *eng = NULL;
 	int rc = tmo_create_ops(run->ops, NULL, &eng);
 	if (rc == TMO_EAGAIN) {
-		tmo_skip(run, "the engine could not be created: TMO_EAGAIN (%s; a per-user limit such "
+		sk_skip(run, "the engine could not be created: TMO_EAGAIN (%s; a per-user limit such "
 		         "as RLIMIT_SIGPENDING for kernel timers, which other processes share)",
 		         tmo_strerror(rc));
-		return TMO_SCENARIO_SKIPPED;
+		return SK_SKIPPED;
 	}
 	if (rc != 0)
 		return rc;
@@ -792,7 +792,7 @@ static int actors_run(const struct tmo_run *run)
 				rc = wordcount(run, eng, &corpus, counts[ci], latencies[li], (enum via)via);
 				if (rc > 0)
 					v += rc;
-				tmo_progress(run, "word count", (li * 6 + ci * 2 + via + 1) / 12.0);
+				sk_progress(run, "word count", (li * 6 + ci * 2 + via + 1) / 12.0);
 			}
 	for (int via = VIA_SCOPE; via <= VIA_MARKER && rc >= 0; via++) {
 		rc = race(run, eng, (enum via)via, run->quick ? 300 : 2000);
@@ -800,7 +800,7 @@ static int actors_run(const struct tmo_run *run)
 			v += rc;
 	}
 	if (rc >= 0) {
-		rc = receive_cost(run, eng, su_thread_per_timer(run) ? 300 : 20000);
+		rc = receive_cost(run, eng, sk_thread_per_timer(run) ? 300 : 20000);
 		if (rc > 0)
 			v += rc;
 	}
@@ -810,14 +810,14 @@ static int actors_run(const struct tmo_run *run)
 		printf("note: the engine refused %ld arms with TMO_EAGAIN (retried after 1 ms each; "
 		       "receive costs that include them are inflated)\n",
 		       ac_eagain);
-	tmo_report(run, "arm_eagain_retries", "", (double)ac_eagain, "count");
+	sk_report(run, "arm_eagain_retries", "", (double)ac_eagain, "count");
 	if (rc < 0)
 		return rc;
 	printf("actors: %d violations\n", v);
 	return v;
 }
 
-const struct tmo_scenario tmo_scenario_actors = {
+const struct sk_scenario sk_scenario_actors = {
 	.name = "actors",
 	.summary = "Revactor MapReduce word count: actors (threads) with receive-with-timeout on the "
 	           "engine (scope or marker), sequential vs 50/100/200 actors, message/timeout race, "

@@ -43,7 +43,7 @@
 #include <stdatomic.h>
 #include <sys/resource.h>
 
-#include "util.h"
+#include "kit/util.h"
 
 #define WINDOW_FULL (500 * TMO_NSEC_PER_MSEC)
 #define WINDOW_QUICK (200 * TMO_NSEC_PER_MSEC)
@@ -87,7 +87,7 @@ struct pg_worker {
 };
 
 struct pg_ctx {
-	const struct tmo_run *run;
+	const struct sk_run *run;
 	struct tmo *e;
 	atomic_int phase;          /* the phase workers run; PH_STOP ends them */
 	_Atomic int64_t parked_at; /* park(1) was called; INT64_MAX before */
@@ -105,7 +105,7 @@ static void pg_block_cb(struct tmo_timer *t, void *arg)
 	(void)t;
 	atomic_store(&c->blocker_in, 1);
 	while (!atomic_load(&c->blocker_release))
-		su_sleep_ns(100 * TMO_NSEC_PER_USEC);
+		sk_sleep_ns(100 * TMO_NSEC_PER_USEC);
 }
 
 /* The callback phase's op: cancel the oldest of the worker's held timers
@@ -148,7 +148,7 @@ static void *pg_worker_main(void *arg)
 		int phase = atomic_load(&c->phase);
 		if (phase == PH_STOP)
 			break;
-		int64_t t0 = su_now_ns();
+		int64_t t0 = sk_now_ns();
 		atomic_store(&w->op_start, t0);
 		int rc, rc2;
 		if (phase == PH_CALLBACK) {
@@ -157,7 +157,7 @@ static void *pg_worker_main(void *arg)
 			rc = tmo_arm(c->e, &w->t, TMO_NSEC_PER_SEC, pg_cb, NULL);
 			rc2 = rc == 0 ? tmo_cancel(c->e, &w->t) : TMO_CANCEL_PREVENTED;
 		}
-		int64_t t1 = su_now_ns();
+		int64_t t1 = sk_now_ns();
 		atomic_store(&w->op_start, 0);
 		/* An op belongs to the parked phase if it ended after park(1) was
 		 * called: an op the park caught midway counts there too. */
@@ -209,13 +209,13 @@ static struct pg_watch_result pg_watch(struct pg_ctx *c, int ph, int64_t window,
                                        const char *what, double base)
 {
 	struct pg_watch_result r = {0, 0, 0};
-	int64_t start = su_now_ns(), end = start + window;
+	int64_t start = sk_now_ns(), end = start + window;
 	long long ops0[MAX_WORKERS];
 	for (int i = 0; i < c->nworkers; i++)
 		ops0[i] = atomic_load(&c->w[i].ops[ph]);
 	int stalled[MAX_WORKERS] = {0};
 	for (;;) {
-		int64_t now = su_now_ns();
+		int64_t now = sk_now_ns();
 		for (int i = 0; i < c->nworkers; i++) {
 			int64_t s = atomic_load(&c->w[i].op_start);
 			if (s != 0 && now - s > BOUND && !stalled[i]) {
@@ -227,10 +227,10 @@ static struct pg_watch_result pg_watch(struct pg_ctx *c, int ph, int64_t window,
 		    now - start >= LIVENESS)
 			break;
 		double f = now < end ? 1 - (double)(end - now) / (double)window : 1;
-		tmo_progress(c->run, what, base + 0.33 * f);
-		su_sleep_ns(TMO_NSEC_PER_MSEC);
+		sk_progress(c->run, what, base + 0.33 * f);
+		sk_sleep_ns(TMO_NSEC_PER_MSEC);
 	}
-	int64_t now = su_now_ns();
+	int64_t now = sk_now_ns();
 	r.length = now - start;
 	for (int i = 0; i < c->nworkers; i++) {
 		int64_t s = atomic_load(&c->w[i].op_start);
@@ -247,7 +247,7 @@ static long long pg_need(const struct pg_ctx *c)
 	return (c->run->ops->caps & TMO_CAP_LOCKFREE_ARM) ? PROOF_OPS : 0;
 }
 
-static void pg_phase_report(const struct tmo_run *run, struct pg_ctx *c, int ph, int64_t window,
+static void pg_phase_report(const struct sk_run *run, struct pg_ctx *c, int ph, int64_t window,
                             struct pg_watch_result w)
 {
 	const char *name = ph_name[ph];
@@ -270,29 +270,29 @@ static void pg_phase_report(const struct tmo_run *run, struct pg_ctx *c, int ph,
 		for (size_t j = 0; j < c->w[i].nlat[ph]; j++)
 			all[k++] = c->w[i].lat[ph][j];
 	if (all != NULL)
-		qsort(all, k, sizeof *all, su_cmp_i64);
-	double p50 = all ? (double)su_quantile_i64(all, k, 0.5) : NAN;
-	double p99 = all ? (double)su_quantile_i64(all, k, 0.99) : NAN;
+		qsort(all, k, sizeof *all, sk_cmp_i64);
+	double p50 = all ? (double)sk_quantile_i64(all, k, 0.5) : NAN;
+	double p99 = all ? (double)sk_quantile_i64(all, k, 0.99) : NAN;
 	double mx = ops > 0 ? (double)mx_all : NAN, mq = ops > 0 ? (double)mx_quiet : NAN;
 	free(all);
 	double rate = (double)ops / ((double)window / 1e9);
 	if (ph == PH_CALLBACK)
-		tmo_report(run, "callback_max_latency_ns", "", mq, "ns");
-	su_report(run, "pairs", (double)ops, "count", "phase=%s,threads=%d", name, c->nworkers);
-	su_report(run, "pairs_per_s", rate, "pairs/s", "phase=%s,threads=%d", name, c->nworkers);
-	su_report(run, "latency_ns", p50, "ns", "phase=%s,threads=%d,q=p50", name, c->nworkers);
-	su_report(run, "latency_ns", p99, "ns", "phase=%s,threads=%d,q=p99", name, c->nworkers);
-	su_report(run, "latency_ns", mx, "ns", "phase=%s,threads=%d,q=max", name, c->nworkers);
-	su_report(run, "max_unswitched_ns", mq, "ns", "phase=%s,threads=%d", name, c->nworkers);
-	su_report(run, "slow_pairs_preempted", (double)preempted, "count", "phase=%s,threads=%d",
+		sk_report(run, "callback_max_latency_ns", "", mq, "ns");
+	sk_report_fmt(run, "pairs", (double)ops, "count", "phase=%s,threads=%d", name, c->nworkers);
+	sk_report_fmt(run, "pairs_per_s", rate, "pairs/s", "phase=%s,threads=%d", name, c->nworkers);
+	sk_report_fmt(run, "latency_ns", p50, "ns", "phase=%s,threads=%d,q=p50", name, c->nworkers);
+	sk_report_fmt(run, "latency_ns", p99, "ns", "phase=%s,threads=%d,q=p99", name, c->nworkers);
+	sk_report_fmt(run, "latency_ns", mx, "ns", "phase=%s,threads=%d,q=max", name, c->nworkers);
+	sk_report_fmt(run, "max_unswitched_ns", mq, "ns", "phase=%s,threads=%d", name, c->nworkers);
+	sk_report_fmt(run, "slow_pairs_preempted", (double)preempted, "count", "phase=%s,threads=%d",
 	          name, c->nworkers);
-	su_report(run, "slow_pairs_slept", (double)slept, "count", "phase=%s,threads=%d", name,
+	sk_report_fmt(run, "slow_pairs_slept", (double)slept, "count", "phase=%s,threads=%d", name,
 	          c->nworkers);
-	su_report(run, "blocked_workers", (double)w.blocked, "count", "phase=%s,threads=%d", name,
+	sk_report_fmt(run, "blocked_workers", (double)w.blocked, "count", "phase=%s,threads=%d", name,
 	          c->nworkers);
-	su_report(run, "stalled_workers", (double)w.stalled, "count", "phase=%s,threads=%d", name,
+	sk_report_fmt(run, "stalled_workers", (double)w.stalled, "count", "phase=%s,threads=%d", name,
 	          c->nworkers);
-	su_report(run, "arms_refused", (double)refused, "count", "phase=%s,threads=%d", name,
+	sk_report_fmt(run, "arms_refused", (double)refused, "count", "phase=%s,threads=%d", name,
 	          c->nworkers);
 	printf("  %-8s %10lld arm+cancel pairs (%.3g/s), latency p50 %8.0f ns  p99 %10.0f ns  max "
 	       "%12.0f ns; of %d workers %d stalled > %lld ms, %d blocked to the end; %lld arms "
@@ -306,13 +306,13 @@ static void pg_phase_report(const struct tmo_run *run, struct pg_ctx *c, int ph,
 /* Park the timer thread for `window` and watch.  Returns violations. */
 static int pg_parked_phase(struct pg_ctx *c, int64_t window, struct pg_watch_result *out)
 {
-	const struct tmo_run *run = c->run;
+	const struct sk_run *run = c->run;
 	/* Parking waits for the timer thread to reach its hook; only then does
 	 * the parked phase start counting. */
-	atomic_store(&c->parked_at, su_now_ns());
+	atomic_store(&c->parked_at, sk_now_ns());
 	int rc = tmo_park(c->e, 1);
 	if (rc != 0) {
-		tmo_violation(run, "park(1) returned %s on an engine declaring TMO_CAP_PARK",
+		sk_violation(run, "park(1) returned %s on an engine declaring TMO_CAP_PARK",
 		              tmo_errname(rc));
 		return 1;
 	}
@@ -323,7 +323,7 @@ static int pg_parked_phase(struct pg_ctx *c, int64_t window, struct pg_watch_res
 	atomic_store(&c->phase, PH_CALLBACK);
 	rc = tmo_park(c->e, 0);
 	if (rc != 0) {
-		tmo_violation(run, "park(0) returned %s", tmo_errname(rc));
+		sk_violation(run, "park(0) returned %s", tmo_errname(rc));
 		return 1;
 	}
 	return 0;
@@ -332,17 +332,17 @@ static int pg_parked_phase(struct pg_ctx *c, int64_t window, struct pg_watch_res
 /* Block one callback for `window` and watch.  Returns violations. */
 static int pg_callback_phase(struct pg_ctx *c, int64_t window, struct pg_watch_result *out)
 {
-	const struct tmo_run *run = c->run;
+	const struct sk_run *run = c->run;
 	int rc = tmo_arm(c->e, &c->blocker, 0, pg_block_cb, c);
 	if (rc != 0) {
-		tmo_violation(run, "arming the blocking callback returned %s", tmo_errname(rc));
+		sk_violation(run, "arming the blocking callback returned %s", tmo_errname(rc));
 		return 1;
 	}
-	int64_t end = su_now_ns() + 10 * TMO_NSEC_PER_SEC;
-	while (!atomic_load(&c->blocker_in) && su_now_ns() < end)
-		su_sleep_ns(100 * TMO_NSEC_PER_USEC);
+	int64_t end = sk_now_ns() + 10 * TMO_NSEC_PER_SEC;
+	while (!atomic_load(&c->blocker_in) && sk_now_ns() < end)
+		sk_sleep_ns(100 * TMO_NSEC_PER_USEC);
 	if (!atomic_load(&c->blocker_in)) {
-		tmo_violation(run, "a timeout-0 timer did not fire within 10 s");
+		sk_violation(run, "a timeout-0 timer did not fire within 10 s");
 		atomic_store(&c->blocker_release, 1);
 		return 1;
 	}
@@ -352,7 +352,7 @@ static int pg_callback_phase(struct pg_ctx *c, int64_t window, struct pg_watch_r
 	atomic_store(&c->blocker_release, 1);
 	rc = tmo_cancel(c->e, &c->blocker);
 	if (rc != TMO_CANCEL_WAITED && rc != TMO_CANCEL_FIRED) {
-		tmo_violation(run, "cancel of the blocked callback's timer returned %s, want "
+		sk_violation(run, "cancel of the blocked callback's timer returned %s, want "
 		              "TMO_CANCEL_WAITED or TMO_CANCEL_FIRED",
 		              rc < 0 ? tmo_errname(rc) : "PREVENTED");
 		return 1;
@@ -363,10 +363,10 @@ static int pg_callback_phase(struct pg_ctx *c, int64_t window, struct pg_watch_r
 /* An engine declaring TMO_CAP_LOCKFREE_ARM may not block in any phase. */
 static int pg_verdict(struct pg_ctx *c, int ph, struct pg_watch_result w)
 {
-	const struct tmo_run *run = c->run;
+	const struct sk_run *run = c->run;
 	int lockfree = (run->ops->caps & TMO_CAP_LOCKFREE_ARM) != 0;
 	if (w.blocked > 0 && lockfree) {
-		tmo_violation(run, "declares TMO_CAP_LOCKFREE_ARM, yet in the %s phase %d of %d workers "
+		sk_violation(run, "declares TMO_CAP_LOCKFREE_ARM, yet in the %s phase %d of %d workers "
 		              "were blocked: short of %d arm+cancel pairs, or inside one begun more "
 		              "than half the phase earlier, when it ended (%lld ms phase)",
 		              ph_name[ph], w.blocked, c->nworkers, PROOF_OPS,
@@ -382,7 +382,7 @@ static int pg_verdict(struct pg_ctx *c, int ph, struct pg_watch_result w)
 	return 0;
 }
 
-static int progress_run(const struct tmo_run *run)
+static int progress_run(const struct sk_run *run)
 {
 	struct pg_ctx *c = calloc(1, sizeof *c);
 	if (c == NULL)
@@ -400,7 +400,7 @@ static int progress_run(const struct tmo_run *run)
 	if (!parkable) {
 		rc = tmo_park(c->e, 1);
 		if (rc != TMO_EINVAL) {
-			tmo_violation(run, "park on an engine without TMO_CAP_PARK returned %s, want "
+			sk_violation(run, "park on an engine without TMO_CAP_PARK returned %s, want "
 			              "TMO_EINVAL",
 			              tmo_errname(rc));
 			v++;
@@ -413,7 +413,7 @@ static int progress_run(const struct tmo_run *run)
 		                                                     "timer thread"
 		                                                   : "no park hook");
 	}
-	tmo_report(run, "parkable", "", parkable, "bool");
+	sk_report(run, "parkable", "", parkable, "bool");
 	int64_t window = run->quick ? WINDOW_QUICK : WINDOW_FULL;
 	int64_t cb_window = run->quick ? CB_WINDOW_QUICK : CB_WINDOW_FULL;
 	int started = 0;
@@ -422,7 +422,7 @@ static int progress_run(const struct tmo_run *run)
 		w->c = c;
 		for (int ph = 0; ph < NPH; ph++)
 			w->lat[ph] = malloc(MAX_SAMPLES * sizeof(int64_t));
-		w->nheld = su_thread_per_timer(run) ? CB_HELD_THREAD : CB_HELD;
+		w->nheld = sk_thread_per_timer(run) ? CB_HELD_THREAD : CB_HELD;
 		w->held = calloc(w->nheld, sizeof *w->held);
 		if (w->lat[0] == NULL || w->lat[1] == NULL || w->lat[2] == NULL || w->held == NULL ||
 		    pthread_create(&w->th, NULL, pg_worker_main, w) != 0) {
@@ -435,7 +435,7 @@ static int progress_run(const struct tmo_run *run)
 	       "running, %.0f ms with it parked, then %.0f ms holding %d timers each while one "
 	       "callback blocks\n",
 	       c->nworkers, (double)window / 1e6, parkable ? (double)window / 1e6 : 0.0,
-	       (double)cb_window / 1e6, su_thread_per_timer(run) ? CB_HELD_THREAD : CB_HELD);
+	       (double)cb_window / 1e6, sk_thread_per_timer(run) ? CB_HELD_THREAD : CB_HELD);
 	struct pg_watch_result w_ph[NPH] = {{0, 0, 0}, {0, 0, 0}, {0, 0, 0}};
 	if (rc == 0) {
 		w_ph[PH_RUNNING] = pg_watch(c, PH_RUNNING, window, 0, "running", 0);
@@ -463,7 +463,7 @@ static int progress_run(const struct tmo_run *run)
 				w->errors++;
 		errors += w->errors;
 		if (w->errors > 0 && errors == w->errors)
-			tmo_violation(run, "worker %d: %lld arm/cancel pairs failed (first: %s, %d)", i,
+			sk_violation(run, "worker %d: %lld arm/cancel pairs failed (first: %s, %d)", i,
 			              w->errors, tmo_errname(w->first_error), w->first_error);
 	}
 	v += errors > 0;
@@ -474,11 +474,11 @@ static int progress_run(const struct tmo_run *run)
 		free(c->w[i].held);
 	}
 	free(c);
-	tmo_report(run, "violations", "", v, "count");
+	sk_report(run, "violations", "", v, "count");
 	return rc < 0 ? rc : v;
 }
 
-const struct tmo_scenario tmo_scenario_progress = {
+const struct sk_scenario sk_scenario_progress = {
 	"progress",
 	"park the timer thread, then block one callback; arm/cancel latency from other threads "
 	"meanwhile (lock-free engines keep going, lock-based ones block: bounded, counted)",

@@ -20,7 +20,7 @@
 #include <stdatomic.h>
 
 #include "tmo/scope.h"
-#include "util.h"
+#include "kit/util.h"
 
 #define MS TMO_NSEC_PER_MSEC
 #define US TMO_NSEC_PER_USEC
@@ -53,7 +53,7 @@ static int sr_scope(int64_t timeout, enum tmo_scope_mode mode, tmo_block_fn *blo
 			sr_short = 1;
 		else {
 			sr_eagain++;
-			su_sleep_ns(MS);
+			sk_sleep_ns(MS);
 		}
 	}
 	return TMO_EAGAIN;
@@ -146,7 +146,7 @@ static const struct {
 	{{0, "timeout error"}, {1, "block's result"}, {1, "timeout error"}},
 };
 
-static int truth_table(const struct tmo_run *run, int reps)
+static int truth_table(const struct sk_run *run, int reps)
 {
 	int v = 0;
 	printf("truth table (%d runs per row; deadline 10 ms, the block sleeps 3 s):\n", reps);
@@ -161,9 +161,9 @@ static int truth_table(const struct tmo_run *run, int reps)
 				struct cell c = {.filter = handlers[h].filter, .reraise = handlers[h].reraise};
 				intptr_t val = 0;
 				struct tmo_exc e = {0};
-				int64_t t0 = su_now_ns();
+				int64_t t0 = sk_now_ns();
 				int rc = sr_scope(SR_DEADLINE, mode, cell_block, &c, &val, &e);
-				int64_t el = su_now_ns() - t0;
+				int64_t el = sk_now_ns() - t0;
 				if (el > worst)
 					worst = el;
 				const char *o = outcome(rc, val);
@@ -179,7 +179,7 @@ static int truth_table(const struct tmo_run *run, int reps)
 				if (sr_short)
 					return v; /* not run: the run is skipped */
 				if (!ok) {
-					tmo_violation(run,
+					sk_violation(run,
 					              "mode %s, %s, run %d: rescue saw %d (class %d), ensure ran %d, "
 					              "code after sleep ran %d, caller got %s (%s) — expected saw %d, "
 					              "ensure 1, caller %s",
@@ -206,9 +206,9 @@ static int truth_table(const struct tmo_run *run, int reps)
 			printf("  %-9s | %-23s | %-11s | %-6s | %-15s | %s\n", mode_name(mode),
 			       handlers[h].ruby, saw_any ? "yes" : "no", ens, got ? got : "-",
 			       bad ? "MISMATCH" : "as expected");
-			su_report(run, "truth_table_mismatches", (double)bad, "count", "mode=%s,handler=%s",
+			sk_report_fmt(run, "truth_table_mismatches", (double)bad, "count", "mode=%s,handler=%s",
 			          mode_name(mode), handlers[h].ruby);
-			su_report(run, "interrupted_block_ms_max", (double)worst / 1e6, "ms",
+			sk_report_fmt(run, "interrupted_block_ms_max", (double)worst / 1e6, "ms",
 			          "mode=%s,handler=%s", mode_name(mode), handlers[h].ruby);
 			v += bad;
 		}
@@ -273,7 +273,7 @@ static intptr_t nest_outer_block(void *arg)
 	return v;
 }
 
-static int nesting(const struct tmo_run *run, int reps)
+static int nesting(const struct sk_run *run, int reps)
 {
 	int v = 0;
 	printf("nested scopes (inner block: begin; begin; sleep 3; ensure; end; rescue => e; end):\n");
@@ -316,7 +316,7 @@ static int nesting(const struct tmo_run *run, int reps)
 					if (sr_short)
 						return v;
 					if (!ok) {
-						tmo_violation(run,
+						sk_violation(run,
 						              "nested (%s expires first), outer %s, inner %s, run %d: rc %s, "
 						              "inner rc %s, inner returned %d, rescued %d, ensures %d/%d, "
 						              "identity %s",
@@ -330,7 +330,7 @@ static int nesting(const struct tmo_run *run, int reps)
 				printf("  %-28s | %-9s | %-9s | %-34s | %s\n",
 				       reverse ? "inner expires inside outer" : "outer expires inside inner",
 				       mode_name(om), mode_name(im), res, bad ? "MISMATCH" : "as expected");
-				su_report(run, "nested_mismatches", (double)bad, "count",
+				sk_report_fmt(run, "nested_mismatches", (double)bad, "count",
 				          "first=%s,outer=%s,inner=%s", reverse ? "inner" : "outer",
 				          mode_name(om), mode_name(im));
 				v += bad;
@@ -351,7 +351,7 @@ struct edge {
 static intptr_t edge_block(void *arg)
 {
 	struct edge *e = arg;
-	while (su_now_ns() < e->until)
+	while (sk_now_ns() < e->until)
 		if (e->checks)
 			tmo_check();
 	e->finished = 1;
@@ -359,9 +359,9 @@ static intptr_t edge_block(void *arg)
 }
 
 struct edge_run {
-	const struct tmo_run *run;
+	const struct sk_run *run;
 	int iterations, mode;
-	struct su_rng rng;
+	struct sk_rng rng;
 	int returned, expired, late, inconsistent;
 };
 
@@ -369,13 +369,13 @@ static intptr_t edge_outer(void *arg)
 {
 	struct edge_run *r = arg;
 	for (int i = 0; i < r->iterations; i++) {
-		int64_t timeout = 200 * US + (int64_t)su_below(&r->rng, 800 * US);
-		struct edge e = {.checks = (int)su_below(&r->rng, 2)};
+		int64_t timeout = 200 * US + (int64_t)sk_below(&r->rng, 800 * US);
+		struct edge e = {.checks = (int)sk_below(&r->rng, 2)};
 		/* Return from 100 us before the deadline to 100 us + two engine
 		 * resolutions after it: the callback of a coarse engine (a 1 ms
 		 * wheel) fires that late, and the race is with the callback. */
 		int64_t window = 200 * US + 2 * r->run->ops->resolution_ns;
-		e.until = su_now_ns() + timeout - 100 * US + (int64_t)su_below(&r->rng, (uint64_t)window);
+		e.until = sk_now_ns() + timeout - 100 * US + (int64_t)sk_below(&r->rng, (uint64_t)window);
 		intptr_t val = 0;
 		int rc = sr_scope(timeout, r->mode, edge_block, &e, &val, NULL);
 		if (sr_short)
@@ -385,25 +385,25 @@ static intptr_t edge_outer(void *arg)
 		} else if (rc == TMO_ETIMEDOUT && !e.finished) {
 			r->expired++;
 		} else {
-			tmo_violation(r->run, "edge race, mode %s, iteration %d: rc %s, block finished %d",
+			sk_violation(r->run, "edge race, mode %s, iteration %d: rc %s, block finished %d",
 			              mode_name(r->mode), i, tmo_scope_errname(rc), e.finished);
 			r->inconsistent++;
 		}
 		/* From here any interrupt is late: the outer scope has no deadline. */
 		if (tmo_interrupt_pending()) {
-			tmo_violation(r->run, "edge race, mode %s, iteration %d: interrupt pending after the "
+			sk_violation(r->run, "edge race, mode %s, iteration %d: interrupt pending after the "
 			              "scope returned", mode_name(r->mode), i);
 			r->late++;
 		}
 		tmo_check();
 		tmo_sleep(0);
 		if ((i & 255) == 0)
-			tmo_progress(r->run, "edge race", (double)i / r->iterations);
+			sk_progress(r->run, "edge race", (double)i / r->iterations);
 	}
 	return 0;
 }
 
-static int edge_race(const struct tmo_run *run, int iterations)
+static int edge_race(const struct sk_run *run, int iterations)
 {
 	int v = 0;
 	printf("edge-of-deadline race (timeouts 0.2-1 ms; blocks return from 100 us before to "
@@ -423,7 +423,7 @@ static int edge_race(const struct tmo_run *run, int iterations)
 		uint64_t discarded = s1.discarded - s0.discarded;
 		if (s1.delivered - s0.delivered != (uint64_t)r.expired ||
 		    s1.expired - s0.expired != (s1.delivered - s0.delivered) + discarded) {
-			tmo_violation(run, "edge race, mode %s: expiries %llu != delivered %llu + "
+			sk_violation(run, "edge race, mode %s: expiries %llu != delivered %llu + "
 			              "discarded %llu, or delivered != %d timeouts seen",
 			              mode_name(mode), (unsigned long long)(s1.expired - s0.expired),
 			              (unsigned long long)(s1.delivered - s0.delivered),
@@ -431,7 +431,7 @@ static int edge_race(const struct tmo_run *run, int iterations)
 			r.inconsistent++;
 		}
 		if (rc != 0) {
-			tmo_violation(run, "edge race, mode %s: a late interrupt reached the outer frame "
+			sk_violation(run, "edge race, mode %s: a late interrupt reached the outer frame "
 			              "(%s)", mode_name(mode), tmo_scope_errname(rc));
 			r.late++;
 		}
@@ -439,11 +439,11 @@ static int edge_race(const struct tmo_run *run, int iterations)
 		       "discarded), %d expired, %d late, %d inconsistent\n",
 		       mode_name(mode), iterations, r.returned, (unsigned long long)discarded,
 		       r.expired, r.late, r.inconsistent);
-		su_report(run, "edge_discarded", (double)discarded, "count", "mode=%s,runs=%d",
+		sk_report_fmt(run, "edge_discarded", (double)discarded, "count", "mode=%s,runs=%d",
 		          mode_name(mode), iterations);
-		su_report(run, "edge_late_interrupts", (double)r.late, "count", "mode=%s,runs=%d",
+		sk_report_fmt(run, "edge_late_interrupts", (double)r.late, "count", "mode=%s,runs=%d",
 		          mode_name(mode), iterations);
-		su_report(run, "edge_expired", (double)r.expired, "count", "mode=%s,runs=%d",
+		sk_report_fmt(run, "edge_expired", (double)r.expired, "count", "mode=%s,runs=%d",
 		          mode_name(mode), iterations);
 		v += r.late + r.inconsistent;
 	}
@@ -455,9 +455,9 @@ static int edge_race(const struct tmo_run *run, int iterations)
 static intptr_t empty_block(void *arg) { return (intptr_t)arg; }
 static void never_cb(struct tmo_timer *t, void *arg) { (void)t, (void)arg; }
 
-static double time_scopes(const struct tmo_run *run, int n, int64_t timeout, int *v)
+static double time_scopes(const struct sk_run *run, int n, int64_t timeout, int *v)
 {
-	int64_t t0 = su_now_ns();
+	int64_t t0 = sk_now_ns();
 	for (int i = 0; i < n; i++) {
 		intptr_t val = 0;
 		int rc = sr_scope(timeout, TMO_SCOPE_EXCEPTION, empty_block,
@@ -465,44 +465,44 @@ static double time_scopes(const struct tmo_run *run, int n, int64_t timeout, int
 		if (sr_short)
 			break;
 		if (rc != 0 || val != i) {
-			tmo_violation(run, "empty scope %d: rc %s, value %ld", i, tmo_scope_errname(rc),
+			sk_violation(run, "empty scope %d: rc %s, value %ld", i, tmo_scope_errname(rc),
 			              (long)val);
 			(*v)++;
 			break;
 		}
 	}
-	return (double)(su_now_ns() - t0) / n;
+	return (double)(sk_now_ns() - t0) / n;
 }
 
-static double time_raw(const struct tmo_run *run, int n, int *v)
+static double time_raw(const struct sk_run *run, int n, int *v)
 {
 	struct tmo_timer t = TMO_TIMER_INIT;
-	int64_t t0 = su_now_ns();
+	int64_t t0 = sk_now_ns();
 	for (int i = 0; i < n; i++) {
 		int rc;
 		for (int k = 0; (rc = tmo_arm(sr_eng, &t, TMO_NSEC_PER_SEC, never_cb, NULL)) == TMO_EAGAIN &&
 		                k < 1000;
 		     k++) {
 			sr_eagain++;
-			su_sleep_ns(MS);
+			sk_sleep_ns(MS);
 		}
 		if (rc == TMO_EAGAIN)
 			sr_short = 1;
 		if (sr_short)
 			break;
 		if (rc != 0 || tmo_cancel(sr_eng, &t) != TMO_CANCEL_PREVENTED) {
-			tmo_violation(run, "raw arm+cancel %d failed", i);
+			sk_violation(run, "raw arm+cancel %d failed", i);
 			(*v)++;
 			break;
 		}
 	}
-	return (double)(su_now_ns() - t0) / n;
+	return (double)(sk_now_ns() - t0) / n;
 }
 
 /* The seed benchmark's shape (Timeout.timeout(1) {} n times) against the
  * engine's bare arm+cancel and a scope with no deadline (the runtime's own
  * cost: frame, setjmp, thread context).  Rounds alternate; medians of 5. */
-static int scope_cost(const struct tmo_run *run, int n)
+static int scope_cost(const struct sk_run *run, int n)
 {
 	int v = 0;
 	double scope[5], raw[5], none[5];
@@ -513,24 +513,24 @@ static int scope_cost(const struct tmo_run *run, int n)
 	}
 	if (sr_short)
 		return v;
-	double s = su_median(scope, 5), a = su_median(raw, 5), z = su_median(none, 5);
+	double s = sk_median(scope, 5), a = sk_median(raw, 5), z = sk_median(none, 5);
 	printf("cost (median of 5 x %d): empty 1 s scope %.0f ns, bare arm+cancel %.0f ns, "
 	       "scope without deadline %.0f ns\n",
 	       n, s, a, z);
-	su_report(run, "scope_empty_ns", s, "ns", "timeout=1s,n=%d", n);
-	su_report(run, "arm_cancel_ns", a, "ns", "timeout=1s,n=%d", n);
-	su_report(run, "scope_no_deadline_ns", z, "ns", "timeout=0,n=%d", n);
+	sk_report_fmt(run, "scope_empty_ns", s, "ns", "timeout=1s,n=%d", n);
+	sk_report_fmt(run, "arm_cancel_ns", a, "ns", "timeout=1s,n=%d", n);
+	sk_report_fmt(run, "scope_no_deadline_ns", z, "ns", "timeout=0,n=%d", n);
 	return v;
 }
 
-static int skip_rescue_run(const struct tmo_run *run)
+static int skip_rescue_run(const struct sk_run *run)
 {
 	int rc = tmo_create_ops(run->ops, NULL, &sr_eng);
 	if (rc == TMO_EAGAIN) {
-		tmo_skip(run, "the engine could not be created: TMO_EAGAIN (%s; a per-user limit such "
+		sk_skip(run, "the engine could not be created: TMO_EAGAIN (%s; a per-user limit such "
 		         "as RLIMIT_SIGPENDING for kernel timers, which other processes share)",
 		         tmo_strerror(rc));
-		return TMO_SCENARIO_SKIPPED;
+		return SK_SKIPPED;
 	}
 	if (rc != 0)
 		return rc;
@@ -543,24 +543,24 @@ static int skip_rescue_run(const struct tmo_run *run)
 	if (!sr_short)
 		v += edge_race(run, run->quick ? 500 : 5000);
 	if (!sr_short)
-		v += scope_cost(run, su_thread_per_timer(run) ? 1000 : 20000);
+		v += scope_cost(run, sk_thread_per_timer(run) ? 1000 : 20000);
 	tmo_destroy(&sr_eng);
 	if (sr_short && v == 0) {
-		tmo_skip(run, "the engine refused to arm with TMO_EAGAIN for 1 s on end (%s; a "
+		sk_skip(run, "the engine refused to arm with TMO_EAGAIN for 1 s on end (%s; a "
 		         "per-user limit such as RLIMIT_SIGPENDING for kernel timers, which other "
 		         "processes share): stopped after %ld refusals", tmo_strerror(TMO_EAGAIN),
 		         sr_eagain);
-		return TMO_SCENARIO_SKIPPED;
+		return SK_SKIPPED;
 	}
 	if (sr_eagain > 0)
 		printf("note: the engine refused %ld arms with TMO_EAGAIN (retried after 1 ms each)\n",
 		       sr_eagain);
-	tmo_report(run, "arm_eagain_retries", "", (double)sr_eagain, "count");
+	sk_report(run, "arm_eagain_retries", "", (double)sr_eagain, "count");
 	printf("skip-rescue: %d violations\n", v);
 	return v;
 }
 
-const struct tmo_scenario tmo_scenario_skip_rescue = {
+const struct sk_scenario sk_scenario_skip_rescue = {
 	.name = "skip-rescue",
 	.summary = "timeout scopes: raise/throw/exception truth table (Ruby Bug #8730), nesting by "
 	           "identity, edge-of-deadline race (0 late interrupts)",

@@ -39,7 +39,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "util.h"
+#include "kit/util.h"
 
 #define DURATION_FULL (60 * TMO_NSEC_PER_SEC)
 #define DURATION_QUICK (5 * TMO_NSEC_PER_SEC)
@@ -55,16 +55,16 @@
 #define SETTLE (200 * TMO_NSEC_PER_MSEC)
 #define MAX_WORKERS 256
 
-struct su_slot {
+struct sus_slot {
 	struct tmo_timer t;
 	atomic_int cb_runs; /* callbacks for the slot's current arm */
 	int armed;
 };
 
-struct su_worker {
-	const struct tmo_run *run;
+struct sus_worker {
+	const struct sk_run *run;
 	struct tmo *e;
-	struct su_slot *slots;
+	struct sus_slot *slots;
 	size_t w;
 	uint64_t seed;
 	atomic_int *stop;
@@ -73,15 +73,15 @@ struct su_worker {
 	uint64_t arms, prevented, fired, refused, violations;
 };
 
-static void su_cb(struct tmo_timer *t, void *arg)
+static void sus_fired(struct tmo_timer *t, void *arg)
 {
-	struct su_slot *s = tmo_container_of(t, struct su_slot, t);
+	struct sus_slot *s = tmo_container_of(t, struct sus_slot, t);
 	atomic_fetch_add_explicit(&s->cb_runs, 1, memory_order_relaxed);
 	(void)arg;
 }
 
 /* Resolve the slot's current arm with a cancel and check exactly-once. */
-static void su_resolve(struct su_worker *w, struct su_slot *s, size_t i)
+static void sus_resolve(struct sus_worker *w, struct sus_slot *s, size_t i)
 {
 	int rc = tmo_cancel(w->e, &s->t);
 	/* cancel has returned: a callback that ran for this arm has returned. */
@@ -89,37 +89,37 @@ static void su_resolve(struct su_worker *w, struct su_slot *s, size_t i)
 	if (rc == TMO_CANCEL_PREVENTED) {
 		w->prevented++;
 		if (runs != 0 && w->violations++ < 5)
-			tmo_violation(w->run, "slot %zu: cancel returned TMO_CANCEL_PREVENTED but the "
+			sk_violation(w->run, "slot %zu: cancel returned TMO_CANCEL_PREVENTED but the "
 			              "callback ran %d time(s)", i, runs);
 	} else if (rc == TMO_CANCEL_FIRED || rc == TMO_CANCEL_WAITED) {
 		w->fired++;
 		if (runs != 1 && w->violations++ < 5)
-			tmo_violation(w->run, "slot %zu: cancel returned %s but the callback ran %d time(s)",
+			sk_violation(w->run, "slot %zu: cancel returned %s but the callback ran %d time(s)",
 			              i, rc == TMO_CANCEL_FIRED ? "TMO_CANCEL_FIRED" : "TMO_CANCEL_WAITED",
 			              runs);
 	} else if (w->violations++ < 5) {
-		tmo_violation(w->run, "slot %zu: cancel of an armed timer returned %s (%d)", i,
+		sk_violation(w->run, "slot %zu: cancel of an armed timer returned %s (%d)", i,
 		              rc < 0 ? tmo_errname(rc) : "an unexpected result", rc);
 	}
 	s->armed = 0;
 }
 
-static void *su_worker_main(void *arg)
+static void *sus_worker_main(void *arg)
 {
-	struct su_worker *w = arg;
-	struct su_rng rng = {w->seed};
+	struct sus_worker *w = arg;
+	struct sk_rng rng = {w->seed};
 	size_t i = 0;
 
 	while (!atomic_load_explicit(w->stop, memory_order_relaxed)) {
-		struct su_slot *s = &w->slots[i];
+		struct sus_slot *s = &w->slots[i];
 		if (s->armed)
-			su_resolve(w, s, i);
-		uint64_t r = su_rand(&rng);
+			sus_resolve(w, s, i);
+		uint64_t r = sk_rand(&rng);
 		int64_t timeout = (r & 7) == 0 ? (int64_t)((r >> 3) % (100 * TMO_NSEC_PER_USEC))
 		                               : TMO_NSEC_PER_SEC +
 		                                     (int64_t)((r >> 3) % (119 * TMO_NSEC_PER_SEC));
 		atomic_store_explicit(&s->cb_runs, 0, memory_order_relaxed);
-		int rc = tmo_arm(w->e, &s->t, timeout, su_cb, NULL);
+		int rc = tmo_arm(w->e, &s->t, timeout, sus_fired, NULL);
 		if (rc == 0) {
 			s->armed = 1;
 			w->arms++;
@@ -131,7 +131,7 @@ static void *su_worker_main(void *arg)
 				printf("  [%s] slot %zu: arm refused with %s (capacity; counted)\n",
 				       w->run->ops->name, i, tmo_errname(rc));
 		} else if (w->violations++ < 5) {
-			tmo_violation(w->run, "slot %zu: arm of %lld ns returned %s", i, (long long)timeout,
+			sk_violation(w->run, "slot %zu: arm of %lld ns returned %s", i, (long long)timeout,
 			              tmo_errname(rc));
 		}
 		if (++i == w->w)
@@ -139,24 +139,24 @@ static void *su_worker_main(void *arg)
 	}
 	for (size_t j = 0; j < w->w; j++)
 		if (w->slots[j].armed)
-			su_resolve(w, &w->slots[j], j);
+			sus_resolve(w, &w->slots[j], j);
 	return NULL;
 }
 
-struct su_sample {
+struct sus_sample {
 	int64_t t_ns;
 	struct tmo_stats s;
 	int64_t rss;
 };
 
-static void su_take(struct tmo *e, int64_t t0, uint64_t rss0, struct su_sample *out)
+static void sus_take(struct tmo *e, int64_t t0, uint64_t rss0, struct sus_sample *out)
 {
-	out->t_ns = su_now_ns() - t0;
+	out->t_ns = sk_now_ns() - t0;
 	tmo_stats(e, &out->s);
-	out->rss = (int64_t)su_rss_bytes() - (int64_t)rss0;
+	out->rss = (int64_t)sk_rss_bytes() - (int64_t)rss0;
 }
 
-static void su_print(const char *when, const struct su_sample *x)
+static void sus_print(const char *when, const struct sus_sample *x)
 {
 	printf("  %-7s %7.2f s  held %9llu bytes %7llu nodes  pending %6llu  threads %4llu  RSS "
 	       "%+8.2f MiB\n",
@@ -165,21 +165,21 @@ static void su_print(const char *when, const struct su_sample *x)
 	       (unsigned long long)x->s.threads, (double)x->rss / (1024.0 * 1024.0));
 }
 
-static int sustain_run(const struct tmo_run *run)
+static int sustain_run(const struct sk_run *run)
 {
 	int nworkers = run->threads < MAX_WORKERS ? run->threads : MAX_WORKERS;
-	size_t w = su_thread_per_timer(run) ? W_THREAD : W;
+	size_t w = sk_thread_per_timer(run) ? W_THREAD : W;
 	/* TMO_TEST_SCALE (sanitizer runs) shortens the run, to 1 s at least. */
-	int64_t duration = (int64_t)((double)(run->quick ? DURATION_QUICK : DURATION_FULL) * su_scale());
+	int64_t duration = (int64_t)((double)(run->quick ? DURATION_QUICK : DURATION_FULL) * sk_scale());
 	if (duration < TMO_NSEC_PER_SEC)
 		duration = TMO_NSEC_PER_SEC;
 	int64_t period = run->quick ? SAMPLE_QUICK : SAMPLE_FULL;
 	size_t nsamples_max = (size_t)(duration / period) + 2;
 	int v = 0;
 
-	struct su_worker *ws = calloc((size_t)nworkers, sizeof *ws);
-	struct su_slot *slots = calloc((size_t)nworkers * w, sizeof *slots);
-	struct su_sample *smp = calloc(nsamples_max, sizeof *smp);
+	struct sus_worker *ws = calloc((size_t)nworkers, sizeof *ws);
+	struct sus_slot *slots = calloc((size_t)nworkers * w, sizeof *slots);
+	struct sus_sample *smp = calloc(nsamples_max, sizeof *smp);
 	if (ws == NULL || slots == NULL || smp == NULL) {
 		free(ws), free(slots), free(smp);
 		return TMO_ENOMEM;
@@ -188,7 +188,7 @@ static int sustain_run(const struct tmo_run *run)
 	for (size_t off = 0; off < (size_t)nworkers * w * sizeof *slots; off += 4096)
 		((volatile char *)slots)[off] = 0;
 
-	uint64_t rss0 = su_rss_bytes();
+	uint64_t rss0 = sk_rss_bytes();
 	struct tmo *e = NULL;
 	int rc = tmo_create_ops(run->ops, NULL, &e);
 	if (rc != 0) {
@@ -203,32 +203,32 @@ static int sustain_run(const struct tmo_run *run)
 	atomic_init(&stop, 0);
 	int started = 0;
 	for (int k = 0; k < nworkers; k++) {
-		ws[k] = (struct su_worker){.run = run,
+		ws[k] = (struct sus_worker){.run = run,
 		                           .e = e,
 		                           .slots = slots + (size_t)k * w,
 		                           .w = w,
 		                           .seed = run->seed * 0x100000001b3ull + (uint64_t)k + 1,
 		                           .stop = &stop};
-		if (pthread_create(&ws[k].th, NULL, su_worker_main, &ws[k]) != 0) {
-			tmo_violation(run, "could not start worker thread %d", k);
+		if (pthread_create(&ws[k].th, NULL, sus_worker_main, &ws[k]) != 0) {
+			sk_violation(run, "could not start worker thread %d", k);
 			v++;
 			break;
 		}
 		started++;
 	}
 
-	int64_t t0 = su_now_ns(), next_print = 0;
+	int64_t t0 = sk_now_ns(), next_print = 0;
 	size_t ns = 0;
 	while (ns < nsamples_max) {
-		su_wait_until(t0 + (int64_t)(ns + 1) * period);
-		su_take(e, t0, rss0, &smp[ns]);
+		sk_wait_until(t0 + (int64_t)(ns + 1) * period);
+		sus_take(e, t0, rss0, &smp[ns]);
 		if (smp[ns].t_ns >= next_print) {
-			su_print("load", &smp[ns]);
+			sus_print("load", &smp[ns]);
 			next_print += PRINT_EVERY_NS;
 		}
 		ns++;
-		tmo_progress(run, "sustained arm+cancel", (double)(su_now_ns() - t0) / (double)duration);
-		if (su_now_ns() - t0 >= duration)
+		sk_progress(run, "sustained arm+cancel", (double)(sk_now_ns() - t0) / (double)duration);
+		if (sk_now_ns() - t0 >= duration)
 			break;
 	}
 	atomic_store(&stop, 1);
@@ -241,29 +241,29 @@ static int sustain_run(const struct tmo_run *run)
 		refused += ws[k].refused;
 		wv += ws[k].violations;
 	}
-	double secs = (double)(su_now_ns() - t0) / 1e9;
-	struct su_sample after;
-	su_take(e, t0, rss0, &after);
-	su_print("after", &after);
+	double secs = (double)(sk_now_ns() - t0) / 1e9;
+	struct sus_sample after;
+	sus_take(e, t0, rss0, &after);
+	sus_print("after", &after);
 	/* Idle for SETTLE: what a lazily-freeing engine still holds then tells
 	 * a lag (released once it catches up) from a leak or a pool that keeps
 	 * its high-water mark.  Reported, not checked. */
-	struct su_sample settled;
-	su_sleep_ns(SETTLE);
-	su_take(e, t0, rss0, &settled);
-	su_print("settled", &settled);
+	struct sus_sample settled;
+	sk_sleep_ns(SETTLE);
+	sus_take(e, t0, rss0, &settled);
+	sus_print("settled", &settled);
 	v += (int)(wv < 1000000 ? wv : 1000000);
 
 	/* every sample, then the max; limit and growth checks */
-	struct su_sample mx = {0};
+	struct sus_sample mx = {0};
 	uint64_t first_third = 0, last_third = 0;
 	for (size_t i = 0; i < ns; i++) {
-		const struct su_sample *x = &smp[i];
-		su_report(run, "held_bytes", (double)x->s.held_bytes, "bytes", "t_ms=%lld",
+		const struct sus_sample *x = &smp[i];
+		sk_report_fmt(run, "held_bytes", (double)x->s.held_bytes, "bytes", "t_ms=%lld",
 		          (long long)(x->t_ns / TMO_NSEC_PER_MSEC));
-		su_report(run, "held_nodes", (double)x->s.held_nodes, "nodes", "t_ms=%lld",
+		sk_report_fmt(run, "held_nodes", (double)x->s.held_nodes, "nodes", "t_ms=%lld",
 		          (long long)(x->t_ns / TMO_NSEC_PER_MSEC));
-		su_report(run, "rss_delta_bytes", (double)x->rss, "bytes", "t_ms=%lld",
+		sk_report_fmt(run, "rss_delta_bytes", (double)x->rss, "bytes", "t_ms=%lld",
 		          (long long)(x->t_ns / TMO_NSEC_PER_MSEC));
 		if (x->s.held_bytes > mx.s.held_bytes)
 			mx.s.held_bytes = x->s.held_bytes;
@@ -278,16 +278,16 @@ static int sustain_run(const struct tmo_run *run)
 		if (i >= ns - ns / 3 && x->s.held_bytes > last_third)
 			last_third = x->s.held_bytes;
 	}
-	su_report(run, "held_bytes_max", (double)mx.s.held_bytes, "bytes", "samples=%zu", ns);
-	su_report(run, "held_nodes_max", (double)mx.s.held_nodes, "nodes", "samples=%zu", ns);
-	su_report(run, "threads_max", (double)mx.s.threads, "threads", "samples=%zu", ns);
-	su_report(run, "rss_delta_max_bytes", (double)mx.rss, "bytes", "samples=%zu", ns);
-	su_report(run, "held_bytes", (double)after.s.held_bytes, "bytes", "%s", "when=after");
-	su_report(run, "held_nodes", (double)after.s.held_nodes, "nodes", "%s", "when=after");
-	su_report(run, "held_bytes", (double)settled.s.held_bytes, "bytes", "%s", "when=settled");
-	su_report(run, "held_nodes", (double)settled.s.held_nodes, "nodes", "%s", "when=settled");
-	su_report(run, "arms_refused", (double)refused, "count", "%s", "error=TMO_EAGAIN|TMO_ENOMEM");
-	su_report(run, "pairs_per_s", (double)arms / secs, "ops/s", "threads=%d,window=%zu", started,
+	sk_report_fmt(run, "held_bytes_max", (double)mx.s.held_bytes, "bytes", "samples=%zu", ns);
+	sk_report_fmt(run, "held_nodes_max", (double)mx.s.held_nodes, "nodes", "samples=%zu", ns);
+	sk_report_fmt(run, "threads_max", (double)mx.s.threads, "threads", "samples=%zu", ns);
+	sk_report_fmt(run, "rss_delta_max_bytes", (double)mx.rss, "bytes", "samples=%zu", ns);
+	sk_report_fmt(run, "held_bytes", (double)after.s.held_bytes, "bytes", "%s", "when=after");
+	sk_report_fmt(run, "held_nodes", (double)after.s.held_nodes, "nodes", "%s", "when=after");
+	sk_report_fmt(run, "held_bytes", (double)settled.s.held_bytes, "bytes", "%s", "when=settled");
+	sk_report_fmt(run, "held_nodes", (double)settled.s.held_nodes, "nodes", "%s", "when=settled");
+	sk_report_fmt(run, "arms_refused", (double)refused, "count", "%s", "error=TMO_EAGAIN|TMO_ENOMEM");
+	sk_report_fmt(run, "pairs_per_s", (double)arms / secs, "ops/s", "threads=%d,window=%zu", started,
 	          w);
 	printf("  max     held %llu bytes (limit %llu), %llu nodes, %llu threads, RSS %+.2f MiB; "
 	       "%llu samples\n",
@@ -299,39 +299,39 @@ static int sustain_run(const struct tmo_run *run)
 	       (unsigned long long)arms, secs, (double)arms / secs, (unsigned long long)prevented,
 	       (unsigned long long)fired, (unsigned long long)refused);
 
-	su_report(run, "held_limit_bytes", (double)HELD_LIMIT(started), "bytes", "threads=%d",
+	sk_report_fmt(run, "held_limit_bytes", (double)HELD_LIMIT(started), "bytes", "threads=%d",
 	          started);
 	if (mx.s.held_bytes > HELD_LIMIT(started)) {
-		tmo_violation(run, "the engine held %llu bytes at its peak, above the %llu-byte limit "
+		sk_violation(run, "the engine held %llu bytes at its peak, above the %llu-byte limit "
 		              "for %d threads (512 KiB + 192 KiB a thread)",
 		              (unsigned long long)mx.s.held_bytes,
 		              (unsigned long long)HELD_LIMIT(started), started);
 		v++;
 	}
 	if (ns >= 3 && last_third > first_third + first_third / 2 + GROWTH_SLACK) {
-		tmo_violation(run, "held bytes still growing: max %llu in the first third of the run, "
+		sk_violation(run, "held bytes still growing: max %llu in the first third of the run, "
 		              "%llu in the last",
 		              (unsigned long long)first_third, (unsigned long long)last_third);
 		v++;
 	}
 	if (arms != prevented + fired) {
-		tmo_violation(run, "%llu arms but %llu resolved (%llu prevented + %llu fired)",
+		sk_violation(run, "%llu arms but %llu resolved (%llu prevented + %llu fired)",
 		              (unsigned long long)arms, (unsigned long long)(prevented + fired),
 		              (unsigned long long)prevented, (unsigned long long)fired);
 		v++;
 	}
 	if (after.s.pending != 0) {
-		tmo_violation(run, "every arm was resolved, yet the engine reports %llu pending",
+		sk_violation(run, "every arm was resolved, yet the engine reports %llu pending",
 		              (unsigned long long)after.s.pending);
 		v++;
 	}
 	tmo_destroy(&e);
 	free(ws), free(slots), free(smp);
-	tmo_report(run, "violations", "", v, "count");
+	sk_report(run, "violations", "", v, "count");
 	return v;
 }
 
-const struct tmo_scenario tmo_scenario_sustain = {
+const struct sk_scenario sk_scenario_sustain = {
 	.name = "sustain",
 	.summary = "threads arm+cancel flat out for 60 s (5 s --quick): held bytes/nodes and RSS "
 	           "sampled; held must plateau <= 512 KiB + 192 KiB a thread, exactly once per arm",

@@ -44,8 +44,8 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
-#include "gbench.h"
-#include "util.h"
+#include "kit/gbench.h"
+#include "kit/util.h"
 
 #define ROUNDS_FULL 20
 #define ROUNDS_QUICK 5
@@ -81,7 +81,7 @@ struct tp_held {
 };
 
 struct tp_ctx {
-	const struct tmo_run *run;
+	const struct sk_run *run;
 	struct tmo *e;
 	struct tp_slot slots[MAX_THREADS];
 	struct tp_held *held; /* per thread */
@@ -148,14 +148,14 @@ static inline void seed_op(struct tp_ctx *c, struct tmo_timer *t)
 		tp_error(c, &c->cancel_errors, rc);
 }
 
-static void bench_seed(gb_state *st, void *arg)
+static void bench_seed(sk_gb_state *st, void *arg)
 {
 	struct tp_ctx *c = arg;
-	struct tmo_timer *t = &c->slots[gb_thread_index(st)].t;
-	while (gb_keep_running_batch(st, BATCH))
+	struct tmo_timer *t = &c->slots[sk_gb_thread_index(st)].t;
+	while (sk_gb_keep_running_batch(st, BATCH))
 		for (int i = 0; i < BATCH; i++)
 			seed_op(c, t);
-	gb_items_processed(st, (int64_t)gb_max_iterations(st));
+	sk_gb_items_processed(st, (int64_t)sk_gb_max_iterations(st));
 }
 
 /* Cancel the oldest held timer (it was armed `now - at` ago). */
@@ -171,12 +171,12 @@ static inline void held_cancel_oldest(struct tp_ctx *c, struct tp_held *h, int64
 
 /* Each iteration arms one timer and cancels those armed at least HELD_NS
  * ago: in the steady state one arm and one cancel. */
-static void bench_held(gb_state *st, void *arg)
+static void bench_held(sk_gb_state *st, void *arg)
 {
 	struct tp_ctx *c = arg;
-	struct tp_held *h = &c->held[gb_thread_index(st)];
+	struct tp_held *h = &c->held[sk_gb_thread_index(st)];
 	h->head = h->tail = 0;
-	while (gb_keep_running_batch(st, BATCH)) {
+	while (sk_gb_keep_running_batch(st, BATCH)) {
 		int64_t now = tmo_now_ns();
 		for (int i = 0; i < BATCH; i++) {
 			while (h->head - h->tail >= HELD_RING ||
@@ -194,22 +194,22 @@ static void bench_held(gb_state *st, void *arg)
 	int64_t now = tmo_now_ns(); /* the loop has ended: this is not timed */
 	while (h->head > h->tail)
 		held_cancel_oldest(c, h, now);
-	gb_items_processed(st, (int64_t)gb_max_iterations(st));
+	sk_gb_items_processed(st, (int64_t)sk_gb_max_iterations(st));
 }
 
-static void bench_empty(gb_state *st, void *arg)
+static void bench_empty(sk_gb_state *st, void *arg)
 {
 	(void)arg;
-	while (gb_keep_running_batch(st, BATCH))
+	while (sk_gb_keep_running_batch(st, BATCH))
 		for (int i = 0; i < BATCH; i++)
 			__asm__ volatile("" ::: "memory");
 }
 
-static void bench_floor(gb_state *st, void *arg)
+static void bench_floor(sk_gb_state *st, void *arg)
 {
 	struct tp_ctx *c = arg;
-	atomic_uint *w = &c->slots[gb_thread_index(st)].cas_word;
-	while (gb_keep_running_batch(st, BATCH))
+	atomic_uint *w = &c->slots[sk_gb_thread_index(st)].cas_word;
+	while (sk_gb_keep_running_batch(st, BATCH))
 		for (int i = 0; i < BATCH; i++) {
 			unsigned zero = 0, one = 1;
 			/* Both CASes succeed (the line is ours); seq_cst like an
@@ -231,11 +231,11 @@ static inline void tp_pause(unsigned *spins)
 /* Thread 0 arms timers and passes them to thread 1, which cancels them and
  * passes them back.  Both threads run the same iteration count, so every
  * armed timer is cancelled before the repetition ends. */
-static void bench_cross(gb_state *st, void *arg)
+static void bench_cross(sk_gb_state *st, void *arg)
 {
 	struct tp_ctx *c = arg;
-	int producer = gb_thread_index(st) == 0;
-	while (gb_keep_running_batch(st, BATCH)) {
+	int producer = sk_gb_thread_index(st) == 0;
+	while (sk_gb_keep_running_batch(st, BATCH)) {
 		for (int i = 0; i < BATCH; i++) {
 			unsigned spins = 0;
 			if (producer) {
@@ -274,33 +274,33 @@ static void bench_cross(gb_state *st, void *arg)
 	/* Counters are summed over threads: only the cancelling thread counts
 	 * pairs, so the rate is pairs (not arms + cancels) per second. */
 	if (!producer)
-		gb_counter(st, "pairs", (double)gb_max_iterations(st), GB_COUNTER_RATE);
+		sk_gb_counter(st, "pairs", (double)sk_gb_max_iterations(st), SK_GB_COUNTER_RATE);
 }
 
-static void tp_sizes(const struct tmo_run *run, int *rounds, int *ops, double *min_time)
+static void tp_sizes(const struct sk_run *run, int *rounds, int *ops, double *min_time)
 {
 	*rounds = run->quick ? ROUNDS_QUICK : ROUNDS_FULL;
-	if (su_thread_per_timer(run))
+	if (sk_thread_per_timer(run))
 		*ops = run->quick ? OPS_THREAD_QUICK : OPS_THREAD_FULL;
 	else
 		*ops = run->quick ? OPS_QUICK : OPS_FULL;
 	*min_time = run->quick ? MIN_TIME_QUICK : MIN_TIME_FULL;
 	/* Under TMO_TEST_SCALE: fewer ops per round, still a multiple of BATCH. */
-	*ops = (int)((su_scaled((uint64_t)*ops) + BATCH - 1) / BATCH * BATCH);
+	*ops = (int)((sk_scaled((uint64_t)*ops) + BATCH - 1) / BATCH * BATCH);
 }
 
-static struct gb_bench *tp_register(const struct tmo_run *run, const char *what, gb_fn *fn,
+static struct sk_gb_bench *tp_register(const struct sk_run *run, const char *what, sk_gb_fn *fn,
                                     void *ctx, int threads, double min_time)
 {
 	/* min_time > 0: a min-time benchmark, repeated (see tp_median_rate). */
 	char name[160];
 	snprintf(name, sizeof name, "throughput/%s%s%s", run->ops->name, what[0] ? "/" : "", what);
-	struct gb_bench *b = gb_register(name, fn, ctx);
-	gb_threads(b, threads);
-	gb_use_real_time(b);
+	struct sk_gb_bench *b = sk_gb_register(name, fn, ctx);
+	sk_gb_threads(b, threads);
+	sk_gb_use_real_time(b);
 	if (min_time > 0) {
-		gb_min_time(b, min_time);
-		gb_repetitions(b, run->quick ? REPS_QUICK : REPS_FULL);
+		sk_gb_min_time(b, min_time);
+		sk_gb_repetitions(b, run->quick ? REPS_QUICK : REPS_FULL);
 	}
 	return b;
 }
@@ -309,7 +309,7 @@ static struct gb_bench *tp_register(const struct tmo_run *run, const char *what,
  * of iterations (all threads) per wall second.  Computed from each
  * repetition: the iteration count may differ between repetitions, so
  * Google Benchmark's median time and median iterations need not pair up. */
-static double tp_median_rate(const struct tmo_run *run, const struct gb_result *res, size_t n,
+static double tp_median_rate(const struct sk_run *run, const struct sk_gb_result *res, size_t n,
                              const char *what, int threads)
 {
 	char name[200];
@@ -321,35 +321,35 @@ static double tp_median_rate(const struct tmo_run *run, const struct gb_result *
 		if (!res[i].error && res[i].repetition >= 0 && res[i].real_s > 0 &&
 		    strcmp(res[i].name, name) == 0)
 			rates[k++] = res[i].iterations / res[i].real_s;
-	return k ? su_median(rates, k) : NAN;
+	return k ? sk_median(rates, k) : NAN;
 }
 
 /* Look up "throughput/<engine>/<what>/threads:N[_aggregate]". */
-static const struct gb_result *tp_find(const struct tmo_run *run, const struct gb_result *res,
+static const struct sk_gb_result *tp_find(const struct sk_run *run, const struct sk_gb_result *res,
                                        size_t n, const char *what, int threads, const char *agg)
 {
 	char name[200];
 	snprintf(name, sizeof name, "throughput/%s%s%s/threads:%d%s%s", run->ops->name,
 	         what[0] ? "/" : "", what, threads, agg[0] ? "_" : "", agg);
-	return gb_find(res, n, name);
+	return sk_gb_find(res, n, name);
 }
 
 /* Arm `n` background timers with long random timeouts.  Returns how many
  * were armed (fewer if the engine ran out: its error is in *err). */
-static size_t arm_background(struct tp_ctx *c, struct tmo_timer *bg, size_t n, struct su_rng *rng,
+static size_t arm_background(struct tp_ctx *c, struct tmo_timer *bg, size_t n, struct sk_rng *rng,
                              int *err)
 {
 	*err = 0;
 	for (size_t i = 0; i < n; i++) {
-		int64_t timeout = 60 * TMO_NSEC_PER_SEC + (int64_t)su_below(rng, 3540) * TMO_NSEC_PER_SEC +
-		                  (int64_t)su_below(rng, (uint64_t)TMO_NSEC_PER_SEC);
+		int64_t timeout = 60 * TMO_NSEC_PER_SEC + (int64_t)sk_below(rng, 3540) * TMO_NSEC_PER_SEC +
+		                  (int64_t)sk_below(rng, (uint64_t)TMO_NSEC_PER_SEC);
 		int rc = tp_arm(c, &bg[i], timeout);
 		if (rc != 0) {
 			*err = rc;
 			return i;
 		}
 		if ((i & 0xffff) == 0)
-			tmo_progress(c->run, "arming background timers", (double)i / (double)n);
+			sk_progress(c->run, "arming background timers", (double)i / (double)n);
 	}
 	return n;
 }
@@ -361,7 +361,7 @@ static size_t cancel_background(struct tp_ctx *c, struct tmo_timer *bg, size_t n
 		int rc = tmo_cancel(c->e, &bg[i]);
 		if (rc != TMO_CANCEL_PREVENTED) {
 			if (bad == 0)
-				tmo_violation(c->run, "cancel of background timer %zu (60..3600 s timeout) "
+				sk_violation(c->run, "cancel of background timer %zu (60..3600 s timeout) "
 				              "returned %s (%d), want TMO_CANCEL_PREVENTED",
 				              i, rc < 0 ? tmo_errname(rc) : "not prevented", rc);
 			bad++;
@@ -383,7 +383,7 @@ struct tp_figs {
 static const size_t lives[3] = {1000, 100000, 1000000};
 
 /* Register the Google Benchmark set of one instance. */
-static void tp_register_all(const struct tmo_run *run, struct tp_ctx *c, int rounds, int ops,
+static void tp_register_all(const struct sk_run *run, struct tp_ctx *c, int rounds, int ops,
                             double min_time, int nthreads)
 {
 	/* The empty loop and the floor run in the same rounds as the seed, so
@@ -391,12 +391,12 @@ static void tp_register_all(const struct tmo_run *run, struct tp_ctx *c, int rou
 	 * the mercy of one preemption on a shared machine). */
 	static const struct {
 		const char *what;
-		gb_fn *fn;
+		sk_gb_fn *fn;
 	} rounds_of[] = {{"seed", bench_seed}, {"empty", bench_empty}, {"floor", bench_floor}};
 	for (size_t k = 0; k < 3; k++) {
-		struct gb_bench *b = tp_register(run, rounds_of[k].what, rounds_of[k].fn, c, 1, 0);
-		gb_iterations(b, (uint64_t)ops);
-		gb_repetitions(b, rounds);
+		struct sk_gb_bench *b = tp_register(run, rounds_of[k].what, rounds_of[k].fn, c, 1, 0);
+		sk_gb_iterations(b, (uint64_t)ops);
+		sk_gb_repetitions(b, rounds);
 	}
 	for (int t = 1; t <= nthreads; t++)
 		tp_register(run, "", bench_seed, c, t, min_time);
@@ -406,7 +406,7 @@ static void tp_register_all(const struct tmo_run *run, struct tp_ctx *c, int rou
 }
 
 /* Read one instance's figures out of its Google Benchmark results. */
-static int tp_collect(const struct tmo_run *run, struct tp_ctx *c, const struct gb_result *res,
+static int tp_collect(const struct sk_run *run, struct tp_ctx *c, const struct sk_gb_result *res,
                       size_t n, int nthreads, struct tp_figs *f)
 {
 	double round_ns[ROUNDS_FULL];
@@ -418,13 +418,13 @@ static int tp_collect(const struct tmo_run *run, struct tp_ctx *c, const struct 
 		    nround < ROUNDS_FULL)
 			round_ns[nround++] = res[i].real_ns;
 		if (res[i].error) {
-			tmo_violation(run, "benchmark %s stopped: %s", res[i].name, res[i].error_message);
+			sk_violation(run, "benchmark %s stopped: %s", res[i].name, res[i].error_message);
 			violations++;
 		}
 	}
-	f->seed_ns = nround > 0 ? su_median(round_ns, (size_t)nround) : NAN;
-	const struct gb_result *r_empty = tp_find(run, res, n, "empty", 1, "median");
-	const struct gb_result *r_floor = tp_find(run, res, n, "floor", 1, "median");
+	f->seed_ns = nround > 0 ? sk_median(round_ns, (size_t)nround) : NAN;
+	const struct sk_gb_result *r_empty = tp_find(run, res, n, "empty", 1, "median");
+	const struct sk_gb_result *r_floor = tp_find(run, res, n, "floor", 1, "median");
 	f->empty_ns = r_empty ? r_empty->real_ns : NAN;
 	f->floor_ns = r_floor ? r_floor->real_ns : NAN;
 	for (int t = 1; t <= nthreads; t++) {
@@ -442,21 +442,21 @@ static int tp_collect(const struct tmo_run *run, struct tp_ctx *c, const struct 
 }
 
 /* The seed loop with L other timers live. */
-static int tp_live(const struct tmo_run *run, struct tp_ctx *c, double min_time,
-                   struct su_rng *rng, struct tp_figs *f)
+static int tp_live(const struct sk_run *run, struct tp_ctx *c, double min_time,
+                   struct sk_rng *rng, struct tp_figs *f)
 {
 	int violations = 0;
 	for (size_t li = 0; li < 3; li++) {
 		f->live_ns[li] = NAN;
-		size_t live = (size_t)su_scaled(lives[li]);
-		if (su_thread_per_timer(run) && live > LIVE_THREAD_MAX) {
+		size_t live = (size_t)sk_scaled(lives[li]);
+		if (sk_thread_per_timer(run) && live > LIVE_THREAD_MAX) {
 			printf("live=%zu: skipped (thread per timer: at most %d live timers)\n", live,
 			       LIVE_THREAD_MAX);
 			continue;
 		}
 		struct tmo_timer *bg = calloc(live, sizeof *bg);
 		if (bg == NULL) {
-			tmo_violation(run, "out of memory for %zu background timers", live);
+			sk_violation(run, "out of memory for %zu background timers", live);
 			return violations + 1;
 		}
 		int err;
@@ -464,22 +464,22 @@ static int tp_live(const struct tmo_run *run, struct tp_ctx *c, double min_time,
 		if (armed < live) {
 			printf("live=%zu: skipped: the engine took %zu timers, then returned %s\n", live,
 			       armed, tmo_errname(err));
-			su_report(run, "live_capacity", (double)armed, "timers", "live=%zu", live);
+			sk_report_fmt(run, "live_capacity", (double)armed, "timers", "live=%zu", live);
 		} else {
 			char what[32];
 			snprintf(what, sizeof what, "live:%zu", live);
 			tp_register(run, what, bench_seed, c, 1, min_time);
-			struct gb_result *res;
-			size_t n = gb_run(run, &res);
+			struct sk_gb_result *res;
+			size_t n = sk_gb_run(run, &res);
 			f->live_ns[li] = 1e9 / tp_median_rate(run, res, n, what, 1);
 			printf("live=%zu: %.1f ns/op\n", live, f->live_ns[li]);
 			for (size_t i = 0; i < n; i++)
 				if (res[i].error) {
-					tmo_violation(run, "benchmark %s stopped: %s", res[i].name,
+					sk_violation(run, "benchmark %s stopped: %s", res[i].name,
 					              res[i].error_message);
 					violations++;
 				}
-			gb_results_free(res);
+			sk_gb_results_free(res);
 		}
 		violations += (int)cancel_background(c, bg, armed);
 		free(bg);
@@ -499,9 +499,9 @@ static void tp_held_free(struct tp_ctx *c, int nthreads)
 
 /* The held case's timers: NULL (case skipped) on a thread-per-timer engine
  * (a thread per held timer) or when memory is short. */
-static void tp_held_alloc(const struct tmo_run *run, struct tp_ctx *c, int nthreads)
+static void tp_held_alloc(const struct sk_run *run, struct tp_ctx *c, int nthreads)
 {
-	if (su_thread_per_timer(run))
+	if (sk_thread_per_timer(run))
 		return;
 	c->held = calloc((size_t)nthreads, sizeof *c->held);
 	for (int t = 0; c->held != NULL && t < nthreads; t++) {
@@ -515,7 +515,7 @@ static void tp_held_alloc(const struct tmo_run *run, struct tp_ctx *c, int nthre
 }
 
 /* One fresh engine instance: every benchmark of the scenario. */
-static int tp_instance(const struct tmo_run *run, int inst, struct tp_figs *f)
+static int tp_instance(const struct sk_run *run, int inst, struct tp_figs *f)
 {
 	int rounds, ops;
 	double min_time;
@@ -540,16 +540,16 @@ static int tp_instance(const struct tmo_run *run, int inst, struct tp_figs *f)
 		c->free_[i] = &c->pool[i];
 	atomic_store(&c->free_tail, RING);
 	tp_held_alloc(run, c, nthreads);
-	struct su_rng rng = {run->seed + (uint64_t)inst};
+	struct sk_rng rng = {run->seed + (uint64_t)inst};
 	/* Warm-up, not timed: the engine's first arms may allocate (pools,
 	 * heap arrays) and fault in memory; round 1 should not pay for it. */
 	for (int i = 0; i < ops; i++)
 		seed_op(c, &c->slots[0].t);
 	tp_register_all(run, c, rounds, ops, min_time, nthreads);
-	struct gb_result *res;
-	size_t n = gb_run(run, &res);
+	struct sk_gb_result *res;
+	size_t n = sk_gb_run(run, &res);
 	int violations = tp_collect(run, c, res, n, nthreads, f);
-	gb_results_free(res);
+	sk_gb_results_free(res);
 	violations += tp_live(run, c, min_time, &rng, f);
 	f->refused = (double)atomic_load(&c->refused);
 
@@ -557,7 +557,7 @@ static int tp_instance(const struct tmo_run *run, int inst, struct tp_figs *f)
 	long long fired = atomic_load(&c->fired);
 	if (ae || ce || fired) {
 		int fe = atomic_load(&c->first_error);
-		tmo_violation(run, "%lld arms failed, %lld cancels of a pending 1 s timeout did not "
+		sk_violation(run, "%lld arms failed, %lld cancels of a pending 1 s timeout did not "
 		              "return TMO_CANCEL_PREVENTED, %lld callbacks ran (first unexpected return: "
 		              "%s, %d)",
 		              ae, ce, fired, fe < 0 ? tmo_errname(fe) : "non-negative", fe);
@@ -572,7 +572,7 @@ static int tp_instance(const struct tmo_run *run, int inst, struct tp_figs *f)
 
 /* The median over instances of one figure, with its min and max as rows
  * of their own ("stat=min", "stat=max") when there are several. */
-static double tp_summarize(const struct tmo_run *run, const struct tp_figs *figs, int ninst,
+static double tp_summarize(const struct sk_run *run, const struct tp_figs *figs, int ninst,
                            size_t offset, const char *metric, const char *unit, const char *param)
 {
 	double v[MAX_INSTANCES];
@@ -582,29 +582,29 @@ static double tp_summarize(const struct tmo_run *run, const struct tp_figs *figs
 		if (!isnan(x))
 			v[k++] = x;
 	}
-	double med = k ? su_median(v, (size_t)k) : NAN; /* sorts v */
-	tmo_report(run, metric, param, med, unit);
+	double med = k ? sk_median(v, (size_t)k) : NAN; /* sorts v */
+	sk_report(run, metric, param, med, unit);
 	if (ninst > 1 && k > 0) {
 		char p[160];
 		snprintf(p, sizeof p, "%s%sinstances=%d,stat=min", param, param[0] ? "," : "", ninst);
-		tmo_report(run, metric, p, v[0], unit);
+		sk_report(run, metric, p, v[0], unit);
 		snprintf(p, sizeof p, "%s%sinstances=%d,stat=max", param, param[0] ? "," : "", ninst);
-		tmo_report(run, metric, p, v[k - 1], unit);
+		sk_report(run, metric, p, v[k - 1], unit);
 	}
 	return med;
 }
 
 #define FIG(field) offsetof(struct tp_figs, field)
 
-static void tp_report(const struct tmo_run *run, const struct tp_figs *figs, int ninst,
+static void tp_report(const struct sk_run *run, const struct tp_figs *figs, int ninst,
                       int nthreads)
 {
 	for (int i = 0; ninst > 1 && i < ninst; i++)
-		su_report(run, "seed_instance_ns_per_op", figs[i].seed_ns, "ns", "instance=%d", i);
+		sk_report_fmt(run, "seed_instance_ns_per_op", figs[i].seed_ns, "ns", "instance=%d", i);
 	double seed = tp_summarize(run, figs, ninst, FIG(seed_ns), "seed_median_ns_per_op", "ns", "");
 	double empty = tp_summarize(run, figs, ninst, FIG(empty_ns), "empty_loop_ns_per_op", "ns", "");
 	double floor_ns = tp_summarize(run, figs, ninst, FIG(floor_ns), "floor_ns_per_op", "ns", "");
-	tmo_report(run, "ratio_to_floor", "", seed / floor_ns, "x");
+	sk_report(run, "ratio_to_floor", "", seed / floor_ns, "x");
 	printf("\nseed: median %.1f ns/op over %d instance%s; loop's own cost %.2f ns/op; floor "
 	       "(CAS pair) %.2f ns/op; %.1fx the floor\n",
 	       seed, ninst, ninst > 1 ? "s" : "", empty, floor_ns, seed / floor_ns);
@@ -633,12 +633,12 @@ static void tp_report(const struct tmo_run *run, const struct tp_figs *figs, int
 	       "pair\n",
 	       cross, 1e9 / cross);
 	for (int li = 0; li < 3; li++) {
-		snprintf(param, sizeof param, "live=%zu", (size_t)su_scaled(lives[li]));
+		snprintf(param, sizeof param, "live=%zu", (size_t)sk_scaled(lives[li]));
 		tp_summarize(run, figs, ninst, FIG(live_ns[li]), "live_ns_per_op", "ns", param);
 	}
 }
 
-static int throughput_run(const struct tmo_run *run)
+static int throughput_run(const struct sk_run *run)
 {
 	int rounds, ops;
 	double min_time;
@@ -651,7 +651,7 @@ static int throughput_run(const struct tmo_run *run)
 	printf("seed benchmark: %d rounds of %d arm+cancel pairs of a 1 s timeout around an empty "
 	       "block%s, on %d fresh engine instance%s\n",
 	       rounds, ops,
-	       su_thread_per_timer(run) ? " (sized down: this engine starts a thread per arm)" : "",
+	       sk_thread_per_timer(run) ? " (sized down: this engine starts a thread per arm)" : "",
 	       ninst, ninst > 1 ? "s" : "");
 	int violations = 0;
 	for (int i = 0; i < ninst; i++) {
@@ -669,7 +669,7 @@ static int throughput_run(const struct tmo_run *run)
 	return violations;
 }
 
-const struct tmo_scenario tmo_scenario_throughput = {
+const struct sk_scenario sk_scenario_throughput = {
 	"throughput",
 	"seed benchmark (arm+cancel a 1 s timeout around an empty block), threads, timers held "
 	"1 ms, cross-thread, 1e3..1e6 live timers, vs an in-run CAS floor",

@@ -1,5 +1,5 @@
 /* The results sink: see report.h. */
-#include "report.h"
+#include "sink.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -21,23 +21,22 @@
 /* Violations printed in full per run; the rest are counted. */
 #define VIOLATIONS_SHOWN 20
 
-struct tmo_report {
-	struct report_opts opts;
+struct sk_sink {
+	struct sk_sink_opts opts;
 	char *json_path, *csv_path;
 	json_t *context, *benchmarks, *rows, *runs, *violations, *targets;
 	int64_t family_offset; /* added to Google Benchmark family indices */
-	int64_t total_violations;
 	/* What finished: the first *_done entries of rows, benchmarks and
-	 * violations belong to runs that ended (report_end_run); a write
+	 * violations belong to runs that ended (sk_sink_end_run); a write
 	 * leaves out the rest, which a run in progress is still adding to. */
 	size_t rows_done, benchmarks_done, violations_done;
-	int in_run; /* between report_begin_run and report_end_run */
+	int in_run; /* between sk_sink_begin_run and sk_sink_end_run */
 
 	pthread_mutex_t mu; /* guards everything below and the json arrays */
 	char scenario[64], engine[64];
 	int64_t run_start_ns, last_progress_ns;
 	int64_t run_violations;
-	char skip_reason[256]; /* tmo_skip() in this run; "" when none */
+	char skip_reason[256]; /* sk_skip() in this run; "" when none */
 	int progress_line_open; /* a "\r" progress line is on the terminal */
 	int tty;
 };
@@ -86,9 +85,9 @@ static char *followed(const char *path)
 	return real ? real : strdup(path);
 }
 
-struct tmo_report *report_open(const struct report_opts *opts)
+struct sk_sink *sk_sink_open(const struct sk_sink_opts *opts)
 {
-	struct tmo_report *r = calloc(1, sizeof *r);
+	struct sk_sink *r = calloc(1, sizeof *r);
 	if (r == NULL)
 		return NULL;
 	r->opts = *opts;
@@ -109,7 +108,7 @@ struct tmo_report *report_open(const struct report_opts *opts)
 		r->csv_path = csv ? followed(csv) : NULL;
 		free(csv);
 		if (r->json_path == NULL || r->csv_path == NULL) {
-			report_close(r);
+			sk_sink_close(r);
 			return NULL;
 		}
 	}
@@ -146,13 +145,13 @@ struct tmo_report *report_open(const struct report_opts *opts)
 	r->targets = json_array();
 	if (r->targets == NULL || r->context == NULL || r->benchmarks == NULL || r->rows == NULL || r->runs == NULL ||
 	    r->violations == NULL) {
-		report_close(r);
+		sk_sink_close(r);
 		return NULL;
 	}
 	return r;
 }
 
-void report_close(struct tmo_report *r)
+void sk_sink_close(struct sk_sink *r)
 {
 	if (r == NULL)
 		return;
@@ -168,7 +167,7 @@ void report_close(struct tmo_report *r)
 	free(r);
 }
 
-static void end_progress_line(struct tmo_report *r)
+static void end_progress_line(struct sk_sink *r)
 {
 	if (r->progress_line_open) {
 		fputc('\n', stderr);
@@ -176,7 +175,7 @@ static void end_progress_line(struct tmo_report *r)
 	}
 }
 
-void report_begin_run(struct tmo_report *r, const char *scenario, const char *engine)
+void sk_sink_begin_run(struct sk_sink *r, const char *scenario, const char *engine)
 {
 	pthread_mutex_lock(&r->mu);
 	snprintf(r->scenario, sizeof r->scenario, "%s", scenario);
@@ -188,14 +187,14 @@ void report_begin_run(struct tmo_report *r, const char *scenario, const char *en
 	pthread_mutex_unlock(&r->mu);
 }
 
-void report_end_run(struct tmo_report *r, int result, double seconds)
+void sk_sink_end_run(struct sk_sink *r, int result, double seconds)
 {
 	pthread_mutex_lock(&r->mu);
 	end_progress_line(r);
 	if (r->run_violations > VIOLATIONS_SHOWN)
 		fprintf(stderr, "[%s/%s] ... %lld more violations not shown\n", r->scenario, r->engine,
 		        (long long)(r->run_violations - VIOLATIONS_SHOWN));
-	int skipped = result == TMO_SCENARIO_SKIPPED;
+	int skipped = result == SK_SKIPPED;
 	const char *status = skipped ? "skipped" : result < 0 ? "error" : result > 0 ? "violations" : "ok";
 	json_t *o = json_pack("{s:s, s:s, s:s, s:i, s:I, s:f}", "scenario", r->scenario, "engine",
 	                      r->engine, "status", status, "result", result, "violations_reported",
@@ -221,10 +220,10 @@ static void csv_field(FILE *f, const char *s)
 		fputc(*s == ',' ? ';' : (*s == '\n' || *s == '\r') ? ' ' : *s, f);
 }
 
-void tmo_report(const struct tmo_run *run, const char *metric, const char *param, double value,
+void sk_report(const struct sk_run *run, const char *metric, const char *param, double value,
                 const char *unit)
 {
-	struct tmo_report *r = run->report;
+	struct sk_sink *r = run->report;
 	pthread_mutex_lock(&r->mu);
 	json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s}", "scenario", r->scenario, "engine",
 	                      run->ops->name, "metric", metric, "param", param ? param : "", "unit",
@@ -235,9 +234,9 @@ void tmo_report(const struct tmo_run *run, const char *metric, const char *param
 	pthread_mutex_unlock(&r->mu);
 }
 
-void tmo_violation(const struct tmo_run *run, const char *fmt, ...)
+void sk_violation(const struct sk_run *run, const char *fmt, ...)
 {
-	struct tmo_report *r = run->report;
+	struct sk_sink *r = run->report;
 	char msg[1024];
 	va_list ap;
 	va_start(ap, fmt);
@@ -245,7 +244,6 @@ void tmo_violation(const struct tmo_run *run, const char *fmt, ...)
 	va_end(ap);
 	pthread_mutex_lock(&r->mu);
 	r->run_violations++;
-	r->total_violations++;
 	if (r->run_violations <= VIOLATIONS_SHOWN) {
 		end_progress_line(r);
 		fprintf(stderr,
@@ -260,9 +258,9 @@ void tmo_violation(const struct tmo_run *run, const char *fmt, ...)
 	pthread_mutex_unlock(&r->mu);
 }
 
-void tmo_skip(const struct tmo_run *run, const char *fmt, ...)
+void sk_skip(const struct sk_run *run, const char *fmt, ...)
 {
-	struct tmo_report *r = run->report;
+	struct sk_sink *r = run->report;
 	va_list ap;
 	pthread_mutex_lock(&r->mu);
 	va_start(ap, fmt);
@@ -273,9 +271,9 @@ void tmo_skip(const struct tmo_run *run, const char *fmt, ...)
 	pthread_mutex_unlock(&r->mu);
 }
 
-void tmo_progress(const struct tmo_run *run, const char *what, double fraction)
+void sk_progress(const struct sk_run *run, const char *what, double fraction)
 {
-	struct tmo_report *r = run->report;
+	struct sk_sink *r = run->report;
 	int64_t now = now_ns();
 	/* A terminal gets a line rewritten 4 times a second; a log gets a new
 	 * line every 2 s. */
@@ -291,7 +289,7 @@ void tmo_progress(const struct tmo_run *run, const char *what, double fraction)
 	pthread_mutex_unlock(&r->mu);
 }
 
-void report_add_gbench_json(struct tmo_report *r, const char *json_text)
+void sk_sink_add_gbench_json(struct sk_sink *r, const char *json_text)
 {
 	/* Nothing ran (--benchmark_filter matched nothing): no document. */
 	if (json_text == NULL || json_text[0] == '\0')
@@ -433,7 +431,7 @@ static int write_whole(const char *path, int (*emit)(FILE *, void *), void *arg)
 
 /* Both files, from what finished (the *_done prefixes); `complete` and,
  * after a signal, `interrupted` say how far the run got. */
-static int write_files(struct tmo_report *r, int complete, const char *signal_name)
+static int write_files(struct sk_sink *r, int complete, const char *signal_name)
 {
 	if (r->json_path == NULL)
 		return 0;
@@ -467,9 +465,9 @@ static int write_files(struct tmo_report *r, int complete, const char *signal_na
 	return rc;
 }
 
-int report_write(struct tmo_report *r, int complete) { return write_files(r, complete, NULL); }
+int sk_sink_write(struct sk_sink *r, int complete) { return write_files(r, complete, NULL); }
 
-int report_write_interrupted(struct tmo_report *r, const char *signal_name)
+int sk_sink_write_interrupted(struct sk_sink *r, const char *signal_name)
 {
 	return write_files(r, 0, signal_name);
 }
@@ -498,14 +496,14 @@ static int check_destination(const char *path)
 	return 0;
 }
 
-int report_check_writable(struct tmo_report *r)
+int sk_sink_check_writable(struct sk_sink *r)
 {
 	if (r->json_path == NULL)
 		return 0;
 	return check_destination(r->json_path) == 0 && check_destination(r->csv_path) == 0 ? 0 : -1;
 }
 
-size_t report_runs_done(struct tmo_report *r)
+size_t sk_sink_runs_done(struct sk_sink *r)
 {
 	pthread_mutex_lock(&r->mu);
 	size_t n = json_array_size(r->runs);
@@ -513,7 +511,7 @@ size_t report_runs_done(struct tmo_report *r)
 	return n;
 }
 
-void report_add_target(struct tmo_report *r, const char *what, double measured, const char *op,
+void sk_sink_add_target(struct sk_sink *r, const char *what, double measured, const char *op,
                        double want, const char *unit, const char *verdict)
 {
 	pthread_mutex_lock(&r->mu);
@@ -524,9 +522,9 @@ void report_add_target(struct tmo_report *r, const char *what, double measured, 
 	pthread_mutex_unlock(&r->mu);
 }
 
-const char *report_csv_path(const struct tmo_report *r) { return r->csv_path; }
+const char *sk_sink_csv_path(const struct sk_sink *r) { return r->csv_path; }
 
-int report_lookup(struct tmo_report *r, const char *scenario, const char *engine,
+int sk_sink_lookup(struct sk_sink *r, const char *scenario, const char *engine,
                   const char *metric, const char *param, double *value)
 {
 	int found = 0;
@@ -547,5 +545,3 @@ int report_lookup(struct tmo_report *r, const char *scenario, const char *engine
 	pthread_mutex_unlock(&r->mu);
 	return found;
 }
-
-int64_t report_violations(const struct tmo_report *r) { return r->total_violations; }
