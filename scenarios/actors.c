@@ -817,6 +817,22 @@ static int actors_run(const struct sk_run *run)
 	return v;
 }
 
+/* Every figure this scenario reports (sk.h: struct sk_metric). */
+static const struct sk_metric actors_metrics[] = {
+	{"wordcount_sequential_ms", "ms"},
+	{"wordcount_actors_ms", "ms"},
+	{"wordcount_after_ran", "count"},
+	{"wordcount_count_mismatches", "count"},
+	{"race_bad", "count"},
+	{"race_after_ran", "count"},
+	{"receive_plain_ns", "ns"},
+	{"receive_after_ns", "ns"},
+	{"after_late_us_p50", "us"},
+	{"after_late_us_max", "us"},
+	{"arm_eagain_retries", "count"},
+	{NULL, NULL},
+};
+
 const struct sk_scenario sk_scenario_actors = {
 	.name = "actors",
 	.summary = "Revactor MapReduce word count: actors (threads) with receive-with-timeout on the "
@@ -832,4 +848,5 @@ const struct sk_scenario sk_scenario_actors = {
 	          "receive-with-timeout. --seed generates the corpus.",
 	.fails_when = "a count differs from the sequential result, a message is lost, duplicated or "
 	              "out of order, or a receive returns the wrong thing.",
+	.metrics = actors_metrics,
 };

@@ -269,6 +269,17 @@ static int coalesce_run(const struct sk_run *run)
 	return v;
 }
 
+/* Every figure this scenario reports (sk.h: struct sk_metric). */
+static const struct sk_metric coalesce_metrics[] = {
+	{"arm_eagain_retries", "count"},
+	{"lost", "count"},
+	{"cancelled_but_fired", "count"},
+	{"timers", "count"},
+	{"model_lost", "count"},
+	{"violations", "count"},
+	{NULL, NULL},
+};
+
 const struct sk_scenario sk_scenario_coalesce = {
 	"coalesce",
 	"timers due inside one resolution window, a random half cancelled: every other fires "
@@ -281,4 +292,5 @@ const struct sk_scenario sk_scenario_coalesce = {
 	.fails_when = "a timer that was not cancelled is lost, fires twice or early; a cancelled one "
 	              "fires; or the check fails to catch the core.async model losing timers (a check "
 	              "that cannot see that bug proves nothing).",
+	.metrics = coalesce_metrics,
 };

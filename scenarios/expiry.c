@@ -346,6 +346,30 @@ static int expiry_run(const struct sk_run *run)
 	return v;
 }
 
+/* Every figure this scenario reports (sk.h: struct sk_metric). */
+static const struct sk_metric expiry_metrics[] = {
+	{"capacity", "timers"},
+	{"arm_retries", "count"},
+	{"order_worst_gap_ns", "ns"},
+	{"lateness_ns", "ns"},
+	{"lateness_cdf_ns", "ns"},
+	{"early", "count"},
+	{"order_violations", "count"},
+	{"lost", "count"},
+	{"double_fires", "count"},
+	{"fires_per_s", "fires/s"},
+	{"violations", "count"},
+	{NULL, NULL},
+};
+
+/* The project's targets over them (sk.h: struct sk_target). */
+static const struct sk_target expiry_targets[] = {
+	{.label = "expiry burst, 1e6 due at one instant: wheel", .engines = "wheel",
+	 .metric = "fires_per_s", .param = "n=1000000", .scale = 1e-6, .cmp = SK_AT_LEAST,
+	 .bound = 10, .unit = "M fires/s", .missing = "not measured (%s not run, or --quick)"},
+	{NULL},
+};
+
 const struct sk_scenario sk_scenario_expiry = {
 	"expiry",
 	"1e3..1e6 timers with random deadlines: lateness p50/p99/max and CDF, early fires, order, "
@@ -360,4 +384,6 @@ const struct sk_scenario sk_scenario_expiry = {
 	              "deadline), or runs before a timer due more than the engine's resolution "
 	              "earlier. An arm refused for capacity (TMO_EAGAIN, TMO_ENOMEM) is reported, not "
 	              "a violation.",
+	.metrics = expiry_metrics,
+	.targets = expiry_targets,
 };

@@ -478,6 +478,31 @@ static int progress_run(const struct sk_run *run)
 	return rc < 0 ? rc : v;
 }
 
+/* Every figure this scenario reports (sk.h: struct sk_metric). */
+static const struct sk_metric progress_metrics[] = {
+	{"callback_max_latency_ns", "ns"},
+	{"pairs", "count"},
+	{"pairs_per_s", "pairs/s"},
+	{"latency_ns", "ns"},
+	{"max_unswitched_ns", "ns"},
+	{"slow_pairs_preempted", "count"},
+	{"slow_pairs_slept", "count"},
+	{"blocked_workers", "count"},
+	{"stalled_workers", "count"},
+	{"arms_refused", "count"},
+	{"parkable", "bool"},
+	{"violations", "count"},
+	{NULL, NULL},
+};
+
+/* The project's targets over them (sk.h: struct sk_target). */
+static const struct sk_target progress_targets[] = {
+	{.label = "worst arm+cancel while a callback blocks (not switched out): %s",
+	 .engines = "mpsc,wheel", .metric = "callback_max_latency_ns", .scale = 1e-6,
+	 .cmp = SK_AT_MOST, .bound = 1, .unit = " ms"},
+	{NULL},
+};
+
 const struct sk_scenario sk_scenario_progress = {
 	"progress",
 	"park the timer thread, then block one callback; arm/cancel latency from other threads "
@@ -502,4 +527,6 @@ const struct sk_scenario sk_scenario_progress = {
 	              "does not refuse tmo_park with TMO_EINVAL; an arm or cancel returns an error "
 	              "other than an arm refused at once with TMO_EAGAIN (counted and reported); "
 	              "the blocked callback's timer does not fire.",
+	.metrics = progress_metrics,
+	.targets = progress_targets,
 };

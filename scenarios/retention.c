@@ -172,6 +172,29 @@ static int retention_run(const struct sk_run *run)
 	return v;
 }
 
+/* Every figure this scenario reports (sk.h: struct sk_metric). */
+static const struct sk_metric retention_metrics[] = {
+	{"held_bytes", "bytes"},
+	{"held_nodes", "nodes"},
+	{"pending", "timers"},
+	{"threads", "threads"},
+	{"rss_delta_bytes", "bytes"},
+	{"arm_eagain_retries", "count"},
+	{"capacity", "timers"},
+	{"destroy_ms", "ms"},
+	{"requests", "count"},
+	{"violations", "count"},
+	{NULL, NULL},
+};
+
+/* The project's targets over them (sk.h: struct sk_target). */
+static const struct sk_target retention_targets[] = {
+	{.label = "retention after cancels (settled): %s", .engines = "condvar,mpsc,wheel",
+	 .metric = "held_bytes", .param = "variant=cancelled,when=settled", .scale = 1.0 / 1024,
+	 .cmp = SK_AT_MOST, .bound = 64, .unit = " KiB"},
+	{NULL},
+};
+
 const struct sk_scenario sk_scenario_retention = {
 	"retention",
 	"1M requests arm a 120 s timeout and cancel it ~1 ms later: engine-held bytes/nodes and RSS "
@@ -186,4 +209,6 @@ const struct sk_scenario sk_scenario_retention = {
 	.fails_when = "an arm fails (a TMO_EAGAIN is retried for up to 1 s first), a cancel does not "
 	              "prevent its pending timer, or timers are still pending after every one was "
 	              "cancelled.",
+	.metrics = retention_metrics,
+	.targets = retention_targets,
 };

@@ -560,6 +560,21 @@ static int skip_rescue_run(const struct sk_run *run)
 	return v;
 }
 
+/* Every figure this scenario reports (sk.h: struct sk_metric). */
+static const struct sk_metric skip_rescue_metrics[] = {
+	{"truth_table_mismatches", "count"},
+	{"interrupted_block_ms_max", "ms"},
+	{"nested_mismatches", "count"},
+	{"edge_discarded", "count"},
+	{"edge_late_interrupts", "count"},
+	{"edge_expired", "count"},
+	{"scope_empty_ns", "ns"},
+	{"arm_cancel_ns", "ns"},
+	{"scope_no_deadline_ns", "ns"},
+	{"arm_eagain_retries", "count"},
+	{NULL, NULL},
+};
+
 const struct sk_scenario sk_scenario_skip_rescue = {
 	.name = "skip-rescue",
 	.summary = "timeout scopes: raise/throw/exception truth table (Ruby Bug #8730), nesting by "
@@ -576,4 +591,5 @@ const struct sk_scenario sk_scenario_skip_rescue = {
 	              "by the wrong handler, an ensure not run once, code after the sleep run), a "
 	              "nested scope delivers the wrong scope's timeout, an interrupt arrives after its "
 	              "block returned (late), or an empty scope or a plain arm+cancel fails.",
+	.metrics = skip_rescue_metrics,
 };

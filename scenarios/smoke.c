@@ -186,6 +186,14 @@ static int smoke_run(const struct sk_run *run)
 	return v;
 }
 
+/* Every figure this scenario reports (sk.h: struct sk_metric). */
+static const struct sk_metric smoke_metrics[] = {
+	{"arm_cancel_ns_per_op", "ns"},
+	{"fire_max_lateness_ns", "ns"},
+	{"violations", "count"},
+	{NULL, NULL},
+};
+
 const struct sk_scenario sk_scenario_smoke = {
 	"smoke",
 	"seconds-long check: arm+cancel, a few fires (exactly once, never early), named errors, "
@@ -198,4 +206,5 @@ const struct sk_scenario sk_scenario_smoke = {
 	.fails_when = "a cancel of a pending timer does not return PREVENTED; a fired timer ran other "
 	              "than once, or early; a bad input does not get its named error; stats show "
 	              "timers still pending at the end.",
+	.metrics = smoke_metrics,
 };

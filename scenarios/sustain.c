@@ -331,6 +331,22 @@ static int sustain_run(const struct sk_run *run)
 	return v;
 }
 
+/* Every figure this scenario reports (sk.h: struct sk_metric). */
+static const struct sk_metric sustain_metrics[] = {
+	{"held_bytes", "bytes"},
+	{"held_nodes", "nodes"},
+	{"rss_delta_bytes", "bytes"},
+	{"held_bytes_max", "bytes"},
+	{"held_nodes_max", "nodes"},
+	{"threads_max", "threads"},
+	{"rss_delta_max_bytes", "bytes"},
+	{"arms_refused", "count"},
+	{"pairs_per_s", "ops/s"},
+	{"held_limit_bytes", "bytes"},
+	{"violations", "count"},
+	{NULL, NULL},
+};
+
 const struct sk_scenario sk_scenario_sustain = {
 	.name = "sustain",
 	.summary = "threads arm+cancel flat out for 60 s (5 s --quick): held bytes/nodes and RSS "
@@ -346,4 +362,5 @@ const struct sk_scenario sk_scenario_sustain = {
 	              "third's peak above 1.5 x the first third's plus 64 KiB); a timer fired other "
 	              "than exactly once per arm; an arm error other than a capacity refusal; a "
 	              "cancel error; timers pending once every arm was resolved.",
+	.metrics = sustain_metrics,
 };

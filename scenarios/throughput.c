@@ -669,6 +669,92 @@ static int throughput_run(const struct sk_run *run)
 	return violations;
 }
 
+/* A number, or "-" when it was not measured. */
+static void tp_fmt(char *buf, double v, const char *f)
+{
+	if (isnan(v) || isinf(v))
+		snprintf(buf, 32, "-");
+	else
+		snprintf(buf, 32, f, v);
+}
+
+/* The seed benchmark per engine against the in-run floor and the thread
+ * engine, from every engine's rows. */
+static void tp_summary(const struct sk_results *res)
+{
+	double thread = sk_figure(res, "throughput", "thread", "seed_median_ns_per_op", "");
+	printf("\n==== throughput: seed benchmark (1 s timeout armed and cancelled around an "
+	       "empty block), median of rounds ====\n");
+	printf("  %-10s %12s %12s %14s %12s\n", "engine", "ns/op", "floor ns/op", "x floor",
+	       "x vs thread");
+	for (int i = 0; i < res->nengines; i++) {
+		const char *e = res->engines[i]->name;
+		double ns = sk_figure(res, "throughput", e, "seed_median_ns_per_op", "");
+		double fl = sk_figure(res, "throughput", e, "floor_ns_per_op", "");
+		char c[4][32];
+		tp_fmt(c[0], ns, "%.1f");
+		tp_fmt(c[1], fl, "%.2f");
+		tp_fmt(c[2], ns / fl, "%.2f");
+		tp_fmt(c[3], thread / ns, "%.0f");
+		printf("  %-10s %12s %12s %14s %12s\n", e, c[0], c[1], c[2], c[3]);
+	}
+	printf("  (x floor: times slower than an uncontended CAS pair measured in the same "
+	       "run;\n   x vs thread: times faster than the thread engine, - when it was not "
+	       "run)\n");
+}
+
+/* Every figure this scenario reports (sk.h: struct sk_metric). */
+static const struct sk_metric throughput_metrics[] = {
+	{"live_capacity", "timers"},
+	{"seed_instance_ns_per_op", "ns"},
+	{"seed_median_ns_per_op", "ns"},
+	{"empty_loop_ns_per_op", "ns"},
+	{"floor_ns_per_op", "ns"},
+	{"ratio_to_floor", "x"},
+	{"ops_per_s", "ops/s"},
+	{"held_pairs_per_s", "pairs/s"},
+	{"held_mean_hold_ns", "ns"},
+	{"cross_pairs_per_s", "pairs/s"},
+	{"arms_refused", "count"},
+	{"live_ns_per_op", "ns"},
+	{NULL, NULL},
+};
+
+/* The project's targets over them (sk.h: struct sk_target). */
+static const struct sk_target tp_targets[] = {
+	{.label = "seed 1 thread: wheel ns per arm+cancel", .engines = "wheel",
+	 .metric = "seed_median_ns_per_op", .cmp = SK_AT_MOST, .bound = 15, .unit = " ns"},
+	{.label = "seed 1 thread: wheel / condvar", .engines = "wheel",
+	 .metric = "seed_median_ns_per_op", .per_engine = "condvar", .cmp = SK_AT_MOST, .bound = 0.5,
+	 .unit = "x"},
+	{.label = "seed 1 thread: wheel faster than thread", .engines = "wheel",
+	 .metric = "seed_median_ns_per_op", .per_engine = "thread", .inverse = 1,
+	 .cmp = SK_AT_LEAST, .bound = 1500, .unit = "x"},
+	{.label = "seed 1 thread: wheel faster than libevent", .engines = "wheel",
+	 .metric = "seed_median_ns_per_op", .per_engine = "libevent", .inverse = 1,
+	 .cmp = SK_AT_LEAST, .bound = 2, .unit = "x"},
+	{.label = "seed 1 thread: wheel / in-run floor", .engines = "wheel",
+	 .metric = "seed_median_ns_per_op", .per_metric = "floor_ns_per_op", .cmp = SK_AT_MOST,
+	 .bound = 3, .unit = "x"},
+	{.label = "2 threads / 1 thread aggregate: %s", .engines = "wheel,mpsc", .metric = "ops_per_s",
+	 .param = "threads=2", .per_param = "threads=1", .cmp = SK_AT_LEAST, .bound = 1.7,
+	 .unit = "x", .missing = "not measured (%s not run, or --threads<2)"},
+	/* 12x and 8x at 16 threads: 0.75 and 0.5 of linear. */
+	{.label = "%d threads / 1 aggregate: wheel seed", .engines = "wheel", .metric = "ops_per_s",
+	 .per_param = "threads=1", .most_threads = 1, .cmp = SK_AT_LEAST, .bound = 0.75, .unit = "x"},
+	{.label = "%d threads / 1 aggregate: wheel 1 ms held", .engines = "wheel",
+	 .metric = "held_pairs_per_s", .per_param = "threads=1", .most_threads = 1,
+	 .cmp = SK_AT_LEAST, .bound = 0.5, .unit = "x"},
+	{.label = "1e6 live timers: wheel ns per op", .engines = "wheel", .metric = "live_ns_per_op",
+	 .param = "live=1000000", .cmp = SK_AT_MOST, .bound = 30, .unit = " ns",
+	 .missing = "not measured (%s not run, or --quick)"},
+	{.label = "1e6 live timers: wheel / condvar ns per op", .engines = "wheel",
+	 .metric = "live_ns_per_op", .param = "live=1000000", .per_engine = "condvar",
+	 .cmp = SK_AT_MOST, .bound = 0.5, .unit = "x",
+	 .missing = "not measured (wheel or condvar not run, or --quick)"},
+	{NULL},
+};
+
 const struct sk_scenario sk_scenario_throughput = {
 	"throughput",
 	"seed benchmark (arm+cancel a 1 s timeout around an empty block), threads, timers held "
@@ -689,4 +775,7 @@ const struct sk_scenario sk_scenario_throughput = {
 	.fails_when = "an arm fails (other than a capacity refusal that clears within 10 s), a "
 	              "cancel of the pending 1 s timeout does not return PREVENTED, a callback "
 	              "runs, or Google Benchmark stops a benchmark with an error.",
+	.metrics = throughput_metrics,
+	.targets = tp_targets,
+	.end_table = tp_summary,
 };

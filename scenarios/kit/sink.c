@@ -34,6 +34,8 @@ struct sk_sink {
 
 	pthread_mutex_t mu; /* guards everything below and the json arrays */
 	char scenario[64], engine[64];
+	const struct sk_scenario *running; /* the scenario of the run in progress */
+	int undeclared; /* rows refused in this run: metric or unit not declared */
 	int64_t run_start_ns, last_progress_ns;
 	int64_t run_violations;
 	char skip_reason[256]; /* sk_skip() in this run; "" when none */
@@ -175,10 +177,12 @@ static void end_progress_line(struct sk_sink *r)
 	}
 }
 
-void sk_sink_begin_run(struct sk_sink *r, const char *scenario, const char *engine)
+void sk_sink_begin_run(struct sk_sink *r, const struct sk_scenario *scenario, const char *engine)
 {
 	pthread_mutex_lock(&r->mu);
-	snprintf(r->scenario, sizeof r->scenario, "%s", scenario);
+	snprintf(r->scenario, sizeof r->scenario, "%s", scenario->name);
+	r->running = scenario;
+	r->undeclared = 0;
 	snprintf(r->engine, sizeof r->engine, "%s", engine);
 	r->run_start_ns = r->last_progress_ns = now_ns();
 	r->run_violations = 0;
@@ -187,7 +191,7 @@ void sk_sink_begin_run(struct sk_sink *r, const char *scenario, const char *engi
 	pthread_mutex_unlock(&r->mu);
 }
 
-void sk_sink_end_run(struct sk_sink *r, int result, double seconds)
+int sk_sink_end_run(struct sk_sink *r, int result, double seconds)
 {
 	pthread_mutex_lock(&r->mu);
 	end_progress_line(r);
@@ -208,7 +212,9 @@ void sk_sink_end_run(struct sk_sink *r, int result, double seconds)
 	r->benchmarks_done = json_array_size(r->benchmarks);
 	r->violations_done = json_array_size(r->violations);
 	r->in_run = 0;
+	int undeclared = r->undeclared;
 	pthread_mutex_unlock(&r->mu);
+	return undeclared;
 }
 
 /* Keep text fields comma- and newline-free so the CSV needs no quoting
@@ -220,11 +226,29 @@ static void csv_field(FILE *f, const char *s)
 		fputc(*s == ',' ? ';' : (*s == '\n' || *s == '\r') ? ' ' : *s, f);
 }
 
+/* The scenario declares METRIC with UNIT. */
+static int declared(const struct sk_scenario *s, const char *metric, const char *unit)
+{
+	for (const struct sk_metric *m = s->metrics; m != NULL && m->name != NULL; m++)
+		if (strcmp(m->name, metric) == 0)
+			return strcmp(m->unit, unit ? unit : "") == 0;
+	return 0;
+}
+
 void sk_report(const struct sk_run *run, const char *metric, const char *param, double value,
                 const char *unit)
 {
 	struct sk_sink *r = run->report;
 	pthread_mutex_lock(&r->mu);
+	if (!declared(r->running, metric, unit)) {
+		end_progress_line(r);
+		fprintf(stderr, "tmo-harness: [%s/%s] row refused: metric %s (%s) is not in the "
+		                "scenario's metrics table\n",
+		        r->scenario, run->ops->name, metric, unit ? unit : "");
+		r->undeclared++;
+		pthread_mutex_unlock(&r->mu);
+		return;
+	}
 	json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s}", "scenario", r->scenario, "engine",
 	                      run->ops->name, "metric", metric, "param", param ? param : "", "unit",
 	                      unit ? unit : "");
@@ -544,4 +568,11 @@ int sk_sink_lookup(struct sk_sink *r, const char *scenario, const char *engine,
 	}
 	pthread_mutex_unlock(&r->mu);
 	return found;
+}
+
+double sk_figure(const struct sk_results *res, const char *scenario, const char *engine,
+                 const char *metric, const char *param)
+{
+	double v;
+	return sk_sink_lookup(res->sink, scenario, engine, metric, param, &v) ? v : NAN;
 }

@@ -31,9 +31,12 @@ struct sk_sink *sk_sink_open(const struct sk_sink_opts *opts);
 void sk_sink_close(struct sk_sink *r);
 
 /* A scenario run against one engine starts / ends (the result is what the
- * scenario's run function returned). */
-void sk_sink_begin_run(struct sk_sink *r, const char *scenario, const char *engine);
-void sk_sink_end_run(struct sk_sink *r, int result, double seconds);
+ * scenario's run function returned).  sk_report() refuses, with a message, a
+ * row whose metric or unit the scenario does not declare (its metrics
+ * table); end_run returns how many it refused in the run (the harness fails
+ * the run on any). */
+void sk_sink_begin_run(struct sk_sink *r, const struct sk_scenario *scenario, const char *engine);
+int sk_sink_end_run(struct sk_sink *r, int result, double seconds);
 
 /* Merge one Google Benchmark JSON document ({"context", "benchmarks"}) into
  * the report: benchmarks are appended (family indices renumbered so several

@@ -13,6 +13,9 @@
 #include "tmo/tmo.h"
 
 struct sk_sink; /* results sink owned by the harness (JSON + CSV) */
+struct sk_metric;
+struct sk_target;
+struct sk_results;
 
 /* What the harness hands a scenario for one engine. */
 struct sk_run {
@@ -42,7 +45,60 @@ struct sk_scenario {
 	 *   fails_when  what makes the run count a violation (exit status 1) */
 	const char *params;
 	const char *fails_when;
+	/* Every figure the scenario reports, {NULL}-terminated: sk_report()
+	 * refuses a metric (or unit) not declared here, and a target can name
+	 * only a declared metric (the harness checks every table before it runs
+	 * anything, and prints them with --list-metrics for scripts/plot). */
+	const struct sk_metric *metrics;
+	/* The project's targets over those figures, {NULL}-terminated (NULL: none),
+	 * printed in the end-of-run targets table when the scenario ran. */
+	const struct sk_target *targets;
+	/* Optional: the scenario's own end-of-run table, printed before the
+	 * targets from the rows of every run in this process. */
+	void (*end_table)(const struct sk_results *res);
 };
+
+/* A figure the scenario reports: its name ("seed_median_ns_per_op") and unit
+ * ("ns", "ops/s", "bytes", "count"). */
+struct sk_metric {
+	const char *name;
+	const char *unit;
+};
+
+/* A target: a declared metric of this scenario, for each named engine,
+ * compared with a bound.  The figure is the row (engine, metric, param),
+ * optionally divided by a second row (per_*: NULL means the same as the
+ * first), the ratio taken upside down when `inverse`, then times `scale`.
+ * A figure that was not reported is "not measured", never met. */
+enum sk_cmp { SK_AT_MOST, SK_AT_LEAST };
+struct sk_target {
+	const char *label;   /* the row's name; "%s": the engine ("%d": the threads, most_threads) */
+	const char *engines; /* "wheel", "mpsc,wheel" (one row each, in this order), "*": every engine run */
+	const char *metric, *param;
+	const char *per_metric, *per_param, *per_engine; /* a ratio's denominator */
+	int inverse;  /* (per figure) / (figure): "N x faster than" */
+	double scale; /* 0: 1 */
+	enum sk_cmp cmp;
+	double bound;
+	const char *unit; /* printed after the figure and the bound: " ns", "x" */
+	/* Why the figure is missing, "%s" the engine that was not run; NULL:
+	 * "not measured (ENGINE not run)", ENGINE the one without a figure. */
+	const char *missing;
+	/* The most threads measured beyond 2 (param "threads=N", N > 2, the
+	 * largest reported): the bound is per thread, times N; no row without
+	 * such N. */
+	int most_threads;
+};
+
+/* What a summary reads: the rows of this process and the engines run. */
+struct sk_results {
+	struct sk_sink *sink;
+	const struct tmo_engine_ops *const *engines;
+	int nengines;
+};
+/* A row's value (the last reported), or NaN when none was reported. */
+double sk_figure(const struct sk_results *res, const char *scenario, const char *engine,
+                 const char *metric, const char *param);
 
 /* One result row: scenario and engine come from the run; `metric` names the
  * figure ("ns_per_op"), `param` its parameters ("threads=2,live=1000000" or
