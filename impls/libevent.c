@@ -44,7 +44,7 @@
  * (with the base lock released): an arm from another thread meanwhile is
  * dated at the start of that iteration and fires early by as long as the
  * callbacks have run (measured: a 30 ms arm made 20 ms into a 40 ms callback
- * fired 10-16 ms early without the flag; tests/unit_libevent.c).  So libevent
+ * fired 10-16 ms early without the flag; tests/unit/libevent.c).  So libevent
  * reads the clock on every event_add (under its base lock).  libevent truncates that reading to the
  * microsecond, so arm rounds the timeout up to the microsecond and adds one
  * more: never early.

@@ -1,6 +1,6 @@
 /*
  * Seeded memory and UB bugs: proof that the ASan / UBSan / LSan checks CAN
- * fail.  tests/sanitizers.cmake registers each kind in the asan build only,
+ * fail.  tests/seeded/sanitizers.cmake registers each kind in the asan build only,
  * with WILL_FAIL (the sanitizer must make it exit non-zero) and again
  * requiring the sanitizer's own report.
  *

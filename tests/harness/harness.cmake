@@ -5,7 +5,7 @@ if(TARGET tmo-harness)
   add_test(NAME harness/list COMMAND ${h} --list)
   add_test(NAME harness/help COMMAND ${h} --help)
   # Every scenario documents its parameters and what fails it (struct
-  # tmo_scenario params, fails_when), and README.md carries --help verbatim.
+  # sk_scenario params, fails_when), and README.md carries --help verbatim.
   set_tests_properties(harness/help PROPERTIES FAIL_REGULAR_EXPRESSION "not documented")
   add_test(NAME harness/help_matches_readme
            COMMAND ${PROJECT_SOURCE_DIR}/scripts/update-readme --check ${h})
@@ -26,12 +26,12 @@ if(TARGET tmo-harness)
     add_test(NAME harness/exit2_${name}
              COMMAND sh -c "\"$0\" \"$1\" >/dev/null 2>&1; test $? -eq 2" ${h} ${arg})
   endforeach()
-  # Results are never lost (tests/harness_output.sh): interrupted runs,
+  # Results are never lost (tests/harness/output.sh): interrupted runs,
   # write errors, stdout errors, the full seed range, short options.
   foreach(case interrupt_int interrupt_term complete json_write_error not_regular
                stdout_full stdout_closed seed_max short_option)
     add_test(NAME harness/output_${case}
-             COMMAND bash ${PROJECT_SOURCE_DIR}/tests/harness_output.sh ${h} ${case})
+             COMMAND bash ${PROJECT_SOURCE_DIR}/tests/harness/output.sh ${h} ${case})
     set_tests_properties(harness/output_${case} PROPERTIES TIMEOUT ${TMO_TEST_TIMEOUT})
   endforeach()
   foreach(engine IN LISTS TMO_ENGINES)
@@ -41,10 +41,10 @@ if(TARGET tmo-harness)
 endif()
 
 # The correctness checks can fail: broken fixture engines through the real
-# race, expiry, coalesce and progress scenarios (tests/harness_fixtures.c),
+# race, expiry, coalesce and progress scenarios (tests/harness/fixtures.c),
 # linked from the harness library (tmo_harness).
 if(TARGET tmo-harness)
-  add_executable(test_harness_fixtures ${PROJECT_SOURCE_DIR}/tests/harness_fixtures.c
+  add_executable(test_harness_fixtures ${PROJECT_SOURCE_DIR}/tests/harness/fixtures.c
                  ${PROJECT_SOURCE_DIR}/tests/fixtures/wrap.c)
   target_include_directories(test_harness_fixtures PRIVATE ${PROJECT_SOURCE_DIR}/tests/fixtures
                                                            ${PROJECT_SOURCE_DIR}/src)

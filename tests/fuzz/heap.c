@@ -18,7 +18,7 @@
  */
 #include <string.h>
 
-#include "fuzz_input.h"
+#include "input.h"
 #include "ds/heap.h"
 
 #include "tmo/testing.h"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# tests/harness_output.sh HARNESS CASE: the harness keeps its results.
-# Registered by tests/harness.cmake, one ctest per case (harness/output_CASE).
+# tests/harness/output.sh HARNESS CASE: the harness keeps its results.
+# Registered by tests/harness/harness.cmake, one ctest per case (harness/output_CASE).
 #
 #   interrupt_int   SIGINT once the first run finished: exit 130; the JSON
 #                   holds that run, "complete": false, "interrupted" names

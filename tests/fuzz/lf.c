@@ -62,7 +62,7 @@
  *
  * A record's cache holds at most LF_CACHE_BOUND free nodes (a refill keeps
  * one chain and sends the rest of a growth step to the depot, where every
- * thread can take it: tests/corpus/lf/cache_hoard).
+ * thread can take it: tests/fuzz/corpus/lf/cache_hoard).
  *
  * Any mismatch aborts with "fuzz mismatch".
  */
@@ -71,7 +71,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "fuzz_input.h"
+#include "input.h"
 #include "lf/lf.h"
 
 #define TIMERS 64
@@ -835,7 +835,7 @@ static void finish(int how)
 	fz.e = NULL;
 }
 
-/* The encoding (tests/corpus/make_seeds.py writes it):
+/* The encoding (tests/fuzz/corpus/make_seeds.py writes it):
  *   header  bit 0 wheel (else mpsc), bits 1-2 resolution, 3-4 node cap,
  *           5-6 the end (drain twice as often as destroy parked / running);
  *   op      bits 0-5 the timer, bits 6-7: 0 arm on T0 (a spec byte follows),

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# tests/scripts_test.sh ROOT CASE: the scripts a new user and CI meet first.
-# Registered by tests/scripts.cmake, one ctest per case (scripts/CASE).
+# tests/scripts/test.sh ROOT CASE: the scripts a new user and CI meet first.
+# Registered by tests/scripts/scripts.cmake, one ctest per case (scripts/CASE).
 #
 #   deps_nonroot     a package missing (a stand-in dpkg-query on the PATH
 #                    says llvm is not installed), not root (a stand-in id):
@@ -34,7 +34,7 @@
 #                    (command, tables, the 16-core note, each run's load
 #                    average), machine and commit in summary.json
 #   scale_plan       scripts/scale --plan with a stand-in harness
-#                    (tests/fixtures/scale_fake_harness.py): the default
+#                    (tests/scripts/scale_fake_harness.py): the default
 #                    engines (lockfree-arm and no-syscall, and condvar) and
 #                    thread counts, a 16-thread plan inside the default
 #                    budget, a budget too small refused, bad options exit 2
@@ -216,7 +216,7 @@ scale_quick)
            runs/sustain-condvar-t1.json runs/sustain-wheel-t2.json runs/sustain-wheel-t2.log; do
     [ -s "$dir/s/$f" ] || fail "no $f"
   done
-  /usr/bin/python3 "$root/tests/scale_check.py" "$dir/s" condvar,wheel 1,2 "$(nproc)" "$rc" ||
+  /usr/bin/python3 "$root/tests/scripts/scale_check.py" "$dir/s" condvar,wheel 1,2 "$(nproc)" "$rc" ||
     fail "the summary does not match the runs"
   grep -q '^\*\*A 16-core run is still wanted\.\*\* This run went up to 2 threads' "$dir/s/README.md" ||
     fail "README.md: no 16-core note"
@@ -230,7 +230,7 @@ scale_quick)
     fail "README.md: no load average per run"
   ;;
 scale_plan)
-  fake=$root/tests/fixtures/scale_fake_harness.py
+  fake=$root/tests/scripts/scale_fake_harness.py
   plan() { "$root/scripts/scale" --harness="$fake" --plan "$@" >"$dir/out" 2>&1; rc=$?; cat "$dir/out"; }
   plan --max=5 --quick
   [ "$rc" -eq 0 ] || fail "--plan: exit $rc"
@@ -256,7 +256,7 @@ scale_plan)
   [ "$rc" -eq 2 ] && grep -q "not an executable" "$dir/out" || fail "a missing harness: exit $rc, want 2"
   ;;
 scale_catches)
-  fake=$root/tests/fixtures/scale_fake_harness.py
+  fake=$root/tests/scripts/scale_fake_harness.py
   scale() {
     "$root/scripts/scale" --harness="$fake" --quick --sustain-s=1 --out="$dir/s" "$@" \
       >"$dir/out" 2>"$dir/err"

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Writes the seed corpora for the fuzz targets (tests/fuzz_wheel.c,
-tests/fuzz_heap.c, tests/fuzz_lf.c): one small hand-written program per
+"""Writes the seed corpora for the fuzz targets (tests/fuzz/wheel.c,
+tests/fuzz/heap.c, tests/fuzz/lf.c): one small hand-written program per
 file, each aimed at one hazard.  The byte encoding is the one the targets decode (see their
 LLVMFuzzerTestOneInput and tests/fuzz_input.h).  Rerun after changing an
-encoding:  python3 tests/corpus/make_seeds.py"""
+encoding:  python3 tests/fuzz/corpus/make_seeds.py"""
 import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))

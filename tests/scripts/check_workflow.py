@@ -1,4 +1,4 @@
-"""tests/check_workflow.py ROOT WORKFLOW: the hosted-CI workflow parses and
+"""tests/scripts/check_workflow.py ROOT WORKFLOW: the hosted-CI workflow parses and
 everything it names exists.
 
   - YAML that parses, with `on`, and jobs that each have `runs-on` and steps;
@@ -10,7 +10,7 @@ everything it names exists.
     is an output the run makes (results/ci, build/);
   - upload paths lie in those outputs.
 Exit 1 with one line per problem.  Run by the ctests scripts/ci_workflow
-and scripts/ci_workflow_catches_missing (tests/scripts.cmake).
+and scripts/ci_workflow_catches_missing (tests/scripts/scripts.cmake).
 """
 
 import os

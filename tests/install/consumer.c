@@ -1,4 +1,4 @@
-/* Built by tests/install_check.sh against an installed tmo, found only
+/* Built by tests/install/check.sh against an installed tmo, found only
  * through pkg-config: the headers, the library and tmo.pc work together. */
 #include <stdio.h>
 #include <time.h>

@@ -39,7 +39,7 @@
  * instead of hanging ctest.  TMO_EAGAIN from create or arm is a shortage of a
  * per-user kernel resource (posix: RLIMIT_SIGPENDING, shared by every
  * process of the user; thread: threads), not a failure: the test says so and
- * exits 77, which ctest reports as a skip (tests/posix.cmake).
+ * exits 77, which ctest reports as a skip (tests/resource_locks.cmake).
  */
 #include <dirent.h>
 #include <errno.h>

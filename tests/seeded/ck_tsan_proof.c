@@ -4,7 +4,7 @@
  * the shape of the mpsc engine's inbox).  The consumer reads what the
  * producers wrote into each node and frees it.
  *
- * Purpose (tests/sanitizers.cmake): in the TSan build, compiled with the CK
+ * Purpose (tests/seeded/sanitizers.cmake): in the TSan build, compiled with the CK
  * header override (cmake/ck_tsan.cmake), it must report no race.  Compiled
  * against the system CK headers, TSan cannot see CK's synchronisation and
  * reports false races: that contrast is what proves the override works.

@@ -22,7 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "fuzz_input.h"
+#include "input.h"
 
 static const char *current_name = "(none)";
 static const uint8_t *current_data;

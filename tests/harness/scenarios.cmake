@@ -2,7 +2,7 @@
 # and edge-of-deadline race, and the actors word count with its
 # message/timeout race, CI-sized (--quick), against every engine.  Both are
 # correctness scenarios: any violation makes the harness exit 1.
-# (tests/engine_scope.c is registered by its file name.)
+# (tests/engine/scope.c is registered by its file name.)
 if(TARGET tmo-harness)
   foreach(scen skip-rescue actors)
     foreach(engine IN LISTS TMO_ENGINES)

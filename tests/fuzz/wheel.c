@@ -19,7 +19,7 @@
  */
 #include <string.h>
 
-#include "fuzz_input.h"
+#include "input.h"
 #include "ds/wheel.h"
 
 #define NODES 64

@@ -7,8 +7,8 @@
 set(tmo_fx_src ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/broken_engines.c
                ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/wrap.c)
 foreach(t contract badinput faults destroy)
-  add_executable(test_engine_${t}_fixtures ${CMAKE_CURRENT_SOURCE_DIR}/engine_${t}.c ${tmo_fx_src})
-  target_link_libraries(test_engine_${t}_fixtures PRIVATE tmo_testcommon)
+  add_executable(test_engine_${t}_fixtures ${CMAKE_CURRENT_SOURCE_DIR}/engine/${t}.c ${tmo_fx_src})
+  target_link_libraries(test_engine_${t}_fixtures PRIVATE tmo_testkit)
   target_include_directories(test_engine_${t}_fixtures PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/fixtures)
 endforeach()
 

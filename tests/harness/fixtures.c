@@ -14,7 +14,7 @@
  *   honest the plain wrapper -> coalesce must pass (the wrapper itself is
  *          sound, so the failures above are the bugs')
  *
- * Registered by tests/harness.cmake (not by the unit_/engine_ globs: it
+ * Registered by tests/harness/harness.cmake (not by the unit/ and engine/ globs: it
  * links the scenarios and the harness's report sink).
  */
 #include <stdatomic.h>

@@ -1,7 +1,7 @@
 """Checks a scripts/scale output directory against the harness's own run
-files (tests/scripts_test.sh, case scale_quick):
+files (tests/scripts/test.sh, case scale_quick):
 
-    /usr/bin/python3 tests/scale_check.py DIR ENGINES THREADS NPROC EXIT
+    /usr/bin/python3 tests/scripts/scale_check.py DIR ENGINES THREADS NPROC EXIT
     (ENGINES and THREADS comma-separated: condvar,wheel 1,2; EXIT: scripts/scale's)
 
 summary.csv has each engine x case (seed, held, sustain) x thread count

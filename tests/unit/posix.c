@@ -16,7 +16,7 @@
  *    parked; an expiry stays queued on the parked thread (its pending
  *    signal set, read from /proc) and runs after the release;
  *  - a self-re-arming callback cannot starve a canceller (the drain).
- * (Stale timers left on a destroyed engine: tests/engine_lifecycle.c.)
+ * (Stale timers left on a destroyed engine: tests/engine/lifecycle.c.)
  *
  * White box: the late-signal case reads the engine's reference from the
  * timer's private word 0 (gen << 33 | fired << 32 | index; see
@@ -25,7 +25,7 @@
  * Kernel timers count against RLIMIT_SIGPENDING, a quota of the USER that
  * every process of the user shares.  The test raises its own limit as far
  * as it may; an arm refused while the quota is still used up by other
- * processes is a skip (exit 77, tests/posix.cmake), not a failure.
+ * processes is a skip (exit 77, tests/resource_locks.cmake), not a failure.
  */
 #include <dirent.h>
 #include <errno.h>

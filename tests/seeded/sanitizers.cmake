@@ -24,7 +24,7 @@
 if(TMO_TSAN)
   set(_tsan_env "TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1")
 
-  add_executable(seeded_race ${CMAKE_CURRENT_SOURCE_DIR}/seeded_race.c)
+  add_executable(seeded_race ${CMAKE_CURRENT_LIST_DIR}/race.c)
   target_link_libraries(seeded_race PRIVATE Threads::Threads)
   add_test(NAME tsan/seeded_race COMMAND seeded_race 20)
   add_test(NAME tsan/seeded_race_report COMMAND seeded_race 20)
@@ -33,11 +33,11 @@ if(TMO_TSAN)
     PASS_REGULAR_EXPRESSION
       "WARNING: ThreadSanitizer: data race.*(toy_fire.*toy_cancel|toy_cancel.*toy_fire)")
 
-  add_executable(ck_tsan_proof ${CMAKE_CURRENT_SOURCE_DIR}/ck_tsan_proof.c)
+  add_executable(ck_tsan_proof ${CMAKE_CURRENT_LIST_DIR}/ck_tsan_proof.c)
   target_link_libraries(ck_tsan_proof PRIVATE Threads::Threads)
   add_test(NAME tsan/ck_override_clean COMMAND ck_tsan_proof)
 
-  add_executable(ck_tsan_proof_system ${CMAKE_CURRENT_SOURCE_DIR}/ck_tsan_proof.c)
+  add_executable(ck_tsan_proof_system ${CMAKE_CURRENT_LIST_DIR}/ck_tsan_proof.c)
   target_link_libraries(ck_tsan_proof_system PRIVATE Threads::Threads)
   # Drop the directory-wide override include: this one sees /usr/include.
   set_property(TARGET ck_tsan_proof_system PROPERTY INCLUDE_DIRECTORIES "")
@@ -54,7 +54,7 @@ if(CMAKE_C_FLAGS MATCHES "-fsanitize=[^ ]*address")
   set(_asan_env
     "ASAN_OPTIONS=detect_leaks=1:detect_stack_use_after_return=1"
     "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
-  add_executable(seeded_asan ${CMAKE_CURRENT_SOURCE_DIR}/seeded_asan.c)
+  add_executable(seeded_asan ${CMAKE_CURRENT_LIST_DIR}/asan.c)
   set(_kinds leak uaf overflow)
   set(_report_leak "ERROR: LeakSanitizer: detected memory leaks")
   set(_report_uaf "ERROR: AddressSanitizer: heap-use-after-free")

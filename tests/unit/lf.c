@@ -103,7 +103,7 @@ static void test_annihilation(void)
 	CHECK_EQ(st.cancelled, n);
 	const char *fence = getenv("TMO_LF_FENCE");
 	if (fence != NULL && strcmp(fence, "1") == 0)
-		CHECK_EQ(d.fence, 1); /* the fallback is what ran (tests/lf_fence.cmake) */
+		CHECK_EQ(d.fence, 1); /* the fallback is what ran (tests/engine/lf_fence.cmake) */
 	/* one growth step (4 pages) serves them all */
 	CHECK(st.held_nodes <= 256);
 	CHECK_EQ(d.spilled, 0);

@@ -5,7 +5,7 @@
 # clock; lf: on a live engine whose timer thread it parks and settles).
 #
 #   Always (any compiler): fuzz_replay_<t> feeds every file of
-#   tests/corpus/<t>/ plus fixed pseudo-random inputs (TMO_FUZZ_REPLAY_RANDOM
+#   tests/fuzz/corpus/<t>/ plus fixed pseudo-random inputs (TMO_FUZZ_REPLAY_RANDOM
 #   each; lf, whose inputs settle a live engine, TMO_FUZZ_REPLAY_RANDOM_LF)
 #   to the same function; ctest "fuzz-replay/<t>".  So every build exercises
 #   the corpus.
@@ -44,9 +44,9 @@ if(TMO_FUZZ AND NOT CMAKE_C_COMPILER_ID MATCHES "Clang")
 endif()
 
 foreach(t IN LISTS TMO_FUZZ_TARGETS)
-  add_executable(fuzz_replay_${t} ${CMAKE_CURRENT_SOURCE_DIR}/fuzz_${t}.c
-                                  ${CMAKE_CURRENT_SOURCE_DIR}/fuzz_replay.c)
-  target_include_directories(fuzz_replay_${t} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}
+  add_executable(fuzz_replay_${t} ${CMAKE_CURRENT_LIST_DIR}/${t}.c
+                                  ${CMAKE_CURRENT_LIST_DIR}/replay.c)
+  target_include_directories(fuzz_replay_${t} PRIVATE ${CMAKE_CURRENT_LIST_DIR}
                                                       ${PROJECT_SOURCE_DIR}/src)
   target_link_libraries(fuzz_replay_${t} PRIVATE tmo)
   set(random ${TMO_FUZZ_REPLAY_RANDOM})
@@ -54,12 +54,12 @@ foreach(t IN LISTS TMO_FUZZ_TARGETS)
     set(random ${TMO_FUZZ_REPLAY_RANDOM_LF})
   endif()
   add_test(NAME fuzz-replay/${t}
-           COMMAND fuzz_replay_${t} --random ${random} ${CMAKE_CURRENT_SOURCE_DIR}/corpus/${t})
+           COMMAND fuzz_replay_${t} --random ${random} ${CMAKE_CURRENT_LIST_DIR}/corpus/${t})
   set_tests_properties(fuzz-replay/${t} PROPERTIES TIMEOUT ${TMO_TEST_TIMEOUT})
 
   if(TMO_FUZZ)
-    add_executable(fuzz_${t} ${CMAKE_CURRENT_SOURCE_DIR}/fuzz_${t}.c ${tmo_fuzz_src_${t}})
-    target_include_directories(fuzz_${t} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}
+    add_executable(fuzz_${t} ${CMAKE_CURRENT_LIST_DIR}/${t}.c ${tmo_fuzz_src_${t}})
+    target_include_directories(fuzz_${t} PRIVATE ${CMAKE_CURRENT_LIST_DIR}
                                                  ${PROJECT_SOURCE_DIR}/src
                                                  ${PROJECT_SOURCE_DIR}/include)
     target_compile_options(fuzz_${t} PRIVATE -fsanitize=fuzzer,address,undefined
@@ -81,7 +81,7 @@ file(READ ${tmo_wheel_c} tmo_wheel_src)
 set(tmo_roundup "return q + (rem != 0);")
 string(FIND "${tmo_wheel_src}" "${tmo_roundup}" tmo_at)
 if(tmo_at EQUAL -1)
-  message(FATAL_ERROR "tests/fuzz.cmake: '${tmo_roundup}' (the round-up to break) "
+  message(FATAL_ERROR "tests/fuzz/fuzz.cmake: '${tmo_roundup}' (the round-up to break) "
                       "is not in src/ds/wheel.c any more: update the planted bug")
 endif()
 string(REPLACE "${tmo_roundup}" "return q; /* PLANTED BUG: rounds down */"
@@ -89,14 +89,14 @@ string(REPLACE "${tmo_roundup}" "return q; /* PLANTED BUG: rounds down */"
 file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/planted/wheel_planted.c.tmp "${tmo_wheel_src}")
 configure_file(${CMAKE_CURRENT_BINARY_DIR}/planted/wheel_planted.c.tmp
                ${CMAKE_CURRENT_BINARY_DIR}/planted/wheel_planted.c COPYONLY)
-add_executable(fuzz_replay_wheel_planted ${CMAKE_CURRENT_SOURCE_DIR}/fuzz_wheel.c
-                                         ${CMAKE_CURRENT_SOURCE_DIR}/fuzz_replay.c
+add_executable(fuzz_replay_wheel_planted ${CMAKE_CURRENT_LIST_DIR}/wheel.c
+                                         ${CMAKE_CURRENT_LIST_DIR}/replay.c
                                          ${CMAKE_CURRENT_BINARY_DIR}/planted/wheel_planted.c)
-target_include_directories(fuzz_replay_wheel_planted PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}
+target_include_directories(fuzz_replay_wheel_planted PRIVATE ${CMAKE_CURRENT_LIST_DIR}
                                                              ${PROJECT_SOURCE_DIR}/src
                                                              ${PROJECT_SOURCE_DIR}/include)
 add_test(NAME fuzz-replay/wheel-planted
-         COMMAND fuzz_replay_wheel_planted --expect-mismatch ${CMAKE_CURRENT_SOURCE_DIR}/corpus/wheel)
+         COMMAND fuzz_replay_wheel_planted --expect-mismatch ${CMAKE_CURRENT_LIST_DIR}/corpus/wheel)
 set_tests_properties(fuzz-replay/wheel-planted PROPERTIES
                      TIMEOUT ${TMO_TEST_TIMEOUT}
                      PASS_REGULAR_EXPRESSION "fuzz mismatch[^\n]*early")
@@ -121,7 +121,7 @@ function(tmo_lf_planted name file pattern replacement regex)
   string(FIND "${text}" "${pattern}" first)
   string(FIND "${text}" "${pattern}" last REVERSE)
   if(first EQUAL -1 OR NOT first EQUAL last)
-    message(FATAL_ERROR "tests/fuzz.cmake: the text to break for ${name} is not in "
+    message(FATAL_ERROR "tests/fuzz/fuzz.cmake: the text to break for ${name} is not in "
                         "src/lf/${file} exactly once any more: update the planted bug")
   endif()
   string(REPLACE "${pattern}" "${replacement}" text "${text}")
@@ -130,14 +130,14 @@ function(tmo_lf_planted name file pattern replacement regex)
   configure_file(${out}.tmp ${out} COPYONLY)
   set(sources ${tmo_fuzz_src_lf})
   list(REMOVE_ITEM sources ${src})
-  add_executable(fuzz_replay_${name} ${CMAKE_CURRENT_SOURCE_DIR}/fuzz_lf.c
-                                     ${CMAKE_CURRENT_SOURCE_DIR}/fuzz_replay.c ${sources} ${out})
-  target_include_directories(fuzz_replay_${name} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}
+  add_executable(fuzz_replay_${name} ${CMAKE_CURRENT_LIST_DIR}/lf.c
+                                     ${CMAKE_CURRENT_LIST_DIR}/replay.c ${sources} ${out})
+  target_include_directories(fuzz_replay_${name} PRIVATE ${CMAKE_CURRENT_LIST_DIR}
                              ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/src/lf
                              ${PROJECT_SOURCE_DIR}/include)
   target_link_libraries(fuzz_replay_${name} PRIVATE Threads::Threads ${tmo_fuzz_libs_lf})
   add_test(NAME fuzz-replay/${name}
-           COMMAND fuzz_replay_${name} --expect-mismatch ${CMAKE_CURRENT_SOURCE_DIR}/corpus/lf)
+           COMMAND fuzz_replay_${name} --expect-mismatch ${CMAKE_CURRENT_LIST_DIR}/corpus/lf)
   set_tests_properties(fuzz-replay/${name} PROPERTIES TIMEOUT ${TMO_TEST_TIMEOUT}
                        PASS_REGULAR_EXPRESSION "${regex}")
 endfunction()

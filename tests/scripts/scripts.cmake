@@ -2,12 +2,12 @@
 # (scripts/compare), plots and REPORT.md (scripts/plot), thread scaling
 # (scripts/scale: scale_quick through this build's harness, the others
 # through tests/fixtures/scale_fake_harness.py), and the hosted-CI workflow
-# (.github/workflows/ci.yml).  tests/scripts_test.sh, one ctest per case;
-# tests/check_workflow.py for the workflow.
+# (.github/workflows/ci.yml).  tests/scripts/test.sh, one ctest per case;
+# tests/scripts/check_workflow.py for the workflow.
 foreach(case deps_nonroot deps_root deps_installed deps_one_list compare plot_report
         scale_quick scale_plan scale_catches)
   add_test(NAME scripts/${case}
-           COMMAND bash ${PROJECT_SOURCE_DIR}/tests/scripts_test.sh ${PROJECT_SOURCE_DIR} ${case}
+           COMMAND bash ${PROJECT_SOURCE_DIR}/tests/scripts/test.sh ${PROJECT_SOURCE_DIR} ${case}
                    $<TARGET_FILE:tmo-harness>)
   set_tests_properties(scripts/${case} PROPERTIES TIMEOUT ${TMO_TEST_TIMEOUT})
 endforeach()
@@ -16,10 +16,10 @@ endforeach()
 # fail on a copy whose suite step names a script that is not there.
 set(wf ${PROJECT_SOURCE_DIR}/.github/workflows/ci.yml)
 add_test(NAME scripts/ci_workflow
-         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/check_workflow.py ${PROJECT_SOURCE_DIR} ${wf})
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/scripts/check_workflow.py ${PROJECT_SOURCE_DIR} ${wf})
 add_test(NAME scripts/ci_workflow_catches_missing
          COMMAND sh -c "sed 's#bash .ci/run#bash .ci/no-such-run#' \"$1\" > \"$3\" &&
                         ! cmp -s \"$1\" \"$3\" &&
-                        ! /usr/bin/python3 \"$0/tests/check_workflow.py\" \"$0\" \"$3\" > \"$3.out\" &&
+                        ! /usr/bin/python3 \"$0/tests/scripts/check_workflow.py\" \"$0\" \"$3\" > \"$3.out\" &&
                         grep -q 'runs .ci/no-such-run, which is not in the repository' \"$3.out\""
                  ${PROJECT_SOURCE_DIR} ${wf} unused ${CMAKE_CURRENT_BINARY_DIR}/ci_missing_step.yml)

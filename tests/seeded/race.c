@@ -7,7 +7,7 @@
  * the other wrote without a happens-before edge: a data race, every time.
  *
  * This is a test fixture, not an engine: it is not in impls/ and never in the
- * registry.  tests/sanitizers.cmake registers it in the TSan build only, with
+ * registry.  tests/seeded/sanitizers.cmake registers it in the TSan build only, with
  * WILL_FAIL (TSan must make it exit non-zero) and again requiring TSan's
  * report to name toy_fire/toy_cancel.
  *
