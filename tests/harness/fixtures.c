@@ -14,6 +14,10 @@
  *   honest the plain wrapper -> coalesce must pass (the wrapper itself is
  *          sound, so the failures above are the bugs')
  *
+ * The declarations are checked too: a target naming a metric its scenario
+ * does not declare is refused (cli/targets.c), and so is a row reported
+ * under an undeclared metric (the sink), while the real tables pass.
+ *
  * Registered by tests/harness/harness.cmake (not by the unit/ and engine/ globs: it
  * links the scenarios and the harness's report sink).
  */
@@ -24,7 +28,10 @@
 
 #include "kit/sink.h"
 #include "kit/sk.h"
+#include "targets.h"
 #include "wrap.h"
+
+extern const struct sk_scenario *const sk_scenarios[]; /* the harness's table */
 
 extern const struct sk_scenario sk_scenario_race, sk_scenario_expiry, sk_scenario_coalesce,
 	sk_scenario_progress;
@@ -97,6 +104,9 @@ static const struct tmo_engine_ops *const fixtures[] = {
 	&fx_honest, &fx_liar, &fx_early, &fx_lossy, &fx_waitarm, NULL,
 };
 
+/* Rows the sink refused in the last run_one (metric not declared). */
+static int refused_rows;
+
 /* One run as the harness makes it; returns what the scenario returned.
  * *rep_out keeps the report open for a look at the rows (close it). */
 static int run_one(const struct sk_scenario *sc, const struct tmo_engine_ops *ops, int quick,
@@ -107,7 +117,7 @@ static int run_one(const struct sk_scenario *sc, const struct tmo_engine_ops *op
 	struct sk_run run = {ops, 2, quick, 1, rep, 1};
 	sk_sink_begin_run(rep, sc, ops->name);
 	int v = sc->run(&run);
-	sk_sink_end_run(rep, v, 0);
+	refused_rows = sk_sink_end_run(rep, v, 0);
 	*rep_out = rep;
 	return v;
 }
@@ -150,6 +160,43 @@ static void expect_progress_waitarm(void)
 	sk_sink_close(rep);
 }
 
+/* A scenario that declares one metric and reports it and one more. */
+static const struct sk_metric decl_metrics[] = {{"declared", "count"}, {NULL, NULL}};
+static int decl_run(const struct sk_run *run)
+{
+	sk_report(run, "declared", "", 1, "count");
+	sk_report(run, "renamed", "", 2, "count");
+	return 0;
+}
+static const struct sk_target decl_bad_targets[] = {
+	{.label = "a renamed metric", .engines = "honest", .metric = "renamed", .unit = ""},
+	{NULL},
+};
+
+static void expect_declarations_checked(void)
+{
+	printf("---- declarations: a target or row naming an undeclared metric is refused ----\n");
+	struct sk_scenario decl = {.name = "decl", .summary = "", .run = decl_run,
+	                           .metrics = decl_metrics};
+	const struct sk_scenario *table[] = {&decl, NULL};
+	int good = targets_check(table, stdout);
+	decl.targets = decl_bad_targets;
+	int bad = targets_check(table, stdout);
+	int real = targets_check(sk_scenarios, stdout);
+	struct sk_sink *rep;
+	run_one(&decl, &fx_honest, 1, &rep);
+	int refused = refused_rows;
+	double v1 = -1, v2 = -1;
+	int got1 = sk_sink_lookup(rep, "decl", "honest", "declared", "", &v1);
+	int got2 = sk_sink_lookup(rep, "decl", "honest", "renamed", "", &v2);
+	sk_sink_close(rep);
+	int ok = good == 0 && bad == 1 && real == 0 && refused == 1 && got1 && v1 == 1 && !got2;
+	printf("---- declarations: good %d, bad target %d, real tables %d problems; rows refused "
+	       "%d, declared row kept %d, undeclared row kept %d: %s ----\n",
+	       good, bad, real, refused, got1, got2, ok ? "as expected" : "WRONG");
+	failures += !ok;
+}
+
 int main(int argc, char **argv)
 {
 	/* Small sizes: the point is that the checks fire, not the load. */
@@ -183,6 +230,7 @@ int main(int argc, char **argv)
 	expect(&sk_scenario_coalesce, &fx_lossy, 1);
 	expect(&sk_scenario_coalesce, &fx_honest, 0);
 	expect_progress_waitarm();
+	expect_declarations_checked();
 	printf("%s\n", failures ? "FAIL: a check did not behave" : "every check caught its bug");
 	return failures ? 1 : 0;
 }

@@ -47,6 +47,7 @@ if(TARGET tmo-harness)
   add_executable(test_harness_fixtures ${PROJECT_SOURCE_DIR}/tests/harness/fixtures.c
                  ${PROJECT_SOURCE_DIR}/tests/fixtures/wrap.c)
   target_include_directories(test_harness_fixtures PRIVATE ${PROJECT_SOURCE_DIR}/tests/fixtures
+                                                           ${PROJECT_SOURCE_DIR}/cli
                                                            ${PROJECT_SOURCE_DIR}/src)
   target_link_libraries(test_harness_fixtures PRIVATE tmo_harness)
   add_test(NAME harness/checks_can_fail COMMAND test_harness_fixtures)
