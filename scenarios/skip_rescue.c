@@ -20,6 +20,7 @@
 #include <stdatomic.h>
 
 #include "tmo/scope.h"
+#include "kit/bug8730.h"
 #include "kit/util.h"
 
 #define MS TMO_NSEC_PER_MSEC
@@ -64,87 +65,52 @@ static const char *mode_name(int mode)
 	return mode == TMO_SCOPE_RAISE ? "raise" : mode == TMO_SCOPE_THROW ? "throw" : "exception";
 }
 
-/* ---- the Ruby block --------------------------------------------------------- */
+/* ---- the truth table (kit/bug8730.h: the Ruby block and its table) ---------- */
 
-struct cell {
-	unsigned filter;
-	int reraise;
-	int saw;
-	enum tmo_exc_class saw_cls;
-	int ensured;
-	int after_sleep;
+/* What one row of the table came to over its runs. */
+struct row_tally {
+	int saw_any, bad, ensure_min, ensure_max;
+	const char *got;
+	int64_t worst;
 };
 
-static intptr_t cell_sleep(void *arg)
+/* One run of the block in (mode, handler h); returns 1 if it did not come
+ * out as the table says (printed as a violation). */
+static int truth_run(const struct sk_run *run, int mode, int h, int r, struct row_tally *t)
 {
-	tmo_sleep(SR_LONG);
-	((struct cell *)arg)->after_sleep++;
-	return 1;
+	const struct sk_8730_handler *hd = &sk_8730_handlers[h];
+	struct sk_8730 c = {.filter = hd->filter, .reraise = hd->reraise, .sleep_ns = SR_LONG};
+	intptr_t val = 0;
+	struct tmo_exc e = {0};
+	int64_t t0 = sk_now_ns();
+	int rc = sr_scope(SR_DEADLINE, mode, sk_8730_block, &c, &val, &e);
+	int64_t el = sk_now_ns() - t0;
+	if (el > t->worst)
+		t->worst = el;
+	const char *o = sk_8730_outcome(rc, val);
+	int ok = sk_8730_as_expected(mode, h, &c, rc, val, &e);
+	if (sr_short)
+		return 0; /* not run: the run is skipped */
+	if (!ok) {
+		const struct sk_8730_expect *x = &sk_8730_expected[mode - TMO_SCOPE_RAISE][h];
+		sk_violation(run,
+		             "mode %s, %s, run %d: rescue saw %d (class %d), ensure ran %d, "
+		             "code after sleep ran %d, caller got %s (%s) — expected saw %d, "
+		             "ensure 1, caller %s",
+		             mode_name(mode), hd->ruby, r, c.saw, (int)c.saw_cls, c.ensured,
+		             c.after_sleep, o, tmo_scope_errname(rc), x->saw, x->caller);
+	}
+	t->saw_any |= c.saw;
+	if (c.ensured < t->ensure_min)
+		t->ensure_min = c.ensured;
+	if (c.ensured > t->ensure_max)
+		t->ensure_max = c.ensured;
+	if (t->got == NULL)
+		t->got = o;
+	else if (strcmp(t->got, o) != 0)
+		t->got = "varies";
+	return !ok;
 }
-
-static void cell_ensure(void *arg) { ((struct cell *)arg)->ensured++; }
-
-static intptr_t cell_body(void *arg)
-{
-	intptr_t v = 0;
-	tmo_ensure(cell_sleep, arg, cell_ensure, arg, &v);
-	return v;
-}
-
-static intptr_t cell_handler(const struct tmo_exc *e, void *arg)
-{
-	struct cell *c = arg;
-	c->saw++;
-	c->saw_cls = e->cls;
-	if (c->reraise)
-		tmo_reraise(e);
-	return 99;
-}
-
-static intptr_t cell_block(void *arg)
-{
-	struct cell *c = arg;
-	intptr_t v = 0;
-	tmo_rescue(c->filter, cell_body, c, cell_handler, c, &v);
-	return v;
-}
-
-/* What the caller got, in words. */
-static const char *outcome(int rc, intptr_t v)
-{
-	if (rc == TMO_ETIMEDOUT)
-		return "timeout error";
-	if (rc == 0 && v == 99)
-		return "block's result";
-	if (rc == 0)
-		return "block ran on";
-	return "other error";
-}
-
-struct handler_kind {
-	const char *ruby;
-	unsigned filter;
-	int reraise;
-};
-
-static const struct handler_kind handlers[] = {
-	{"rescue => e", TMO_RESCUE_STANDARD, 0},
-	{"rescue Exception => e", TMO_RESCUE_ALL, 0},
-	{"rescue Exception; raise", TMO_RESCUE_ALL, 1},
-};
-
-/* The expected table (CONTRACT.md "Timeout scopes"): [mode-1][handler]. */
-static const struct {
-	int saw;
-	const char *caller;
-} expected[3][3] = {
-	/* raise: Bug #8730 — any rescue swallows it */
-	{{1, "block's result"}, {1, "block's result"}, {1, "timeout error"}},
-	/* throw: no rescue sees it */
-	{{0, "timeout error"}, {0, "timeout error"}, {0, "timeout error"}},
-	/* exception: only rescue Exception sees it */
-	{{0, "timeout error"}, {1, "block's result"}, {1, "timeout error"}},
-};
 
 static int truth_table(const struct sk_run *run, int reps)
 {
@@ -154,63 +120,26 @@ static int truth_table(const struct sk_run *run, int reps)
 	       "rescue saw", "ensure", "caller got", "expected");
 	for (int mode = TMO_SCOPE_RAISE; mode <= TMO_SCOPE_EXCEPTION; mode++) {
 		for (int h = 0; h < 3; h++) {
-			int saw_any = 0, bad = 0, ensure_min = 1 << 30, ensure_max = 0;
-			const char *got = NULL;
-			int64_t worst = 0;
+			struct row_tally t = {.ensure_min = 1 << 30};
 			for (int r = 0; r < reps; r++) {
-				struct cell c = {.filter = handlers[h].filter, .reraise = handlers[h].reraise};
-				intptr_t val = 0;
-				struct tmo_exc e = {0};
-				int64_t t0 = sk_now_ns();
-				int rc = sr_scope(SR_DEADLINE, mode, cell_block, &c, &val, &e);
-				int64_t el = sk_now_ns() - t0;
-				if (el > worst)
-					worst = el;
-				const char *o = outcome(rc, val);
-				int want_saw = expected[mode - 1][h].saw;
-				enum tmo_exc_class want_cls =
-				        mode == TMO_SCOPE_RAISE ? TMO_EXC_TIMEOUT : TMO_EXC_INTERRUPT;
-				int ok = c.saw == want_saw && c.ensured == 1 && c.after_sleep == 0 &&
-				         strcmp(o, expected[mode - 1][h].caller) == 0 &&
-				         (!c.saw || c.saw_cls == want_cls) &&
-				         (rc != TMO_ETIMEDOUT ||
-				          (e.message != NULL && strcmp(e.message, TMO_EXPIRED_MESSAGE) == 0)) &&
-				         tmo_interrupt_pending() == 0;
+				t.bad += truth_run(run, mode, h, r, &t);
 				if (sr_short)
-					return v; /* not run: the run is skipped */
-				if (!ok) {
-					sk_violation(run,
-					              "mode %s, %s, run %d: rescue saw %d (class %d), ensure ran %d, "
-					              "code after sleep ran %d, caller got %s (%s) — expected saw %d, "
-					              "ensure 1, caller %s",
-					              mode_name(mode), handlers[h].ruby, r, c.saw, (int)c.saw_cls,
-					              c.ensured, c.after_sleep, o, tmo_scope_errname(rc), want_saw,
-					              expected[mode - 1][h].caller);
-					bad++;
-				}
-				saw_any |= c.saw;
-				if (c.ensured < ensure_min)
-					ensure_min = c.ensured;
-				if (c.ensured > ensure_max)
-					ensure_max = c.ensured;
-				if (got == NULL)
-					got = o;
-				else if (strcmp(got, o) != 0)
-					got = "varies";
+					return v;
 			}
 			char ens[32];
-			if (ensure_min == ensure_max)
-				snprintf(ens, sizeof ens, "%d", ensure_min);
+			if (t.ensure_min == t.ensure_max)
+				snprintf(ens, sizeof ens, "%d", t.ensure_min);
 			else
-				snprintf(ens, sizeof ens, "%d..%d", ensure_min, ensure_max);
-			printf("  %-9s | %-23s | %-11s | %-6s | %-15s | %s\n", mode_name(mode),
-			       handlers[h].ruby, saw_any ? "yes" : "no", ens, got ? got : "-",
-			       bad ? "MISMATCH" : "as expected");
-			sk_report_fmt(run, "truth_table_mismatches", (double)bad, "count", "mode=%s,handler=%s",
-			          mode_name(mode), handlers[h].ruby);
-			sk_report_fmt(run, "interrupted_block_ms_max", (double)worst / 1e6, "ms",
-			          "mode=%s,handler=%s", mode_name(mode), handlers[h].ruby);
-			v += bad;
+				snprintf(ens, sizeof ens, "%d..%d", t.ensure_min, t.ensure_max);
+			const char *ruby = sk_8730_handlers[h].ruby;
+			printf("  %-9s | %-23s | %-11s | %-6s | %-15s | %s\n", mode_name(mode), ruby,
+			       t.saw_any ? "yes" : "no", ens, t.got ? t.got : "-",
+			       t.bad ? "MISMATCH" : "as expected");
+			sk_report_fmt(run, "truth_table_mismatches", (double)t.bad, "count",
+			              "mode=%s,handler=%s", mode_name(mode), ruby);
+			sk_report_fmt(run, "interrupted_block_ms_max", (double)t.worst / 1e6, "ms",
+			              "mode=%s,handler=%s", mode_name(mode), ruby);
+			v += t.bad;
 		}
 	}
 	return v;
