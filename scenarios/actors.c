@@ -35,6 +35,35 @@
 #include "tmo/scope.h"
 #include "kit/util.h"
 
+/* Every figure this scenario reports (sk.h: struct sk_metric). */
+static const struct sk_metric actors_metrics[] = {
+	{"wordcount_sequential_ms", "ms"}, {"wordcount_actors_ms", "ms"},
+	{"wordcount_after_ran", "count"}, {"wordcount_count_mismatches", "count"},
+	{"race_bad", "count"}, {"race_after_ran", "count"}, {"receive_plain_ns", "ns"},
+	{"receive_after_ns", "ns"}, {"after_late_us_p50", "us"}, {"after_late_us_max", "us"},
+	{"arm_eagain_retries", "count"}, {NULL, NULL},
+};
+
+static int actors_run(const struct sk_run *run);
+
+const struct sk_scenario sk_scenario_actors = {
+	.name = "actors",
+	.summary = "Revactor MapReduce word count: actors (threads) with receive-with-timeout on the "
+	           "engine (scope or marker), sequential vs 50/100/200 actors, message/timeout race, "
+	           "cost per receive",
+	.correctness = 1,
+	.run = actors_run,
+	.params = "The Revactor MapReduce word count: 200 generated documents of 1,000 words "
+	          "(--quick: 200), counted sequentially and by 50, 100, 200 actors (threads with "
+	          "mailboxes and receive-with-timeout, built on a scope and on a marker timer), "
+	          "without and with a simulated fetch latency (5 ms, --quick 2 ms); then messages "
+	          "racing the receive timeout, 2,000 (--quick: 300); then the cost of one "
+	          "receive-with-timeout. --seed generates the corpus.",
+	.fails_when = "a count differs from the sequential result, a message is lost, duplicated or "
+	              "out of order, or a receive returns the wrong thing.",
+	.metrics = actors_metrics,
+};
+
 #define US TMO_NSEC_PER_USEC
 #define MS TMO_NSEC_PER_MSEC
 
@@ -761,13 +790,7 @@ static int receive_cost(const struct sk_run *run, struct tmo *eng, int n)
 static int actors_run(const struct sk_run *run)
 {
 	struct tmo *eng = NULL;
-	int rc = tmo_create_ops(run->ops, NULL, &eng);
-	if (rc == TMO_EAGAIN) {
-		sk_skip(run, "the engine could not be created: TMO_EAGAIN (%s; a per-user limit such "
-		         "as RLIMIT_SIGPENDING for kernel timers, which other processes share)",
-		         tmo_strerror(rc));
-		return SK_SKIPPED;
-	}
+	int rc = sk_create_or_skip(run, &eng);
 	if (rc != 0)
 		return rc;
 	int v = 0;
@@ -816,37 +839,3 @@ static int actors_run(const struct sk_run *run)
 	printf("actors: %d violations\n", v);
 	return v;
 }
-
-/* Every figure this scenario reports (sk.h: struct sk_metric). */
-static const struct sk_metric actors_metrics[] = {
-	{"wordcount_sequential_ms", "ms"},
-	{"wordcount_actors_ms", "ms"},
-	{"wordcount_after_ran", "count"},
-	{"wordcount_count_mismatches", "count"},
-	{"race_bad", "count"},
-	{"race_after_ran", "count"},
-	{"receive_plain_ns", "ns"},
-	{"receive_after_ns", "ns"},
-	{"after_late_us_p50", "us"},
-	{"after_late_us_max", "us"},
-	{"arm_eagain_retries", "count"},
-	{NULL, NULL},
-};
-
-const struct sk_scenario sk_scenario_actors = {
-	.name = "actors",
-	.summary = "Revactor MapReduce word count: actors (threads) with receive-with-timeout on the "
-	           "engine (scope or marker), sequential vs 50/100/200 actors, message/timeout race, "
-	           "cost per receive",
-	.correctness = 1,
-	.run = actors_run,
-	.params = "The Revactor MapReduce word count: 200 generated documents of 1,000 words "
-	          "(--quick: 200), counted sequentially and by 50, 100, 200 actors (threads with "
-	          "mailboxes and receive-with-timeout, built on a scope and on a marker timer), "
-	          "without and with a simulated fetch latency (5 ms, --quick 2 ms); then messages "
-	          "racing the receive timeout, 2,000 (--quick: 300); then the cost of one "
-	          "receive-with-timeout. --seed generates the corpus.",
-	.fails_when = "a count differs from the sequential result, a message is lost, duplicated or "
-	              "out of order, or a receive returns the wrong thing.",
-	.metrics = actors_metrics,
-};

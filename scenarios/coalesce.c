@@ -18,6 +18,29 @@
 
 #include "kit/util.h"
 
+/* Every figure this scenario reports (sk.h: struct sk_metric). */
+static const struct sk_metric coalesce_metrics[] = {
+	{"arm_eagain_retries", "count"}, {"lost", "count"}, {"cancelled_but_fired", "count"},
+	{"timers", "count"}, {"model_lost", "count"}, {"violations", "count"}, {NULL, NULL},
+};
+
+static int coalesce_run(const struct sk_run *run);
+
+const struct sk_scenario sk_scenario_coalesce = {
+	.name = "coalesce",
+	.summary = "timers due inside one resolution window, a random half cancelled: every other fires "
+	           "(independence); a core.async shared-channel model must be caught losing timers",
+	.correctness = 1,
+	.run = coalesce_run,
+	.params = "10,000 timers (--quick: 2,000; thread engine 200) due inside one resolution "
+	          "window 50 ms ahead, a random half cancelled (--seed chooses which); then the "
+	          "same workload against a model of core.async's shared 10 ms timeout channels.",
+	.fails_when = "a timer that was not cancelled is lost, fires twice or early; a cancelled one "
+	              "fires; or the check fails to catch the core.async model losing timers (a check "
+	              "that cannot see that bug proves nothing).",
+	.metrics = coalesce_metrics,
+};
+
 #define N_FULL 10000
 #define N_QUICK 2000
 #define N_THREAD 200
@@ -268,29 +291,3 @@ static int coalesce_run(const struct sk_run *run)
 	sk_report(run, "violations", "", v, "count");
 	return v;
 }
-
-/* Every figure this scenario reports (sk.h: struct sk_metric). */
-static const struct sk_metric coalesce_metrics[] = {
-	{"arm_eagain_retries", "count"},
-	{"lost", "count"},
-	{"cancelled_but_fired", "count"},
-	{"timers", "count"},
-	{"model_lost", "count"},
-	{"violations", "count"},
-	{NULL, NULL},
-};
-
-const struct sk_scenario sk_scenario_coalesce = {
-	"coalesce",
-	"timers due inside one resolution window, a random half cancelled: every other fires "
-	"(independence); a core.async shared-channel model must be caught losing timers",
-	1,
-	coalesce_run,
-	.params = "10,000 timers (--quick: 2,000; thread engine 200) due inside one resolution "
-	          "window 50 ms ahead, a random half cancelled (--seed chooses which); then the "
-	          "same workload against a model of core.async's shared 10 ms timeout channels.",
-	.fails_when = "a timer that was not cancelled is lost, fires twice or early; a cancelled one "
-	              "fires; or the check fails to catch the core.async model losing timers (a check "
-	              "that cannot see that bug proves nothing).",
-	.metrics = coalesce_metrics,
-};

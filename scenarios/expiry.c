@@ -23,6 +23,42 @@
 
 #include "kit/util.h"
 
+/* Every figure this scenario reports (sk.h: struct sk_metric). */
+static const struct sk_metric expiry_metrics[] = {
+	{"capacity", "timers"}, {"arm_retries", "count"}, {"order_worst_gap_ns", "ns"},
+	{"lateness_ns", "ns"}, {"lateness_cdf_ns", "ns"}, {"early", "count"},
+	{"order_violations", "count"}, {"lost", "count"}, {"double_fires", "count"},
+	{"fires_per_s", "fires/s"}, {"violations", "count"}, {NULL, NULL},
+};
+
+/* The project's targets over them (sk.h: struct sk_target). */
+static const struct sk_target expiry_targets[] = {
+	{.label = "expiry burst, 1e6 due at one instant: wheel", .engines = "wheel",
+	 .metric = "fires_per_s", .param = "n=1000000", .scale = 1e-6, .cmp = SK_AT_LEAST,
+	 .bound = 10, .unit = "M fires/s", .missing = "not measured (%s not run, or --quick)"},
+	{NULL},
+};
+
+static int expiry_run(const struct sk_run *run);
+
+const struct sk_scenario sk_scenario_expiry = {
+	.name = "expiry",
+	.summary = "1e3..1e6 timers with random deadlines: lateness p50/p99/max and CDF, early fires, order, "
+	           "lost; burst drain rate",
+	.correctness = 1,
+	.run = expiry_run,
+	.params = "N timers with random timeouts in 50 ms + [0, 1 s] (--quick: 200 ms) for N = "
+	          "1e3, 1e4, 1e5, 1e6 (--quick: 1e3, 1e5; thread engine at most 2,000 / 500); "
+	          "then N timers due at one instant (the drain rate). Reports lateness "
+	          "p50/p99/max and its CDF. --seed draws the timeouts.",
+	.fails_when = "a timer fires early, fires twice, is lost (no callback 5 s after the last "
+	              "deadline), or runs before a timer due more than the engine's resolution "
+	              "earlier. An arm refused for capacity (TMO_EAGAIN, TMO_ENOMEM) is reported, not "
+	              "a violation.",
+	.metrics = expiry_metrics,
+	.targets = expiry_targets,
+};
+
 #define SPAN_FULL (1000 * TMO_NSEC_PER_MSEC)
 #define SPAN_QUICK (200 * TMO_NSEC_PER_MSEC)
 #define LEAD (50 * TMO_NSEC_PER_MSEC)
@@ -345,45 +381,3 @@ static int expiry_run(const struct sk_run *run)
 	sk_report(run, "violations", "", v, "count");
 	return v;
 }
-
-/* Every figure this scenario reports (sk.h: struct sk_metric). */
-static const struct sk_metric expiry_metrics[] = {
-	{"capacity", "timers"},
-	{"arm_retries", "count"},
-	{"order_worst_gap_ns", "ns"},
-	{"lateness_ns", "ns"},
-	{"lateness_cdf_ns", "ns"},
-	{"early", "count"},
-	{"order_violations", "count"},
-	{"lost", "count"},
-	{"double_fires", "count"},
-	{"fires_per_s", "fires/s"},
-	{"violations", "count"},
-	{NULL, NULL},
-};
-
-/* The project's targets over them (sk.h: struct sk_target). */
-static const struct sk_target expiry_targets[] = {
-	{.label = "expiry burst, 1e6 due at one instant: wheel", .engines = "wheel",
-	 .metric = "fires_per_s", .param = "n=1000000", .scale = 1e-6, .cmp = SK_AT_LEAST,
-	 .bound = 10, .unit = "M fires/s", .missing = "not measured (%s not run, or --quick)"},
-	{NULL},
-};
-
-const struct sk_scenario sk_scenario_expiry = {
-	"expiry",
-	"1e3..1e6 timers with random deadlines: lateness p50/p99/max and CDF, early fires, order, "
-	"lost; burst drain rate",
-	1,
-	expiry_run,
-	.params = "N timers with random timeouts in 50 ms + [0, 1 s] (--quick: 200 ms) for N = "
-	          "1e3, 1e4, 1e5, 1e6 (--quick: 1e3, 1e5; thread engine at most 2,000 / 500); "
-	          "then N timers due at one instant (the drain rate). Reports lateness "
-	          "p50/p99/max and its CDF. --seed draws the timeouts.",
-	.fails_when = "a timer fires early, fires twice, is lost (no callback 5 s after the last "
-	              "deadline), or runs before a timer due more than the engine's resolution "
-	              "earlier. An arm refused for capacity (TMO_EAGAIN, TMO_ENOMEM) is reported, not "
-	              "a violation.",
-	.metrics = expiry_metrics,
-	.targets = expiry_targets,
-};

@@ -45,6 +45,52 @@
 
 #include "kit/util.h"
 
+/* Every figure this scenario reports (sk.h: struct sk_metric). */
+static const struct sk_metric progress_metrics[] = {
+	{"callback_max_latency_ns", "ns"}, {"pairs", "count"}, {"pairs_per_s", "pairs/s"},
+	{"latency_ns", "ns"}, {"max_unswitched_ns", "ns"}, {"slow_pairs_preempted", "count"},
+	{"slow_pairs_slept", "count"}, {"blocked_workers", "count"}, {"stalled_workers", "count"},
+	{"arms_refused", "count"}, {"parkable", "bool"}, {"violations", "count"}, {NULL, NULL},
+};
+
+/* The project's targets over them (sk.h: struct sk_target). */
+static const struct sk_target progress_targets[] = {
+	{.label = "worst arm+cancel while a callback blocks (not switched out): %s",
+	 .engines = "mpsc,wheel", .metric = "callback_max_latency_ns", .scale = 1e-6,
+	 .cmp = SK_AT_MOST, .bound = 1, .unit = " ms"},
+	{NULL},
+};
+
+static int progress_run(const struct sk_run *run);
+
+const struct sk_scenario sk_scenario_progress = {
+	.name = "progress",
+	.summary = "park the timer thread, then block one callback; arm/cancel latency from other threads "
+	           "meanwhile (lock-free engines keep going, lock-based ones block: bounded, counted)",
+	.correctness = 1,
+	.run = progress_run,
+	.params = "--threads workers (at most 64) arm and cancel 1 s timeouts flat out, first "
+	          "with the engine running, then for 500 ms (--quick: 200 ms) with its timer "
+	          "thread parked at its loop's hook (tmo_park), then for 2 s (--quick: 200 ms) "
+	          "while one callback blocks, each worker keeping 4096 timers of 60 s armed (16 on "
+	          "a thread-per-timer engine) and cancelling the oldest as it arms the next. On an "
+	          "engine that declares lockfree-arm the park and the blocked callback last until "
+	          "every worker has also finished 200 pairs in the phase (at most 10 s). Reports "
+	          "pairs/s, latency p50/p99/max, stalled (an op over 100 ms: reported) and "
+	          "blocked workers per phase, the slowest pair of all and the slowest that the worker's "
+	          "thread ran without a context switch (getrusage), and the pairs over 20 us that "
+	          "were preempted or slept.",
+	.fails_when = "an engine that declares lockfree-arm has a worker blocked by the park or "
+	              "by the blocked callback: short of 200 pairs when the phase ends, or inside "
+	              "one pair begun more than half the phase earlier (an engine that does not "
+	              "declare it is reported, not failed); an engine without the park capability "
+	              "does not refuse tmo_park with TMO_EINVAL; an arm or cancel returns an error "
+	              "other than an arm refused at once with TMO_EAGAIN (counted and reported); "
+	              "the blocked callback's timer does not fire.",
+	.metrics = progress_metrics,
+	.targets = progress_targets,
+};
+
 #define WINDOW_FULL (500 * TMO_NSEC_PER_MSEC)
 #define WINDOW_QUICK (200 * TMO_NSEC_PER_MSEC)
 #define BOUND (100 * TMO_NSEC_PER_MSEC)
@@ -477,56 +523,3 @@ static int progress_run(const struct sk_run *run)
 	sk_report(run, "violations", "", v, "count");
 	return rc < 0 ? rc : v;
 }
-
-/* Every figure this scenario reports (sk.h: struct sk_metric). */
-static const struct sk_metric progress_metrics[] = {
-	{"callback_max_latency_ns", "ns"},
-	{"pairs", "count"},
-	{"pairs_per_s", "pairs/s"},
-	{"latency_ns", "ns"},
-	{"max_unswitched_ns", "ns"},
-	{"slow_pairs_preempted", "count"},
-	{"slow_pairs_slept", "count"},
-	{"blocked_workers", "count"},
-	{"stalled_workers", "count"},
-	{"arms_refused", "count"},
-	{"parkable", "bool"},
-	{"violations", "count"},
-	{NULL, NULL},
-};
-
-/* The project's targets over them (sk.h: struct sk_target). */
-static const struct sk_target progress_targets[] = {
-	{.label = "worst arm+cancel while a callback blocks (not switched out): %s",
-	 .engines = "mpsc,wheel", .metric = "callback_max_latency_ns", .scale = 1e-6,
-	 .cmp = SK_AT_MOST, .bound = 1, .unit = " ms"},
-	{NULL},
-};
-
-const struct sk_scenario sk_scenario_progress = {
-	"progress",
-	"park the timer thread, then block one callback; arm/cancel latency from other threads "
-	"meanwhile (lock-free engines keep going, lock-based ones block: bounded, counted)",
-	1,
-	progress_run,
-	.params = "--threads workers (at most 64) arm and cancel 1 s timeouts flat out, first "
-	          "with the engine running, then for 500 ms (--quick: 200 ms) with its timer "
-	          "thread parked at its loop's hook (tmo_park), then for 2 s (--quick: 200 ms) "
-	          "while one callback blocks, each worker keeping 4096 timers of 60 s armed (16 on "
-	          "a thread-per-timer engine) and cancelling the oldest as it arms the next. On an "
-	          "engine that declares lockfree-arm the park and the blocked callback last until "
-	          "every worker has also finished 200 pairs in the phase (at most 10 s). Reports "
-	          "pairs/s, latency p50/p99/max, stalled (an op over 100 ms: reported) and "
-	          "blocked workers per phase, the slowest pair of all and the slowest that the worker's "
-	          "thread ran without a context switch (getrusage), and the pairs over 20 us that "
-	          "were preempted or slept.",
-	.fails_when = "an engine that declares lockfree-arm has a worker blocked by the park or "
-	              "by the blocked callback: short of 200 pairs when the phase ends, or inside "
-	              "one pair begun more than half the phase earlier (an engine that does not "
-	              "declare it is reported, not failed); an engine without the park capability "
-	              "does not refuse tmo_park with TMO_EINVAL; an arm or cancel returns an error "
-	              "other than an arm refused at once with TMO_EAGAIN (counted and reported); "
-	              "the blocked callback's timer does not fire.",
-	.metrics = progress_metrics,
-	.targets = progress_targets,
-};

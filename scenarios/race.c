@@ -28,6 +28,40 @@
 
 #include "kit/util.h"
 
+/* Every figure this scenario reports (sk.h: struct sk_metric). */
+static const struct sk_metric race_metrics[] = {
+	{"requested", "count"}, {"run", "count"}, {"fired", "count"}, {"cancelled", "count"},
+	{"both", "count"}, {"neither", "count"}, {"running_after_cancel", "count"},
+	{"double_fires", "count"}, {"errors", "count"}, {"arms_per_s", "arms/s"},
+	{"cancel_offset_ns", "ns"}, {"violations", "count"}, {NULL, NULL},
+};
+
+/* The project's targets over them (sk.h: struct sk_target). */
+static const struct sk_target race_targets[] = {
+	{.label = "race: violations, %s", .engines = "*", .metric = "violations", .cmp = SK_AT_MOST,
+	 .bound = 0, .unit = "", .missing = "not measured (race did not complete)"},
+	{NULL},
+};
+
+static int race_run(const struct sk_run *run);
+
+const struct sk_scenario sk_scenario_race = {
+	.name = "race",
+	.summary = "cancel from another thread at about the deadline, 1M (--quick) / 10M times: fired, "
+	           "cancelled, both, neither, still running",
+	.correctness = 1,
+	.run = race_run,
+	.params = "An arming thread and a cancelling thread: each timer (2 x the resolution, at "
+	          "least 40 us) is cancelled at about its deadline, steered so that about half "
+	          "fire; 10M arms (--quick: 1M) or as many as fit in 120 s (--quick: 15 s). "
+	          "--seed draws the jitter.",
+	.fails_when = "a cancel returned PREVENTED and the callback ran anyway (both), FIRED/WAITED "
+	              "with no callback (neither), the callback still running when cancel returned, a "
+	              "double fire, or a cancel error.",
+	.metrics = race_metrics,
+	.targets = race_targets,
+};
+
 #define COUNT_FULL 10000000ull
 #define COUNT_QUICK 1000000ull
 #define CAP_FULL_S 120
@@ -313,44 +347,3 @@ static int race_run(const struct sk_run *run)
 	free(c);
 	return v > INT32_MAX ? INT32_MAX : (int)v;
 }
-
-/* Every figure this scenario reports (sk.h: struct sk_metric). */
-static const struct sk_metric race_metrics[] = {
-	{"requested", "count"},
-	{"run", "count"},
-	{"fired", "count"},
-	{"cancelled", "count"},
-	{"both", "count"},
-	{"neither", "count"},
-	{"running_after_cancel", "count"},
-	{"double_fires", "count"},
-	{"errors", "count"},
-	{"arms_per_s", "arms/s"},
-	{"cancel_offset_ns", "ns"},
-	{"violations", "count"},
-	{NULL, NULL},
-};
-
-/* The project's targets over them (sk.h: struct sk_target). */
-static const struct sk_target race_targets[] = {
-	{.label = "race: violations, %s", .engines = "*", .metric = "violations", .cmp = SK_AT_MOST,
-	 .bound = 0, .unit = "", .missing = "not measured (race did not complete)"},
-	{NULL},
-};
-
-const struct sk_scenario sk_scenario_race = {
-	"race",
-	"cancel from another thread at about the deadline, 1M (--quick) / 10M times: fired, "
-	"cancelled, both, neither, still running",
-	1,
-	race_run,
-	.params = "An arming thread and a cancelling thread: each timer (2 x the resolution, at "
-	          "least 40 us) is cancelled at about its deadline, steered so that about half "
-	          "fire; 10M arms (--quick: 1M) or as many as fit in 120 s (--quick: 15 s). "
-	          "--seed draws the jitter.",
-	.fails_when = "a cancel returned PREVENTED and the callback ran anyway (both), FIRED/WAITED "
-	              "with no callback (neither), the callback still running when cancel returned, a "
-	              "double fire, or a cancel error.",
-	.metrics = race_metrics,
-	.targets = race_targets,
-};

@@ -20,6 +20,42 @@
  */
 #include "kit/util.h"
 
+/* Every figure this scenario reports (sk.h: struct sk_metric). */
+static const struct sk_metric retention_metrics[] = {
+	{"held_bytes", "bytes"}, {"held_nodes", "nodes"}, {"pending", "timers"},
+	{"threads", "threads"}, {"rss_delta_bytes", "bytes"}, {"arm_eagain_retries", "count"},
+	{"capacity", "timers"}, {"destroy_ms", "ms"}, {"requests", "count"},
+	{"violations", "count"}, {NULL, NULL},
+};
+
+/* The project's targets over them (sk.h: struct sk_target). */
+static const struct sk_target retention_targets[] = {
+	{.label = "retention after cancels (settled): %s", .engines = "condvar,mpsc,wheel",
+	 .metric = "held_bytes", .param = "variant=cancelled,when=settled", .scale = 1.0 / 1024,
+	 .cmp = SK_AT_MOST, .bound = 64, .unit = " KiB"},
+	{NULL},
+};
+
+static int retention_run(const struct sk_run *run);
+
+const struct sk_scenario sk_scenario_retention = {
+	.name = "retention",
+	.summary = "1M requests arm a 120 s timeout and cancel it ~1 ms later: engine-held bytes/nodes and RSS "
+	           "at peak, after, settled; and abandoned",
+	.correctness = 1,
+	.run = retention_run,
+	.params = "1M requests (--quick: 200k; thread engine 5,000 / 1,000) each arm a 120 s "
+	          "timeout, cancelled in batches of 1,000 about 1 ms later; engine-held bytes and "
+	          "nodes (tmo_stats) and RSS at the peak, after the last cancel and 100 ms later; "
+	          "then the same arms abandoned (never cancelled) and destroy. Held memory is "
+	          "reported (targets table), not failed.",
+	.fails_when = "an arm fails (a TMO_EAGAIN is retried for up to 1 s first), a cancel does not "
+	              "prevent its pending timer, or timers are still pending after every one was "
+	              "cancelled.",
+	.metrics = retention_metrics,
+	.targets = retention_targets,
+};
+
 #define N_FULL 1000000
 #define N_QUICK 200000
 #define THREAD_N_FULL 5000
@@ -171,44 +207,3 @@ static int retention_run(const struct sk_run *run)
 	sk_report(run, "violations", "", v, "count");
 	return v;
 }
-
-/* Every figure this scenario reports (sk.h: struct sk_metric). */
-static const struct sk_metric retention_metrics[] = {
-	{"held_bytes", "bytes"},
-	{"held_nodes", "nodes"},
-	{"pending", "timers"},
-	{"threads", "threads"},
-	{"rss_delta_bytes", "bytes"},
-	{"arm_eagain_retries", "count"},
-	{"capacity", "timers"},
-	{"destroy_ms", "ms"},
-	{"requests", "count"},
-	{"violations", "count"},
-	{NULL, NULL},
-};
-
-/* The project's targets over them (sk.h: struct sk_target). */
-static const struct sk_target retention_targets[] = {
-	{.label = "retention after cancels (settled): %s", .engines = "condvar,mpsc,wheel",
-	 .metric = "held_bytes", .param = "variant=cancelled,when=settled", .scale = 1.0 / 1024,
-	 .cmp = SK_AT_MOST, .bound = 64, .unit = " KiB"},
-	{NULL},
-};
-
-const struct sk_scenario sk_scenario_retention = {
-	"retention",
-	"1M requests arm a 120 s timeout and cancel it ~1 ms later: engine-held bytes/nodes and RSS "
-	"at peak, after, settled; and abandoned",
-	1,
-	retention_run,
-	.params = "1M requests (--quick: 200k; thread engine 5,000 / 1,000) each arm a 120 s "
-	          "timeout, cancelled in batches of 1,000 about 1 ms later; engine-held bytes and "
-	          "nodes (tmo_stats) and RSS at the peak, after the last cancel and 100 ms later; "
-	          "then the same arms abandoned (never cancelled) and destroy. Held memory is "
-	          "reported (targets table), not failed.",
-	.fails_when = "an arm fails (a TMO_EAGAIN is retried for up to 1 s first), a cancel does not "
-	              "prevent its pending timer, or timers are still pending after every one was "
-	              "cancelled.",
-	.metrics = retention_metrics,
-	.targets = retention_targets,
-};

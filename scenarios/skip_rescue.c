@@ -23,6 +23,36 @@
 #include "kit/bug8730.h"
 #include "kit/util.h"
 
+/* Every figure this scenario reports (sk.h: struct sk_metric). */
+static const struct sk_metric skip_rescue_metrics[] = {
+	{"truth_table_mismatches", "count"}, {"interrupted_block_ms_max", "ms"},
+	{"nested_mismatches", "count"}, {"edge_discarded", "count"},
+	{"edge_late_interrupts", "count"}, {"edge_expired", "count"}, {"scope_empty_ns", "ns"},
+	{"arm_cancel_ns", "ns"}, {"scope_no_deadline_ns", "ns"}, {"arm_eagain_retries", "count"},
+	{NULL, NULL},
+};
+
+static int skip_rescue_run(const struct sk_run *run);
+
+const struct sk_scenario sk_scenario_skip_rescue = {
+	.name = "skip-rescue",
+	.summary = "timeout scopes: raise/throw/exception truth table (Ruby Bug #8730), nesting by "
+	           "identity, edge-of-deadline race (0 late interrupts)",
+	.correctness = 1,
+	.run = skip_rescue_run,
+	.params = "Timeout scopes (include/tmo/scope.h): a 10 ms scope around a 3 s sleep inside "
+	          "each handler (rescue standard, rescue all, ensure) in each delivery mode "
+	          "(raise, throw, exception), 20 rounds (--quick: 3); nested scopes, 5 rounds "
+	          "(--quick: 1); the edge-of-deadline race, 5,000 blocks per mode (--quick: 500) "
+	          "returning within 100 us of their 0.2-1 ms deadline; the cost of a scope. "
+	          "--seed draws the race's timing.",
+	.fails_when = "a row of the truth table differs from the expected one (the interrupt seen "
+	              "by the wrong handler, an ensure not run once, code after the sleep run), a "
+	              "nested scope delivers the wrong scope's timeout, an interrupt arrives after its "
+	              "block returned (late), or an empty scope or a plain arm+cancel fails.",
+	.metrics = skip_rescue_metrics,
+};
+
 #define MS TMO_NSEC_PER_MSEC
 #define US TMO_NSEC_PER_USEC
 #define SR_DEADLINE (10 * MS)
@@ -454,13 +484,7 @@ static int scope_cost(const struct sk_run *run, int n)
 
 static int skip_rescue_run(const struct sk_run *run)
 {
-	int rc = tmo_create_ops(run->ops, NULL, &sr_eng);
-	if (rc == TMO_EAGAIN) {
-		sk_skip(run, "the engine could not be created: TMO_EAGAIN (%s; a per-user limit such "
-		         "as RLIMIT_SIGPENDING for kernel timers, which other processes share)",
-		         tmo_strerror(rc));
-		return SK_SKIPPED;
-	}
+	int rc = sk_create_or_skip(run, &sr_eng);
 	if (rc != 0)
 		return rc;
 	sr_eagain = 0;
@@ -488,37 +512,3 @@ static int skip_rescue_run(const struct sk_run *run)
 	printf("skip-rescue: %d violations\n", v);
 	return v;
 }
-
-/* Every figure this scenario reports (sk.h: struct sk_metric). */
-static const struct sk_metric skip_rescue_metrics[] = {
-	{"truth_table_mismatches", "count"},
-	{"interrupted_block_ms_max", "ms"},
-	{"nested_mismatches", "count"},
-	{"edge_discarded", "count"},
-	{"edge_late_interrupts", "count"},
-	{"edge_expired", "count"},
-	{"scope_empty_ns", "ns"},
-	{"arm_cancel_ns", "ns"},
-	{"scope_no_deadline_ns", "ns"},
-	{"arm_eagain_retries", "count"},
-	{NULL, NULL},
-};
-
-const struct sk_scenario sk_scenario_skip_rescue = {
-	.name = "skip-rescue",
-	.summary = "timeout scopes: raise/throw/exception truth table (Ruby Bug #8730), nesting by "
-	           "identity, edge-of-deadline race (0 late interrupts)",
-	.correctness = 1,
-	.run = skip_rescue_run,
-	.params = "Timeout scopes (include/tmo/scope.h): a 10 ms scope around a 3 s sleep inside "
-	          "each handler (rescue standard, rescue all, ensure) in each delivery mode "
-	          "(raise, throw, exception), 20 rounds (--quick: 3); nested scopes, 5 rounds "
-	          "(--quick: 1); the edge-of-deadline race, 5,000 blocks per mode (--quick: 500) "
-	          "returning within 100 us of their 0.2-1 ms deadline; the cost of a scope. "
-	          "--seed draws the race's timing.",
-	.fails_when = "a row of the truth table differs from the expected one (the interrupt seen "
-	              "by the wrong handler, an ensure not run once, code after the sleep run), a "
-	              "nested scope delivers the wrong scope's timeout, an interrupt arrives after its "
-	              "block returned (late), or an empty scope or a plain arm+cancel fails.",
-	.metrics = skip_rescue_metrics,
-};

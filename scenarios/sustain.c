@@ -41,6 +41,34 @@
 
 #include "kit/util.h"
 
+/* Every figure this scenario reports (sk.h: struct sk_metric). */
+static const struct sk_metric sustain_metrics[] = {
+	{"held_bytes", "bytes"}, {"held_nodes", "nodes"}, {"rss_delta_bytes", "bytes"},
+	{"held_bytes_max", "bytes"}, {"held_nodes_max", "nodes"}, {"threads_max", "threads"},
+	{"rss_delta_max_bytes", "bytes"}, {"arms_refused", "count"}, {"pairs_per_s", "ops/s"},
+	{"held_limit_bytes", "bytes"}, {"violations", "count"}, {NULL, NULL},
+};
+
+static int sustain_run(const struct sk_run *run);
+
+const struct sk_scenario sk_scenario_sustain = {
+	.name = "sustain",
+	.summary = "threads arm+cancel flat out for 60 s (5 s --quick): held bytes/nodes and RSS "
+	           "sampled; held must plateau <= 512 KiB + 192 KiB a thread, exactly once per arm",
+	.correctness = 1,
+	.run = sustain_run,
+	.params = "--threads workers (at most 256) each cycle through 1,024 timers (thread "
+	          "engine: 8) for 60 s (--quick: 5 s): cancel, arm again, 7 in 8 timeouts 1..120 "
+	          "s, 1 in 8 0..100 us; engine-held bytes and nodes and RSS sampled every 250 ms "
+	          "(--quick: 100 ms). --seed draws the timeouts.",
+	.fails_when = "engine-held memory is above 512 KiB + 192 KiB per worker (896 KiB at 2) at "
+	              "any sample, or still growing (the last "
+	              "third's peak above 1.5 x the first third's plus 64 KiB); a timer fired other "
+	              "than exactly once per arm; an arm error other than a capacity refusal; a "
+	              "cancel error; timers pending once every arm was resolved.",
+	.metrics = sustain_metrics,
+};
+
 #define DURATION_FULL (60 * TMO_NSEC_PER_SEC)
 #define DURATION_QUICK (5 * TMO_NSEC_PER_SEC)
 #define SAMPLE_FULL (250 * TMO_NSEC_PER_MSEC)
@@ -330,37 +358,3 @@ static int sustain_run(const struct sk_run *run)
 	sk_report(run, "violations", "", v, "count");
 	return v;
 }
-
-/* Every figure this scenario reports (sk.h: struct sk_metric). */
-static const struct sk_metric sustain_metrics[] = {
-	{"held_bytes", "bytes"},
-	{"held_nodes", "nodes"},
-	{"rss_delta_bytes", "bytes"},
-	{"held_bytes_max", "bytes"},
-	{"held_nodes_max", "nodes"},
-	{"threads_max", "threads"},
-	{"rss_delta_max_bytes", "bytes"},
-	{"arms_refused", "count"},
-	{"pairs_per_s", "ops/s"},
-	{"held_limit_bytes", "bytes"},
-	{"violations", "count"},
-	{NULL, NULL},
-};
-
-const struct sk_scenario sk_scenario_sustain = {
-	.name = "sustain",
-	.summary = "threads arm+cancel flat out for 60 s (5 s --quick): held bytes/nodes and RSS "
-	           "sampled; held must plateau <= 512 KiB + 192 KiB a thread, exactly once per arm",
-	.correctness = 1,
-	.run = sustain_run,
-	.params = "--threads workers (at most 256) each cycle through 1,024 timers (thread "
-	          "engine: 8) for 60 s (--quick: 5 s): cancel, arm again, 7 in 8 timeouts 1..120 "
-	          "s, 1 in 8 0..100 us; engine-held bytes and nodes and RSS sampled every 250 ms "
-	          "(--quick: 100 ms). --seed draws the timeouts.",
-	.fails_when = "engine-held memory is above 512 KiB + 192 KiB per worker (896 KiB at 2) at "
-	              "any sample, or still growing (the last "
-	              "third's peak above 1.5 x the first third's plus 64 KiB); a timer fired other "
-	              "than exactly once per arm; an arm error other than a capacity refusal; a "
-	              "cancel error; timers pending once every arm was resolved.",
-	.metrics = sustain_metrics,
-};

@@ -47,6 +47,78 @@
 #include "kit/gbench.h"
 #include "kit/util.h"
 
+/* Every figure this scenario reports (sk.h: struct sk_metric). */
+static const struct sk_metric throughput_metrics[] = {
+	{"live_capacity", "timers"}, {"seed_instance_ns_per_op", "ns"},
+	{"seed_median_ns_per_op", "ns"}, {"empty_loop_ns_per_op", "ns"}, {"floor_ns_per_op", "ns"},
+	{"ratio_to_floor", "x"}, {"ops_per_s", "ops/s"}, {"held_pairs_per_s", "pairs/s"},
+	{"held_mean_hold_ns", "ns"}, {"cross_pairs_per_s", "pairs/s"}, {"arms_refused", "count"},
+	{"live_ns_per_op", "ns"}, {NULL, NULL},
+};
+
+/* The project's targets over them (sk.h: struct sk_target). */
+static const struct sk_target tp_targets[] = {
+	{.label = "seed 1 thread: wheel ns per arm+cancel", .engines = "wheel",
+	 .metric = "seed_median_ns_per_op", .cmp = SK_AT_MOST, .bound = 15, .unit = " ns"},
+	{.label = "seed 1 thread: wheel / condvar", .engines = "wheel",
+	 .metric = "seed_median_ns_per_op", .per_engine = "condvar", .cmp = SK_AT_MOST, .bound = 0.5,
+	 .unit = "x"},
+	{.label = "seed 1 thread: wheel faster than thread", .engines = "wheel",
+	 .metric = "seed_median_ns_per_op", .per_engine = "thread", .inverse = 1,
+	 .cmp = SK_AT_LEAST, .bound = 1500, .unit = "x"},
+	{.label = "seed 1 thread: wheel faster than libevent", .engines = "wheel",
+	 .metric = "seed_median_ns_per_op", .per_engine = "libevent", .inverse = 1,
+	 .cmp = SK_AT_LEAST, .bound = 2, .unit = "x"},
+	{.label = "seed 1 thread: wheel / in-run floor", .engines = "wheel",
+	 .metric = "seed_median_ns_per_op", .per_metric = "floor_ns_per_op", .cmp = SK_AT_MOST,
+	 .bound = 3, .unit = "x"},
+	{.label = "2 threads / 1 thread aggregate: %s", .engines = "wheel,mpsc", .metric = "ops_per_s",
+	 .param = "threads=2", .per_param = "threads=1", .cmp = SK_AT_LEAST, .bound = 1.7,
+	 .unit = "x", .missing = "not measured (%s not run, or --threads<2)"},
+	/* 12x and 8x at 16 threads: 0.75 and 0.5 of linear. */
+	{.label = "%d threads / 1 aggregate: wheel seed", .engines = "wheel", .metric = "ops_per_s",
+	 .per_param = "threads=1", .most_threads = 1, .cmp = SK_AT_LEAST, .bound = 0.75, .unit = "x"},
+	{.label = "%d threads / 1 aggregate: wheel 1 ms held", .engines = "wheel",
+	 .metric = "held_pairs_per_s", .per_param = "threads=1", .most_threads = 1,
+	 .cmp = SK_AT_LEAST, .bound = 0.5, .unit = "x"},
+	{.label = "1e6 live timers: wheel ns per op", .engines = "wheel", .metric = "live_ns_per_op",
+	 .param = "live=1000000", .cmp = SK_AT_MOST, .bound = 30, .unit = " ns",
+	 .missing = "not measured (%s not run, or --quick)"},
+	{.label = "1e6 live timers: wheel / condvar ns per op", .engines = "wheel",
+	 .metric = "live_ns_per_op", .param = "live=1000000", .per_engine = "condvar",
+	 .cmp = SK_AT_MOST, .bound = 0.5, .unit = "x",
+	 .missing = "not measured (wheel or condvar not run, or --quick)"},
+	{NULL},
+};
+
+static int throughput_run(const struct sk_run *run);
+static void tp_summary(const struct sk_results *res);
+
+const struct sk_scenario sk_scenario_throughput = {
+	.name = "throughput",
+	.summary = "seed benchmark (arm+cancel a 1 s timeout around an empty block), threads, timers held "
+	           "1 ms, cross-thread, 1e3..1e6 live timers, vs an in-run CAS floor",
+	.correctness = 0,
+	.run = throughput_run,
+	.params = "Seed benchmark: 20 rounds of 10,000 arm+cancel pairs (--quick: 5 of 2,000; "
+	          "thread engine 1,000 / 100) on one thread, beside the loop's own cost and an "
+	          "uncontended CAS pair measured in the same rounds; 1..--threads threads each "
+	          "arming its own timer, and 1..--threads threads each cancelling its arms ~1 ms "
+	          "after making them (min-time runs of 0.3 s, 0.03 s --quick, median of 5 / 3); "
+	          "cross-thread cancel (2 threads); the seed loop with 1e3, 1e5, 1e6 other timers "
+	          "live (thread engine: 1e3 only). --repeat=N: all of it on N fresh engine "
+	          "instances, each figure's median and (stat=min, stat=max) its spread. --seed "
+	          "draws the live timers' timeouts. An arm refused with TMO_EAGAIN is asked again "
+	          "(arms_refused counts them). A benchmark: speed is reported and compared in the "
+	          "targets table, never a failure.",
+	.fails_when = "an arm fails (other than a capacity refusal that clears within 10 s), a "
+	              "cancel of the pending 1 s timeout does not return PREVENTED, a callback "
+	              "runs, or Google Benchmark stops a benchmark with an error.",
+	.metrics = throughput_metrics,
+	.targets = tp_targets,
+	.end_table = tp_summary,
+};
+
 #define ROUNDS_FULL 20
 #define ROUNDS_QUICK 5
 #define OPS_FULL 10000
@@ -702,80 +774,3 @@ static void tp_summary(const struct sk_results *res)
 	       "run;\n   x vs thread: times faster than the thread engine, - when it was not "
 	       "run)\n");
 }
-
-/* Every figure this scenario reports (sk.h: struct sk_metric). */
-static const struct sk_metric throughput_metrics[] = {
-	{"live_capacity", "timers"},
-	{"seed_instance_ns_per_op", "ns"},
-	{"seed_median_ns_per_op", "ns"},
-	{"empty_loop_ns_per_op", "ns"},
-	{"floor_ns_per_op", "ns"},
-	{"ratio_to_floor", "x"},
-	{"ops_per_s", "ops/s"},
-	{"held_pairs_per_s", "pairs/s"},
-	{"held_mean_hold_ns", "ns"},
-	{"cross_pairs_per_s", "pairs/s"},
-	{"arms_refused", "count"},
-	{"live_ns_per_op", "ns"},
-	{NULL, NULL},
-};
-
-/* The project's targets over them (sk.h: struct sk_target). */
-static const struct sk_target tp_targets[] = {
-	{.label = "seed 1 thread: wheel ns per arm+cancel", .engines = "wheel",
-	 .metric = "seed_median_ns_per_op", .cmp = SK_AT_MOST, .bound = 15, .unit = " ns"},
-	{.label = "seed 1 thread: wheel / condvar", .engines = "wheel",
-	 .metric = "seed_median_ns_per_op", .per_engine = "condvar", .cmp = SK_AT_MOST, .bound = 0.5,
-	 .unit = "x"},
-	{.label = "seed 1 thread: wheel faster than thread", .engines = "wheel",
-	 .metric = "seed_median_ns_per_op", .per_engine = "thread", .inverse = 1,
-	 .cmp = SK_AT_LEAST, .bound = 1500, .unit = "x"},
-	{.label = "seed 1 thread: wheel faster than libevent", .engines = "wheel",
-	 .metric = "seed_median_ns_per_op", .per_engine = "libevent", .inverse = 1,
-	 .cmp = SK_AT_LEAST, .bound = 2, .unit = "x"},
-	{.label = "seed 1 thread: wheel / in-run floor", .engines = "wheel",
-	 .metric = "seed_median_ns_per_op", .per_metric = "floor_ns_per_op", .cmp = SK_AT_MOST,
-	 .bound = 3, .unit = "x"},
-	{.label = "2 threads / 1 thread aggregate: %s", .engines = "wheel,mpsc", .metric = "ops_per_s",
-	 .param = "threads=2", .per_param = "threads=1", .cmp = SK_AT_LEAST, .bound = 1.7,
-	 .unit = "x", .missing = "not measured (%s not run, or --threads<2)"},
-	/* 12x and 8x at 16 threads: 0.75 and 0.5 of linear. */
-	{.label = "%d threads / 1 aggregate: wheel seed", .engines = "wheel", .metric = "ops_per_s",
-	 .per_param = "threads=1", .most_threads = 1, .cmp = SK_AT_LEAST, .bound = 0.75, .unit = "x"},
-	{.label = "%d threads / 1 aggregate: wheel 1 ms held", .engines = "wheel",
-	 .metric = "held_pairs_per_s", .per_param = "threads=1", .most_threads = 1,
-	 .cmp = SK_AT_LEAST, .bound = 0.5, .unit = "x"},
-	{.label = "1e6 live timers: wheel ns per op", .engines = "wheel", .metric = "live_ns_per_op",
-	 .param = "live=1000000", .cmp = SK_AT_MOST, .bound = 30, .unit = " ns",
-	 .missing = "not measured (%s not run, or --quick)"},
-	{.label = "1e6 live timers: wheel / condvar ns per op", .engines = "wheel",
-	 .metric = "live_ns_per_op", .param = "live=1000000", .per_engine = "condvar",
-	 .cmp = SK_AT_MOST, .bound = 0.5, .unit = "x",
-	 .missing = "not measured (wheel or condvar not run, or --quick)"},
-	{NULL},
-};
-
-const struct sk_scenario sk_scenario_throughput = {
-	"throughput",
-	"seed benchmark (arm+cancel a 1 s timeout around an empty block), threads, timers held "
-	"1 ms, cross-thread, 1e3..1e6 live timers, vs an in-run CAS floor",
-	0,
-	throughput_run,
-	.params = "Seed benchmark: 20 rounds of 10,000 arm+cancel pairs (--quick: 5 of 2,000; "
-	          "thread engine 1,000 / 100) on one thread, beside the loop's own cost and an "
-	          "uncontended CAS pair measured in the same rounds; 1..--threads threads each "
-	          "arming its own timer, and 1..--threads threads each cancelling its arms ~1 ms "
-	          "after making them (min-time runs of 0.3 s, 0.03 s --quick, median of 5 / 3); "
-	          "cross-thread cancel (2 threads); the seed loop with 1e3, 1e5, 1e6 other timers "
-	          "live (thread engine: 1e3 only). --repeat=N: all of it on N fresh engine "
-	          "instances, each figure's median and (stat=min, stat=max) its spread. --seed "
-	          "draws the live timers' timeouts. An arm refused with TMO_EAGAIN is asked again "
-	          "(arms_refused counts them). A benchmark: speed is reported and compared in the "
-	          "targets table, never a failure.",
-	.fails_when = "an arm fails (other than a capacity refusal that clears within 10 s), a "
-	              "cancel of the pending 1 s timeout does not return PREVENTED, a callback "
-	              "runs, or Google Benchmark stops a benchmark with an error.",
-	.metrics = throughput_metrics,
-	.targets = tp_targets,
-	.end_table = tp_summary,
-};

@@ -130,6 +130,22 @@ static inline int sk_arm_retry(struct tmo *e, struct tmo_timer *t, int64_t timeo
 	return rc;
 }
 
+/* A fresh engine for the run, or why not: 0 and *e, SK_SKIPPED after
+ * sk_skip() when the engine is short of a per-user kernel resource
+ * (TMO_EAGAIN: kernel timers, threads, which other processes share), or the
+ * negative enum tmo_error it failed with. */
+static inline int sk_create_or_skip(const struct sk_run *run, struct tmo **e)
+{
+	int rc = tmo_create_ops(run->ops, NULL, e);
+	if (rc == TMO_EAGAIN) {
+		sk_skip(run, "the engine could not be created: TMO_EAGAIN (%s; a per-user limit such "
+		             "as RLIMIT_SIGPENDING for kernel timers, which other processes share)",
+		        tmo_strerror(rc));
+		return SK_SKIPPED;
+	}
+	return rc;
+}
+
 static inline int sk_thread_per_timer(const struct sk_run *run)
 {
 	return (run->ops->caps & TMO_CAP_THREAD_PER_TIMER) != 0;
