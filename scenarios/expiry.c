@@ -129,16 +129,22 @@ static int cmp_deadline_hi(const void *a, const void *b)
 	return x->deadline_hi < y->deadline_hi ? -1 : x->deadline_hi > y->deadline_hi;
 }
 
-static int spread(const struct sk_run *run, struct tmo *e, struct ex_timer *ts, size_t n,
-                  struct sk_rng *rng, double *arm_ns)
+/* What one spread run found. */
+struct sp_tally {
+	size_t n, armed, nl, lost, doubles, early, order;
+	int64_t worst_early, worst_gap;
+};
+
+/* Arm the n timers with random timeouts; counts them in t->armed.  Returns
+ * the violations (an arm that failed other than for capacity). */
+static int spread_arm(const struct sk_run *run, struct tmo *e, struct ex_timer *ts,
+                      struct ex_ctx *c, struct sk_rng *rng, struct sp_tally *t, double *arm_ns)
 {
-	int v = 0;
+	size_t n = t->n;
 	int64_t span = run->quick ? SPAN_QUICK : SPAN_FULL;
-	struct ex_ctx c = {0};
-	memset(ts, 0, n * sizeof *ts);
-	size_t armed = 0;
 	int64_t arm_t0 = sk_now_ns();
 	uint64_t retries = 0;
+	int v = 0;
 	for (size_t i = 0; i < n; i++) {
 		int64_t timeout = LEAD + (int64_t)sk_below(rng, (uint64_t)span);
 		int rc;
@@ -147,7 +153,7 @@ static int spread(const struct sk_run *run, struct tmo *e, struct ex_timer *ts, 
 		 * each try is dated afresh. */
 		for (int tries = 0;; tries++) {
 			ts[i].deadline = sk_now_ns() + timeout;
-			rc = tmo_arm(e, &ts[i].t, timeout, ex_cb, &c);
+			rc = tmo_arm(e, &ts[i].t, timeout, ex_cb, c);
 			ts[i].deadline_hi = sk_now_ns() + timeout;
 			if (rc != TMO_EAGAIN || tries == 10000)
 				break;
@@ -159,80 +165,67 @@ static int spread(const struct sk_run *run, struct tmo *e, struct ex_timer *ts, 
 			 * size, reported; the timers it took are still checked. */
 			printf("spread n=%zu: the engine took %zu timers, then returned %s\n", n, i,
 			       tmo_errname(rc));
-			sk_report_fmt(run, "capacity", (double)i, "timers", "n=%zu,error=%s", n, tmo_errname(rc));
+			sk_report_fmt(run, "capacity", (double)i, "timers", "n=%zu,error=%s", n,
+			              tmo_errname(rc));
 			break;
 		}
 		if (rc != 0) {
 			sk_violation(run, "n=%zu: arm #%zu (timeout %lld ns) returned %s", n, i,
-			              (long long)timeout, tmo_errname(rc));
+			             (long long)timeout, tmo_errname(rc));
 			v++;
 			break;
 		}
-		armed++;
+		t->armed++;
 	}
-	*arm_ns = armed ? (double)(sk_now_ns() - arm_t0) / (double)armed : 0;
+	*arm_ns = t->armed ? (double)(sk_now_ns() - arm_t0) / (double)t->armed : 0;
 	sk_report_fmt(run, "arm_retries", (double)retries, "count", "n=%zu", n);
 	if (retries > 0)
 		printf("spread n=%zu: %llu arms refused for now (TMO_EAGAIN) and asked again\n", n,
 		       (unsigned long long)retries);
-	int64_t last_deadline = 0;
-	for (size_t i = 0; i < armed; i++)
-		if (ts[i].deadline > last_deadline)
-			last_deadline = ts[i].deadline;
-	uint64_t got = ex_wait(run, &c, armed, last_deadline, "spread: waiting for callbacks");
-	sk_sleep_ns(20 * TMO_NSEC_PER_MSEC); /* let a double fire show */
+	return v;
+}
 
-	int64_t *late = malloc((armed ? armed : 1) * sizeof *late);
-	struct ex_timer **by_deadline = malloc((armed ? armed : 1) * sizeof *by_deadline);
-	if (late == NULL || by_deadline == NULL) {
-		free(late);
-		free(by_deadline);
-		return v + 1;
-	}
-	size_t nl = 0, lost = 0, doubles = 0, early = 0;
-	int64_t worst_early = 0;
-	for (size_t i = 0; i < armed; i++) {
+/* Each timer fired once, never early: lateness into late[]. */
+static void spread_fired(const struct sk_run *run, struct ex_timer *ts, int64_t *late,
+                         struct sp_tally *t)
+{
+	size_t n = t->n;
+	for (size_t i = 0; i < t->armed; i++) {
 		int f = atomic_load_explicit(&ts[i].fired, memory_order_acquire);
-		by_deadline[i] = &ts[i];
 		if (f == 0) {
-			if (lost++ == 0)
+			if (t->lost++ == 0)
 				sk_violation(run, "n=%zu: timer #%zu never fired (deadline %.3f ms after the "
-				              "first arm; no callback ran for %.0f s after the last deadline)",
-				              n, i, (double)(ts[i].deadline - ts[0].deadline) / 1e6,
-				              (double)STALL / 1e9);
+				                  "first arm; no callback ran for %.0f s after the last deadline)",
+				             n, i, (double)(ts[i].deadline - ts[0].deadline) / 1e6,
+				             (double)STALL / 1e9);
 			continue;
 		}
-		if (f > 1 && doubles++ == 0)
+		if (f > 1 && t->doubles++ == 0)
 			sk_violation(run, "n=%zu: timer #%zu fired %d times", n, i, f);
 		int64_t l = ts[i].fired_at - ts[i].deadline;
 		if (l < 0) {
-			if (early++ == 0 || -l > worst_early)
-				worst_early = -l;
+			if (t->early++ == 0 || -l > t->worst_early)
+				t->worst_early = -l;
 		}
-		late[nl++] = l;
+		late[t->nl++] = l;
 	}
-	if (early > 0)
+	if (t->early > 0)
 		sk_violation(run, "n=%zu: %zu timers fired early, the worst %lld ns before its deadline",
-		              n, early, (long long)worst_early);
-	v += (lost > 0) + (doubles > 0) + (early > 0);
+		             n, t->early, (long long)t->worst_early);
+}
 
-	/* Order.  The engine's deadline lies between the clock reads around
-	 * arm (an arm may wait for a lock): A is surely due before B when
-	 * A.deadline_hi < B.deadline - resolution; then A must start first.
-	 * Walk B by deadline, A by deadline_hi, keeping the latest start among
-	 * the As that are surely earlier. */
-	struct ex_timer **by_hi = malloc((armed ? armed : 1) * sizeof *by_hi);
-	if (by_hi == NULL) {
-		free(late);
-		free(by_deadline);
-		return v + 1;
-	}
-	memcpy(by_hi, by_deadline, armed * sizeof *by_hi);
+/* Order.  The engine's deadline lies between the clock reads around arm (an
+ * arm may wait for a lock): A is surely due before B when A.deadline_hi <
+ * B.deadline - resolution; then A must start first.  Walk B by deadline, A
+ * by deadline_hi, keeping the latest start among the As that are surely
+ * earlier.  Sorts both arrays. */
+static void spread_order(const struct sk_run *run, struct ex_timer **by_deadline,
+                         struct ex_timer **by_hi, struct sp_tally *t)
+{
+	size_t armed = t->armed, n = t->n, j = 0;
 	qsort(by_deadline, armed, sizeof *by_deadline, cmp_deadline);
 	qsort(by_hi, armed, sizeof *by_hi, cmp_deadline_hi);
 	int64_t res = run->ops->resolution_ns;
-	size_t order = 0, j = 0;
-	int64_t worst_gap = 0; /* largest deadline gap of an inverted pair */
 	uint64_t max_seq = 0;
 	struct ex_timer *max_t = NULL;
 	for (size_t i = 0; i < armed; i++) {
@@ -246,25 +239,29 @@ static int spread(const struct sk_run *run, struct tmo *e, struct ex_timer *ts, 
 		}
 		if (atomic_load(&x->fired) && max_seq > x->seq) {
 			int64_t gap = x->deadline - max_t->deadline_hi;
-			if (gap > worst_gap)
-				worst_gap = gap;
-			if (order++ == 0)
+			if (gap > t->worst_gap)
+				t->worst_gap = gap;
+			if (t->order++ == 0)
 				sk_violation(run, "n=%zu: order: a timer due at least %.3f ms after another "
-				              "(more than the resolution, %lld ns) ran first: callback #%llu "
-				              "before #%llu; they ran %.3f ms apart",
-				              n, (double)(x->deadline - max_t->deadline_hi) / 1e6, (long long)res,
-				              (unsigned long long)x->seq, (unsigned long long)max_t->seq,
-				              (double)(max_t->fired_at - x->fired_at) / 1e6);
+				                  "(more than the resolution, %lld ns) ran first: callback #%llu "
+				                  "before #%llu; they ran %.3f ms apart",
+				             n, (double)(x->deadline - max_t->deadline_hi) / 1e6, (long long)res,
+				             (unsigned long long)x->seq, (unsigned long long)max_t->seq,
+				             (double)(max_t->fired_at - x->fired_at) / 1e6);
 		}
 	}
-	free(by_hi);
-	if (order > 1)
+	if (t->order > 1)
 		sk_violation(run, "n=%zu: %zu timers ran before one due more than a resolution "
-		              "(%lld ns) earlier; the widest inversion: deadlines %.3f ms apart",
-		              n, order, (long long)res, (double)worst_gap / 1e6);
-	sk_report_fmt(run, "order_worst_gap_ns", (double)worst_gap, "ns", "n=%zu", n);
-	v += order > 0;
+		                  "(%lld ns) earlier; the widest inversion: deadlines %.3f ms apart",
+		             n, t->order, (long long)res, (double)t->worst_gap / 1e6);
+	sk_report_fmt(run, "order_worst_gap_ns", (double)t->worst_gap, "ns", "n=%zu", n);
+}
 
+/* Lateness quantiles and CDF, the counts. */
+static void spread_report(const struct sk_run *run, int64_t *late, const struct sp_tally *t,
+                          uint64_t got)
+{
+	size_t n = t->n, nl = t->nl;
 	qsort(late, nl, sizeof *late, sk_cmp_i64);
 	double p50 = (double)sk_quantile_i64(late, nl, 0.50);
 	double p99 = (double)sk_quantile_i64(late, nl, 0.99);
@@ -276,17 +273,47 @@ static int spread(const struct sk_run *run, struct tmo *e, struct ex_timer *ts, 
 	                             0.7,  0.8,  0.9,  0.95, 0.99, 0.999, 1.0};
 	for (size_t k = 0; k < sizeof cdf / sizeof cdf[0]; k++)
 		sk_report_fmt(run, "lateness_cdf_ns", (double)sk_quantile_i64(late, nl, cdf[k]), "ns",
-		          "n=%zu,q=%g", n, cdf[k]);
-	sk_report_fmt(run, "early", (double)early, "count", "n=%zu", n);
-	sk_report_fmt(run, "order_violations", (double)order, "count", "n=%zu", n);
-	sk_report_fmt(run, "lost", (double)lost, "count", "n=%zu", n);
-	sk_report_fmt(run, "double_fires", (double)doubles, "count", "n=%zu", n);
+		              "n=%zu,q=%g", n, cdf[k]);
+	sk_report_fmt(run, "early", (double)t->early, "count", "n=%zu", n);
+	sk_report_fmt(run, "order_violations", (double)t->order, "count", "n=%zu", n);
+	sk_report_fmt(run, "lost", (double)t->lost, "count", "n=%zu", n);
+	sk_report_fmt(run, "double_fires", (double)t->doubles, "count", "n=%zu", n);
 	printf("spread n=%-8zu lateness p50 %9.1f us  p99 %9.1f us  max %9.1f us | fired %llu/%zu, "
 	       "early %zu, order %zu, lost %zu, double %zu\n",
-	       n, p50 / 1e3, p99 / 1e3, mx / 1e3, (unsigned long long)got, armed, early, order, lost,
-	       doubles);
-	free(late);
-	free(by_deadline);
+	       n, p50 / 1e3, p99 / 1e3, mx / 1e3, (unsigned long long)got, t->armed, t->early,
+	       t->order, t->lost, t->doubles);
+}
+
+static int spread(const struct sk_run *run, struct tmo *e, struct ex_timer *ts, size_t n,
+                  struct sk_rng *rng, double *arm_ns)
+{
+	struct ex_ctx c = {0};
+	struct sp_tally t = {.n = n};
+	memset(ts, 0, n * sizeof *ts);
+	int v = spread_arm(run, e, ts, &c, rng, &t, arm_ns);
+	int64_t last_deadline = 0;
+	for (size_t i = 0; i < t.armed; i++)
+		if (ts[i].deadline > last_deadline)
+			last_deadline = ts[i].deadline;
+	uint64_t got = ex_wait(run, &c, t.armed, last_deadline, "spread: waiting for callbacks");
+	sk_sleep_ns(20 * TMO_NSEC_PER_MSEC); /* let a double fire show */
+
+	size_t cap = t.armed ? t.armed : 1;
+	int64_t *late = malloc(cap * sizeof *late);
+	struct ex_timer **by_deadline = malloc(cap * sizeof *by_deadline);
+	struct ex_timer **by_hi = malloc(cap * sizeof *by_hi);
+	if (late == NULL || by_deadline == NULL || by_hi == NULL) {
+		free(late), free(by_deadline), free(by_hi);
+		return v + 1;
+	}
+	spread_fired(run, ts, late, &t);
+	v += (t.lost > 0) + (t.doubles > 0) + (t.early > 0);
+	for (size_t i = 0; i < t.armed; i++)
+		by_deadline[i] = by_hi[i] = &ts[i];
+	spread_order(run, by_deadline, by_hi, &t);
+	v += t.order > 0;
+	spread_report(run, late, &t, got);
+	free(late), free(by_deadline), free(by_hi);
 	return v;
 }
 

@@ -52,21 +52,11 @@ static void smoke_cb(struct tmo_timer *t, void *arg)
 
 static void noop_cb(struct tmo_timer *t, void *arg) { (void)t, (void)arg; }
 
-static int smoke_run(const struct sk_run *run)
+/* 1. arm + cancel: every cancel of a pending 1 s timer prevents it. */
+static int smoke_cancels(const struct sk_run *run, struct tmo *e, struct smoke_timer *ts,
+                         int *ncancel_out)
 {
-	int v = 0;
-	struct tmo *e = NULL;
-	int rc = tmo_create_ops(run->ops, NULL, &e);
-	if (rc != 0)
-		return rc;
-	size_t n = SMOKE_CANCELS > SMOKE_FIRES ? SMOKE_CANCELS : SMOKE_FIRES;
-	struct smoke_timer *ts = calloc(n, sizeof *ts);
-	if (ts == NULL) {
-		tmo_destroy(&e);
-		return TMO_ENOMEM;
-	}
-
-	/* 1. arm + cancel: every cancel of a pending 1 s timer prevents it. */
+	int v = 0, rc;
 	int ncancel = sk_thread_per_timer(run) ? SMOKE_CANCELS / 10 : SMOKE_CANCELS;
 	int64_t t0 = sk_now_ns();
 	for (int i = 0; i < ncancel; i++) {
@@ -91,7 +81,15 @@ static int smoke_run(const struct sk_run *run)
 	       ncancel, v == 0 ? "yes" : "NO", ns_per_op);
 	sk_report(run, "arm_cancel_ns_per_op", "", ns_per_op, "ns");
 
-	/* 2. short timers fire, exactly once, never early. */
+	*ncancel_out = ncancel;
+	return v;
+}
+
+/* 2. short timers fire, exactly once, never early. */
+static int smoke_fires(const struct sk_run *run, struct tmo *e, struct smoke_timer *ts, size_t n,
+                       int *fired_out)
+{
+	int v = 0, rc;
 	memset(ts, 0, n * sizeof *ts);
 	int64_t max_deadline = 0;
 	for (int i = 0; i < SMOKE_FIRES; i++) {
@@ -151,7 +149,14 @@ static int smoke_run(const struct sk_run *run)
 	       SMOKE_FIRES, SMOKE_FIRES, (double)max_late / 1e6);
 	sk_report(run, "fire_max_lateness_ns", "", (double)max_late, "ns");
 
-	/* 3. bad input gets its named error. */
+	*fired_out = fired;
+	return v;
+}
+
+/* 3. bad input gets its named error. */
+static int smoke_bad_input(const struct sk_run *run, struct tmo *e)
+{
+	int v = 0;
 	struct tmo_timer idle = TMO_TIMER_INIT;
 	struct {
 		const char *what;
@@ -178,9 +183,15 @@ static int smoke_run(const struct sk_run *run)
 	printf("bad input: %d of %zu calls got their named error\n", nerr_ok,
 	       sizeof errs / sizeof errs[0]);
 
-	/* 4. the engine's own counters agree. */
+	return v;
+}
+
+/* 4. the engine's own counters agree. */
+static int smoke_stats(const struct sk_run *run, struct tmo *e, int fired, int ncancel)
+{
+	int v = 0;
 	struct tmo_stats s;
-	rc = tmo_stats(e, &s);
+	int rc = tmo_stats(e, &s);
 	if (rc != 0) {
 		sk_violation(run, "stats returned %s", tmo_errname(rc));
 		v++;
@@ -202,6 +213,26 @@ static int smoke_run(const struct sk_run *run)
 		       (unsigned long long)s.cancelled, (unsigned long long)s.held_nodes,
 		       (unsigned long long)s.held_bytes, (unsigned long long)s.threads);
 	}
+	return v;
+}
+
+static int smoke_run(const struct sk_run *run)
+{
+	struct tmo *e = NULL;
+	int rc = tmo_create_ops(run->ops, NULL, &e);
+	if (rc != 0)
+		return rc;
+	size_t n = SMOKE_CANCELS > SMOKE_FIRES ? SMOKE_CANCELS : SMOKE_FIRES;
+	struct smoke_timer *ts = calloc(n, sizeof *ts);
+	if (ts == NULL) {
+		tmo_destroy(&e);
+		return TMO_ENOMEM;
+	}
+	int ncancel = 0, fired = 0;
+	int v = smoke_cancels(run, e, ts, &ncancel);
+	v += smoke_fires(run, e, ts, n, &fired);
+	v += smoke_bad_input(run, e);
+	v += smoke_stats(run, e, fired, ncancel);
 	tmo_destroy(&e);
 	free(ts);
 	sk_report(run, "violations", "", v, "count");

@@ -193,168 +193,227 @@ static void sus_print(const char *when, const struct sus_sample *x)
 	       (unsigned long long)x->s.threads, (double)x->rss / (1024.0 * 1024.0));
 }
 
-static int sustain_run(const struct sk_run *run)
-{
-	int nworkers = run->threads < MAX_WORKERS ? run->threads : MAX_WORKERS;
-	size_t w = sk_thread_per_timer(run) ? W_THREAD : W;
-	/* TMO_TEST_SCALE (sanitizer runs) shortens the run, to 1 s at least. */
-	int64_t duration = (int64_t)((double)(run->quick ? DURATION_QUICK : DURATION_FULL) * sk_scale());
-	if (duration < TMO_NSEC_PER_SEC)
-		duration = TMO_NSEC_PER_SEC;
-	int64_t period = run->quick ? SAMPLE_QUICK : SAMPLE_FULL;
-	size_t nsamples_max = (size_t)(duration / period) + 2;
-	int v = 0;
+/* One run's state: its workers and their timers, the samples. */
+struct sus_ctx {
+	const struct sk_run *run;
+	int nworkers, started;
+	size_t w, nsamples_max, ns;
+	int64_t duration, period, t0;
+	struct sus_worker *ws;
+	struct sus_slot *slots;
+	struct sus_sample *smp, after, settled, mx;
+	struct tmo *e;
+	uint64_t rss0, first_third, last_third;
+	atomic_int stop;
+	/* the workers' totals, after the join */
+	uint64_t arms, prevented, fired, refused, wv;
+	double secs;
+};
 
-	struct sus_worker *ws = calloc((size_t)nworkers, sizeof *ws);
-	struct sus_slot *slots = calloc((size_t)nworkers * w, sizeof *slots);
-	struct sus_sample *smp = calloc(nsamples_max, sizeof *smp);
-	if (ws == NULL || slots == NULL || smp == NULL) {
-		free(ws), free(slots), free(smp);
+static void sus_free(struct sus_ctx *c) { free(c->ws), free(c->slots), free(c->smp); }
+
+/* Sizes from the run, the arrays, the engine.  Returns 0 or an error. */
+static int sus_setup(const struct sk_run *run, struct sus_ctx *c)
+{
+	c->run = run;
+	c->nworkers = run->threads < MAX_WORKERS ? run->threads : MAX_WORKERS;
+	c->w = sk_thread_per_timer(run) ? W_THREAD : W;
+	/* TMO_TEST_SCALE (sanitizer runs) shortens the run, to 1 s at least. */
+	c->duration = (int64_t)((double)(run->quick ? DURATION_QUICK : DURATION_FULL) * sk_scale());
+	if (c->duration < TMO_NSEC_PER_SEC)
+		c->duration = TMO_NSEC_PER_SEC;
+	c->period = run->quick ? SAMPLE_QUICK : SAMPLE_FULL;
+	c->nsamples_max = (size_t)(c->duration / c->period) + 2;
+	c->ws = calloc((size_t)c->nworkers, sizeof *c->ws);
+	c->slots = calloc((size_t)c->nworkers * c->w, sizeof *c->slots);
+	c->smp = calloc(c->nsamples_max, sizeof *c->smp);
+	if (c->ws == NULL || c->slots == NULL || c->smp == NULL) {
+		sus_free(c);
 		return TMO_ENOMEM;
 	}
 	/* The callers' timers are in the RSS baseline (touch every page). */
-	for (size_t off = 0; off < (size_t)nworkers * w * sizeof *slots; off += 4096)
-		((volatile char *)slots)[off] = 0;
+	for (size_t off = 0; off < (size_t)c->nworkers * c->w * sizeof *c->slots; off += 4096)
+		((volatile char *)c->slots)[off] = 0;
+	c->rss0 = sk_rss_bytes();
+	int rc = tmo_create_ops(run->ops, NULL, &c->e);
+	if (rc != 0)
+		sus_free(c);
+	return rc;
+}
 
-	uint64_t rss0 = sk_rss_bytes();
-	struct tmo *e = NULL;
-	int rc = tmo_create_ops(run->ops, NULL, &e);
+/* Start the workers; returns the violations (a worker that did not start). */
+static int sus_start(struct sus_ctx *c)
+{
+	atomic_init(&c->stop, 0);
+	for (int k = 0; k < c->nworkers; k++) {
+		c->ws[k] = (struct sus_worker){.run = c->run,
+		                               .e = c->e,
+		                               .slots = c->slots + (size_t)k * c->w,
+		                               .w = c->w,
+		                               .seed = c->run->seed * 0x100000001b3ull + (uint64_t)k + 1,
+		                               .stop = &c->stop};
+		if (pthread_create(&c->ws[k].th, NULL, sus_worker_main, &c->ws[k]) != 0) {
+			sk_violation(c->run, "could not start worker thread %d", k);
+			return 1;
+		}
+		c->started++;
+	}
+	return 0;
+}
+
+/* Sample every period for the run's duration, then stop and join the
+ * workers and take the after and settled samples. */
+static void sus_sample_and_stop(struct sus_ctx *c)
+{
+	int64_t next_print = 0;
+	c->t0 = sk_now_ns();
+	while (c->ns < c->nsamples_max) {
+		sk_wait_until(c->t0 + (int64_t)(c->ns + 1) * c->period);
+		sus_take(c->e, c->t0, c->rss0, &c->smp[c->ns]);
+		if (c->smp[c->ns].t_ns >= next_print) {
+			sus_print("load", &c->smp[c->ns]);
+			next_print += PRINT_EVERY_NS;
+		}
+		c->ns++;
+		sk_progress(c->run, "sustained arm+cancel",
+		            (double)(sk_now_ns() - c->t0) / (double)c->duration);
+		if (sk_now_ns() - c->t0 >= c->duration)
+			break;
+	}
+	atomic_store(&c->stop, 1);
+	for (int k = 0; k < c->started; k++) {
+		pthread_join(c->ws[k].th, NULL);
+		c->arms += c->ws[k].arms;
+		c->prevented += c->ws[k].prevented;
+		c->fired += c->ws[k].fired;
+		c->refused += c->ws[k].refused;
+		c->wv += c->ws[k].violations;
+	}
+	c->secs = (double)(sk_now_ns() - c->t0) / 1e9;
+	sus_take(c->e, c->t0, c->rss0, &c->after);
+	sus_print("after", &c->after);
+	/* Idle for SETTLE: what a lazily-freeing engine still holds then tells
+	 * a lag (released once it catches up) from a leak or a pool that keeps
+	 * its high-water mark.  Reported, not checked. */
+	sk_sleep_ns(SETTLE);
+	sus_take(c->e, c->t0, c->rss0, &c->settled);
+	sus_print("settled", &c->settled);
+}
+
+/* Every sample as rows; the max, and the max of the first and last thirds. */
+static void sus_report_samples(struct sus_ctx *c)
+{
+	struct sus_sample *mx = &c->mx;
+	for (size_t i = 0; i < c->ns; i++) {
+		const struct sus_sample *x = &c->smp[i];
+		long long t_ms = (long long)(x->t_ns / TMO_NSEC_PER_MSEC);
+		sk_report_fmt(c->run, "held_bytes", (double)x->s.held_bytes, "bytes", "t_ms=%lld", t_ms);
+		sk_report_fmt(c->run, "held_nodes", (double)x->s.held_nodes, "nodes", "t_ms=%lld", t_ms);
+		sk_report_fmt(c->run, "rss_delta_bytes", (double)x->rss, "bytes", "t_ms=%lld", t_ms);
+		if (x->s.held_bytes > mx->s.held_bytes)
+			mx->s.held_bytes = x->s.held_bytes;
+		if (x->s.held_nodes > mx->s.held_nodes)
+			mx->s.held_nodes = x->s.held_nodes;
+		if (x->s.threads > mx->s.threads)
+			mx->s.threads = x->s.threads;
+		if (x->rss > mx->rss)
+			mx->rss = x->rss;
+		if (i < c->ns / 3 && x->s.held_bytes > c->first_third)
+			c->first_third = x->s.held_bytes;
+		if (i >= c->ns - c->ns / 3 && x->s.held_bytes > c->last_third)
+			c->last_third = x->s.held_bytes;
+	}
+}
+
+/* The summary rows and lines. */
+static void sus_report(struct sus_ctx *c)
+{
+	const struct sk_run *run = c->run;
+	const struct sus_sample *mx = &c->mx;
+	size_t ns = c->ns;
+	sk_report_fmt(run, "held_bytes_max", (double)mx->s.held_bytes, "bytes", "samples=%zu", ns);
+	sk_report_fmt(run, "held_nodes_max", (double)mx->s.held_nodes, "nodes", "samples=%zu", ns);
+	sk_report_fmt(run, "threads_max", (double)mx->s.threads, "threads", "samples=%zu", ns);
+	sk_report_fmt(run, "rss_delta_max_bytes", (double)mx->rss, "bytes", "samples=%zu", ns);
+	sk_report_fmt(run, "held_bytes", (double)c->after.s.held_bytes, "bytes", "%s", "when=after");
+	sk_report_fmt(run, "held_nodes", (double)c->after.s.held_nodes, "nodes", "%s", "when=after");
+	sk_report_fmt(run, "held_bytes", (double)c->settled.s.held_bytes, "bytes", "%s",
+	              "when=settled");
+	sk_report_fmt(run, "held_nodes", (double)c->settled.s.held_nodes, "nodes", "%s",
+	              "when=settled");
+	sk_report_fmt(run, "arms_refused", (double)c->refused, "count", "%s",
+	              "error=TMO_EAGAIN|TMO_ENOMEM");
+	sk_report_fmt(run, "pairs_per_s", (double)c->arms / c->secs, "ops/s", "threads=%d,window=%zu",
+	              c->started, c->w);
+	printf("  max     held %llu bytes (limit %llu), %llu nodes, %llu threads, RSS %+.2f MiB; "
+	       "%llu samples\n",
+	       (unsigned long long)mx->s.held_bytes, (unsigned long long)HELD_LIMIT(c->started),
+	       (unsigned long long)mx->s.held_nodes, (unsigned long long)mx->s.threads,
+	       (double)mx->rss / (1024.0 * 1024.0), (unsigned long long)ns);
+	printf("  %llu arms in %.1f s (%.0f pairs/s): %llu prevented, %llu fired; %llu arms refused "
+	       "(TMO_EAGAIN/TMO_ENOMEM)\n",
+	       (unsigned long long)c->arms, c->secs, (double)c->arms / c->secs,
+	       (unsigned long long)c->prevented, (unsigned long long)c->fired,
+	       (unsigned long long)c->refused);
+	sk_report_fmt(run, "held_limit_bytes", (double)HELD_LIMIT(c->started), "bytes", "threads=%d",
+	              c->started);
+}
+
+/* The limit, the plateau, exactly once, nothing pending: the violations. */
+static int sus_check(const struct sus_ctx *c)
+{
+	const struct sk_run *run = c->run;
+	int v = 0;
+	if (c->mx.s.held_bytes > HELD_LIMIT(c->started)) {
+		sk_violation(run, "the engine held %llu bytes at its peak, above the %llu-byte limit "
+		                  "for %d threads (512 KiB + 192 KiB a thread)",
+		             (unsigned long long)c->mx.s.held_bytes,
+		             (unsigned long long)HELD_LIMIT(c->started), c->started);
+		v++;
+	}
+	if (c->ns >= 3 && c->last_third > c->first_third + c->first_third / 2 + GROWTH_SLACK) {
+		sk_violation(run, "held bytes still growing: max %llu in the first third of the run, "
+		                  "%llu in the last",
+		             (unsigned long long)c->first_third, (unsigned long long)c->last_third);
+		v++;
+	}
+	if (c->arms != c->prevented + c->fired) {
+		sk_violation(run, "%llu arms but %llu resolved (%llu prevented + %llu fired)",
+		             (unsigned long long)c->arms, (unsigned long long)(c->prevented + c->fired),
+		             (unsigned long long)c->prevented, (unsigned long long)c->fired);
+		v++;
+	}
+	if (c->after.s.pending != 0) {
+		sk_violation(run, "every arm was resolved, yet the engine reports %llu pending",
+		             (unsigned long long)c->after.s.pending);
+		v++;
+	}
+	return v;
+}
+
+static int sustain_run(const struct sk_run *run)
+{
+	struct sus_ctx *c = calloc(1, sizeof *c);
+	if (c == NULL)
+		return TMO_ENOMEM;
+	int rc = sus_setup(run, c);
 	if (rc != 0) {
-		free(ws), free(slots), free(smp);
+		free(c);
 		return rc;
 	}
 	printf("sustain: %d threads arm+cancel flat out for %.0f s, %zu timers each (1 in 8 short, "
 	       "0..100 us; the rest 1..120 s); limit %llu bytes held\n",
-	       nworkers, (double)duration / 1e9, w, (unsigned long long)HELD_LIMIT(nworkers));
-
-	atomic_int stop;
-	atomic_init(&stop, 0);
-	int started = 0;
-	for (int k = 0; k < nworkers; k++) {
-		ws[k] = (struct sus_worker){.run = run,
-		                           .e = e,
-		                           .slots = slots + (size_t)k * w,
-		                           .w = w,
-		                           .seed = run->seed * 0x100000001b3ull + (uint64_t)k + 1,
-		                           .stop = &stop};
-		if (pthread_create(&ws[k].th, NULL, sus_worker_main, &ws[k]) != 0) {
-			sk_violation(run, "could not start worker thread %d", k);
-			v++;
-			break;
-		}
-		started++;
-	}
-
-	int64_t t0 = sk_now_ns(), next_print = 0;
-	size_t ns = 0;
-	while (ns < nsamples_max) {
-		sk_wait_until(t0 + (int64_t)(ns + 1) * period);
-		sus_take(e, t0, rss0, &smp[ns]);
-		if (smp[ns].t_ns >= next_print) {
-			sus_print("load", &smp[ns]);
-			next_print += PRINT_EVERY_NS;
-		}
-		ns++;
-		sk_progress(run, "sustained arm+cancel", (double)(sk_now_ns() - t0) / (double)duration);
-		if (sk_now_ns() - t0 >= duration)
-			break;
-	}
-	atomic_store(&stop, 1);
-	uint64_t arms = 0, prevented = 0, fired = 0, refused = 0, wv = 0;
-	for (int k = 0; k < started; k++) {
-		pthread_join(ws[k].th, NULL);
-		arms += ws[k].arms;
-		prevented += ws[k].prevented;
-		fired += ws[k].fired;
-		refused += ws[k].refused;
-		wv += ws[k].violations;
-	}
-	double secs = (double)(sk_now_ns() - t0) / 1e9;
-	struct sus_sample after;
-	sus_take(e, t0, rss0, &after);
-	sus_print("after", &after);
-	/* Idle for SETTLE: what a lazily-freeing engine still holds then tells
-	 * a lag (released once it catches up) from a leak or a pool that keeps
-	 * its high-water mark.  Reported, not checked. */
-	struct sus_sample settled;
-	sk_sleep_ns(SETTLE);
-	sus_take(e, t0, rss0, &settled);
-	sus_print("settled", &settled);
-	v += (int)(wv < 1000000 ? wv : 1000000);
-
-	/* every sample, then the max; limit and growth checks */
-	struct sus_sample mx = {0};
-	uint64_t first_third = 0, last_third = 0;
-	for (size_t i = 0; i < ns; i++) {
-		const struct sus_sample *x = &smp[i];
-		sk_report_fmt(run, "held_bytes", (double)x->s.held_bytes, "bytes", "t_ms=%lld",
-		          (long long)(x->t_ns / TMO_NSEC_PER_MSEC));
-		sk_report_fmt(run, "held_nodes", (double)x->s.held_nodes, "nodes", "t_ms=%lld",
-		          (long long)(x->t_ns / TMO_NSEC_PER_MSEC));
-		sk_report_fmt(run, "rss_delta_bytes", (double)x->rss, "bytes", "t_ms=%lld",
-		          (long long)(x->t_ns / TMO_NSEC_PER_MSEC));
-		if (x->s.held_bytes > mx.s.held_bytes)
-			mx.s.held_bytes = x->s.held_bytes;
-		if (x->s.held_nodes > mx.s.held_nodes)
-			mx.s.held_nodes = x->s.held_nodes;
-		if (x->s.threads > mx.s.threads)
-			mx.s.threads = x->s.threads;
-		if (x->rss > mx.rss)
-			mx.rss = x->rss;
-		if (i < ns / 3 && x->s.held_bytes > first_third)
-			first_third = x->s.held_bytes;
-		if (i >= ns - ns / 3 && x->s.held_bytes > last_third)
-			last_third = x->s.held_bytes;
-	}
-	sk_report_fmt(run, "held_bytes_max", (double)mx.s.held_bytes, "bytes", "samples=%zu", ns);
-	sk_report_fmt(run, "held_nodes_max", (double)mx.s.held_nodes, "nodes", "samples=%zu", ns);
-	sk_report_fmt(run, "threads_max", (double)mx.s.threads, "threads", "samples=%zu", ns);
-	sk_report_fmt(run, "rss_delta_max_bytes", (double)mx.rss, "bytes", "samples=%zu", ns);
-	sk_report_fmt(run, "held_bytes", (double)after.s.held_bytes, "bytes", "%s", "when=after");
-	sk_report_fmt(run, "held_nodes", (double)after.s.held_nodes, "nodes", "%s", "when=after");
-	sk_report_fmt(run, "held_bytes", (double)settled.s.held_bytes, "bytes", "%s", "when=settled");
-	sk_report_fmt(run, "held_nodes", (double)settled.s.held_nodes, "nodes", "%s", "when=settled");
-	sk_report_fmt(run, "arms_refused", (double)refused, "count", "%s", "error=TMO_EAGAIN|TMO_ENOMEM");
-	sk_report_fmt(run, "pairs_per_s", (double)arms / secs, "ops/s", "threads=%d,window=%zu", started,
-	          w);
-	printf("  max     held %llu bytes (limit %llu), %llu nodes, %llu threads, RSS %+.2f MiB; "
-	       "%llu samples\n",
-	       (unsigned long long)mx.s.held_bytes, (unsigned long long)HELD_LIMIT(started),
-	       (unsigned long long)mx.s.held_nodes, (unsigned long long)mx.s.threads,
-	       (double)mx.rss / (1024.0 * 1024.0), (unsigned long long)ns);
-	printf("  %llu arms in %.1f s (%.0f pairs/s): %llu prevented, %llu fired; %llu arms refused "
-	       "(TMO_EAGAIN/TMO_ENOMEM)\n",
-	       (unsigned long long)arms, secs, (double)arms / secs, (unsigned long long)prevented,
-	       (unsigned long long)fired, (unsigned long long)refused);
-
-	sk_report_fmt(run, "held_limit_bytes", (double)HELD_LIMIT(started), "bytes", "threads=%d",
-	          started);
-	if (mx.s.held_bytes > HELD_LIMIT(started)) {
-		sk_violation(run, "the engine held %llu bytes at its peak, above the %llu-byte limit "
-		              "for %d threads (512 KiB + 192 KiB a thread)",
-		              (unsigned long long)mx.s.held_bytes,
-		              (unsigned long long)HELD_LIMIT(started), started);
-		v++;
-	}
-	if (ns >= 3 && last_third > first_third + first_third / 2 + GROWTH_SLACK) {
-		sk_violation(run, "held bytes still growing: max %llu in the first third of the run, "
-		              "%llu in the last",
-		              (unsigned long long)first_third, (unsigned long long)last_third);
-		v++;
-	}
-	if (arms != prevented + fired) {
-		sk_violation(run, "%llu arms but %llu resolved (%llu prevented + %llu fired)",
-		              (unsigned long long)arms, (unsigned long long)(prevented + fired),
-		              (unsigned long long)prevented, (unsigned long long)fired);
-		v++;
-	}
-	if (after.s.pending != 0) {
-		sk_violation(run, "every arm was resolved, yet the engine reports %llu pending",
-		              (unsigned long long)after.s.pending);
-		v++;
-	}
-	tmo_destroy(&e);
-	free(ws), free(slots), free(smp);
+	       c->nworkers, (double)c->duration / 1e9, c->w,
+	       (unsigned long long)HELD_LIMIT(c->nworkers));
+	int v = sus_start(c);
+	sus_sample_and_stop(c);
+	v += (int)(c->wv < 1000000 ? c->wv : 1000000);
+	sus_report_samples(c);
+	sus_report(c);
+	v += sus_check(c);
+	tmo_destroy(&c->e);
+	sus_free(c);
+	free(c);
 	sk_report(run, "violations", "", v, "count");
 	return v;
 }
