@@ -181,56 +181,24 @@ static size_t run_model(const struct sk_run *run, struct co_user *us, size_t n,
 	return lost;
 }
 
-static int coalesce_run(const struct sk_run *run)
+/* The engine: arm n timers due inside one window, cancel the chosen half,
+ * wait, check each user's timer on its own.  Adds the violations to *v. */
+static void co_engine(const struct sk_run *run, struct tmo *e, struct co_user *us, size_t n,
+                      const unsigned char *cancel, int64_t window, struct sk_rng *rng, int *v)
 {
-	size_t n = (size_t)sk_scaled(sk_thread_per_timer(run) ? N_THREAD
-	                             : run->quick                ? N_QUICK
-	                                                         : N_FULL);
-	if (n < 2)
-		n = 2;
-	int64_t window = run->ops->resolution_ns > 0 ? run->ops->resolution_ns : 1;
-	struct co_user *us = calloc(n, sizeof *us);
-	unsigned char *cancel = calloc(n, 1);
-	if (us == NULL || cancel == NULL) {
-		free(us);
-		free(cancel);
-		return TMO_ENOMEM;
-	}
-	/* A random half, chosen by the seed. */
-	struct sk_rng rng = {run->seed};
-	size_t want = n / 2, chosen = 0;
-	while (chosen < want) {
-		size_t i = (size_t)sk_below(&rng, n);
-		if (!cancel[i]) {
-			cancel[i] = 1;
-			chosen++;
-		}
-	}
-	int v = 0;
-	printf("coalesce: %zu timers due inside one %lld ns window (the engine's resolution) %.0f ms "
-	       "from now; cancel a random half\n",
-	       n, (long long)window, (double)LEAD / 1e6);
-
-	/* -- the engine -- */
-	struct tmo *e = NULL;
-	int rc = tmo_create_ops(run->ops, NULL, &e);
-	if (rc != 0) {
-		free(us);
-		free(cancel);
-		return rc;
-	}
 	int64_t base = sk_now_ns() + LEAD;
+	int rc;
 	size_t armed = 0;
 	uint64_t retries = 0;
 	for (size_t i = 0; i < n; i++) {
-		int64_t target = base + (int64_t)sk_below(&rng, (uint64_t)window);
+		int64_t target = base + (int64_t)sk_below(rng, (uint64_t)window);
 		int64_t now = sk_now_ns();
 		us[i].deadline = target > now ? target : now;
 		/* a retried arm is later than recorded: its deadline only moves later */
 		rc = sk_arm_retry(e, &us[i].t, us[i].deadline - now, co_cb, NULL, &retries);
 		if (rc != 0) {
 			sk_violation(run, "arm %zu returned %s", i, tmo_errname(rc));
-			v++;
+			(*v)++;
 			break;
 		}
 		armed++;
@@ -255,7 +223,7 @@ static int coalesce_run(const struct sk_run *run)
 				              rc < 0 ? tmo_errname(rc) : "?", rc);
 		}
 	}
-	v += cancel_fail > 0;
+	*v += cancel_fail > 0;
 	int64_t give_up = base + window + 5 * TMO_NSEC_PER_SEC;
 	for (;;) {
 		size_t waiting = 0;
@@ -268,12 +236,46 @@ static int coalesce_run(const struct sk_run *run)
 	sk_sleep_ns(20 * TMO_NSEC_PER_MSEC); /* a cancelled timer firing late would show */
 	size_t bad_cancel;
 	size_t lost = co_check(run, run->ops->name, us, armed, &bad_cancel, 1);
-	v += (lost > 0) + (bad_cancel > 0);
+	*v += (lost > 0) + (bad_cancel > 0);
 	tmo_destroy(&e);
 	sk_report(run, "lost", "", (double)lost, "count");
 	sk_report(run, "cancelled_but_fired", "", (double)bad_cancel, "count");
 	sk_report_fmt(run, "timers", (double)armed, "count", "window_ns=%lld", (long long)window);
 
+}
+
+static int coalesce_run(const struct sk_run *run)
+{
+	size_t n = (size_t)sk_scaled(sk_thread_per_timer(run) ? N_THREAD
+	                             : run->quick                ? N_QUICK
+	                                                         : N_FULL);
+	if (n < 2)
+		n = 2;
+	int64_t window = run->ops->resolution_ns > 0 ? run->ops->resolution_ns : 1;
+	struct co_user *us = calloc(n, sizeof *us);
+	unsigned char *cancel = calloc(n, 1);
+	struct tmo *e = NULL;
+	int rc = us == NULL || cancel == NULL ? TMO_ENOMEM : tmo_create_ops(run->ops, NULL, &e);
+	if (rc != 0) {
+		free(us);
+		free(cancel);
+		return rc;
+	}
+	/* A random half, chosen by the seed. */
+	struct sk_rng rng = {run->seed};
+	size_t want = n / 2, chosen = 0;
+	while (chosen < want) {
+		size_t i = (size_t)sk_below(&rng, n);
+		if (!cancel[i]) {
+			cancel[i] = 1;
+			chosen++;
+		}
+	}
+	int v = 0;
+	printf("coalesce: %zu timers due inside one %lld ns window (the engine's resolution) %.0f ms "
+	       "from now; cancel a random half\n",
+	       n, (long long)window, (double)LEAD / 1e6);
+	co_engine(run, e, us, n, cancel, window, &rng, &v);
 	/* -- the core.async model, through the same check -- */
 	size_t model_lost = run_model(run, us, n, cancel, window);
 	sk_report(run, "model_lost", "", (double)model_lost, "count");

@@ -238,11 +238,10 @@ static void *rc_canceller(void *arg)
 	}
 }
 
-static int race_run(const struct sk_run *run)
+/* Sizes from the run: the count, the timeout, the slots in flight; the
+ * time cap. */
+static int64_t rc_size(const struct sk_run *run, struct rc_ctx *c)
 {
-	struct rc_ctx *c = calloc(1, sizeof *c);
-	if (c == NULL)
-		return TMO_ENOMEM;
 	c->run = run;
 	c->count = sk_scaled(run->quick ? COUNT_QUICK : COUNT_FULL);
 	c->R = run->ops->resolution_ns > MIN_R ? run->ops->resolution_ns : MIN_R;
@@ -259,33 +258,22 @@ static int race_run(const struct sk_run *run)
 		cap = (int64_t)((double)cap * sk_scale()) > 3 * TMO_NSEC_PER_SEC
 		              ? (int64_t)((double)cap * sk_scale())
 		              : 3 * TMO_NSEC_PER_SEC;
-	c->slots = calloc(c->k, sizeof *c->slots);
-	int rc = c->slots ? tmo_create_ops(run->ops, NULL, &c->e) : TMO_ENOMEM;
-	if (rc != 0) {
-		free(c->slots);
-		free(c);
-		return rc;
-	}
-	rc_current = c;
-	printf("race: %llu arms requested, %llu in flight, timeout %lld us, cancel at deadline + "
-	       "steered offset %+lld..%+lld us, time cap %lld s\n",
-	       (unsigned long long)c->count, (unsigned long long)c->k, (long long)(c->D / 1000),
-	       (long long)(-c->R / 2000), (long long)(c->R / 2000), (long long)(cap / 1000000000));
+	return cap;
+}
+
+/* The armer and the canceller until the count or the cap, then the check
+ * that no PREVENTED arm's callback ran late.  Returns 0 or TMO_EAGAIN (a
+ * thread could not start). */
+static int rc_drive(const struct sk_run *run, struct rc_ctx *c, int64_t cap, double *secs)
+{
 	int64_t t0 = sk_now_ns();
 	c->stop_at = t0 + cap;
 	pthread_t a, b;
-	if (pthread_create(&a, NULL, rc_armer, c) != 0) {
-		tmo_destroy(&c->e);
-		free(c->slots);
-		free(c);
+	if (pthread_create(&a, NULL, rc_armer, c) != 0)
 		return TMO_EAGAIN;
-	}
 	if (pthread_create(&b, NULL, rc_canceller, c) != 0) {
 		atomic_store(&c->stop, 1);
 		pthread_join(a, NULL);
-		tmo_destroy(&c->e);
-		free(c->slots);
-		free(c);
 		return TMO_EAGAIN;
 	}
 	while (!atomic_load(&c->stop) || atomic_load(&c->done) < atomic_load(&c->armed)) {
@@ -294,7 +282,7 @@ static int race_run(const struct sk_run *run)
 	}
 	pthread_join(a, NULL);
 	pthread_join(b, NULL);
-	double secs = (double)(sk_now_ns() - t0) / 1e9;
+	*secs = (double)(sk_now_ns() - t0) / 1e9;
 	/* Late callbacks of PREVENTED arms would show within this. */
 	sk_sleep_ns(50 * TMO_NSEC_PER_MSEC);
 	for (uint64_t k = 0; k < c->k; k++) {
@@ -305,9 +293,12 @@ static int race_run(const struct sk_run *run)
 			              "ran",
 			              (unsigned long long)atomic_load(&s->iter));
 	}
-	tmo_destroy(&c->e);
-	rc_current = NULL;
+	return 0;
+}
 
+/* The outcome counts as rows and lines; returns the violations. */
+static long long rc_report(const struct sk_run *run, struct rc_ctx *c, double secs)
+{
 	uint64_t ran = atomic_load(&c->done);
 	long long fired = atomic_load(&c->fired), cancelled = atomic_load(&c->cancelled);
 	long long both = atomic_load(&c->both) + atomic_load(&c->stale);
@@ -342,8 +333,37 @@ static int race_run(const struct sk_run *run)
 	printf("race: at the end, cancels were aimed at the deadline %+.1f us (where about half the "
 	       "arms fire)\n",
 	       (double)atomic_load(&c->offset) / 1e3);
-	sk_report(run, "violations", "", (double)v, "count");
+	return v;
+}
+
+static int race_run(const struct sk_run *run)
+{
+	struct rc_ctx *c = calloc(1, sizeof *c);
+	if (c == NULL)
+		return TMO_ENOMEM;
+	int64_t cap = rc_size(run, c);
+	c->slots = calloc(c->k, sizeof *c->slots);
+	int rc = c->slots ? tmo_create_ops(run->ops, NULL, &c->e) : TMO_ENOMEM;
+	if (rc != 0) {
+		free(c->slots);
+		free(c);
+		return rc;
+	}
+	rc_current = c;
+	printf("race: %llu arms requested, %llu in flight, timeout %lld us, cancel at deadline + "
+	       "steered offset %+lld..%+lld us, time cap %lld s\n",
+	       (unsigned long long)c->count, (unsigned long long)c->k, (long long)(c->D / 1000),
+	       (long long)(-c->R / 2000), (long long)(c->R / 2000), (long long)(cap / 1000000000));
+	double secs = 0;
+	rc = rc_drive(run, c, cap, &secs);
+	tmo_destroy(&c->e);
+	rc_current = NULL;
+	long long v = rc == 0 ? rc_report(run, c, secs) : 0;
+	if (rc == 0)
+		sk_report(run, "violations", "", (double)v, "count");
 	free(c->slots);
 	free(c);
+	if (rc != 0)
+		return rc;
 	return v > INT32_MAX ? INT32_MAX : (int)v;
 }
