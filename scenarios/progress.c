@@ -428,6 +428,50 @@ static int pg_verdict(struct pg_ctx *c, int ph, struct pg_watch_result w)
 	return 0;
 }
 
+/* Start the workers, each with its latency arrays and held timers.
+ * Returns 0 or TMO_EAGAIN; *started counts the threads to join. */
+static int pg_start_workers(const struct sk_run *run, struct pg_ctx *c, int *started)
+{
+	for (int i = 0; i < c->nworkers; i++) {
+		struct pg_worker *w = &c->w[i];
+		w->c = c;
+		for (int ph = 0; ph < NPH; ph++)
+			w->lat[ph] = malloc(MAX_SAMPLES * sizeof(int64_t));
+		w->nheld = sk_thread_per_timer(run) ? CB_HELD_THREAD : CB_HELD;
+		w->held = calloc(w->nheld, sizeof *w->held);
+		if (w->lat[0] == NULL || w->lat[1] == NULL || w->lat[2] == NULL || w->held == NULL ||
+		    pthread_create(&w->th, NULL, pg_worker_main, w) != 0)
+			return TMO_EAGAIN;
+		(*started)++;
+	}
+	return 0;
+}
+
+/* Cancel what the workers still hold, count their failed pairs, free the
+ * run.  Returns the violations (any failed pair). */
+static int pg_finish(const struct sk_run *run, struct pg_ctx *c, int started)
+{
+	long long errors = 0;
+	for (int i = 0; i < started; i++) {
+		struct pg_worker *w = &c->w[i];
+		for (size_t k = 0; k < w->nheld; k++)
+			if (w->held[k].cb != NULL && tmo_cancel(c->e, &w->held[k]) != TMO_CANCEL_PREVENTED)
+				w->errors++;
+		errors += w->errors;
+		if (w->errors > 0 && errors == w->errors)
+			sk_violation(run, "worker %d: %lld arm/cancel pairs failed (first: %s, %d)", i,
+			             w->errors, tmo_errname(w->first_error), w->first_error);
+	}
+	tmo_destroy(&c->e);
+	for (int i = 0; i < c->nworkers; i++) {
+		for (int ph = 0; ph < NPH; ph++)
+			free(c->w[i].lat[ph]);
+		free(c->w[i].held);
+	}
+	free(c);
+	return errors > 0;
+}
+
 static int progress_run(const struct sk_run *run)
 {
 	struct pg_ctx *c = calloc(1, sizeof *c);
@@ -463,20 +507,7 @@ static int progress_run(const struct sk_run *run)
 	int64_t window = run->quick ? WINDOW_QUICK : WINDOW_FULL;
 	int64_t cb_window = run->quick ? CB_WINDOW_QUICK : CB_WINDOW_FULL;
 	int started = 0;
-	for (int i = 0; i < c->nworkers; i++) {
-		struct pg_worker *w = &c->w[i];
-		w->c = c;
-		for (int ph = 0; ph < NPH; ph++)
-			w->lat[ph] = malloc(MAX_SAMPLES * sizeof(int64_t));
-		w->nheld = sk_thread_per_timer(run) ? CB_HELD_THREAD : CB_HELD;
-		w->held = calloc(w->nheld, sizeof *w->held);
-		if (w->lat[0] == NULL || w->lat[1] == NULL || w->lat[2] == NULL || w->held == NULL ||
-		    pthread_create(&w->th, NULL, pg_worker_main, w) != 0) {
-			rc = TMO_EAGAIN;
-			break;
-		}
-		started++;
-	}
+	rc = pg_start_workers(run, c, &started);
 	printf("progress: %d workers arm+cancel a 1 s timeout flat out, %.0f ms with the timer thread "
 	       "running, %.0f ms with it parked, then %.0f ms holding %d timers each while one "
 	       "callback blocks\n",
@@ -501,25 +532,7 @@ static int progress_run(const struct sk_run *run)
 			v += pg_verdict(c, ph, w_ph[ph]);
 		}
 	}
-	long long errors = 0;
-	for (int i = 0; i < started; i++) {
-		struct pg_worker *w = &c->w[i];
-		for (size_t k = 0; k < w->nheld; k++)
-			if (w->held[k].cb != NULL && tmo_cancel(c->e, &w->held[k]) != TMO_CANCEL_PREVENTED)
-				w->errors++;
-		errors += w->errors;
-		if (w->errors > 0 && errors == w->errors)
-			sk_violation(run, "worker %d: %lld arm/cancel pairs failed (first: %s, %d)", i,
-			              w->errors, tmo_errname(w->first_error), w->first_error);
-	}
-	v += errors > 0;
-	tmo_destroy(&c->e);
-	for (int i = 0; i < c->nworkers; i++) {
-		for (int ph = 0; ph < NPH; ph++)
-			free(c->w[i].lat[ph]);
-		free(c->w[i].held);
-	}
-	free(c);
+	v += pg_finish(run, c, started);
 	sk_report(run, "violations", "", v, "count");
 	return rc < 0 ? rc : v;
 }
