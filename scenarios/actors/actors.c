@@ -32,7 +32,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "tmo/scope.h"
+#include "actor.h"
 #include "kit/util.h"
 
 /* Every figure this scenario reports (sk.h: struct sk_metric). */
@@ -67,328 +67,7 @@ const struct sk_scenario sk_scenario_actors = {
 #define US TMO_NSEC_PER_USEC
 #define MS TMO_NSEC_PER_MSEC
 
-enum via { VIA_SCOPE, VIA_MARKER };
-
 static long ac_eagain; /* arms refused with TMO_EAGAIN and retried, this run */
-static const char *via_name(enum via v) { return v == VIA_SCOPE ? "scope" : "marker"; }
-
-/* ---- messages, actors, receive ------------------------------------------------- */
-
-enum msg_kind { MSG_PAIR, MSG_EXIT, MSG_RESULT, MSG_TIMEOUT_MARKER, MSG_SEQ };
-
-struct actor;
-
-struct msg {
-	struct tmo_qnode node;
-	enum msg_kind kind;
-	struct actor *from;
-	const char *word; /* into the corpus, not copied */
-	uint32_t len;
-	uint32_t count;
-	uint64_t seq;
-};
-
-typedef void actor_fn(struct actor *self);
-
-struct actor {
-	pthread_t th;
-	struct tmo_queue mbox;
-	actor_fn *fn;
-	void *arg;
-	struct actor *link; /* gets MSG_EXIT from us when we end (trap_exit) */
-	struct msg exit_msg;
-};
-
-static void *actor_main(void *p)
-{
-	struct actor *a = p;
-	a->fn(a);
-	if (a->link != NULL) {
-		a->exit_msg.kind = MSG_EXIT;
-		a->exit_msg.from = a;
-		tmo_queue_push(&a->link->mbox, &a->exit_msg.node);
-	}
-	return NULL;
-}
-
-/* Actor.spawn_link: start fn on its own thread, linked to `link`. */
-static int actor_spawn(struct actor *a, actor_fn *fn, void *arg, struct actor *link)
-{
-	a->fn = fn;
-	a->arg = arg;
-	a->link = link;
-	int rc = tmo_queue_init(&a->mbox);
-	if (rc != 0)
-		return rc;
-	if (pthread_create(&a->th, NULL, actor_main, a) != 0) {
-		tmo_queue_destroy(&a->mbox);
-		return TMO_EAGAIN;
-	}
-	return 0;
-}
-
-static void actor_join(struct actor *a)
-{
-	pthread_join(a->th, NULL);
-	tmo_queue_destroy(&a->mbox);
-}
-
-/* The receiving side's timeout machinery and its counters. */
-struct receiver {
-	struct tmo *eng;
-	enum via via;
-	struct tmo_queue *mbox;
-	struct tmo_timer timer;
-	struct msg marker;
-	int fast_path; /* look in the mailbox before arming (Erlang, Revactor) */
-	long receives, armed, timeouts, stale_markers, lost, eagain;
-};
-
-static void marker_cb(struct tmo_timer *t, void *arg)
-{
-	struct receiver *r = arg;
-	(void)t;
-	tmo_queue_push(r->mbox, &r->marker.node);
-}
-
-struct pop_arg {
-	struct tmo_queue *q;
-	struct tmo_qnode *n;
-};
-
-static intptr_t pop_block(void *arg)
-{
-	struct pop_arg *p = arg;
-	tmo_queue_pop(p->q, TMO_WAIT_FOREVER, &p->n);
-	return 1;
-}
-
-/* `receive ... after(after_ns)`: 0 with *out = the message, 1 when the after
- * clause runs, or a negative error. */
-static int receive(struct receiver *r, int64_t after_ns, struct msg **out)
-{
-	struct tmo_qnode *n = NULL;
-	r->receives++;
-	*out = NULL;
-	if (r->fast_path && tmo_queue_pop(r->mbox, 0, &n) == TMO_WAIT_OK) {
-		*out = tmo_container_of(n, struct msg, node);
-		return 0;
-	}
-	r->armed++;
-	if (r->via == VIA_SCOPE) {
-		struct pop_arg p = {r->mbox, NULL};
-		int rc;
-		while ((rc = tmo_scope_run(r->eng, after_ns, TMO_SCOPE_THROW, pop_block, &p, NULL,
-		                           NULL)) == TMO_EAGAIN &&
-		       r->eagain < 100000) {
-			r->eagain++; /* a kernel-timer limit shared with other processes: retry */
-			sk_sleep_ns(MS);
-		}
-		if (rc == 0) {
-			*out = tmo_container_of(p.n, struct msg, node);
-			return 0;
-		}
-		if (rc != TMO_ETIMEDOUT)
-			return rc;
-		if (p.n != NULL)
-			r->lost++; /* a message taken and then interrupted away */
-		r->timeouts++;
-		return 1;
-	}
-	int rc;
-	while ((rc = tmo_arm(r->eng, &r->timer, after_ns, marker_cb, r)) == TMO_EAGAIN &&
-	       r->eagain < 100000) {
-		r->eagain++; /* as above */
-		sk_sleep_ns(MS);
-	}
-	if (rc != 0)
-		return rc;
-	rc = tmo_queue_pop(r->mbox, TMO_WAIT_FOREVER, &n);
-	if (rc != TMO_WAIT_OK)
-		return rc < 0 ? rc : TMO_ESYS;
-	/* Cancel in every case: it also waits for a callback still running,
-	 * so the timer and the marker are ours again before the next arm. */
-	int c = tmo_cancel(r->eng, &r->timer);
-	if (c < 0)
-		return c;
-	if (n == &r->marker.node) {
-		r->timeouts++;
-		return 1;
-	}
-	if (c == TMO_CANCEL_FIRED || c == TMO_CANCEL_WAITED) {
-		/* The callback pushed the marker behind our message. */
-		if (tmo_queue_remove(r->mbox, &r->marker.node))
-			r->stale_markers++;
-		else
-			r->lost++; /* cannot happen: the marker vanished */
-	}
-	*out = tmo_container_of(n, struct msg, node);
-	return 0;
-}
-
-/* ---- the corpus and the word table ---------------------------------------------- */
-
-struct doc {
-	char *text;
-	size_t len;
-	uint32_t words;
-	struct msg *msgs; /* one per word, reused by every run */
-};
-
-struct corpus {
-	char **vocab;
-	int nvocab;
-	struct doc *docs;
-	int ndocs;
-	uint64_t total_words;
-};
-
-static int is_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
-
-static void corpus_free(struct corpus *c)
-{
-	for (int i = 0; i < c->nvocab && c->vocab; i++)
-		free(c->vocab[i]);
-	free(c->vocab);
-	for (int i = 0; i < c->ndocs && c->docs; i++) {
-		free(c->docs[i].text);
-		free(c->docs[i].msgs);
-	}
-	free(c->docs);
-	memset(c, 0, sizeof *c);
-}
-
-/* ndocs documents of about `words` words each, from a vocabulary of nvocab
- * random words with a skewed (Zipf-like) frequency; separators include
- * punctuation and digits, which the mapper's scan skips as /[a-z]+/i does. */
-static int corpus_make(struct corpus *c, uint64_t seed, int ndocs, int words, int nvocab)
-{
-	struct sk_rng rng = {seed ^ UINT64_C(0x5eed0f0c0de)};
-	memset(c, 0, sizeof *c);
-	c->vocab = calloc((size_t)nvocab, sizeof *c->vocab);
-	c->docs = calloc((size_t)ndocs, sizeof *c->docs);
-	if (c->vocab == NULL || c->docs == NULL)
-		goto oom;
-	c->nvocab = nvocab;
-	c->ndocs = ndocs;
-	for (int i = 0; i < nvocab; i++) {
-		int len = 2 + (int)sk_below(&rng, 9);
-		c->vocab[i] = malloc((size_t)len + 1);
-		if (c->vocab[i] == NULL)
-			goto oom;
-		for (int k = 0; k < len; k++)
-			c->vocab[i][k] = (char)((sk_below(&rng, 5) == 0 ? 'A' : 'a') + sk_below(&rng, 26));
-		c->vocab[i][len] = 0;
-	}
-	static const char *seps[] = {" ", " ", " ", ", ", ". ", "\n", " - ", " 42 ", "'", "(1) "};
-	for (int d = 0; d < ndocs; d++) {
-		int n = words / 2 + (int)sk_below(&rng, (uint64_t)words);
-		size_t cap = (size_t)n * 16 + 16, len = 0;
-		char *t = malloc(cap);
-		if (t == NULL)
-			goto oom;
-		for (int w = 0; w < n; w++) {
-			double u = (double)sk_below(&rng, 1u << 30) / (double)(1u << 30);
-			const char *word = c->vocab[(int)(u * u * u * nvocab)];
-			const char *sep = seps[sk_below(&rng, sizeof seps / sizeof seps[0])];
-			size_t wl = strlen(word), sl = strlen(sep);
-			memcpy(t + len, word, wl);
-			len += wl;
-			memcpy(t + len, sep, sl);
-			len += sl;
-		}
-		t[len] = 0;
-		/* Count what the scan will see (a separator like "'" joins nothing:
-		 * letters on both sides of it are two words). */
-		uint32_t seen = 0;
-		for (size_t i = 0; i < len; i++)
-			if (is_alpha(t[i]) && (i == 0 || !is_alpha(t[i - 1])))
-				seen++;
-		c->docs[d].text = t;
-		c->docs[d].len = len;
-		c->docs[d].words = seen;
-		c->docs[d].msgs = calloc(seen, sizeof(struct msg));
-		if (c->docs[d].msgs == NULL)
-			goto oom;
-		c->total_words += seen;
-	}
-	return 0;
-oom:
-	corpus_free(c);
-	return TMO_ENOMEM;
-}
-
-struct entry {
-	const char *w;
-	uint32_t len;
-	uint64_t count;
-};
-
-struct table {
-	struct entry *e;
-	size_t cap, used;
-	uint64_t total;
-};
-
-static int table_init(struct table *t, size_t expect)
-{
-	t->cap = 16;
-	while (t->cap < expect * 2)
-		t->cap <<= 1;
-	t->e = calloc(t->cap, sizeof *t->e);
-	t->used = 0;
-	t->total = 0;
-	return t->e == NULL ? TMO_ENOMEM : 0;
-}
-
-static uint64_t fnv(const char *w, uint32_t len)
-{
-	uint64_t h = UINT64_C(0xcbf29ce484222325);
-	for (uint32_t i = 0; i < len; i++)
-		h = (h ^ (unsigned char)w[i]) * UINT64_C(0x100000001b3);
-	return h;
-}
-
-static struct entry *table_slot(struct table *t, const char *w, uint32_t len)
-{
-	size_t i = (size_t)fnv(w, len) & (t->cap - 1);
-	for (;; i = (i + 1) & (t->cap - 1)) {
-		struct entry *e = &t->e[i];
-		if (e->w == NULL || (e->len == len && memcmp(e->w, w, len) == 0))
-			return e;
-	}
-}
-
-/* The table never fills: it is sized for twice the vocabulary. */
-static void table_add(struct table *t, const char *w, uint32_t len, uint64_t n)
-{
-	struct entry *e = table_slot(t, w, len);
-	if (e->w == NULL) {
-		e->w = w;
-		e->len = len;
-		t->used++;
-	}
-	e->count += n;
-	t->total += n;
-}
-
-/* The mapper's `scan(/[a-z]+/i)`: the next word at or after *pos.  Returns
- * 0 at the end of the document. */
-static int next_word(const struct doc *d, size_t *pos, const char **w, uint32_t *len)
-{
-	size_t i = *pos;
-	while (i < d->len && !is_alpha(d->text[i]))
-		i++;
-	if (i >= d->len)
-		return 0;
-	size_t s = i;
-	while (i < d->len && is_alpha(d->text[i]))
-		i++;
-	*w = d->text + s;
-	*len = (uint32_t)(i - s);
-	*pos = i;
-	return 1;
-}
 
 /* ---- the word count ------------------------------------------------------------------ */
 
@@ -414,8 +93,8 @@ static void sequential(struct corpus *c, int ndocs, int64_t latency, struct tabl
 			sk_sleep_ns(latency); /* the fetch */
 		const char *w;
 		uint32_t len;
-		for (size_t pos = 0; next_word(doc, &pos, &w, &len);)
-			table_add(t, w, len, 1);
+		for (size_t pos = 0; ac_next_word(doc, &pos, &w, &len);)
+			ac_table_add(t, w, len, 1);
 	}
 }
 
@@ -433,7 +112,7 @@ static void mapper(struct actor *self)
 	uint32_t k = 0;
 	const char *w;
 	uint32_t len;
-	for (size_t pos = 0; next_word(m->doc, &pos, &w, &len) && k < m->doc->words;) {
+	for (size_t pos = 0; ac_next_word(m->doc, &pos, &w, &len) && k < m->doc->words;) {
 		struct msg *msg = &m->doc->msgs[k++];
 		msg->kind = MSG_PAIR;
 		msg->from = self;
@@ -454,7 +133,7 @@ static void reducer(struct actor *self)
 	} else {
 		for (; spawned < j->ndocs; spawned++) {
 			margs[spawned] = (struct mapper_arg){j, &j->corpus->docs[spawned], self};
-			int rc = actor_spawn(&j->mappers[spawned], mapper, &margs[spawned], self);
+			int rc = ac_spawn(&j->mappers[spawned], mapper, &margs[spawned], self);
 			if (rc != 0) {
 				j->error = rc;
 				break;
@@ -466,7 +145,7 @@ static void reducer(struct actor *self)
 	int n = spawned;
 	while (n > 0) {
 		struct msg *m;
-		int rc = receive(&j->rx, j->after, &m);
+		int rc = ac_receive(&j->rx, j->after, &m);
 		if (rc < 0) {
 			j->error = rc;
 			break;
@@ -476,12 +155,12 @@ static void reducer(struct actor *self)
 		if (m->kind == MSG_EXIT)
 			n--;
 		else if (m->kind == MSG_PAIR)
-			table_add(&j->result, m->word, m->len, m->count);
+			ac_table_add(&j->result, m->word, m->len, m->count);
 		else
 			j->error = TMO_EINVAL;
 	}
 	for (int i = 0; i < spawned; i++)
-		actor_join(&j->mappers[i]);
+		ac_join(&j->mappers[i]);
 	free(margs);
 	j->result_msg.kind = MSG_RESULT;
 	j->result_msg.from = self;
@@ -496,7 +175,7 @@ static long compare(const struct table *seq, const struct table *act)
 		const struct entry *e = &seq->e[i];
 		if (e->w == NULL)
 			continue;
-		const struct entry *o = table_slot((struct table *)act, e->w, e->len);
+		const struct entry *o = ac_table_slot((struct table *)act, e->w, e->len);
 		if (o->w == NULL || o->count != e->count)
 			diff++;
 	}
@@ -510,7 +189,7 @@ static int wordcount(const struct sk_run *run, struct tmo *eng, struct corpus *c
 {
 	int v = 0;
 	struct table seq;
-	if (table_init(&seq, (size_t)corpus->nvocab) != 0)
+	if (ac_table_init(&seq, (size_t)corpus->nvocab) != 0)
 		return TMO_ENOMEM;
 	int64_t t0 = sk_now_ns();
 	sequential(corpus, ndocs, latency, &seq);
@@ -522,7 +201,7 @@ static int wordcount(const struct sk_run *run, struct tmo *eng, struct corpus *c
 	j.rx.marker.kind = MSG_TIMEOUT_MARKER;
 	struct actor parent = {0}, red = {0};
 	j.mappers = calloc((size_t)ndocs, sizeof *j.mappers);
-	if (j.mappers == NULL || table_init(&j.result, (size_t)corpus->nvocab) != 0 ||
+	if (j.mappers == NULL || ac_table_init(&j.result, (size_t)corpus->nvocab) != 0 ||
 	    tmo_queue_init(&parent.mbox) != 0) {
 		free(j.mappers);
 		free(seq.e);
@@ -531,11 +210,11 @@ static int wordcount(const struct sk_run *run, struct tmo *eng, struct corpus *c
 	}
 	j.parent = &parent;
 	t0 = sk_now_ns();
-	int rc = actor_spawn(&red, reducer, &j, NULL);
+	int rc = ac_spawn(&red, reducer, &j, NULL);
 	if (rc == 0) {
 		struct tmo_qnode *n;
 		tmo_queue_pop(&parent.mbox, TMO_WAIT_FOREVER, &n); /* the result */
-		actor_join(&red);
+		ac_join(&red);
 	}
 	double act_s = (double)(sk_now_ns() - t0) / 1e9;
 	ac_eagain += j.rx.eagain;
@@ -547,7 +226,7 @@ static int wordcount(const struct sk_run *run, struct tmo *eng, struct corpus *c
 		sk_violation(run, "word count, %d actors, latency %lld us, via %s: %ld words differ "
 		              "from the sequential count (%zu vs %zu distinct, %llu vs %llu total), "
 		              "%ld messages lost",
-		              ndocs, (long long)(latency / US), via_name(via), diff, j.result.used,
+		              ndocs, (long long)(latency / US), ac_via_name(via), diff, j.result.used,
 		              seq.used, (unsigned long long)j.result.total,
 		              (unsigned long long)seq.total, j.rx.lost);
 		v++;
@@ -556,7 +235,7 @@ static int wordcount(const struct sk_run *run, struct tmo *eng, struct corpus *c
 		printf("  %4d actors  latency %5.1f ms  via %-6s | sequential %7.1f ms | actors %7.1f ms "
 		       "(x%.2f) | %6llu words, %5zu distinct, %s | receives %ld, timer armed %ld, "
 		       "after ran %ld, stale markers %ld\n",
-		       ndocs, (double)latency / 1e6, via_name(via), seq_s * 1e3, act_s * 1e3,
+		       ndocs, (double)latency / 1e6, ac_via_name(via), seq_s * 1e3, act_s * 1e3,
 		       act_s > 0 ? seq_s / act_s : 0, (unsigned long long)seq.total, seq.used,
 		       diff == 0 ? "counts equal" : "COUNTS DIFFER", j.rx.receives, j.rx.armed,
 		       j.rx.timeouts, j.rx.stale_markers);
@@ -564,13 +243,13 @@ static int wordcount(const struct sk_run *run, struct tmo *eng, struct corpus *c
 		          ndocs, (long long)(latency / US));
 		sk_report_fmt(run, "wordcount_actors_ms", act_s * 1e3, "ms",
 		          "actors=%d,latency_us=%lld,via=%s", ndocs, (long long)(latency / US),
-		          via_name(via));
+		          ac_via_name(via));
 		sk_report_fmt(run, "wordcount_after_ran", (double)j.rx.timeouts, "count",
 		          "actors=%d,latency_us=%lld,via=%s", ndocs, (long long)(latency / US),
-		          via_name(via));
+		          ac_via_name(via));
 		sk_report_fmt(run, "wordcount_count_mismatches", (double)diff, "count",
 		          "actors=%d,latency_us=%lld,via=%s", ndocs, (long long)(latency / US),
-		          via_name(via));
+		          ac_via_name(via));
 	}
 	free(j.mappers);
 	free(seq.e);
@@ -605,6 +284,60 @@ static void *race_producer(void *p)
 	return NULL;
 }
 
+/* Calibrate: how late does this engine run the after clause?  Gaps then
+ * reach past after + that lateness, so timeouts really happen and race with
+ * messages (an engine may fire far later than its resolution).  Sets
+ * r->max_gap; returns 0 or an error. */
+static int race_calibrate(struct receiver *rx, struct race *r)
+{
+	int64_t late[11];
+	for (int i = 0; i < 11; i++) {
+		struct msg *m;
+		int64_t t0 = sk_now_ns();
+		int c = ac_receive(rx, r->after, &m);
+		late[i] = sk_now_ns() - t0 - r->after;
+		if (c != 1)
+			return c < 0 ? c : TMO_EINVAL;
+	}
+	/* The median, not the maximum: one scheduling hiccup on a loaded
+	 * machine must not stretch every gap (and the run) by 100x. */
+	qsort(late, 11, sizeof late[0], sk_cmp_i64);
+	int64_t typical = late[5] < 0 ? 0 : late[5] > 10 * MS ? 10 * MS : late[5];
+	r->max_gap = 2 * (r->after + 2 * typical);
+	rx->receives = rx->armed = rx->timeouts = 0;
+	return 0;
+}
+
+/* Receive until every message came or 60 s passed: each must come once, in
+ * order (*bad counts those that did not).  Returns the last receive's result
+ * (negative: an error). */
+static int race_receive_all(const struct sk_run *run, struct receiver *rx, struct race *r,
+                            uint64_t *next, uint64_t *in_order, long *bad)
+{
+	int64_t give_up = sk_now_ns() + 60 * TMO_NSEC_PER_SEC;
+	int rc = 0;
+	while (*next < (uint64_t)r->n && sk_now_ns() < give_up) {
+		struct msg *m;
+		rc = ac_receive(rx, r->after, &m);
+		if (rc < 0)
+			break;
+		if (rc == 1)
+			continue;
+		if (m->kind != MSG_SEQ || m->seq != *next) {
+			if ((*bad)++ < 3)
+				sk_violation(run, "race via %s: got %s #%llu, expected message #%llu",
+				             ac_via_name(rx->via), m->kind == MSG_SEQ ? "message" : "a marker",
+				             (unsigned long long)m->seq, (unsigned long long)*next);
+			if (m->kind == MSG_SEQ)
+				*next = m->seq + 1;
+			continue;
+		}
+		(*next)++;
+		(*in_order)++;
+	}
+	return rc;
+}
+
 static int race(const struct sk_run *run, struct tmo *eng, enum via via, int n)
 {
 	int v = 0;
@@ -619,27 +352,12 @@ static int race(const struct sk_run *run, struct tmo *eng, enum via via, int n)
 	}
 	struct receiver rx = {.eng = eng, .via = via, .mbox = &r.q, .fast_path = 1};
 	rx.marker.kind = MSG_TIMEOUT_MARKER;
-	/* Calibrate: how late does this engine run the after clause?  Gaps then
-	 * reach past after + that lateness, so timeouts really happen and race
-	 * with messages (an engine may fire far later than its resolution). */
-	int64_t late[11];
-	for (int i = 0; i < 11; i++) {
-		struct msg *m;
-		int64_t t0 = sk_now_ns();
-		int c = receive(&rx, r.after, &m);
-		late[i] = sk_now_ns() - t0 - r.after;
-		if (c != 1) {
-			tmo_queue_destroy(&r.q);
-			free(r.msgs);
-			return c < 0 ? c : TMO_EINVAL;
-		}
+	int c = race_calibrate(&rx, &r);
+	if (c != 0) {
+		tmo_queue_destroy(&r.q);
+		free(r.msgs);
+		return c;
 	}
-	/* The median, not the maximum: one scheduling hiccup on a loaded
-	 * machine must not stretch every gap (and the run) by 100x. */
-	qsort(late, 11, sizeof late[0], sk_cmp_i64);
-	int64_t typical = late[5] < 0 ? 0 : late[5] > 10 * MS ? 10 * MS : late[5];
-	r.max_gap = 2 * (r.after + 2 * typical);
-	rx.receives = rx.armed = rx.timeouts = 0;
 	pthread_t th;
 	if (pthread_create(&th, NULL, race_producer, &r) != 0) {
 		tmo_queue_destroy(&r.q);
@@ -648,51 +366,31 @@ static int race(const struct sk_run *run, struct tmo *eng, enum via via, int n)
 	}
 	uint64_t next = 0, in_order = 0;
 	long bad = 0;
-	int64_t give_up = sk_now_ns() + 60 * TMO_NSEC_PER_SEC;
-	int rc = 0;
-	while (next < (uint64_t)n && sk_now_ns() < give_up) {
-		struct msg *m;
-		rc = receive(&rx, r.after, &m);
-		if (rc < 0)
-			break;
-		if (rc == 1)
-			continue;
-		if (m->kind != MSG_SEQ || m->seq != next) {
-			if (bad++ < 3)
-				sk_violation(run, "race via %s: got %s #%llu, expected message #%llu",
-				              via_name(via), m->kind == MSG_SEQ ? "message" : "a marker",
-				              (unsigned long long)m->seq, (unsigned long long)next);
-			if (m->kind == MSG_SEQ)
-				next = m->seq + 1;
-			continue;
-		}
-		next++;
-		in_order++;
-	}
+	int rc = race_receive_all(run, &rx, &r, &next, &in_order, &bad);
 	pthread_join(th, NULL);
 	ac_eagain += rx.eagain;
 	if (rc >= 0 && next < (uint64_t)n) {
-		sk_violation(run, "race via %s: only %llu of %d messages arrived", via_name(via),
+		sk_violation(run, "race via %s: only %llu of %d messages arrived", ac_via_name(via),
 		              (unsigned long long)next, n);
 		bad++;
 	}
 	struct tmo_qnode *left;
 	if (rc >= 0 && tmo_queue_pop(&r.q, 0, &left) == TMO_WAIT_OK) {
 		sk_violation(run, "race via %s: something left in the mailbox after the last message",
-		              via_name(via));
+		              ac_via_name(via));
 		bad++;
 	}
 	if (rx.lost) {
-		sk_violation(run, "race via %s: %ld messages lost", via_name(via), rx.lost);
+		sk_violation(run, "race via %s: %ld messages lost", ac_via_name(via), rx.lost);
 		bad++;
 	}
 	printf("  race via %-6s: %d messages with gaps 0-%lld us, after %lld us: %llu arrived once "
 	       "and in order, after ran %ld, timer armed %ld, stale markers removed %ld, %ld bad\n",
-	       via_name(via), n, (long long)(r.max_gap / US), (long long)(r.after / US),
+	       ac_via_name(via), n, (long long)(r.max_gap / US), (long long)(r.after / US),
 	       (unsigned long long)in_order, rx.timeouts, rx.armed, rx.stale_markers, bad);
-	sk_report_fmt(run, "race_bad", (double)bad, "count", "via=%s,messages=%d", via_name(via), n);
+	sk_report_fmt(run, "race_bad", (double)bad, "count", "via=%s,messages=%d", ac_via_name(via), n);
 	sk_report_fmt(run, "race_after_ran", (double)rx.timeouts, "count", "via=%s,messages=%d",
-	          via_name(via), n);
+	          ac_via_name(via), n);
 	tmo_queue_destroy(&r.q);
 	free(r.msgs);
 	v += (int)bad;
@@ -701,11 +399,12 @@ static int race(const struct sk_run *run, struct tmo *eng, enum via via, int n)
 
 /* ---- the cost of one receive-with-timeout ------------------------------------------ */
 
-static int receive_cost(const struct sk_run *run, struct tmo *eng, int n)
+/* Five rounds of n receives of a message that is there: a plain pop, then
+ * receive-with-timeout with the timer armed (no fast path), via scope and
+ * via marker; the medians.  Returns the receives that got the wrong thing. */
+static int receive_rounds(struct tmo *eng, struct tmo_queue *q, int n, double *p, double *s,
+                          double *mk)
 {
-	struct tmo_queue q;
-	if (tmo_queue_init(&q) != 0)
-		return TMO_ESYS;
 	struct msg m = {.kind = MSG_SEQ};
 	double plain[5], scope[5], marker[5];
 	int bad = 0;
@@ -714,20 +413,20 @@ static int receive_cost(const struct sk_run *run, struct tmo *eng, int n)
 		int64_t t0 = sk_now_ns();
 		for (int i = 0; i < n; i++) {
 			struct tmo_qnode *x;
-			tmo_queue_push(&q, &m.node);
-			bad += tmo_queue_pop(&q, TMO_WAIT_FOREVER, &x) != TMO_WAIT_OK;
+			tmo_queue_push(q, &m.node);
+			bad += tmo_queue_pop(q, TMO_WAIT_FOREVER, &x) != TMO_WAIT_OK;
 		}
 		plain[round] = (double)(sk_now_ns() - t0) / n;
 		/* receive ... after 1 s with the timer armed every time (no fast
 		 * path): push, arm, pop, cancel. */
 		for (int via = VIA_SCOPE; via <= VIA_MARKER; via++) {
-			struct receiver rx = {.eng = eng, .via = (enum via)via, .mbox = &q};
+			struct receiver rx = {.eng = eng, .via = (enum via)via, .mbox = q};
 			rx.marker.kind = MSG_TIMEOUT_MARKER;
 			t0 = sk_now_ns();
 			for (int i = 0; i < n; i++) {
 				struct msg *got;
-				tmo_queue_push(&q, &m.node);
-				bad += receive(&rx, TMO_NSEC_PER_SEC, &got) != 0 || got != &m;
+				tmo_queue_push(q, &m.node);
+				bad += ac_receive(&rx, TMO_NSEC_PER_SEC, &got) != 0 || got != &m;
 			}
 			double ns = (double)(sk_now_ns() - t0) / n;
 			ac_eagain += rx.eagain;
@@ -737,20 +436,27 @@ static int receive_cost(const struct sk_run *run, struct tmo *eng, int n)
 				marker[round] = ns;
 		}
 	}
-	/* How late the after clause runs: receives on an empty mailbox. */
-	int k = sk_thread_per_timer(run) ? 20 : 50;
-	int64_t *late = calloc((size_t)k * 2, sizeof *late);
-	for (int via = VIA_SCOPE; via <= VIA_MARKER && late != NULL; via++) {
-		struct receiver rx = {.eng = eng, .via = (enum via)via, .mbox = &q};
+	*p = sk_median(plain, 5), *s = sk_median(scope, 5), *mk = sk_median(marker, 5);
+	return bad;
+}
+
+/* How late the after clause runs: k receives on an empty mailbox per way,
+ * sorted into late[via * k ...]. */
+static int receive_lateness(const struct sk_run *run, struct tmo *eng, struct tmo_queue *q,
+                            int64_t *late, int k)
+{
+	int bad = 0;
+	for (int via = VIA_SCOPE; via <= VIA_MARKER; via++) {
+		struct receiver rx = {.eng = eng, .via = (enum via)via, .mbox = q};
 		rx.marker.kind = MSG_TIMEOUT_MARKER;
 		for (int i = 0; i < k; i++) {
 			struct msg *got;
 			int64_t t0 = sk_now_ns();
-			int rc = receive(&rx, MS, &got);
+			int rc = ac_receive(&rx, MS, &got);
 			late[via * k + i] = sk_now_ns() - t0 - MS;
 			bad += rc != 1;
 			if (late[via * k + i] < 0) {
-				sk_violation(run, "after clause via %s ran %lld ns early", via_name((enum via)via),
+				sk_violation(run, "after clause via %s ran %lld ns early", ac_via_name((enum via)via),
 				              (long long)-late[via * k + i]);
 				bad++;
 			}
@@ -758,7 +464,20 @@ static int receive_cost(const struct sk_run *run, struct tmo *eng, int n)
 		ac_eagain += rx.eagain;
 		qsort(late + via * k, (size_t)k, sizeof *late, sk_cmp_i64);
 	}
-	double p = sk_median(plain, 5), s = sk_median(scope, 5), mk = sk_median(marker, 5);
+	return bad;
+}
+
+static int receive_cost(const struct sk_run *run, struct tmo *eng, int n)
+{
+	struct tmo_queue q;
+	if (tmo_queue_init(&q) != 0)
+		return TMO_ESYS;
+	double p, s, mk;
+	int bad = receive_rounds(eng, &q, n, &p, &s, &mk);
+	int k = sk_thread_per_timer(run) ? 20 : 50;
+	int64_t *late = calloc((size_t)k * 2, sizeof *late);
+	if (late != NULL)
+		bad += receive_lateness(run, eng, &q, late, k);
 	printf("  receive cost (median of 5 x %d): plain pop %.0f ns; receive-with-timeout, timer "
 	       "armed: via scope %.0f ns, via marker %.0f ns\n",
 	       n, p, s, mk);
@@ -770,12 +489,12 @@ static int receive_cost(const struct sk_run *run, struct tmo *eng, int n)
 			int64_t *l = late + via * k;
 			printf("  after 1 ms on an empty mailbox via %-6s: late by p50 %.0f us, max %.0f us "
 			       "(%d receives)\n",
-			       via_name((enum via)via), (double)sk_quantile_i64(l, (size_t)k, 0.5) / 1e3,
+			       ac_via_name((enum via)via), (double)sk_quantile_i64(l, (size_t)k, 0.5) / 1e3,
 			       (double)l[k - 1] / 1e3, k);
 			sk_report_fmt(run, "after_late_us_p50", (double)sk_quantile_i64(l, (size_t)k, 0.5) / 1e3,
-			          "us", "via=%s,after=1ms", via_name((enum via)via));
+			          "us", "via=%s,after=1ms", ac_via_name((enum via)via));
 			sk_report_fmt(run, "after_late_us_max", (double)l[k - 1] / 1e3, "us",
-			          "via=%s,after=1ms", via_name((enum via)via));
+			          "via=%s,after=1ms", ac_via_name((enum via)via));
 		}
 	}
 	free(late);
@@ -797,7 +516,7 @@ static int actors_run(const struct sk_run *run)
 	ac_eagain = 0;
 	struct corpus corpus;
 	int words = run->quick ? 200 : 1000;
-	rc = corpus_make(&corpus, run->seed, 200, words, 4000);
+	rc = ac_corpus_make(&corpus, run->seed, 200, words, 4000);
 	if (rc != 0) {
 		tmo_destroy(&eng);
 		return rc;
@@ -827,7 +546,7 @@ static int actors_run(const struct sk_run *run)
 		if (rc > 0)
 			v += rc;
 	}
-	corpus_free(&corpus);
+	ac_corpus_free(&corpus);
 	tmo_destroy(&eng);
 	if (ac_eagain > 0)
 		printf("note: the engine refused %ld arms with TMO_EAGAIN (retried after 1 ms each; "
