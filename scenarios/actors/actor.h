@@ -14,6 +14,8 @@
 #include "tmo/scope.h"
 #include "tmo/tmo.h"
 
+struct sk_run;
+
 enum via { VIA_SCOPE, VIA_MARKER };
 static inline const char *ac_via_name(enum via v) { return v == VIA_SCOPE ? "scope" : "marker"; }
 
@@ -95,5 +97,13 @@ int ac_table_init(struct table *t, size_t expect);
 struct entry *ac_table_slot(struct table *t, const char *w, uint32_t len);
 void ac_table_add(struct table *t, const char *w, uint32_t len, uint64_t n);
 int ac_next_word(const struct doc *d, size_t *pos, const char **w, uint32_t *len);
+
+/* Arms refused with TMO_EAGAIN and retried, this run (actors.c). */
+extern long ac_eagain;
+
+/* The word count over ndocs documents, sequentially and by 50, 100, 200
+ * actors (wordcount.c); returns the violations or an error. */
+int ac_wordcount(const struct sk_run *run, struct tmo *eng, struct corpus *corpus,
+                 int ndocs, int64_t latency, enum via via);
 
 #endif
