@@ -20,7 +20,7 @@
 #include <stdatomic.h>
 
 #include "tmo/scope.h"
-#include "kit/bug8730.h"
+#include "kit/ruby_timeout.h"
 #include "kit/util.h"
 
 /* Every figure this scenario reports (sk.h: struct sk_metric). */
@@ -95,7 +95,7 @@ static const char *mode_name(int mode)
 	return mode == TMO_SCOPE_RAISE ? "raise" : mode == TMO_SCOPE_THROW ? "throw" : "exception";
 }
 
-/* ---- the truth table (kit/bug8730.h: the Ruby block and its table) ---------- */
+/* ---- the truth table (kit/ruby_timeout.h: the Ruby block and its table) ---------- */
 
 /* What one row of the table came to over its runs. */
 struct row_tally {
@@ -301,22 +301,6 @@ static int nesting(const struct sk_run *run, int reps)
 
 /* ---- the edge-of-deadline race -------------------------------------------------- */
 
-struct edge {
-	int64_t until;
-	int checks;
-	int finished;
-};
-
-static intptr_t edge_block(void *arg)
-{
-	struct edge *e = arg;
-	while (sk_now_ns() < e->until)
-		if (e->checks)
-			tmo_check();
-	e->finished = 1;
-	return 3;
-}
-
 struct edge_run {
 	const struct sk_run *run;
 	int iterations, mode;
@@ -329,14 +313,14 @@ static intptr_t edge_outer(void *arg)
 	struct edge_run *r = arg;
 	for (int i = 0; i < r->iterations; i++) {
 		int64_t timeout = 200 * US + (int64_t)sk_below(&r->rng, 800 * US);
-		struct edge e = {.checks = (int)sk_below(&r->rng, 2)};
+		struct sk_edge e = {.checks = (int)sk_below(&r->rng, 2)};
 		/* Return from 100 us before the deadline to 100 us + two engine
 		 * resolutions after it: the callback of a coarse engine (a 1 ms
 		 * wheel) fires that late, and the race is with the callback. */
 		int64_t window = 200 * US + 2 * r->run->ops->resolution_ns;
 		e.until = sk_now_ns() + timeout - 100 * US + (int64_t)sk_below(&r->rng, (uint64_t)window);
 		intptr_t val = 0;
-		int rc = sr_scope(timeout, r->mode, edge_block, &e, &val, NULL);
+		int rc = sr_scope(timeout, r->mode, sk_edge_block, &e, &val, NULL);
 		if (sr_short)
 			return 0;
 		if (rc == 0 && e.finished && val == 3) {

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "kit/bug8730.h"
+#include "kit/ruby_timeout.h"
 #include "engine_test.h"
 #include "tmo/scope.h"
 #include "tmo/testing.h"
@@ -346,7 +346,7 @@ static void test_cond_interrupted(void)
 
 /* ---- the three modes: Ruby's test_skip_rescue and its siblings ------------ */
 
-/* One run of the Bug #8730 block (scenarios/kit/bug8730.h, which the
+/* One run of the Bug #8730 block (scenarios/kit/ruby_timeout.h, which the
  * skip-rescue scenario runs too) in MODE under handler h of its table; the
  * table says what the rescue and the caller must see. */
 static void skip_case(enum tmo_scope_mode mode, int h)
@@ -696,22 +696,6 @@ static void test_ensure_once(void)
 
 /* ---- no late interrupt ------------------------------------------------------ */
 
-struct edge {
-	int64_t spin_until;
-	int checks; /* call tmo_check while spinning */
-	int finished;
-};
-
-static intptr_t edge_block(void *arg)
-{
-	struct edge *e = arg;
-	while (tmo_now_ns() < e->spin_until)
-		if (e->checks)
-			tmo_check();
-	e->finished = 1;
-	return 3;
-}
-
 struct edge_run {
 	int iterations;
 	int returned, expired, late, inconsistent;
@@ -725,11 +709,11 @@ static intptr_t edge_outer(void *arg)
 		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
 		int64_t timeout = 200 * TMO_NSEC_PER_USEC + (int64_t)(x % (800 * TMO_NSEC_PER_USEC));
 		/* Return within +-100 us of the deadline. */
-		struct edge e = {.checks = (int)(x >> 40) & 1};
-		e.spin_until = tmo_now_ns() + timeout - 100 * TMO_NSEC_PER_USEC +
+		struct sk_edge e = {.checks = (int)(x >> 40) & 1};
+		e.until = tmo_now_ns() + timeout - 100 * TMO_NSEC_PER_USEC +
 		               (int64_t)((x >> 20) % (200 * TMO_NSEC_PER_USEC));
 		intptr_t v = 0;
-		int rc = tmo_scope_run(eng, timeout, TMO_SCOPE_THROW, edge_block, &e, &v, NULL);
+		int rc = tmo_scope_run(eng, timeout, TMO_SCOPE_THROW, sk_edge_block, &e, &v, NULL);
 		if (rc == 0) {
 			r->returned++;
 			if (!e.finished || v != 3)

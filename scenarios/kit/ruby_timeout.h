@@ -1,9 +1,12 @@
 /*
- * Ruby Bug #8730 as data: the block Ruby's test_skip_rescue runs, and what a
- * caller of each timeout-scope mode must see under each inner handler
- * (CONTRACT.md "Timeout scopes").  Header-only; the skip-rescue scenario
- * (scenarios/skip_rescue.c) and the scope tests (tests/engine/scope.c) both
- * run it, so the table is written once.
+ * Ruby Timeout's cases as data, for timeout scopes (include/tmo/scope.h):
+ * Bug #8730's block and truth table, and the edge-of-deadline block.
+ * Header-only; the skip-rescue scenario (scenarios/skip_rescue.c) and the
+ * scope tests (tests/engine/scope.c) both run them, so each is written once.
+ *
+ * Bug #8730: the block Ruby's test_skip_rescue runs, and what a caller of
+ * each timeout-scope mode must see under each inner handler (CONTRACT.md
+ * "Timeout scopes").
  *
  * The block, in Ruby:
  *
@@ -19,8 +22,8 @@
  * Rules: the deadline passes while the block sleeps; the ensure runs exactly
  * once and the code after the sleep never runs, in every mode.
  */
-#ifndef SK_BUG8730_H
-#define SK_BUG8730_H
+#ifndef SK_RUBY_TIMEOUT_H
+#define SK_RUBY_TIMEOUT_H
 
 #include <stdint.h>
 #include <string.h>
@@ -134,6 +137,26 @@ static inline int sk_8730_as_expected(int mode, int h, const struct sk_8730 *c, 
 	       (rc != TMO_ETIMEDOUT ||
 	        (e->message != NULL && strcmp(e->message, TMO_EXPIRED_MESSAGE) == 0)) &&
 	       tmo_interrupt_pending() == 0;
+}
+
+/* The edge of the deadline: a block that spins until just about the
+ * deadline (checking for the interrupt with tmo_check() when `checks`), then
+ * finishes.  Rule: once it finished, no interrupt may reach it (a late
+ * interrupt is a scope that expired after its block returned). */
+struct sk_edge {
+	int64_t until; /* CLOCK_MONOTONIC ns the spin ends */
+	int checks;    /* call tmo_check() while spinning */
+	int finished;  /* the block ran to its end */
+};
+
+static inline intptr_t sk_edge_block(void *arg)
+{
+	struct sk_edge *e = arg;
+	while (tmo_now_ns() < e->until)
+		if (e->checks)
+			tmo_check();
+	e->finished = 1;
+	return 3;
 }
 
 #endif
