@@ -138,7 +138,10 @@ static void *signal_main(void *arg)
 static pthread_t dog_th;
 static int dog_started;
 
-void cli_watchdog_start(void) { dog_started = pthread_create(&dog_th, NULL, watchdog_main, NULL) == 0; }
+void cli_watchdog_start(void)
+{
+	dog_started = pthread_create(&dog_th, NULL, watchdog_main, NULL) == 0;
+}
 
 void cli_watchdog_stop(void)
 {

@@ -40,8 +40,8 @@ static int retention_run(const struct sk_run *run);
 
 const struct sk_scenario sk_scenario_retention = {
 	.name = "retention",
-	.summary = "1M requests arm a 120 s timeout and cancel it ~1 ms later: engine-held bytes/nodes and RSS "
-	           "at peak, after, settled; and abandoned",
+	.summary = "1M requests arm a 120 s timeout and cancel it ~1 ms later: engine-held "
+	           "bytes/nodes and RSS at peak, after, settled; and abandoned",
 	.correctness = 1,
 	.run = retention_run,
 	.params = "1M requests (--quick: 200k; thread engine 5,000 / 1,000) each arm a 120 s "
@@ -84,9 +84,12 @@ static void rt_row(const struct sk_run *run, const char *variant, const char *wh
 	          when);
 	sk_report_fmt(run, "held_nodes", (double)x->s.held_nodes, "nodes", "variant=%s,when=%s", variant,
 	          when);
-	sk_report_fmt(run, "pending", (double)x->s.pending, "timers", "variant=%s,when=%s", variant, when);
-	sk_report_fmt(run, "threads", (double)x->s.threads, "threads", "variant=%s,when=%s", variant, when);
-	sk_report_fmt(run, "rss_delta_bytes", (double)x->rss, "bytes", "variant=%s,when=%s", variant, when);
+	sk_report_fmt(run, "pending", (double)x->s.pending, "timers", "variant=%s,when=%s", variant,
+	              when);
+	sk_report_fmt(run, "threads", (double)x->s.threads, "threads", "variant=%s,when=%s", variant,
+	              when);
+	sk_report_fmt(run, "rss_delta_bytes", (double)x->rss, "bytes", "variant=%s,when=%s", variant,
+	              when);
 	printf("  %-9s %-8s held %10llu bytes %9llu nodes, %8llu pending, %5llu threads, RSS %+9.1f "
 	       "MiB\n",
 	       variant, when, (unsigned long long)x->s.held_bytes, (unsigned long long)x->s.held_nodes,

@@ -73,7 +73,8 @@ struct sk_metric {
 enum sk_cmp { SK_AT_MOST, SK_AT_LEAST };
 struct sk_target {
 	const char *label;   /* the row's name; "%s": the engine ("%d": the threads, most_threads) */
-	const char *engines; /* "wheel", "mpsc,wheel" (one row each, in this order), "*": every engine run */
+	/* "wheel", "mpsc,wheel" (one row each, in this order), "*": every engine run */
+	const char *engines;
 	const char *metric, *param;
 	const char *per_metric, *per_param, *per_engine; /* a ratio's denominator */
 	int inverse;  /* (per figure) / (figure): "N x faster than" */

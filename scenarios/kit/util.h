@@ -152,11 +152,11 @@ static inline int sk_thread_per_timer(const struct sk_run *run)
 }
 
 /* Report a row with a printf-formatted param. */
-#define sk_report_fmt(run, metric, value, unit, ...)                                                     \
-	do {                                                                                        \
-		char sk_param_[160];                                                                \
-		snprintf(sk_param_, sizeof sk_param_, __VA_ARGS__);                                 \
-		sk_report((run), (metric), sk_param_, (value), (unit));                            \
+#define sk_report_fmt(run, metric, value, unit, ...)                    \
+	do {                                                            \
+		char sk_param_[160];                                    \
+		snprintf(sk_param_, sizeof sk_param_, __VA_ARGS__);     \
+		sk_report((run), (metric), sk_param_, (value), (unit)); \
 	} while (0)
 
 #endif
