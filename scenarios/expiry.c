@@ -36,7 +36,7 @@ static const struct sk_target expiry_targets[] = {
 	{.label = "expiry burst, 1e6 due at one instant: wheel", .engines = "wheel",
 	 .metric = "fires_per_s", .param = "n=1000000", .scale = 1e-6, .cmp = SK_AT_LEAST,
 	 .bound = 10, .unit = "M fires/s", .missing = "not measured (%s not run, or --quick)"},
-	{NULL},
+	{0},
 };
 
 static int expiry_run(const struct sk_run *run);

@@ -40,7 +40,7 @@ static const struct sk_metric race_metrics[] = {
 static const struct sk_target race_targets[] = {
 	{.label = "race: violations, %s", .engines = "*", .metric = "violations", .cmp = SK_AT_MOST,
 	 .bound = 0, .unit = "", .missing = "not measured (race did not complete)"},
-	{NULL},
+	{0},
 };
 
 static int race_run(const struct sk_run *run);

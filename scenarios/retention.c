@@ -33,7 +33,7 @@ static const struct sk_target retention_targets[] = {
 	{.label = "retention after cancels (settled): %s", .engines = "condvar,mpsc,wheel",
 	 .metric = "held_bytes", .param = "variant=cancelled,when=settled", .scale = 1.0 / 1024,
 	 .cmp = SK_AT_MOST, .bound = 64, .unit = " KiB"},
-	{NULL},
+	{0},
 };
 
 static int retention_run(const struct sk_run *run);

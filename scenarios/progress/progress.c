@@ -58,7 +58,7 @@ static const struct sk_target progress_targets[] = {
 	{.label = "worst arm+cancel while a callback blocks (not switched out): %s",
 	 .engines = "mpsc,wheel", .metric = "callback_max_latency_ns", .scale = 1e-6,
 	 .cmp = SK_AT_MOST, .bound = 1, .unit = " ms"},
-	{NULL},
+	{0},
 };
 
 static int progress_run(const struct sk_run *run);

@@ -80,7 +80,7 @@ static const struct sk_target tp_targets[] = {
 	 .metric = "live_ns_per_op", .param = "live=1000000", .per_engine = "condvar",
 	 .cmp = SK_AT_MOST, .bound = 0.5, .unit = "x",
 	 .missing = "not measured (wheel or condvar not run, or --quick)"},
-	{NULL},
+	{0},
 };
 
 static int throughput_run(const struct sk_run *run);

@@ -170,7 +170,7 @@ static int decl_run(const struct sk_run *run)
 }
 static const struct sk_target decl_bad_targets[] = {
 	{.label = "a renamed metric", .engines = "honest", .metric = "renamed", .unit = ""},
-	{NULL},
+	{0},
 };
 
 static void expect_declarations_checked(void)
