@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "tmo/scope.h"
+#include "tmo/wait.h"
 #include "tmo/tmo.h"
 
 struct sk_run;

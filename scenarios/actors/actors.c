@@ -2,7 +2,7 @@
  * actors: the Revactor document's MapReduce word count, on every engine.
  *
  * Actors are OS threads (one pthread each), with a mailbox (a struct
- * tmo_queue of include/tmo/scope.h) and Erlang's `receive ... after T`:
+ * tmo_queue of include/tmo/wait.h) and Erlang's `receive ... after T`:
  * receive with a timeout.  Like Erlang and Revactor, receive looks in the
  * mailbox first and starts the `after` timer only when it is empty.  Two ways
  * to build the timeout on an engine are compared:
