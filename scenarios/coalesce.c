@@ -28,9 +28,8 @@ static int coalesce_run(const struct sk_run *run);
 
 const struct sk_scenario sk_scenario_coalesce = {
 	.name = "coalesce",
-	.summary = "timers due inside one resolution window, a random half cancelled: every other "
-	           "fires (independence); a core.async shared-channel model must be caught losing "
-	           "timers",
+	.summary = "timers due inside one resolution window, a random half cancelled: every other fires "
+	           "(independence); a core.async shared-channel model must be caught losing timers",
 	.correctness = 1,
 	.run = coalesce_run,
 	.params = "10,000 timers (--quick: 2,000; thread engine 200) due inside one resolution "

@@ -43,8 +43,8 @@ static int expiry_run(const struct sk_run *run);
 
 const struct sk_scenario sk_scenario_expiry = {
 	.name = "expiry",
-	.summary = "1e3..1e6 timers with random deadlines: lateness p50/p99/max and CDF, early "
-	           "fires, order, lost; burst drain rate",
+	.summary = "1e3..1e6 timers with random deadlines: lateness p50/p99/max and CDF, early fires, order, "
+	           "lost; burst drain rate",
 	.correctness = 1,
 	.run = expiry_run,
 	.params = "N timers with random timeouts in 50 ms + [0, 1 s] (--quick: 200 ms) for N = "

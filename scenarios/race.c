@@ -47,8 +47,8 @@ static int race_run(const struct sk_run *run);
 
 const struct sk_scenario sk_scenario_race = {
 	.name = "race",
-	.summary = "cancel from another thread at about the deadline, 1M (--quick) / 10M times: "
-	           "fired, cancelled, both, neither, still running",
+	.summary = "cancel from another thread at about the deadline, 1M (--quick) / 10M times: fired, "
+	           "cancelled, both, neither, still running",
 	.correctness = 1,
 	.run = race_run,
 	.params = "An arming thread and a cancelling thread: each timer (2 x the resolution, at "

@@ -40,8 +40,8 @@ static int retention_run(const struct sk_run *run);
 
 const struct sk_scenario sk_scenario_retention = {
 	.name = "retention",
-	.summary = "1M requests arm a 120 s timeout and cancel it ~1 ms later: engine-held "
-	           "bytes/nodes and RSS at peak, after, settled; and abandoned",
+	.summary = "1M requests arm a 120 s timeout and cancel it ~1 ms later: engine-held bytes/nodes and RSS "
+	           "at peak, after, settled; and abandoned",
 	.correctness = 1,
 	.run = retention_run,
 	.params = "1M requests (--quick: 200k; thread engine 5,000 / 1,000) each arm a 120 s "

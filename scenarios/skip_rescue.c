@@ -36,8 +36,8 @@ static int skip_rescue_run(const struct sk_run *run);
 
 const struct sk_scenario sk_scenario_skip_rescue = {
 	.name = "skip-rescue",
-	.summary = "timeout scopes: raise/throw/exception truth table (Ruby Bug #8730), nesting "
-	           "by identity, edge-of-deadline race (0 late interrupts)",
+	.summary = "timeout scopes: raise/throw/exception truth table (Ruby Bug #8730), nesting by "
+	           "identity, edge-of-deadline race (0 late interrupts)",
 	.correctness = 1,
 	.run = skip_rescue_run,
 	.params = "Timeout scopes (include/tmo/scope.h): a 10 ms scope around a 3 s sleep inside "

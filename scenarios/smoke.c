@@ -19,8 +19,8 @@ static int smoke_run(const struct sk_run *run);
 
 const struct sk_scenario sk_scenario_smoke = {
 	.name = "smoke",
-	.summary = "seconds-long check: arm+cancel, a few fires (exactly once, never early), "
-	           "named errors, stats",
+	.summary = "seconds-long check: arm+cancel, a few fires (exactly once, never early), named errors, "
+	           "stats",
 	.correctness = 1,
 	.run = smoke_run,
 	.params = "1,000 arm+cancel pairs of a 1 s timeout (thread engine: 100), 20 timers of "

@@ -48,9 +48,9 @@ static int actors_run(const struct sk_run *run);
 
 const struct sk_scenario sk_scenario_actors = {
 	.name = "actors",
-	.summary = "Revactor MapReduce word count: actors (threads) with receive-with-timeout on "
-	           "the engine (scope or marker), sequential vs 50/100/200 actors, message/timeout "
-	           "race, cost per receive",
+	.summary = "Revactor MapReduce word count: actors (threads) with receive-with-timeout on the "
+	           "engine (scope or marker), sequential vs 50/100/200 actors, message/timeout race, "
+	           "cost per receive",
 	.correctness = 1,
 	.run = actors_run,
 	.params = "The Revactor MapReduce word count: 200 generated documents of 1,000 words "

@@ -65,9 +65,8 @@ static int progress_run(const struct sk_run *run);
 
 const struct sk_scenario sk_scenario_progress = {
 	.name = "progress",
-	.summary = "park the timer thread, then block one callback; arm/cancel latency from other "
-	           "threads meanwhile (lock-free engines keep going, lock-based ones block: "
-	           "bounded, counted)",
+	.summary = "park the timer thread, then block one callback; arm/cancel latency from other threads "
+	           "meanwhile (lock-free engines keep going, lock-based ones block: bounded, counted)",
 	.correctness = 1,
 	.run = progress_run,
 	.params = "--threads workers (at most 64) arm and cancel 1 s timeouts flat out, first "

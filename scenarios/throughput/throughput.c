@@ -88,8 +88,8 @@ static void tp_summary(const struct sk_results *res);
 
 const struct sk_scenario sk_scenario_throughput = {
 	.name = "throughput",
-	.summary = "seed benchmark (arm+cancel a 1 s timeout around an empty block), threads, "
-	           "timers held 1 ms, cross-thread, 1e3..1e6 live timers, vs an in-run CAS floor",
+	.summary = "seed benchmark (arm+cancel a 1 s timeout around an empty block), threads, timers held "
+	           "1 ms, cross-thread, 1e3..1e6 live timers, vs an in-run CAS floor",
 	.correctness = 0,
 	.run = throughput_run,
 	.params = "Seed benchmark: 20 rounds of 10,000 arm+cancel pairs (--quick: 5 of 2,000; "
