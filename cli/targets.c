@@ -1,191 +1,178 @@
-/* See targets.h.  Metric names are the ones scenarios/throughput.c,
- * retention.c, expiry.c, progress.c and race.c report (kept in sync by
- * hand: a renamed metric shows here as "not measured", never as met).
- * The targets are issue 8's, for the lock-free engines; the instruction
- * count per arm+cancel (<= 80, wheel) is scripts/instructions' figure. */
+/* See targets.h.  The targets are the scenarios' data (struct sk_target);
+ * this file only evaluates them.  The instruction count per arm+cancel
+ * (<= 80, wheel) is scripts/instructions' figure, not a row here. */
 #include "targets.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-static int ran(const struct tmo_scenario *const *s, int n, const char *name)
+/* A metric the scenario declares, or NULL. */
+static const struct sk_metric *declared(const struct sk_scenario *s, const char *metric)
 {
-	for (int i = 0; i < n; i++)
-		if (strcmp(s[i]->name, name) == 0)
-			return 1;
-	return 0;
+	for (const struct sk_metric *m = s->metrics; m != NULL && m->name != NULL; m++)
+		if (strcmp(m->name, metric) == 0)
+			return m;
+	return NULL;
 }
 
-static double get(struct tmo_report *r, const char *scen, const char *engine, const char *metric,
-                  const char *param)
+static int check_one(const struct sk_scenario *s, FILE *err)
 {
-	double v;
-	return report_lookup(r, scen, engine, metric, param, &v) ? v : NAN;
+	int bad = 0;
+	if (s->metrics == NULL) {
+		fprintf(err, "scenario %s: declares no metrics\n", s->name);
+		return 1;
+	}
+	for (const struct sk_metric *m = s->metrics; m->name != NULL; m++)
+		if (m->unit == NULL || declared(s, m->name) != m) {
+			fprintf(err, "scenario %s: metric %s declared twice or without a unit\n", s->name,
+			        m->name);
+			bad++;
+		}
+	for (const struct sk_target *t = s->targets; t != NULL && t->label != NULL; t++) {
+		const char *names[] = {t->metric, t->per_metric};
+		for (int i = 0; i < 2; i++)
+			if ((i == 0 || names[i] != NULL) && (names[i] == NULL || !declared(s, names[i]))) {
+				fprintf(err, "scenario %s: target \"%s\" names the metric %s, which it does not "
+				             "declare\n",
+				        s->name, t->label, names[i] ? names[i] : "(none)");
+				bad++;
+			}
+		if (t->engines == NULL || t->unit == NULL) {
+			fprintf(err, "scenario %s: target \"%s\" names no engine or unit\n", s->name,
+			        t->label);
+			bad++;
+		}
+	}
+	return bad;
 }
 
-/* A number, or "-" when it was not measured. */
-static void fmt(char *buf, double v, const char *f)
+int targets_check(const struct sk_scenario *const *scenarios, FILE *err)
 {
-	if (isnan(v) || isinf(v))
-		snprintf(buf, 32, "-");
-	else
-		snprintf(buf, 32, f, v);
+	int bad = 0;
+	for (const struct sk_scenario *const *s = scenarios; *s != NULL; s++)
+		bad += check_one(*s, err);
+	return bad;
 }
 
-static int met_count, missed_count, unmeasured_count;
-static struct tmo_report *cur_report; /* targets also go to the JSON */
-
-/* One target row: `measured` compared with `want` by `op` ("<=" or ">="). */
-static void target(const char *what, double measured, const char *op, double want,
-                   const char *unit, const char *why_missing)
+void targets_list_metrics(const struct sk_scenario *const *scenarios, FILE *out)
 {
-	char m[48];
+	fprintf(out, "# scenario\tmetric\tunit\n");
+	for (const struct sk_scenario *const *s = scenarios; *s != NULL; s++)
+		for (const struct sk_metric *m = (*s)->metrics; m != NULL && m->name != NULL; m++)
+			fprintf(out, "%s\t%s\t%s\n", (*s)->name, m->name, m->unit);
+}
+
+struct tally {
+	int met, missed, unmeasured;
+};
+
+/* One row: `measured` compared with the bound; NaN is "not measured". */
+static void row(struct sk_sink *r, struct tally *n, const char *what, double measured,
+                const struct sk_target *t, double want, const char *why_missing)
+{
+	const char *op = t->cmp == SK_AT_LEAST ? ">=" : "<=";
+	char m[48], w[48];
 	const char *verdict;
 	if (isnan(measured)) {
 		snprintf(m, sizeof m, "-");
 		verdict = why_missing;
-		unmeasured_count++;
+		n->unmeasured++;
 	} else {
-		snprintf(m, sizeof m, "%.3g%s", measured, unit);
-		int ok = strcmp(op, ">=") == 0 ? measured >= want : measured <= want;
+		snprintf(m, sizeof m, "%.3g%s", measured, t->unit);
+		int ok = t->cmp == SK_AT_LEAST ? measured >= want : measured <= want;
 		verdict = ok ? "met" : "NOT MET";
 		if (ok)
-			met_count++;
+			n->met++;
 		else
-			missed_count++;
+			n->missed++;
 	}
-	char w[48];
-	snprintf(w, sizeof w, "%s %.3g%s", op, want, unit);
+	snprintf(w, sizeof w, "%s %.3g%s", op, want, t->unit);
 	printf("  %-46s %12s %12s  %s\n", what, m, w, verdict);
-	report_add_target(cur_report, what, measured, op, want, unit, verdict);
+	sk_sink_add_target(r, what, measured, op, want, t->unit, verdict);
 }
 
-void targets_print(struct tmo_report *r, const struct tmo_scenario *const *scenarios, int nscen,
+/* The largest N > 2 with a row (engine, metric, "threads=N"), or 0. */
+static int most_threads(const struct sk_results *res, const char *scen, const char *engine,
+                        const char *metric)
+{
+	char param[32];
+	for (int t = 256; t > 2; t--) {
+		snprintf(param, sizeof param, "threads=%d", t);
+		if (!isnan(sk_figure(res, scen, engine, metric, param)))
+			return t;
+	}
+	return 0;
+}
+
+/* The target's row for one engine. */
+static void evaluate(const struct sk_results *res, struct tally *n, const char *scen,
+                     const struct sk_target *t, const char *engine)
+{
+	char what[128], why[128], param[32];
+	const char *p = t->param ? t->param : "";
+	double want = t->bound;
+	int most = 0;
+	if (t->most_threads) {
+		most = most_threads(res, scen, engine, t->metric);
+		if (most == 0)
+			return;
+		snprintf(param, sizeof param, "threads=%d", most);
+		p = param;
+		want *= most;
+		snprintf(what, sizeof what, t->label, most);
+	} else {
+		snprintf(what, sizeof what, t->label, engine);
+	}
+	double v = sk_figure(res, scen, engine, t->metric, p);
+	const char *absent = engine;
+	if (t->per_metric || t->per_param || t->per_engine) {
+		const char *pe = t->per_engine ? t->per_engine : engine;
+		double d = sk_figure(res, scen, pe, t->per_metric ? t->per_metric : t->metric,
+		                     t->per_param ? t->per_param : p);
+		if (!isnan(v) && isnan(d))
+			absent = pe;
+		v = t->inverse ? d / v : v / d;
+	}
+	v *= t->scale != 0 ? t->scale : 1;
+	snprintf(why, sizeof why, t->missing ? t->missing : "not measured (%s not run)", absent);
+	row(res->sink, n, what, v, t, want, why);
+}
+
+/* Every row of one target: its engines in its order, or "*": each engine run. */
+static void evaluate_all(const struct sk_results *res, struct tally *n, const char *scen,
+                         const struct sk_target *t)
+{
+	if (strcmp(t->engines, "*") == 0) {
+		for (int i = 0; i < res->nengines; i++)
+			evaluate(res, n, scen, t, res->engines[i]->name);
+		return;
+	}
+	char list[128];
+	snprintf(list, sizeof list, "%s", t->engines);
+	char *save = NULL;
+	for (char *e = strtok_r(list, ",", &save); e != NULL; e = strtok_r(NULL, ",", &save))
+		evaluate(res, n, scen, t, e);
+}
+
+void targets_print(struct sk_sink *r, const struct sk_scenario *const *scenarios, int nscen,
                    const struct tmo_engine_ops *const *engines, int nengines)
 {
-	int tp = ran(scenarios, nscen, "throughput");
-	int ret = ran(scenarios, nscen, "retention");
-	int race = ran(scenarios, nscen, "race");
-	int exp = ran(scenarios, nscen, "expiry");
-	int prog = ran(scenarios, nscen, "progress");
-	if (!tp && !ret && !race && !exp && !prog)
-		return;
-	met_count = missed_count = unmeasured_count = 0;
-	cur_report = r;
-
-	if (tp) {
-		double thread = get(r, "throughput", "thread", "seed_median_ns_per_op", "");
-		printf("\n==== throughput: seed benchmark (1 s timeout armed and cancelled around an "
-		       "empty block), median of rounds ====\n");
-		printf("  %-10s %12s %12s %14s %12s\n", "engine", "ns/op", "floor ns/op", "x floor",
-		       "x vs thread");
-		for (int i = 0; i < nengines; i++) {
-			const char *e = engines[i]->name;
-			double ns = get(r, "throughput", e, "seed_median_ns_per_op", "");
-			double fl = get(r, "throughput", e, "floor_ns_per_op", "");
-			char c[4][32];
-			fmt(c[0], ns, "%.1f");
-			fmt(c[1], fl, "%.2f");
-			fmt(c[2], ns / fl, "%.2f");
-			fmt(c[3], thread / ns, "%.0f");
-			printf("  %-10s %12s %12s %14s %12s\n", e, c[0], c[1], c[2], c[3]);
-		}
-		printf("  (x floor: times slower than an uncontended CAS pair measured in the same "
-		       "run;\n   x vs thread: times faster than the thread engine, - when it was not "
-		       "run)\n");
+	struct sk_results res = {r, engines, nengines};
+	int any = 0;
+	for (int i = 0; i < nscen; i++) {
+		if (scenarios[i]->end_table != NULL)
+			scenarios[i]->end_table(&res);
+		any |= scenarios[i]->targets != NULL;
 	}
-
+	if (!any)
+		return;
+	struct tally n = {0, 0, 0};
 	printf("\n==== targets (measured in this run) ====\n");
 	printf("  %-46s %12s %12s  %s\n", "target", "measured", "wanted", "verdict");
-	if (tp) {
-		const char *nt = "not measured (thread not run)";
-		const char *nl = "not measured (libevent not run)";
-		const char *nw = "not measured (wheel not run)";
-		double wheel = get(r, "throughput", "wheel", "seed_median_ns_per_op", "");
-		double thread = get(r, "throughput", "thread", "seed_median_ns_per_op", "");
-		double cv = get(r, "throughput", "condvar", "seed_median_ns_per_op", "");
-		double lev = get(r, "throughput", "libevent", "seed_median_ns_per_op", "");
-		double fl = get(r, "throughput", "wheel", "floor_ns_per_op", "");
-		target("seed 1 thread: wheel ns per arm+cancel", wheel, "<=", 15, " ns", nw);
-		target("seed 1 thread: wheel / condvar", wheel / cv, "<=", 0.5, "x",
-		       isnan(wheel) ? nw : "not measured (condvar not run)");
-		target("seed 1 thread: wheel faster than thread", thread / wheel, ">=", 1500, "x",
-		       isnan(wheel) ? nw : nt);
-		target("seed 1 thread: wheel faster than libevent", lev / wheel, ">=", 2, "x",
-		       isnan(wheel) ? nw : nl);
-		target("seed 1 thread: wheel / in-run floor", wheel / fl, "<=", 3, "x", nw);
-		const char *two[] = {"wheel", "mpsc"};
-		for (int i = 0; i < 2; i++) {
-			char what[64], why[64];
-			snprintf(what, sizeof what, "2 threads / 1 thread aggregate: %s", two[i]);
-			snprintf(why, sizeof why, "not measured (%s not run, or --threads<2)", two[i]);
-			double one = get(r, "throughput", two[i], "ops_per_s", "threads=1");
-			double dbl = get(r, "throughput", two[i], "ops_per_s", "threads=2");
-			target(what, dbl / one, ">=", 1.7, "x", why);
-		}
-		/* At the most threads measured beyond 2: 12x and 8x at 16 threads
-		 * (0.75 and 0.5 of linear), as fractions of linear. */
-		int most = 0;
-		char param[32];
-		for (int t = 256; t > 2 && most == 0; t--) {
-			snprintf(param, sizeof param, "threads=%d", t);
-			if (!isnan(get(r, "throughput", "wheel", "ops_per_s", param)))
-				most = t;
-		}
-		if (most > 2) {
-			char what[80];
-			snprintf(what, sizeof what, "%d threads / 1 aggregate: wheel seed", most);
-			target(what,
-			       get(r, "throughput", "wheel", "ops_per_s", param) /
-			           get(r, "throughput", "wheel", "ops_per_s", "threads=1"),
-			       ">=", 0.75 * most, "x", nw);
-			snprintf(what, sizeof what, "%d threads / 1 aggregate: wheel 1 ms held", most);
-			target(what,
-			       get(r, "throughput", "wheel", "held_pairs_per_s", param) /
-			           get(r, "throughput", "wheel", "held_pairs_per_s", "threads=1"),
-			       ">=", 0.5 * most, "x", nw);
-		}
-		double wl = get(r, "throughput", "wheel", "live_ns_per_op", "live=1000000");
-		double cl = get(r, "throughput", "condvar", "live_ns_per_op", "live=1000000");
-		target("1e6 live timers: wheel ns per op", wl, "<=", 30, " ns",
-		       "not measured (wheel not run, or --quick)");
-		target("1e6 live timers: wheel / condvar ns per op", wl / cl, "<=", 0.5, "x",
-		       "not measured (wheel or condvar not run, or --quick)");
-	}
-	if (exp)
-		target("expiry burst, 1e6 due at one instant: wheel", 
-		       get(r, "expiry", "wheel", "fires_per_s", "n=1000000") / 1e6, ">=", 10,
-		       "M fires/s", "not measured (wheel not run, or --quick)");
-	if (prog) {
-		const char *lf[] = {"mpsc", "wheel"};
-		for (int i = 0; i < 2; i++) {
-			char what[96], why[64];
-			snprintf(what, sizeof what,
-			         "worst arm+cancel while a callback blocks (not switched out): %s", lf[i]);
-			snprintf(why, sizeof why, "not measured (%s not run)", lf[i]);
-			target(what, get(r, "progress", lf[i], "callback_max_latency_ns", "") / 1e6, "<=",
-			       1, " ms", why);
-		}
-	}
-	if (ret) {
-		const char *three[] = {"condvar", "mpsc", "wheel"};
-		for (int i = 0; i < 3; i++) {
-			char what[80], why[64];
-			snprintf(what, sizeof what, "retention after cancels (settled): %s", three[i]);
-			snprintf(why, sizeof why, "not measured (%s not run)", three[i]);
-			double b = get(r, "retention", three[i], "held_bytes", "variant=cancelled,when=settled");
-			target(what, b / 1024.0, "<=", 64, " KiB", why);
-		}
-	}
-	if (race) {
-		for (int i = 0; i < nengines; i++) {
-			char what[80];
-			snprintf(what, sizeof what, "race: violations, %s", engines[i]->name);
-			target(what, get(r, "race", engines[i]->name, "violations", ""), "<=", 0, "",
-			       "not measured (race did not complete)");
-		}
-	}
+	for (int i = 0; i < nscen; i++)
+		for (const struct sk_target *t = scenarios[i]->targets; t != NULL && t->label; t++)
+			evaluate_all(&res, &n, scenarios[i]->name, t);
 	printf("  %d met, %d not met, %d not measured (targets are reported, not asserted)\n",
-	       met_count, missed_count, unmeasured_count);
+	       n.met, n.missed, n.unmeasured);
 }

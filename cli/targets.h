@@ -1,15 +1,28 @@
 /*
- * The end-of-run tables: throughput ratios (to the in-run floor and to the
- * thread engine) and the project's targets, measured vs wanted.  Computed
- * from the rows the scenarios reported in this process, so a target whose
- * inputs were not run says so instead of passing.
+ * The end-of-run tables: each scenario's own summary, then the targets the
+ * scenarios declare (struct sk_target, beside their metrics), measured vs
+ * wanted.  Computed from the rows the scenarios reported in this process, so
+ * a target whose inputs were not run says so instead of passing.
  */
 #ifndef TMO_CLI_TARGETS_H
 #define TMO_CLI_TARGETS_H
 
-#include "report.h"
+#include <stdio.h>
 
-void targets_print(struct tmo_report *r, const struct tmo_scenario *const *scenarios, int nscen,
+#include "kit/sink.h"
+
+/* The declarations are consistent: every metric named once with a unit, and
+ * every target names a metric its scenario declares (a renamed metric is an
+ * error here, never a target "not measured").  Each problem is printed to
+ * `err`; returns their number. */
+int targets_check(const struct sk_scenario *const *scenarios, FILE *err);
+
+/* The summaries and targets of the scenarios that ran (NULL-free arrays). */
+void targets_print(struct sk_sink *r, const struct sk_scenario *const *scenarios, int nscen,
                    const struct tmo_engine_ops *const *engines, int nengines);
+
+/* Every declared metric, one line each: "scenario<TAB>metric<TAB>unit", after a
+ * "# scenario<TAB>metric<TAB>unit" header (scripts/lib/metrics.tsv is this). */
+void targets_list_metrics(const struct sk_scenario *const *scenarios, FILE *out);
 
 #endif

@@ -16,7 +16,30 @@
  */
 #include <stdatomic.h>
 
-#include "util.h"
+#include "kit/util.h"
+
+/* Every figure this scenario reports (sk.h: struct sk_metric). */
+static const struct sk_metric coalesce_metrics[] = {
+	{"arm_eagain_retries", "count"}, {"lost", "count"}, {"cancelled_but_fired", "count"},
+	{"timers", "count"}, {"model_lost", "count"}, {"violations", "count"}, {NULL, NULL},
+};
+
+static int coalesce_run(const struct sk_run *run);
+
+const struct sk_scenario sk_scenario_coalesce = {
+	.name = "coalesce",
+	.summary = "timers due inside one resolution window, a random half cancelled: every other fires "
+	           "(independence); a core.async shared-channel model must be caught losing timers",
+	.correctness = 1,
+	.run = coalesce_run,
+	.params = "10,000 timers (--quick: 2,000; thread engine 200) due inside one resolution "
+	          "window 50 ms ahead, a random half cancelled (--seed chooses which); then the "
+	          "same workload against a model of core.async's shared 10 ms timeout channels.",
+	.fails_when = "a timer that was not cancelled is lost, fires twice or early; a cancelled one "
+	              "fires; or the check fails to catch the core.async model losing timers (a check "
+	              "that cannot see that bug proves nothing).",
+	.metrics = coalesce_metrics,
+};
 
 #define N_FULL 10000
 #define N_QUICK 2000
@@ -37,14 +60,14 @@ static void co_cb(struct tmo_timer *t, void *arg)
 {
 	struct co_user *u = tmo_container_of(t, struct co_user, t);
 	(void)arg;
-	u->fired_at = su_now_ns();
+	u->fired_at = sk_now_ns();
 	atomic_fetch_add_explicit(&u->fired, 1, memory_order_release);
 }
 
 /* The check shared by engines and the model: returns the number of lost
  * timers (un-cancelled ones that did not fire exactly once at or after
  * their deadline) and counts cancelled ones that fired in *bad_cancel. */
-static size_t co_check(const struct tmo_run *run, const char *who, struct co_user *us, size_t n,
+static size_t co_check(const struct sk_run *run, const char *who, struct co_user *us, size_t n,
                        size_t *bad_cancel, int report_violations)
 {
 	size_t lost = 0, early = 0, never = 0, twice = 0, ncancelled = 0;
@@ -54,7 +77,7 @@ static size_t co_check(const struct tmo_run *run, const char *who, struct co_use
 		if (us[i].cancelled) {
 			ncancelled++;
 			if (f != 0 && (*bad_cancel)++ == 0 && report_violations)
-				tmo_violation(run, "%s: timer %zu was cancelled (TMO_CANCEL_PREVENTED) and still "
+				sk_violation(run, "%s: timer %zu was cancelled (TMO_CANCEL_PREVENTED) and still "
 				              "fired",
 				              who, i);
 			continue;
@@ -68,7 +91,7 @@ static size_t co_check(const struct tmo_run *run, const char *who, struct co_use
 		else
 			continue;
 		if (lost++ == 0 && report_violations)
-			tmo_violation(run, "%s: timer %zu (not cancelled) %s", who, i,
+			sk_violation(run, "%s: timer %zu (not cancelled) %s", who, i,
 			              f == 0  ? "never fired"
 			              : f > 1 ? "fired more than once"
 			                      : "fired before its deadline (another timer's cancel?)");
@@ -108,7 +131,7 @@ static size_t ca_timeout(struct ca_model *m, int64_t deadline)
 	return m->nchans++;
 }
 
-static size_t run_model(const struct tmo_run *run, struct co_user *us, size_t n,
+static size_t run_model(const struct sk_run *run, struct co_user *us, size_t n,
                         const unsigned char *cancel, int64_t window)
 {
 	struct ca_model m = {calloc(n, sizeof *m.chans), 0, calloc(n, sizeof(size_t))};
@@ -117,11 +140,11 @@ static size_t run_model(const struct tmo_run *run, struct co_user *us, size_t n,
 		free(m.user_chan);
 		return 0;
 	}
-	struct su_rng rng = {run->seed ^ 0xca};
+	struct sk_rng rng = {run->seed ^ 0xca};
 	int64_t now = 0; /* virtual ns */
 	memset(us, 0, n * sizeof *us);
 	for (size_t i = 0; i < n; i++) {
-		us[i].deadline = now + LEAD + (int64_t)su_below(&rng, (uint64_t)window);
+		us[i].deadline = now + LEAD + (int64_t)sk_below(&rng, (uint64_t)window);
 		m.user_chan[i] = ca_timeout(&m, us[i].deadline);
 		now += 100; /* requests arrive 100 ns apart */
 	}
@@ -158,65 +181,33 @@ static size_t run_model(const struct tmo_run *run, struct co_user *us, size_t n,
 	return lost;
 }
 
-static int coalesce_run(const struct tmo_run *run)
+/* The engine: arm n timers due inside one window, cancel the chosen half,
+ * wait, check each user's timer on its own.  Adds the violations to *v. */
+static void co_engine(const struct sk_run *run, struct tmo *e, struct co_user *us, size_t n,
+                      const unsigned char *cancel, int64_t window, struct sk_rng *rng, int *v)
 {
-	size_t n = (size_t)su_scaled(su_thread_per_timer(run) ? N_THREAD
-	                             : run->quick                ? N_QUICK
-	                                                         : N_FULL);
-	if (n < 2)
-		n = 2;
-	int64_t window = run->ops->resolution_ns > 0 ? run->ops->resolution_ns : 1;
-	struct co_user *us = calloc(n, sizeof *us);
-	unsigned char *cancel = calloc(n, 1);
-	if (us == NULL || cancel == NULL) {
-		free(us);
-		free(cancel);
-		return TMO_ENOMEM;
-	}
-	/* A random half, chosen by the seed. */
-	struct su_rng rng = {run->seed};
-	size_t want = n / 2, chosen = 0;
-	while (chosen < want) {
-		size_t i = (size_t)su_below(&rng, n);
-		if (!cancel[i]) {
-			cancel[i] = 1;
-			chosen++;
-		}
-	}
-	int v = 0;
-	printf("coalesce: %zu timers due inside one %lld ns window (the engine's resolution) %.0f ms "
-	       "from now; cancel a random half\n",
-	       n, (long long)window, (double)LEAD / 1e6);
-
-	/* -- the engine -- */
-	struct tmo *e = NULL;
-	int rc = tmo_create_ops(run->ops, NULL, &e);
-	if (rc != 0) {
-		free(us);
-		free(cancel);
-		return rc;
-	}
-	int64_t base = su_now_ns() + LEAD;
+	int64_t base = sk_now_ns() + LEAD;
+	int rc;
 	size_t armed = 0;
 	uint64_t retries = 0;
 	for (size_t i = 0; i < n; i++) {
-		int64_t target = base + (int64_t)su_below(&rng, (uint64_t)window);
-		int64_t now = su_now_ns();
+		int64_t target = base + (int64_t)sk_below(rng, (uint64_t)window);
+		int64_t now = sk_now_ns();
 		us[i].deadline = target > now ? target : now;
 		/* a retried arm is later than recorded: its deadline only moves later */
-		rc = su_arm_retry(e, &us[i].t, us[i].deadline - now, co_cb, NULL, &retries);
+		rc = sk_arm_retry(e, &us[i].t, us[i].deadline - now, co_cb, NULL, &retries);
 		if (rc != 0) {
-			tmo_violation(run, "arm %zu returned %s", i, tmo_errname(rc));
-			v++;
+			sk_violation(run, "arm %zu returned %s", i, tmo_errname(rc));
+			(*v)++;
 			break;
 		}
 		armed++;
 	}
-	if (su_now_ns() >= base)
+	if (sk_now_ns() >= base)
 		printf("  note: arming took longer than %.0f ms; some deadlines passed before the "
 		       "cancels\n",
 		       (double)LEAD / 1e6);
-	su_report(run, "arm_eagain_retries", (double)retries, "count", "n=%zu", n);
+	sk_report_fmt(run, "arm_eagain_retries", (double)retries, "count", "n=%zu", n);
 	size_t cancel_fail = 0;
 	for (size_t i = 0; i < armed; i++) {
 		if (!cancel[i])
@@ -228,34 +219,68 @@ static int coalesce_run(const struct tmo_run *run)
 			/* Too late to cancel (arming overran the lead): it fired. */
 		} else {
 			if (cancel_fail++ == 0)
-				tmo_violation(run, "cancel of timer %zu returned %s (%d)", i,
+				sk_violation(run, "cancel of timer %zu returned %s (%d)", i,
 				              rc < 0 ? tmo_errname(rc) : "?", rc);
 		}
 	}
-	v += cancel_fail > 0;
+	*v += cancel_fail > 0;
 	int64_t give_up = base + window + 5 * TMO_NSEC_PER_SEC;
 	for (;;) {
 		size_t waiting = 0;
 		for (size_t i = 0; i < armed; i++)
 			waiting += !us[i].cancelled && atomic_load(&us[i].fired) == 0;
-		if (waiting == 0 || su_now_ns() > give_up)
+		if (waiting == 0 || sk_now_ns() > give_up)
 			break;
-		su_sleep_ns(TMO_NSEC_PER_MSEC);
+		sk_sleep_ns(TMO_NSEC_PER_MSEC);
 	}
-	su_sleep_ns(20 * TMO_NSEC_PER_MSEC); /* a cancelled timer firing late would show */
+	sk_sleep_ns(20 * TMO_NSEC_PER_MSEC); /* a cancelled timer firing late would show */
 	size_t bad_cancel;
 	size_t lost = co_check(run, run->ops->name, us, armed, &bad_cancel, 1);
-	v += (lost > 0) + (bad_cancel > 0);
+	*v += (lost > 0) + (bad_cancel > 0);
 	tmo_destroy(&e);
-	tmo_report(run, "lost", "", (double)lost, "count");
-	tmo_report(run, "cancelled_but_fired", "", (double)bad_cancel, "count");
-	su_report(run, "timers", (double)armed, "count", "window_ns=%lld", (long long)window);
+	sk_report(run, "lost", "", (double)lost, "count");
+	sk_report(run, "cancelled_but_fired", "", (double)bad_cancel, "count");
+	sk_report_fmt(run, "timers", (double)armed, "count", "window_ns=%lld", (long long)window);
 
+}
+
+static int coalesce_run(const struct sk_run *run)
+{
+	size_t n = (size_t)sk_scaled(sk_thread_per_timer(run) ? N_THREAD
+	                             : run->quick                ? N_QUICK
+	                                                         : N_FULL);
+	if (n < 2)
+		n = 2;
+	int64_t window = run->ops->resolution_ns > 0 ? run->ops->resolution_ns : 1;
+	struct co_user *us = calloc(n, sizeof *us);
+	unsigned char *cancel = calloc(n, 1);
+	struct tmo *e = NULL;
+	int rc = us == NULL || cancel == NULL ? TMO_ENOMEM : tmo_create_ops(run->ops, NULL, &e);
+	if (rc != 0) {
+		free(us);
+		free(cancel);
+		return rc;
+	}
+	/* A random half, chosen by the seed. */
+	struct sk_rng rng = {run->seed};
+	size_t want = n / 2, chosen = 0;
+	while (chosen < want) {
+		size_t i = (size_t)sk_below(&rng, n);
+		if (!cancel[i]) {
+			cancel[i] = 1;
+			chosen++;
+		}
+	}
+	int v = 0;
+	printf("coalesce: %zu timers due inside one %lld ns window (the engine's resolution) %.0f ms "
+	       "from now; cancel a random half\n",
+	       n, (long long)window, (double)LEAD / 1e6);
+	co_engine(run, e, us, n, cancel, window, &rng, &v);
 	/* -- the core.async model, through the same check -- */
 	size_t model_lost = run_model(run, us, n, cancel, window);
-	tmo_report(run, "model_lost", "", (double)model_lost, "count");
+	sk_report(run, "model_lost", "", (double)model_lost, "count");
 	if (model_lost == 0) {
-		tmo_violation(run, "the core.async model lost no timer: the independence check cannot see "
+		sk_violation(run, "the core.async model lost no timer: the independence check cannot see "
 		              "the shared-channel bug");
 		v++;
 	} else {
@@ -265,20 +290,6 @@ static int coalesce_run(const struct tmo_run *run)
 	}
 	free(us);
 	free(cancel);
-	tmo_report(run, "violations", "", v, "count");
+	sk_report(run, "violations", "", v, "count");
 	return v;
 }
-
-const struct tmo_scenario tmo_scenario_coalesce = {
-	"coalesce",
-	"timers due inside one resolution window, a random half cancelled: every other fires "
-	"(independence); a core.async shared-channel model must be caught losing timers",
-	1,
-	coalesce_run,
-	.params = "10,000 timers (--quick: 2,000; thread engine 200) due inside one resolution "
-	          "window 50 ms ahead, a random half cancelled (--seed chooses which); then the "
-	          "same workload against a model of core.async's shared 10 ms timeout channels.",
-	.fails_when = "a timer that was not cancelled is lost, fires twice or early; a cancelled one "
-	              "fires; or the check fails to catch the core.async model losing timers (a check "
-	              "that cannot see that bug proves nothing).",
-};

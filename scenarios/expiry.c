@@ -21,7 +21,43 @@
  */
 #include <stdatomic.h>
 
-#include "util.h"
+#include "kit/util.h"
+
+/* Every figure this scenario reports (sk.h: struct sk_metric). */
+static const struct sk_metric expiry_metrics[] = {
+	{"capacity", "timers"}, {"arm_retries", "count"}, {"order_worst_gap_ns", "ns"},
+	{"lateness_ns", "ns"}, {"lateness_cdf_ns", "ns"}, {"early", "count"},
+	{"order_violations", "count"}, {"lost", "count"}, {"double_fires", "count"},
+	{"fires_per_s", "fires/s"}, {"violations", "count"}, {NULL, NULL},
+};
+
+/* The project's targets over them (sk.h: struct sk_target). */
+static const struct sk_target expiry_targets[] = {
+	{.label = "expiry burst, 1e6 due at one instant: wheel", .engines = "wheel",
+	 .metric = "fires_per_s", .param = "n=1000000", .scale = 1e-6, .cmp = SK_AT_LEAST,
+	 .bound = 10, .unit = "M fires/s", .missing = "not measured (%s not run, or --quick)"},
+	{0},
+};
+
+static int expiry_run(const struct sk_run *run);
+
+const struct sk_scenario sk_scenario_expiry = {
+	.name = "expiry",
+	.summary = "1e3..1e6 timers with random deadlines: lateness p50/p99/max and CDF, early fires, order, "
+	           "lost; burst drain rate",
+	.correctness = 1,
+	.run = expiry_run,
+	.params = "N timers with random timeouts in 50 ms + [0, 1 s] (--quick: 200 ms) for N = "
+	          "1e3, 1e4, 1e5, 1e6 (--quick: 1e3, 1e5; thread engine at most 2,000 / 500); "
+	          "then N timers due at one instant (the drain rate). Reports lateness "
+	          "p50/p99/max and its CDF. --seed draws the timeouts.",
+	.fails_when = "a timer fires early, fires twice, is lost (no callback 5 s after the last "
+	              "deadline), or runs before a timer due more than the engine's resolution "
+	              "earlier. An arm refused for capacity (TMO_EAGAIN, TMO_ENOMEM) is reported, not "
+	              "a violation.",
+	.metrics = expiry_metrics,
+	.targets = expiry_targets,
+};
 
 #define SPAN_FULL (1000 * TMO_NSEC_PER_MSEC)
 #define SPAN_QUICK (200 * TMO_NSEC_PER_MSEC)
@@ -47,7 +83,7 @@ static void ex_cb(struct tmo_timer *t, void *arg)
 {
 	struct ex_ctx *c = arg;
 	struct ex_timer *x = tmo_container_of(t, struct ex_timer, t);
-	int64_t now = su_now_ns();
+	int64_t now = sk_now_ns();
 	uint64_t seq = atomic_fetch_add(&c->seq, 1) + 1;
 	/* Written before the release increment of `fired`; a second firing
 	 * overwrites them, and `fired` counts it. */
@@ -61,14 +97,14 @@ static void ex_cb(struct tmo_timer *t, void *arg)
  * callbacks keep coming; the wait gives up (the rest count as lost) once
  * the last deadline is STALL behind and no callback ran for STALL. */
 #define STALL (5 * TMO_NSEC_PER_SEC)
-static uint64_t ex_wait(const struct tmo_run *run, struct ex_ctx *c, uint64_t want,
+static uint64_t ex_wait(const struct sk_run *run, struct ex_ctx *c, uint64_t want,
                         int64_t last_deadline, const char *what)
 {
 	uint64_t seen = 0;
-	int64_t last_change = su_now_ns();
+	int64_t last_change = sk_now_ns();
 	for (;;) {
 		uint64_t got = atomic_load_explicit(&c->count, memory_order_acquire);
-		int64_t now = su_now_ns();
+		int64_t now = sk_now_ns();
 		if (got >= want)
 			return got;
 		if (got != seen) {
@@ -77,8 +113,8 @@ static uint64_t ex_wait(const struct tmo_run *run, struct ex_ctx *c, uint64_t wa
 		}
 		if (now > last_deadline + STALL && now - last_change > STALL)
 			return got;
-		tmo_progress(run, what, (double)got / (double)want);
-		su_sleep_ns(2 * TMO_NSEC_PER_MSEC);
+		sk_progress(run, what, (double)got / (double)want);
+		sk_sleep_ns(2 * TMO_NSEC_PER_MSEC);
 	}
 }
 
@@ -93,110 +129,103 @@ static int cmp_deadline_hi(const void *a, const void *b)
 	return x->deadline_hi < y->deadline_hi ? -1 : x->deadline_hi > y->deadline_hi;
 }
 
-static int spread(const struct tmo_run *run, struct tmo *e, struct ex_timer *ts, size_t n,
-                  struct su_rng *rng, double *arm_ns)
+/* What one spread run found. */
+struct sp_tally {
+	size_t n, armed, nl, lost, doubles, early, order;
+	int64_t worst_early, worst_gap;
+};
+
+/* Arm the n timers with random timeouts; counts them in t->armed.  Returns
+ * the violations (an arm that failed other than for capacity). */
+static int spread_arm(const struct sk_run *run, struct tmo *e, struct ex_timer *ts,
+                      struct ex_ctx *c, struct sk_rng *rng, struct sp_tally *t, double *arm_ns)
 {
-	int v = 0;
+	size_t n = t->n;
 	int64_t span = run->quick ? SPAN_QUICK : SPAN_FULL;
-	struct ex_ctx c = {0};
-	memset(ts, 0, n * sizeof *ts);
-	size_t armed = 0;
-	int64_t arm_t0 = su_now_ns();
+	int64_t arm_t0 = sk_now_ns();
 	uint64_t retries = 0;
+	int v = 0;
 	for (size_t i = 0; i < n; i++) {
-		int64_t timeout = LEAD + (int64_t)su_below(rng, (uint64_t)span);
+		int64_t timeout = LEAD + (int64_t)sk_below(rng, (uint64_t)span);
 		int rc;
 		/* An engine that refuses for now (TMO_EAGAIN: its timer thread is
 		 * behind) is asked again, as an application would, up to 1 s;
 		 * each try is dated afresh. */
 		for (int tries = 0;; tries++) {
-			ts[i].deadline = su_now_ns() + timeout;
-			rc = tmo_arm(e, &ts[i].t, timeout, ex_cb, &c);
-			ts[i].deadline_hi = su_now_ns() + timeout;
+			ts[i].deadline = sk_now_ns() + timeout;
+			rc = tmo_arm(e, &ts[i].t, timeout, ex_cb, c);
+			ts[i].deadline_hi = sk_now_ns() + timeout;
 			if (rc != TMO_EAGAIN || tries == 10000)
 				break;
 			retries++;
-			su_sleep_ns(100 * TMO_NSEC_PER_USEC);
+			sk_sleep_ns(100 * TMO_NSEC_PER_USEC);
 		}
 		if (rc == TMO_EAGAIN || rc == TMO_ENOMEM) {
 			/* A named capacity limit (kernel timers, memory): the engine's
 			 * size, reported; the timers it took are still checked. */
 			printf("spread n=%zu: the engine took %zu timers, then returned %s\n", n, i,
 			       tmo_errname(rc));
-			su_report(run, "capacity", (double)i, "timers", "n=%zu,error=%s", n, tmo_errname(rc));
+			sk_report_fmt(run, "capacity", (double)i, "timers", "n=%zu,error=%s", n,
+			              tmo_errname(rc));
 			break;
 		}
 		if (rc != 0) {
-			tmo_violation(run, "n=%zu: arm #%zu (timeout %lld ns) returned %s", n, i,
-			              (long long)timeout, tmo_errname(rc));
+			sk_violation(run, "n=%zu: arm #%zu (timeout %lld ns) returned %s", n, i,
+			             (long long)timeout, tmo_errname(rc));
 			v++;
 			break;
 		}
-		armed++;
+		t->armed++;
 	}
-	*arm_ns = armed ? (double)(su_now_ns() - arm_t0) / (double)armed : 0;
-	su_report(run, "arm_retries", (double)retries, "count", "n=%zu", n);
+	*arm_ns = t->armed ? (double)(sk_now_ns() - arm_t0) / (double)t->armed : 0;
+	sk_report_fmt(run, "arm_retries", (double)retries, "count", "n=%zu", n);
 	if (retries > 0)
 		printf("spread n=%zu: %llu arms refused for now (TMO_EAGAIN) and asked again\n", n,
 		       (unsigned long long)retries);
-	int64_t last_deadline = 0;
-	for (size_t i = 0; i < armed; i++)
-		if (ts[i].deadline > last_deadline)
-			last_deadline = ts[i].deadline;
-	uint64_t got = ex_wait(run, &c, armed, last_deadline, "spread: waiting for callbacks");
-	su_sleep_ns(20 * TMO_NSEC_PER_MSEC); /* let a double fire show */
+	return v;
+}
 
-	int64_t *late = malloc((armed ? armed : 1) * sizeof *late);
-	struct ex_timer **by_deadline = malloc((armed ? armed : 1) * sizeof *by_deadline);
-	if (late == NULL || by_deadline == NULL) {
-		free(late);
-		free(by_deadline);
-		return v + 1;
-	}
-	size_t nl = 0, lost = 0, doubles = 0, early = 0;
-	int64_t worst_early = 0;
-	for (size_t i = 0; i < armed; i++) {
+/* Each timer fired once, never early: lateness into late[]. */
+static void spread_fired(const struct sk_run *run, struct ex_timer *ts, int64_t *late,
+                         struct sp_tally *t)
+{
+	size_t n = t->n;
+	for (size_t i = 0; i < t->armed; i++) {
 		int f = atomic_load_explicit(&ts[i].fired, memory_order_acquire);
-		by_deadline[i] = &ts[i];
 		if (f == 0) {
-			if (lost++ == 0)
-				tmo_violation(run, "n=%zu: timer #%zu never fired (deadline %.3f ms after the "
-				              "first arm; no callback ran for %.0f s after the last deadline)",
-				              n, i, (double)(ts[i].deadline - ts[0].deadline) / 1e6,
-				              (double)STALL / 1e9);
+			if (t->lost++ == 0)
+				sk_violation(run, "n=%zu: timer #%zu never fired (deadline %.3f ms after the "
+				                  "first arm; no callback ran for %.0f s after the last deadline)",
+				             n, i, (double)(ts[i].deadline - ts[0].deadline) / 1e6,
+				             (double)STALL / 1e9);
 			continue;
 		}
-		if (f > 1 && doubles++ == 0)
-			tmo_violation(run, "n=%zu: timer #%zu fired %d times", n, i, f);
+		if (f > 1 && t->doubles++ == 0)
+			sk_violation(run, "n=%zu: timer #%zu fired %d times", n, i, f);
 		int64_t l = ts[i].fired_at - ts[i].deadline;
 		if (l < 0) {
-			if (early++ == 0 || -l > worst_early)
-				worst_early = -l;
+			if (t->early++ == 0 || -l > t->worst_early)
+				t->worst_early = -l;
 		}
-		late[nl++] = l;
+		late[t->nl++] = l;
 	}
-	if (early > 0)
-		tmo_violation(run, "n=%zu: %zu timers fired early, the worst %lld ns before its deadline",
-		              n, early, (long long)worst_early);
-	v += (lost > 0) + (doubles > 0) + (early > 0);
+	if (t->early > 0)
+		sk_violation(run, "n=%zu: %zu timers fired early, the worst %lld ns before its deadline",
+		             n, t->early, (long long)t->worst_early);
+}
 
-	/* Order.  The engine's deadline lies between the clock reads around
-	 * arm (an arm may wait for a lock): A is surely due before B when
-	 * A.deadline_hi < B.deadline - resolution; then A must start first.
-	 * Walk B by deadline, A by deadline_hi, keeping the latest start among
-	 * the As that are surely earlier. */
-	struct ex_timer **by_hi = malloc((armed ? armed : 1) * sizeof *by_hi);
-	if (by_hi == NULL) {
-		free(late);
-		free(by_deadline);
-		return v + 1;
-	}
-	memcpy(by_hi, by_deadline, armed * sizeof *by_hi);
+/* Order.  The engine's deadline lies between the clock reads around arm (an
+ * arm may wait for a lock): A is surely due before B when A.deadline_hi <
+ * B.deadline - resolution; then A must start first.  Walk B by deadline, A
+ * by deadline_hi, keeping the latest start among the As that are surely
+ * earlier.  Sorts both arrays. */
+static void spread_order(const struct sk_run *run, struct ex_timer **by_deadline,
+                         struct ex_timer **by_hi, struct sp_tally *t)
+{
+	size_t armed = t->armed, n = t->n, j = 0;
 	qsort(by_deadline, armed, sizeof *by_deadline, cmp_deadline);
 	qsort(by_hi, armed, sizeof *by_hi, cmp_deadline_hi);
 	int64_t res = run->ops->resolution_ns;
-	size_t order = 0, j = 0;
-	int64_t worst_gap = 0; /* largest deadline gap of an inverted pair */
 	uint64_t max_seq = 0;
 	struct ex_timer *max_t = NULL;
 	for (size_t i = 0; i < armed; i++) {
@@ -210,61 +239,95 @@ static int spread(const struct tmo_run *run, struct tmo *e, struct ex_timer *ts,
 		}
 		if (atomic_load(&x->fired) && max_seq > x->seq) {
 			int64_t gap = x->deadline - max_t->deadline_hi;
-			if (gap > worst_gap)
-				worst_gap = gap;
-			if (order++ == 0)
-				tmo_violation(run, "n=%zu: order: a timer due at least %.3f ms after another "
-				              "(more than the resolution, %lld ns) ran first: callback #%llu "
-				              "before #%llu; they ran %.3f ms apart",
-				              n, (double)(x->deadline - max_t->deadline_hi) / 1e6, (long long)res,
-				              (unsigned long long)x->seq, (unsigned long long)max_t->seq,
-				              (double)(max_t->fired_at - x->fired_at) / 1e6);
+			if (gap > t->worst_gap)
+				t->worst_gap = gap;
+			if (t->order++ == 0)
+				sk_violation(run, "n=%zu: order: a timer due at least %.3f ms after another "
+				                  "(more than the resolution, %lld ns) ran first: callback #%llu "
+				                  "before #%llu; they ran %.3f ms apart",
+				             n, (double)(x->deadline - max_t->deadline_hi) / 1e6, (long long)res,
+				             (unsigned long long)x->seq, (unsigned long long)max_t->seq,
+				             (double)(max_t->fired_at - x->fired_at) / 1e6);
 		}
 	}
-	free(by_hi);
-	if (order > 1)
-		tmo_violation(run, "n=%zu: %zu timers ran before one due more than a resolution "
-		              "(%lld ns) earlier; the widest inversion: deadlines %.3f ms apart",
-		              n, order, (long long)res, (double)worst_gap / 1e6);
-	su_report(run, "order_worst_gap_ns", (double)worst_gap, "ns", "n=%zu", n);
-	v += order > 0;
+	if (t->order > 1)
+		sk_violation(run, "n=%zu: %zu timers ran before one due more than a resolution "
+		                  "(%lld ns) earlier; the widest inversion: deadlines %.3f ms apart",
+		             n, t->order, (long long)res, (double)t->worst_gap / 1e6);
+	sk_report_fmt(run, "order_worst_gap_ns", (double)t->worst_gap, "ns", "n=%zu", n);
+}
 
-	qsort(late, nl, sizeof *late, su_cmp_i64);
-	double p50 = (double)su_quantile_i64(late, nl, 0.50);
-	double p99 = (double)su_quantile_i64(late, nl, 0.99);
+/* Lateness quantiles and CDF, the counts. */
+static void spread_report(const struct sk_run *run, int64_t *late, const struct sp_tally *t,
+                          uint64_t got)
+{
+	size_t n = t->n, nl = t->nl;
+	qsort(late, nl, sizeof *late, sk_cmp_i64);
+	double p50 = (double)sk_quantile_i64(late, nl, 0.50);
+	double p99 = (double)sk_quantile_i64(late, nl, 0.99);
 	double mx = nl ? (double)late[nl - 1] : NAN;
-	su_report(run, "lateness_ns", p50, "ns", "n=%zu,q=p50", n);
-	su_report(run, "lateness_ns", p99, "ns", "n=%zu,q=p99", n);
-	su_report(run, "lateness_ns", mx, "ns", "n=%zu,q=max", n);
+	sk_report_fmt(run, "lateness_ns", p50, "ns", "n=%zu,q=p50", n);
+	sk_report_fmt(run, "lateness_ns", p99, "ns", "n=%zu,q=p99", n);
+	sk_report_fmt(run, "lateness_ns", mx, "ns", "n=%zu,q=max", n);
 	static const double cdf[] = {0,    0.01, 0.05, 0.1, 0.2,  0.3,   0.4, 0.5, 0.6,
 	                             0.7,  0.8,  0.9,  0.95, 0.99, 0.999, 1.0};
 	for (size_t k = 0; k < sizeof cdf / sizeof cdf[0]; k++)
-		su_report(run, "lateness_cdf_ns", (double)su_quantile_i64(late, nl, cdf[k]), "ns",
-		          "n=%zu,q=%g", n, cdf[k]);
-	su_report(run, "early", (double)early, "count", "n=%zu", n);
-	su_report(run, "order_violations", (double)order, "count", "n=%zu", n);
-	su_report(run, "lost", (double)lost, "count", "n=%zu", n);
-	su_report(run, "double_fires", (double)doubles, "count", "n=%zu", n);
+		sk_report_fmt(run, "lateness_cdf_ns", (double)sk_quantile_i64(late, nl, cdf[k]), "ns",
+		              "n=%zu,q=%g", n, cdf[k]);
+	sk_report_fmt(run, "early", (double)t->early, "count", "n=%zu", n);
+	sk_report_fmt(run, "order_violations", (double)t->order, "count", "n=%zu", n);
+	sk_report_fmt(run, "lost", (double)t->lost, "count", "n=%zu", n);
+	sk_report_fmt(run, "double_fires", (double)t->doubles, "count", "n=%zu", n);
 	printf("spread n=%-8zu lateness p50 %9.1f us  p99 %9.1f us  max %9.1f us | fired %llu/%zu, "
 	       "early %zu, order %zu, lost %zu, double %zu\n",
-	       n, p50 / 1e3, p99 / 1e3, mx / 1e3, (unsigned long long)got, armed, early, order, lost,
-	       doubles);
-	free(late);
-	free(by_deadline);
+	       n, p50 / 1e3, p99 / 1e3, mx / 1e3, (unsigned long long)got, t->armed, t->early,
+	       t->order, t->lost, t->doubles);
+}
+
+static int spread(const struct sk_run *run, struct tmo *e, struct ex_timer *ts, size_t n,
+                  struct sk_rng *rng, double *arm_ns)
+{
+	struct ex_ctx c = {0};
+	struct sp_tally t = {.n = n};
+	memset(ts, 0, n * sizeof *ts);
+	int v = spread_arm(run, e, ts, &c, rng, &t, arm_ns);
+	int64_t last_deadline = 0;
+	for (size_t i = 0; i < t.armed; i++)
+		if (ts[i].deadline > last_deadline)
+			last_deadline = ts[i].deadline;
+	uint64_t got = ex_wait(run, &c, t.armed, last_deadline, "spread: waiting for callbacks");
+	sk_sleep_ns(20 * TMO_NSEC_PER_MSEC); /* let a double fire show */
+
+	size_t cap = t.armed ? t.armed : 1;
+	int64_t *late = malloc(cap * sizeof *late);
+	struct ex_timer **by_deadline = malloc(cap * sizeof *by_deadline);
+	struct ex_timer **by_hi = malloc(cap * sizeof *by_hi);
+	if (late == NULL || by_deadline == NULL || by_hi == NULL) {
+		free(late), free(by_deadline), free(by_hi);
+		return v + 1;
+	}
+	spread_fired(run, ts, late, &t);
+	v += (t.lost > 0) + (t.doubles > 0) + (t.early > 0);
+	for (size_t i = 0; i < t.armed; i++)
+		by_deadline[i] = by_hi[i] = &ts[i];
+	spread_order(run, by_deadline, by_hi, &t);
+	v += t.order > 0;
+	spread_report(run, late, &t, got);
+	free(late), free(by_deadline), free(by_hi);
 	return v;
 }
 
-static int burst(const struct tmo_run *run, struct tmo *e, struct ex_timer *ts, size_t n,
+static int burst(const struct sk_run *run, struct tmo *e, struct ex_timer *ts, size_t n,
                  double arm_ns)
 {
 	struct ex_ctx c = {0};
 	memset(ts, 0, n * sizeof *ts);
 	/* One absolute instant far enough ahead for every arm to land first:
 	 * twice what arming n took in the spread phase. */
-	int64_t at = su_now_ns() + LEAD + (int64_t)(2 * arm_ns * (double)n);
+	int64_t at = sk_now_ns() + LEAD + (int64_t)(2 * arm_ns * (double)n);
 	size_t armed = 0;
 	for (size_t i = 0; i < n; i++) {
-		int64_t now = su_now_ns();
+		int64_t now = sk_now_ns();
 		ts[i].deadline = at;
 		int rc = tmo_arm(e, &ts[i].t, at > now ? at - now : 0, ex_cb, &c);
 		if (rc == TMO_EAGAIN || rc == TMO_ENOMEM) {
@@ -273,12 +336,12 @@ static int burst(const struct tmo_run *run, struct tmo *e, struct ex_timer *ts, 
 			break;
 		}
 		if (rc != 0) {
-			tmo_violation(run, "burst n=%zu: arm #%zu returned %s", n, i, tmo_errname(rc));
+			sk_violation(run, "burst n=%zu: arm #%zu returned %s", n, i, tmo_errname(rc));
 			return 1;
 		}
 		armed++;
 	}
-	int overran = su_now_ns() > at;
+	int overran = sk_now_ns() > at;
 	uint64_t got = ex_wait(run, &c, armed, at, "burst: waiting for callbacks");
 	int64_t first = INT64_MAX, last = 0;
 	for (size_t i = 0; i < armed; i++) {
@@ -296,35 +359,35 @@ static int burst(const struct tmo_run *run, struct tmo *e, struct ex_timer *ts, 
 	                      : NAN;
 	if (overran)
 		printf("burst  n=%zu: arming ran past the common deadline: drain rate not measured\n", n);
-	su_report(run, "fires_per_s", rate, "fires/s", "n=%zu", n);
+	sk_report_fmt(run, "fires_per_s", rate, "fires/s", "n=%zu", n);
 	printf("burst  n=%-8zu %llu of %zu due at one instant: %.3g fires/s (first to last callback "
 	       "%.2f ms)\n",
 	       n, (unsigned long long)got, armed, rate, (double)(last - first) / 1e6);
 	if (got != armed) {
-		tmo_violation(run, "burst n=%zu: %llu of %zu timers fired", n, (unsigned long long)got,
+		sk_violation(run, "burst n=%zu: %llu of %zu timers fired", n, (unsigned long long)got,
 		              armed);
 		return 1;
 	}
 	return 0;
 }
 
-static int expiry_run(const struct tmo_run *run)
+static int expiry_run(const struct sk_run *run)
 {
 	static const size_t full[] = {1000, 10000, 100000, 1000000};
 	static const size_t quick[] = {1000, 100000};
 	const size_t *sizes = run->quick ? quick : full;
 	size_t nsizes = run->quick ? 2 : 4;
-	size_t cap = su_thread_per_timer(run) ? (run->quick ? THREAD_MAX_QUICK : THREAD_MAX_FULL)
+	size_t cap = sk_thread_per_timer(run) ? (run->quick ? THREAD_MAX_QUICK : THREAD_MAX_FULL)
 	                                      : SIZE_MAX;
 	struct tmo *e = NULL;
 	int rc = tmo_create_ops(run->ops, NULL, &e);
 	if (rc != 0)
 		return rc;
-	struct su_rng rng = {run->seed};
+	struct sk_rng rng = {run->seed};
 	int v = 0;
 	size_t last = 0;
 	for (size_t k = 0; k < nsizes; k++) {
-		size_t scaled = (size_t)su_scaled(sizes[k]);
+		size_t scaled = (size_t)sk_scaled(sizes[k]);
 		size_t n = scaled < cap ? scaled : cap;
 		if (n == last)
 			continue;
@@ -342,22 +405,6 @@ static int expiry_run(const struct tmo_run *run)
 		free(ts);
 	}
 	tmo_destroy(&e);
-	tmo_report(run, "violations", "", v, "count");
+	sk_report(run, "violations", "", v, "count");
 	return v;
 }
-
-const struct tmo_scenario tmo_scenario_expiry = {
-	"expiry",
-	"1e3..1e6 timers with random deadlines: lateness p50/p99/max and CDF, early fires, order, "
-	"lost; burst drain rate",
-	1,
-	expiry_run,
-	.params = "N timers with random timeouts in 50 ms + [0, 1 s] (--quick: 200 ms) for N = "
-	          "1e3, 1e4, 1e5, 1e6 (--quick: 1e3, 1e5; thread engine at most 2,000 / 500); "
-	          "then N timers due at one instant (the drain rate). Reports lateness "
-	          "p50/p99/max and its CDF. --seed draws the timeouts.",
-	.fails_when = "a timer fires early, fires twice, is lost (no callback 5 s after the last "
-	              "deadline), or runs before a timer due more than the engine's resolution "
-	              "earlier. An arm refused for capacity (TMO_EAGAIN, TMO_ENOMEM) is reported, not "
-	              "a violation.",
-};

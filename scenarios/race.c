@@ -26,7 +26,41 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "util.h"
+#include "kit/util.h"
+
+/* Every figure this scenario reports (sk.h: struct sk_metric). */
+static const struct sk_metric race_metrics[] = {
+	{"requested", "count"}, {"run", "count"}, {"fired", "count"}, {"cancelled", "count"},
+	{"both", "count"}, {"neither", "count"}, {"running_after_cancel", "count"},
+	{"double_fires", "count"}, {"errors", "count"}, {"arms_per_s", "arms/s"},
+	{"cancel_offset_ns", "ns"}, {"violations", "count"}, {NULL, NULL},
+};
+
+/* The project's targets over them (sk.h: struct sk_target). */
+static const struct sk_target race_targets[] = {
+	{.label = "race: violations, %s", .engines = "*", .metric = "violations", .cmp = SK_AT_MOST,
+	 .bound = 0, .unit = "", .missing = "not measured (race did not complete)"},
+	{0},
+};
+
+static int race_run(const struct sk_run *run);
+
+const struct sk_scenario sk_scenario_race = {
+	.name = "race",
+	.summary = "cancel from another thread at about the deadline, 1M (--quick) / 10M times: fired, "
+	           "cancelled, both, neither, still running",
+	.correctness = 1,
+	.run = race_run,
+	.params = "An arming thread and a cancelling thread: each timer (2 x the resolution, at "
+	          "least 40 us) is cancelled at about its deadline, steered so that about half "
+	          "fire; 10M arms (--quick: 1M) or as many as fit in 120 s (--quick: 15 s). "
+	          "--seed draws the jitter.",
+	.fails_when = "a cancel returned PREVENTED and the callback ran anyway (both), FIRED/WAITED "
+	              "with no callback (neither), the callback still running when cancel returned, a "
+	              "double fire, or a cancel error.",
+	.metrics = race_metrics,
+	.targets = race_targets,
+};
 
 #define COUNT_FULL 10000000ull
 #define COUNT_QUICK 1000000ull
@@ -53,7 +87,7 @@ struct rc_slot {
 };
 
 struct rc_ctx {
-	const struct tmo_run *run;
+	const struct sk_run *run;
 	struct tmo *e;
 	struct rc_slot *slots;
 	uint64_t k, count;
@@ -72,10 +106,10 @@ static void rc_cb(struct tmo_timer *t, void *arg)
 {
 	struct rc_slot *s = tmo_container_of(t, struct rc_slot, t);
 	uint64_t i = (uint64_t)(uintptr_t)arg;
-	atomic_store(&s->fired_at, su_now_ns());
+	atomic_store(&s->fired_at, sk_now_ns());
 	atomic_store(&s->in_cb, 1);
-	int64_t until = su_now_ns() + 500;
-	while (su_now_ns() < until) {
+	int64_t until = sk_now_ns() + 500;
+	while (sk_now_ns() < until) {
 	}
 	if (atomic_load(&s->iter) != i) {
 		/* The callback of an arm whose slot was already reused: that arm's
@@ -92,7 +126,7 @@ static void rc_stale(uint64_t i)
 {
 	struct rc_ctx *c = rc_current;
 	if (atomic_fetch_add(&c->stale, 1) == 0)
-		tmo_violation(c->run, "arm #%llu: its callback ran after its slot was reused (its cancel "
+		sk_violation(c->run, "arm #%llu: its callback ran after its slot was reused (its cancel "
 		              "had returned TMO_CANCEL_PREVENTED)",
 		              (unsigned long long)i);
 }
@@ -100,7 +134,7 @@ static void rc_stale(uint64_t i)
 static void *rc_armer(void *arg)
 {
 	struct rc_ctx *c = arg;
-	struct su_rng rng = {c->run->seed ^ 0x5ace};
+	struct sk_rng rng = {c->run->seed ^ 0x5ace};
 	for (uint64_t i = 0; i < c->count; i++) {
 		struct rc_slot *s = &c->slots[i % c->k];
 		while (atomic_load_explicit(&s->state, memory_order_acquire) != S_FREE) {
@@ -108,26 +142,26 @@ static void *rc_armer(void *arg)
 				goto out;
 			sched_yield();
 		}
-		if (atomic_load(&c->stop) || su_now_ns() > c->stop_at)
+		if (atomic_load(&c->stop) || sk_now_ns() > c->stop_at)
 			break;
 		/* The previous arm of this slot was PREVENTED: its callback must
 		 * not have run since. */
 		if (s->outcome == O_PREVENTED && atomic_load(&s->cb_count) != 0) {
 			if (atomic_fetch_add(&c->both, 1) == 0)
-				tmo_violation(c->run, "arm #%llu: cancel returned TMO_CANCEL_PREVENTED, then its "
+				sk_violation(c->run, "arm #%llu: cancel returned TMO_CANCEL_PREVENTED, then its "
 				              "callback ran",
 				              (unsigned long long)atomic_load(&s->iter));
 		}
 		atomic_store(&s->iter, i);
 		atomic_store(&s->cb_count, 0);
 		s->outcome = O_NONE;
-		int64_t u = (int64_t)su_below(&rng, (uint64_t)c->R) - c->R / 2;
-		s->armed_at = su_now_ns();
+		int64_t u = (int64_t)sk_below(&rng, (uint64_t)c->R) - c->R / 2;
+		s->armed_at = sk_now_ns();
 		s->cancel_at = s->armed_at + c->D + atomic_load(&c->offset) + u;
 		int rc = tmo_arm(c->e, &s->t, c->D, rc_cb, (void *)(uintptr_t)i);
 		if (rc != 0) {
 			if (atomic_fetch_add(&c->arm_errors, 1) == 0)
-				tmo_violation(c->run, "arm #%llu returned %s", (unsigned long long)i,
+				sk_violation(c->run, "arm #%llu returned %s", (unsigned long long)i,
 				              tmo_errname(rc));
 			atomic_store(&c->stop, 1);
 			break;
@@ -151,13 +185,13 @@ static void *rc_canceller(void *arg)
 			sched_yield();
 		}
 		struct rc_slot *s = &c->slots[i % c->k];
-		su_wait_until(s->cancel_at);
+		sk_wait_until(s->cancel_at);
 		int rc = tmo_cancel(c->e, &s->t);
 		int running = atomic_load(&s->in_cb);
 		int n = atomic_load(&s->cb_count);
 		if (running && rc != TMO_CANCEL_PREVENTED) {
 			if (atomic_fetch_add(&c->running, 1) == 0)
-				tmo_violation(c->run, "arm #%llu: cancel returned %s (%d) while the callback "
+				sk_violation(c->run, "arm #%llu: cancel returned %s (%d) while the callback "
 				              "was still running",
 				              (unsigned long long)i, rc < 0 ? tmo_errname(rc) : "", rc);
 		}
@@ -166,7 +200,7 @@ static void *rc_canceller(void *arg)
 			if (n != 0 || running) {
 				s->outcome = O_BOTH;
 				if (atomic_fetch_add(&c->both, 1) == 0)
-					tmo_violation(c->run, "arm #%llu: cancel %+lld ns from the deadline returned "
+					sk_violation(c->run, "arm #%llu: cancel %+lld ns from the deadline returned "
 					              "TMO_CANCEL_PREVENTED, but the callback %s",
 					              (unsigned long long)i,
 					              (long long)(s->cancel_at - s->armed_at - c->D),
@@ -178,20 +212,20 @@ static void *rc_canceller(void *arg)
 			s->outcome = O_FIRED;
 			if (n == 0) {
 				if (atomic_fetch_add(&c->neither, 1) == 0)
-					tmo_violation(c->run, "arm #%llu: cancel returned %s but the callback never "
+					sk_violation(c->run, "arm #%llu: cancel returned %s but the callback never "
 					              "ran",
 					              (unsigned long long)i,
 					              rc == TMO_CANCEL_FIRED ? "TMO_CANCEL_FIRED" : "TMO_CANCEL_WAITED");
 			} else if (n > 1) {
 				if (atomic_fetch_add(&c->doubles, 1) == 0)
-					tmo_violation(c->run, "arm #%llu: callback ran %d times", (unsigned long long)i,
+					sk_violation(c->run, "arm #%llu: callback ran %d times", (unsigned long long)i,
 					              n);
 			} else if (!running) {
 				atomic_fetch_add(&c->fired, 1);
 			}
 		} else {
 			if (atomic_fetch_add(&c->errors, 1) == 0)
-				tmo_violation(c->run, "arm #%llu: cancel returned %s (%d)", (unsigned long long)i,
+				sk_violation(c->run, "arm #%llu: cancel returned %s (%d)", (unsigned long long)i,
 				              rc < 0 ? tmo_errname(rc) : "an unknown result", rc);
 		}
 		/* Steer O toward the point where half the arms fire, within
@@ -204,13 +238,12 @@ static void *rc_canceller(void *arg)
 	}
 }
 
-static int race_run(const struct tmo_run *run)
+/* Sizes from the run: the count, the timeout, the slots in flight; the
+ * time cap. */
+static int64_t rc_size(const struct sk_run *run, struct rc_ctx *c)
 {
-	struct rc_ctx *c = calloc(1, sizeof *c);
-	if (c == NULL)
-		return TMO_ENOMEM;
 	c->run = run;
-	c->count = su_scaled(run->quick ? COUNT_QUICK : COUNT_FULL);
+	c->count = sk_scaled(run->quick ? COUNT_QUICK : COUNT_FULL);
 	c->R = run->ops->resolution_ns > MIN_R ? run->ops->resolution_ns : MIN_R;
 	c->D = 2 * c->R;
 	/* In flight: enough to keep the engine busy, few enough that the
@@ -218,62 +251,54 @@ static int race_run(const struct tmo_run *run)
 	 * more than the timeout itself (~2 us per arm+cancel round trip). */
 	c->k = (uint64_t)(c->D / (2 * TMO_NSEC_PER_USEC));
 	c->k = c->k < K_MIN ? K_MIN : c->k > K_MAX ? K_MAX : c->k;
-	if (su_thread_per_timer(run))
+	if (sk_thread_per_timer(run))
 		c->k = K_THREAD;
 	int64_t cap = (run->quick ? CAP_QUICK_S : CAP_FULL_S) * TMO_NSEC_PER_SEC;
-	if (su_scale() < 1) /* sanitized: a shorter cap, but at least 3 s */
-		cap = (int64_t)((double)cap * su_scale()) > 3 * TMO_NSEC_PER_SEC
-		              ? (int64_t)((double)cap * su_scale())
+	if (sk_scale() < 1) /* sanitized: a shorter cap, but at least 3 s */
+		cap = (int64_t)((double)cap * sk_scale()) > 3 * TMO_NSEC_PER_SEC
+		              ? (int64_t)((double)cap * sk_scale())
 		              : 3 * TMO_NSEC_PER_SEC;
-	c->slots = calloc(c->k, sizeof *c->slots);
-	int rc = c->slots ? tmo_create_ops(run->ops, NULL, &c->e) : TMO_ENOMEM;
-	if (rc != 0) {
-		free(c->slots);
-		free(c);
-		return rc;
-	}
-	rc_current = c;
-	printf("race: %llu arms requested, %llu in flight, timeout %lld us, cancel at deadline + "
-	       "steered offset %+lld..%+lld us, time cap %lld s\n",
-	       (unsigned long long)c->count, (unsigned long long)c->k, (long long)(c->D / 1000),
-	       (long long)(-c->R / 2000), (long long)(c->R / 2000), (long long)(cap / 1000000000));
-	int64_t t0 = su_now_ns();
+	return cap;
+}
+
+/* The armer and the canceller until the count or the cap, then the check
+ * that no PREVENTED arm's callback ran late.  Returns 0 or TMO_EAGAIN (a
+ * thread could not start). */
+static int rc_drive(const struct sk_run *run, struct rc_ctx *c, int64_t cap, double *secs)
+{
+	int64_t t0 = sk_now_ns();
 	c->stop_at = t0 + cap;
 	pthread_t a, b;
-	if (pthread_create(&a, NULL, rc_armer, c) != 0) {
-		tmo_destroy(&c->e);
-		free(c->slots);
-		free(c);
+	if (pthread_create(&a, NULL, rc_armer, c) != 0)
 		return TMO_EAGAIN;
-	}
 	if (pthread_create(&b, NULL, rc_canceller, c) != 0) {
 		atomic_store(&c->stop, 1);
 		pthread_join(a, NULL);
-		tmo_destroy(&c->e);
-		free(c->slots);
-		free(c);
 		return TMO_EAGAIN;
 	}
 	while (!atomic_load(&c->stop) || atomic_load(&c->done) < atomic_load(&c->armed)) {
-		tmo_progress(run, "cancel at the deadline", (double)atomic_load(&c->done) / (double)c->count);
-		su_sleep_ns(10 * TMO_NSEC_PER_MSEC);
+		sk_progress(run, "cancel at the deadline", (double)atomic_load(&c->done) / (double)c->count);
+		sk_sleep_ns(10 * TMO_NSEC_PER_MSEC);
 	}
 	pthread_join(a, NULL);
 	pthread_join(b, NULL);
-	double secs = (double)(su_now_ns() - t0) / 1e9;
+	*secs = (double)(sk_now_ns() - t0) / 1e9;
 	/* Late callbacks of PREVENTED arms would show within this. */
-	su_sleep_ns(50 * TMO_NSEC_PER_MSEC);
+	sk_sleep_ns(50 * TMO_NSEC_PER_MSEC);
 	for (uint64_t k = 0; k < c->k; k++) {
 		struct rc_slot *s = &c->slots[k];
 		if (s->outcome == O_PREVENTED && atomic_load(&s->cb_count) != 0 &&
 		    atomic_fetch_add(&c->both, 1) == 0)
-			tmo_violation(run, "arm #%llu: cancel returned TMO_CANCEL_PREVENTED, then its callback "
+			sk_violation(run, "arm #%llu: cancel returned TMO_CANCEL_PREVENTED, then its callback "
 			              "ran",
 			              (unsigned long long)atomic_load(&s->iter));
 	}
-	tmo_destroy(&c->e);
-	rc_current = NULL;
+	return 0;
+}
 
+/* The outcome counts as rows and lines; returns the violations. */
+static long long rc_report(const struct sk_run *run, struct rc_ctx *c, double secs)
+{
 	uint64_t ran = atomic_load(&c->done);
 	long long fired = atomic_load(&c->fired), cancelled = atomic_load(&c->cancelled);
 	long long both = atomic_load(&c->both) + atomic_load(&c->stale);
@@ -294,37 +319,51 @@ static int race_run(const struct tmo_run *run)
 		printf("race: note: every cancel landed on one side (%lld fired, %lld cancelled): the "
 		       "race window was not exercised\n",
 		       fired, cancelled);
-	tmo_report(run, "requested", "", (double)c->count, "count");
-	tmo_report(run, "run", "", (double)ran, "count");
-	tmo_report(run, "fired", "", (double)fired, "count");
-	tmo_report(run, "cancelled", "", (double)cancelled, "count");
-	tmo_report(run, "both", "", (double)both, "count");
-	tmo_report(run, "neither", "", (double)neither, "count");
-	tmo_report(run, "running_after_cancel", "", (double)running, "count");
-	tmo_report(run, "double_fires", "", (double)doubles, "count");
-	tmo_report(run, "errors", "", (double)(errors + arm_errors), "count");
-	tmo_report(run, "arms_per_s", "", (double)ran / secs, "arms/s");
-	tmo_report(run, "cancel_offset_ns", "", (double)atomic_load(&c->offset), "ns");
+	sk_report(run, "requested", "", (double)c->count, "count");
+	sk_report(run, "run", "", (double)ran, "count");
+	sk_report(run, "fired", "", (double)fired, "count");
+	sk_report(run, "cancelled", "", (double)cancelled, "count");
+	sk_report(run, "both", "", (double)both, "count");
+	sk_report(run, "neither", "", (double)neither, "count");
+	sk_report(run, "running_after_cancel", "", (double)running, "count");
+	sk_report(run, "double_fires", "", (double)doubles, "count");
+	sk_report(run, "errors", "", (double)(errors + arm_errors), "count");
+	sk_report(run, "arms_per_s", "", (double)ran / secs, "arms/s");
+	sk_report(run, "cancel_offset_ns", "", (double)atomic_load(&c->offset), "ns");
 	printf("race: at the end, cancels were aimed at the deadline %+.1f us (where about half the "
 	       "arms fire)\n",
 	       (double)atomic_load(&c->offset) / 1e3);
-	tmo_report(run, "violations", "", (double)v, "count");
-	free(c->slots);
-	free(c);
-	return v > INT32_MAX ? INT32_MAX : (int)v;
+	return v;
 }
 
-const struct tmo_scenario tmo_scenario_race = {
-	"race",
-	"cancel from another thread at about the deadline, 1M (--quick) / 10M times: fired, "
-	"cancelled, both, neither, still running",
-	1,
-	race_run,
-	.params = "An arming thread and a cancelling thread: each timer (2 x the resolution, at "
-	          "least 40 us) is cancelled at about its deadline, steered so that about half "
-	          "fire; 10M arms (--quick: 1M) or as many as fit in 120 s (--quick: 15 s). "
-	          "--seed draws the jitter.",
-	.fails_when = "a cancel returned PREVENTED and the callback ran anyway (both), FIRED/WAITED "
-	              "with no callback (neither), the callback still running when cancel returned, a "
-	              "double fire, or a cancel error.",
-};
+static int race_run(const struct sk_run *run)
+{
+	struct rc_ctx *c = calloc(1, sizeof *c);
+	if (c == NULL)
+		return TMO_ENOMEM;
+	int64_t cap = rc_size(run, c);
+	c->slots = calloc(c->k, sizeof *c->slots);
+	int rc = c->slots ? tmo_create_ops(run->ops, NULL, &c->e) : TMO_ENOMEM;
+	if (rc != 0) {
+		free(c->slots);
+		free(c);
+		return rc;
+	}
+	rc_current = c;
+	printf("race: %llu arms requested, %llu in flight, timeout %lld us, cancel at deadline + "
+	       "steered offset %+lld..%+lld us, time cap %lld s\n",
+	       (unsigned long long)c->count, (unsigned long long)c->k, (long long)(c->D / 1000),
+	       (long long)(-c->R / 2000), (long long)(c->R / 2000), (long long)(cap / 1000000000));
+	double secs = 0;
+	rc = rc_drive(run, c, cap, &secs);
+	tmo_destroy(&c->e);
+	rc_current = NULL;
+	long long v = rc == 0 ? rc_report(run, c, secs) : 0;
+	if (rc == 0)
+		sk_report(run, "violations", "", (double)v, "count");
+	free(c->slots);
+	free(c);
+	if (rc != 0)
+		return rc;
+	return v > INT32_MAX ? INT32_MAX : (int)v;
+}

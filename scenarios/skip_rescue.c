@@ -20,7 +20,38 @@
 #include <stdatomic.h>
 
 #include "tmo/scope.h"
-#include "util.h"
+#include "kit/ruby_timeout.h"
+#include "kit/util.h"
+
+/* Every figure this scenario reports (sk.h: struct sk_metric). */
+static const struct sk_metric skip_rescue_metrics[] = {
+	{"truth_table_mismatches", "count"}, {"interrupted_block_ms_max", "ms"},
+	{"nested_mismatches", "count"}, {"edge_discarded", "count"},
+	{"edge_late_interrupts", "count"}, {"edge_expired", "count"}, {"scope_empty_ns", "ns"},
+	{"arm_cancel_ns", "ns"}, {"scope_no_deadline_ns", "ns"}, {"arm_eagain_retries", "count"},
+	{NULL, NULL},
+};
+
+static int skip_rescue_run(const struct sk_run *run);
+
+const struct sk_scenario sk_scenario_skip_rescue = {
+	.name = "skip-rescue",
+	.summary = "timeout scopes: raise/throw/exception truth table (Ruby Bug #8730), nesting by "
+	           "identity, edge-of-deadline race (0 late interrupts)",
+	.correctness = 1,
+	.run = skip_rescue_run,
+	.params = "Timeout scopes (include/tmo/scope.h): a 10 ms scope around a 3 s sleep inside "
+	          "each handler (rescue standard, rescue all, ensure) in each delivery mode "
+	          "(raise, throw, exception), 20 rounds (--quick: 3); nested scopes, 5 rounds "
+	          "(--quick: 1); the edge-of-deadline race, 5,000 blocks per mode (--quick: 500) "
+	          "returning within 100 us of their 0.2-1 ms deadline; the cost of a scope. "
+	          "--seed draws the race's timing.",
+	.fails_when = "a row of the truth table differs from the expected one (the interrupt seen "
+	              "by the wrong handler, an ensure not run once, code after the sleep run), a "
+	              "nested scope delivers the wrong scope's timeout, an interrupt arrives after its "
+	              "block returned (late), or an empty scope or a plain arm+cancel fails.",
+	.metrics = skip_rescue_metrics,
+};
 
 #define MS TMO_NSEC_PER_MSEC
 #define US TMO_NSEC_PER_USEC
@@ -53,7 +84,7 @@ static int sr_scope(int64_t timeout, enum tmo_scope_mode mode, tmo_block_fn *blo
 			sr_short = 1;
 		else {
 			sr_eagain++;
-			su_sleep_ns(MS);
+			sk_sleep_ns(MS);
 		}
 	}
 	return TMO_EAGAIN;
@@ -64,89 +95,54 @@ static const char *mode_name(int mode)
 	return mode == TMO_SCOPE_RAISE ? "raise" : mode == TMO_SCOPE_THROW ? "throw" : "exception";
 }
 
-/* ---- the Ruby block --------------------------------------------------------- */
+/* ---- the truth table (kit/ruby_timeout.h: the Ruby block and its table) ---------- */
 
-struct cell {
-	unsigned filter;
-	int reraise;
-	int saw;
-	enum tmo_exc_class saw_cls;
-	int ensured;
-	int after_sleep;
+/* What one row of the table came to over its runs. */
+struct row_tally {
+	int saw_any, bad, ensure_min, ensure_max;
+	const char *got;
+	int64_t worst;
 };
 
-static intptr_t cell_sleep(void *arg)
+/* One run of the block in (mode, handler h); returns 1 if it did not come
+ * out as the table says (printed as a violation). */
+static int truth_run(const struct sk_run *run, int mode, int h, int r, struct row_tally *t)
 {
-	tmo_sleep(SR_LONG);
-	((struct cell *)arg)->after_sleep++;
-	return 1;
+	const struct sk_8730_handler *hd = &sk_8730_handlers[h];
+	struct sk_8730 c = {.filter = hd->filter, .reraise = hd->reraise, .sleep_ns = SR_LONG};
+	intptr_t val = 0;
+	struct tmo_exc e = {0};
+	int64_t t0 = sk_now_ns();
+	int rc = sr_scope(SR_DEADLINE, mode, sk_8730_block, &c, &val, &e);
+	int64_t el = sk_now_ns() - t0;
+	if (el > t->worst)
+		t->worst = el;
+	const char *o = sk_8730_outcome(rc, val);
+	int ok = sk_8730_as_expected(mode, h, &c, rc, val, &e);
+	if (sr_short)
+		return 0; /* not run: the run is skipped */
+	if (!ok) {
+		const struct sk_8730_expect *x = &sk_8730_expected[mode - TMO_SCOPE_RAISE][h];
+		sk_violation(run,
+		             "mode %s, %s, run %d: rescue saw %d (class %d), ensure ran %d, "
+		             "code after sleep ran %d, caller got %s (%s) — expected saw %d, "
+		             "ensure 1, caller %s",
+		             mode_name(mode), hd->ruby, r, c.saw, (int)c.saw_cls, c.ensured,
+		             c.after_sleep, o, tmo_errname(rc), x->saw, x->caller);
+	}
+	t->saw_any |= c.saw;
+	if (c.ensured < t->ensure_min)
+		t->ensure_min = c.ensured;
+	if (c.ensured > t->ensure_max)
+		t->ensure_max = c.ensured;
+	if (t->got == NULL)
+		t->got = o;
+	else if (strcmp(t->got, o) != 0)
+		t->got = "varies";
+	return !ok;
 }
 
-static void cell_ensure(void *arg) { ((struct cell *)arg)->ensured++; }
-
-static intptr_t cell_body(void *arg)
-{
-	intptr_t v = 0;
-	tmo_ensure(cell_sleep, arg, cell_ensure, arg, &v);
-	return v;
-}
-
-static intptr_t cell_handler(const struct tmo_exc *e, void *arg)
-{
-	struct cell *c = arg;
-	c->saw++;
-	c->saw_cls = e->cls;
-	if (c->reraise)
-		tmo_reraise(e);
-	return 99;
-}
-
-static intptr_t cell_block(void *arg)
-{
-	struct cell *c = arg;
-	intptr_t v = 0;
-	tmo_rescue(c->filter, cell_body, c, cell_handler, c, &v);
-	return v;
-}
-
-/* What the caller got, in words. */
-static const char *outcome(int rc, intptr_t v)
-{
-	if (rc == TMO_ETIMEDOUT)
-		return "timeout error";
-	if (rc == 0 && v == 99)
-		return "block's result";
-	if (rc == 0)
-		return "block ran on";
-	return "other error";
-}
-
-struct handler_kind {
-	const char *ruby;
-	unsigned filter;
-	int reraise;
-};
-
-static const struct handler_kind handlers[] = {
-	{"rescue => e", TMO_RESCUE_STANDARD, 0},
-	{"rescue Exception => e", TMO_RESCUE_ALL, 0},
-	{"rescue Exception; raise", TMO_RESCUE_ALL, 1},
-};
-
-/* The expected table (CONTRACT.md "Timeout scopes"): [mode-1][handler]. */
-static const struct {
-	int saw;
-	const char *caller;
-} expected[3][3] = {
-	/* raise: Bug #8730 — any rescue swallows it */
-	{{1, "block's result"}, {1, "block's result"}, {1, "timeout error"}},
-	/* throw: no rescue sees it */
-	{{0, "timeout error"}, {0, "timeout error"}, {0, "timeout error"}},
-	/* exception: only rescue Exception sees it */
-	{{0, "timeout error"}, {1, "block's result"}, {1, "timeout error"}},
-};
-
-static int truth_table(const struct tmo_run *run, int reps)
+static int truth_table(const struct sk_run *run, int reps)
 {
 	int v = 0;
 	printf("truth table (%d runs per row; deadline 10 ms, the block sleeps 3 s):\n", reps);
@@ -154,63 +150,26 @@ static int truth_table(const struct tmo_run *run, int reps)
 	       "rescue saw", "ensure", "caller got", "expected");
 	for (int mode = TMO_SCOPE_RAISE; mode <= TMO_SCOPE_EXCEPTION; mode++) {
 		for (int h = 0; h < 3; h++) {
-			int saw_any = 0, bad = 0, ensure_min = 1 << 30, ensure_max = 0;
-			const char *got = NULL;
-			int64_t worst = 0;
+			struct row_tally t = {.ensure_min = 1 << 30};
 			for (int r = 0; r < reps; r++) {
-				struct cell c = {.filter = handlers[h].filter, .reraise = handlers[h].reraise};
-				intptr_t val = 0;
-				struct tmo_exc e = {0};
-				int64_t t0 = su_now_ns();
-				int rc = sr_scope(SR_DEADLINE, mode, cell_block, &c, &val, &e);
-				int64_t el = su_now_ns() - t0;
-				if (el > worst)
-					worst = el;
-				const char *o = outcome(rc, val);
-				int want_saw = expected[mode - 1][h].saw;
-				enum tmo_exc_class want_cls =
-				        mode == TMO_SCOPE_RAISE ? TMO_EXC_TIMEOUT : TMO_EXC_INTERRUPT;
-				int ok = c.saw == want_saw && c.ensured == 1 && c.after_sleep == 0 &&
-				         strcmp(o, expected[mode - 1][h].caller) == 0 &&
-				         (!c.saw || c.saw_cls == want_cls) &&
-				         (rc != TMO_ETIMEDOUT ||
-				          (e.message != NULL && strcmp(e.message, TMO_EXPIRED_MESSAGE) == 0)) &&
-				         tmo_interrupt_pending() == 0;
+				t.bad += truth_run(run, mode, h, r, &t);
 				if (sr_short)
-					return v; /* not run: the run is skipped */
-				if (!ok) {
-					tmo_violation(run,
-					              "mode %s, %s, run %d: rescue saw %d (class %d), ensure ran %d, "
-					              "code after sleep ran %d, caller got %s (%s) — expected saw %d, "
-					              "ensure 1, caller %s",
-					              mode_name(mode), handlers[h].ruby, r, c.saw, (int)c.saw_cls,
-					              c.ensured, c.after_sleep, o, tmo_errname(rc), want_saw,
-					              expected[mode - 1][h].caller);
-					bad++;
-				}
-				saw_any |= c.saw;
-				if (c.ensured < ensure_min)
-					ensure_min = c.ensured;
-				if (c.ensured > ensure_max)
-					ensure_max = c.ensured;
-				if (got == NULL)
-					got = o;
-				else if (strcmp(got, o) != 0)
-					got = "varies";
+					return v;
 			}
 			char ens[32];
-			if (ensure_min == ensure_max)
-				snprintf(ens, sizeof ens, "%d", ensure_min);
+			if (t.ensure_min == t.ensure_max)
+				snprintf(ens, sizeof ens, "%d", t.ensure_min);
 			else
-				snprintf(ens, sizeof ens, "%d..%d", ensure_min, ensure_max);
-			printf("  %-9s | %-23s | %-11s | %-6s | %-15s | %s\n", mode_name(mode),
-			       handlers[h].ruby, saw_any ? "yes" : "no", ens, got ? got : "-",
-			       bad ? "MISMATCH" : "as expected");
-			su_report(run, "truth_table_mismatches", (double)bad, "count", "mode=%s,handler=%s",
-			          mode_name(mode), handlers[h].ruby);
-			su_report(run, "interrupted_block_ms_max", (double)worst / 1e6, "ms",
-			          "mode=%s,handler=%s", mode_name(mode), handlers[h].ruby);
-			v += bad;
+				snprintf(ens, sizeof ens, "%d..%d", t.ensure_min, t.ensure_max);
+			const char *ruby = sk_8730_handlers[h].ruby;
+			printf("  %-9s | %-23s | %-11s | %-6s | %-15s | %s\n", mode_name(mode), ruby,
+			       t.saw_any ? "yes" : "no", ens, t.got ? t.got : "-",
+			       t.bad ? "MISMATCH" : "as expected");
+			sk_report_fmt(run, "truth_table_mismatches", (double)t.bad, "count",
+			              "mode=%s,handler=%s", mode_name(mode), ruby);
+			sk_report_fmt(run, "interrupted_block_ms_max", (double)t.worst / 1e6, "ms",
+			              "mode=%s,handler=%s", mode_name(mode), ruby);
+			v += t.bad;
 		}
 	}
 	return v;
@@ -273,7 +232,7 @@ static intptr_t nest_outer_block(void *arg)
 	return v;
 }
 
-static int nesting(const struct tmo_run *run, int reps)
+static int nesting(const struct sk_run *run, int reps)
 {
 	int v = 0;
 	printf("nested scopes (inner block: begin; begin; sleep 3; ensure; end; rescue => e; end):\n");
@@ -316,7 +275,7 @@ static int nesting(const struct tmo_run *run, int reps)
 					if (sr_short)
 						return v;
 					if (!ok) {
-						tmo_violation(run,
+						sk_violation(run,
 						              "nested (%s expires first), outer %s, inner %s, run %d: rc %s, "
 						              "inner rc %s, inner returned %d, rescued %d, ensures %d/%d, "
 						              "identity %s",
@@ -330,7 +289,7 @@ static int nesting(const struct tmo_run *run, int reps)
 				printf("  %-28s | %-9s | %-9s | %-34s | %s\n",
 				       reverse ? "inner expires inside outer" : "outer expires inside inner",
 				       mode_name(om), mode_name(im), res, bad ? "MISMATCH" : "as expected");
-				su_report(run, "nested_mismatches", (double)bad, "count",
+				sk_report_fmt(run, "nested_mismatches", (double)bad, "count",
 				          "first=%s,outer=%s,inner=%s", reverse ? "inner" : "outer",
 				          mode_name(om), mode_name(im));
 				v += bad;
@@ -342,26 +301,10 @@ static int nesting(const struct tmo_run *run, int reps)
 
 /* ---- the edge-of-deadline race -------------------------------------------------- */
 
-struct edge {
-	int64_t until;
-	int checks;
-	int finished;
-};
-
-static intptr_t edge_block(void *arg)
-{
-	struct edge *e = arg;
-	while (su_now_ns() < e->until)
-		if (e->checks)
-			tmo_check();
-	e->finished = 1;
-	return 3;
-}
-
 struct edge_run {
-	const struct tmo_run *run;
+	const struct sk_run *run;
 	int iterations, mode;
-	struct su_rng rng;
+	struct sk_rng rng;
 	int returned, expired, late, inconsistent;
 };
 
@@ -369,15 +312,15 @@ static intptr_t edge_outer(void *arg)
 {
 	struct edge_run *r = arg;
 	for (int i = 0; i < r->iterations; i++) {
-		int64_t timeout = 200 * US + (int64_t)su_below(&r->rng, 800 * US);
-		struct edge e = {.checks = (int)su_below(&r->rng, 2)};
+		int64_t timeout = 200 * US + (int64_t)sk_below(&r->rng, 800 * US);
+		struct sk_edge e = {.checks = (int)sk_below(&r->rng, 2)};
 		/* Return from 100 us before the deadline to 100 us + two engine
 		 * resolutions after it: the callback of a coarse engine (a 1 ms
 		 * wheel) fires that late, and the race is with the callback. */
 		int64_t window = 200 * US + 2 * r->run->ops->resolution_ns;
-		e.until = su_now_ns() + timeout - 100 * US + (int64_t)su_below(&r->rng, (uint64_t)window);
+		e.until = sk_now_ns() + timeout - 100 * US + (int64_t)sk_below(&r->rng, (uint64_t)window);
 		intptr_t val = 0;
-		int rc = sr_scope(timeout, r->mode, edge_block, &e, &val, NULL);
+		int rc = sr_scope(timeout, r->mode, sk_edge_block, &e, &val, NULL);
 		if (sr_short)
 			return 0;
 		if (rc == 0 && e.finished && val == 3) {
@@ -385,25 +328,25 @@ static intptr_t edge_outer(void *arg)
 		} else if (rc == TMO_ETIMEDOUT && !e.finished) {
 			r->expired++;
 		} else {
-			tmo_violation(r->run, "edge race, mode %s, iteration %d: rc %s, block finished %d",
+			sk_violation(r->run, "edge race, mode %s, iteration %d: rc %s, block finished %d",
 			              mode_name(r->mode), i, tmo_errname(rc), e.finished);
 			r->inconsistent++;
 		}
 		/* From here any interrupt is late: the outer scope has no deadline. */
 		if (tmo_interrupt_pending()) {
-			tmo_violation(r->run, "edge race, mode %s, iteration %d: interrupt pending after the "
+			sk_violation(r->run, "edge race, mode %s, iteration %d: interrupt pending after the "
 			              "scope returned", mode_name(r->mode), i);
 			r->late++;
 		}
 		tmo_check();
 		tmo_sleep(0);
 		if ((i & 255) == 0)
-			tmo_progress(r->run, "edge race", (double)i / r->iterations);
+			sk_progress(r->run, "edge race", (double)i / r->iterations);
 	}
 	return 0;
 }
 
-static int edge_race(const struct tmo_run *run, int iterations)
+static int edge_race(const struct sk_run *run, int iterations)
 {
 	int v = 0;
 	printf("edge-of-deadline race (timeouts 0.2-1 ms; blocks return from 100 us before to "
@@ -423,7 +366,7 @@ static int edge_race(const struct tmo_run *run, int iterations)
 		uint64_t discarded = s1.discarded - s0.discarded;
 		if (s1.delivered - s0.delivered != (uint64_t)r.expired ||
 		    s1.expired - s0.expired != (s1.delivered - s0.delivered) + discarded) {
-			tmo_violation(run, "edge race, mode %s: expiries %llu != delivered %llu + "
+			sk_violation(run, "edge race, mode %s: expiries %llu != delivered %llu + "
 			              "discarded %llu, or delivered != %d timeouts seen",
 			              mode_name(mode), (unsigned long long)(s1.expired - s0.expired),
 			              (unsigned long long)(s1.delivered - s0.delivered),
@@ -431,7 +374,7 @@ static int edge_race(const struct tmo_run *run, int iterations)
 			r.inconsistent++;
 		}
 		if (rc != 0) {
-			tmo_violation(run, "edge race, mode %s: a late interrupt reached the outer frame "
+			sk_violation(run, "edge race, mode %s: a late interrupt reached the outer frame "
 			              "(%s)", mode_name(mode), tmo_errname(rc));
 			r.late++;
 		}
@@ -439,11 +382,11 @@ static int edge_race(const struct tmo_run *run, int iterations)
 		       "discarded), %d expired, %d late, %d inconsistent\n",
 		       mode_name(mode), iterations, r.returned, (unsigned long long)discarded,
 		       r.expired, r.late, r.inconsistent);
-		su_report(run, "edge_discarded", (double)discarded, "count", "mode=%s,runs=%d",
+		sk_report_fmt(run, "edge_discarded", (double)discarded, "count", "mode=%s,runs=%d",
 		          mode_name(mode), iterations);
-		su_report(run, "edge_late_interrupts", (double)r.late, "count", "mode=%s,runs=%d",
+		sk_report_fmt(run, "edge_late_interrupts", (double)r.late, "count", "mode=%s,runs=%d",
 		          mode_name(mode), iterations);
-		su_report(run, "edge_expired", (double)r.expired, "count", "mode=%s,runs=%d",
+		sk_report_fmt(run, "edge_expired", (double)r.expired, "count", "mode=%s,runs=%d",
 		          mode_name(mode), iterations);
 		v += r.late + r.inconsistent;
 	}
@@ -455,9 +398,9 @@ static int edge_race(const struct tmo_run *run, int iterations)
 static intptr_t empty_block(void *arg) { return (intptr_t)arg; }
 static void never_cb(struct tmo_timer *t, void *arg) { (void)t, (void)arg; }
 
-static double time_scopes(const struct tmo_run *run, int n, int64_t timeout, int *v)
+static double time_scopes(const struct sk_run *run, int n, int64_t timeout, int *v)
 {
-	int64_t t0 = su_now_ns();
+	int64_t t0 = sk_now_ns();
 	for (int i = 0; i < n; i++) {
 		intptr_t val = 0;
 		int rc = sr_scope(timeout, TMO_SCOPE_EXCEPTION, empty_block,
@@ -465,44 +408,44 @@ static double time_scopes(const struct tmo_run *run, int n, int64_t timeout, int
 		if (sr_short)
 			break;
 		if (rc != 0 || val != i) {
-			tmo_violation(run, "empty scope %d: rc %s, value %ld", i, tmo_errname(rc),
+			sk_violation(run, "empty scope %d: rc %s, value %ld", i, tmo_errname(rc),
 			              (long)val);
 			(*v)++;
 			break;
 		}
 	}
-	return (double)(su_now_ns() - t0) / n;
+	return (double)(sk_now_ns() - t0) / n;
 }
 
-static double time_raw(const struct tmo_run *run, int n, int *v)
+static double time_raw(const struct sk_run *run, int n, int *v)
 {
 	struct tmo_timer t = TMO_TIMER_INIT;
-	int64_t t0 = su_now_ns();
+	int64_t t0 = sk_now_ns();
 	for (int i = 0; i < n; i++) {
 		int rc;
 		for (int k = 0; (rc = tmo_arm(sr_eng, &t, TMO_NSEC_PER_SEC, never_cb, NULL)) == TMO_EAGAIN &&
 		                k < 1000;
 		     k++) {
 			sr_eagain++;
-			su_sleep_ns(MS);
+			sk_sleep_ns(MS);
 		}
 		if (rc == TMO_EAGAIN)
 			sr_short = 1;
 		if (sr_short)
 			break;
 		if (rc != 0 || tmo_cancel(sr_eng, &t) != TMO_CANCEL_PREVENTED) {
-			tmo_violation(run, "raw arm+cancel %d failed", i);
+			sk_violation(run, "raw arm+cancel %d failed", i);
 			(*v)++;
 			break;
 		}
 	}
-	return (double)(su_now_ns() - t0) / n;
+	return (double)(sk_now_ns() - t0) / n;
 }
 
 /* The seed benchmark's shape (Timeout.timeout(1) {} n times) against the
  * engine's bare arm+cancel and a scope with no deadline (the runtime's own
  * cost: frame, setjmp, thread context).  Rounds alternate; medians of 5. */
-static int scope_cost(const struct tmo_run *run, int n)
+static int scope_cost(const struct sk_run *run, int n)
 {
 	int v = 0;
 	double scope[5], raw[5], none[5];
@@ -513,25 +456,19 @@ static int scope_cost(const struct tmo_run *run, int n)
 	}
 	if (sr_short)
 		return v;
-	double s = su_median(scope, 5), a = su_median(raw, 5), z = su_median(none, 5);
+	double s = sk_median(scope, 5), a = sk_median(raw, 5), z = sk_median(none, 5);
 	printf("cost (median of 5 x %d): empty 1 s scope %.0f ns, bare arm+cancel %.0f ns, "
 	       "scope without deadline %.0f ns\n",
 	       n, s, a, z);
-	su_report(run, "scope_empty_ns", s, "ns", "timeout=1s,n=%d", n);
-	su_report(run, "arm_cancel_ns", a, "ns", "timeout=1s,n=%d", n);
-	su_report(run, "scope_no_deadline_ns", z, "ns", "timeout=0,n=%d", n);
+	sk_report_fmt(run, "scope_empty_ns", s, "ns", "timeout=1s,n=%d", n);
+	sk_report_fmt(run, "arm_cancel_ns", a, "ns", "timeout=1s,n=%d", n);
+	sk_report_fmt(run, "scope_no_deadline_ns", z, "ns", "timeout=0,n=%d", n);
 	return v;
 }
 
-static int skip_rescue_run(const struct tmo_run *run)
+static int skip_rescue_run(const struct sk_run *run)
 {
-	int rc = tmo_create_ops(run->ops, NULL, &sr_eng);
-	if (rc == TMO_EAGAIN) {
-		tmo_skip(run, "the engine could not be created: TMO_EAGAIN (%s; a per-user limit such "
-		         "as RLIMIT_SIGPENDING for kernel timers, which other processes share)",
-		         tmo_strerror(rc));
-		return TMO_SCENARIO_SKIPPED;
-	}
+	int rc = sk_create_or_skip(run, &sr_eng);
 	if (rc != 0)
 		return rc;
 	sr_eagain = 0;
@@ -543,37 +480,19 @@ static int skip_rescue_run(const struct tmo_run *run)
 	if (!sr_short)
 		v += edge_race(run, run->quick ? 500 : 5000);
 	if (!sr_short)
-		v += scope_cost(run, su_thread_per_timer(run) ? 1000 : 20000);
+		v += scope_cost(run, sk_thread_per_timer(run) ? 1000 : 20000);
 	tmo_destroy(&sr_eng);
 	if (sr_short && v == 0) {
-		tmo_skip(run, "the engine refused to arm with TMO_EAGAIN for 1 s on end (%s; a "
+		sk_skip(run, "the engine refused to arm with TMO_EAGAIN for 1 s on end (%s; a "
 		         "per-user limit such as RLIMIT_SIGPENDING for kernel timers, which other "
 		         "processes share): stopped after %ld refusals", tmo_strerror(TMO_EAGAIN),
 		         sr_eagain);
-		return TMO_SCENARIO_SKIPPED;
+		return SK_SKIPPED;
 	}
 	if (sr_eagain > 0)
 		printf("note: the engine refused %ld arms with TMO_EAGAIN (retried after 1 ms each)\n",
 		       sr_eagain);
-	tmo_report(run, "arm_eagain_retries", "", (double)sr_eagain, "count");
+	sk_report(run, "arm_eagain_retries", "", (double)sr_eagain, "count");
 	printf("skip-rescue: %d violations\n", v);
 	return v;
 }
-
-const struct tmo_scenario tmo_scenario_skip_rescue = {
-	.name = "skip-rescue",
-	.summary = "timeout scopes: raise/throw/exception truth table (Ruby Bug #8730), nesting by "
-	           "identity, edge-of-deadline race (0 late interrupts)",
-	.correctness = 1,
-	.run = skip_rescue_run,
-	.params = "Timeout scopes (include/tmo/scope.h): a 10 ms scope around a 3 s sleep inside "
-	          "each handler (rescue standard, rescue all, ensure) in each delivery mode "
-	          "(raise, throw, exception), 20 rounds (--quick: 3); nested scopes, 5 rounds "
-	          "(--quick: 1); the edge-of-deadline race, 5,000 blocks per mode (--quick: 500) "
-	          "returning within 100 us of their 0.2-1 ms deadline; the cost of a scope. "
-	          "--seed draws the race's timing.",
-	.fails_when = "a row of the truth table differs from the expected one (the interrupt seen "
-	              "by the wrong handler, an ensure not run once, code after the sleep run), a "
-	              "nested scope delivers the wrong scope's timeout, an interrupt arrives after its "
-	              "block returned (late), or an empty scope or a plain arm+cancel fails.",
-};

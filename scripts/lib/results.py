@@ -4,6 +4,7 @@ write what a person reads: DIR/REPORT.md, and two runs side by side.
     /usr/bin/python3 scripts/lib/results.py report DIR [--summary]
     /usr/bin/python3 scripts/lib/results.py compare OLD NEW [--all] [--markdown]
     /usr/bin/python3 scripts/lib/results.py cores DIR
+    /usr/bin/python3 scripts/lib/results.py metrics-check [SCENARIO:METRIC ...]
 
 scripts/plot runs `report` after drawing DIR/plots/; scripts/compare runs
 `compare` after Google Benchmark's compare.py.  Standard library only, so
@@ -18,6 +19,54 @@ import os
 import re
 import subprocess
 import sys
+
+# ---- the harness's metrics ---------------------------------------------------------
+
+# metrics.tsv beside this file is `tmo-harness --list-metrics`: every metric
+# each scenario declares beside its code (scripts/update-readme writes it, the
+# ctest harness/help_matches_readme checks it against the binary).  Every
+# metric this file or scripts/plot reads is named here, in USED, or passed to
+# `metrics-check` by scripts/plot, and must be declared there: a renamed
+# metric stops the report with its name instead of leaving a figure empty.
+METRICS_TSV = os.path.join(os.path.dirname(os.path.abspath(__file__)), "metrics.tsv")
+
+USED = [
+    ("throughput", "seed_median_ns_per_op"), ("throughput", "floor_ns_per_op"),
+    ("throughput", "live_ns_per_op"), ("throughput", "ops_per_s"),
+    ("throughput", "held_pairs_per_s"), ("throughput", "cross_pairs_per_s"),
+    ("expiry", "lateness_ns"), ("retention", "held_bytes"), ("sustain", "held_bytes_max"),
+    ("sustain", "pairs_per_s"), ("race", "arms_per_s"), ("smoke", "arm_cancel_ns_per_op"),
+    ("actors", "receive_after_ns"),
+]
+
+
+def declared_metrics(path=METRICS_TSV):
+    """{(scenario, metric): unit} from metrics.tsv."""
+    out = {}
+    with open(path) as f:
+        for line in f:
+            if line.startswith("#") or not line.strip():
+                continue
+            sc, metric, unit = line.rstrip("\n").split("\t")
+            out[(sc, metric)] = unit
+    return out
+
+
+def undeclared(pairs):
+    """The (scenario, metric) pairs metrics.tsv does not declare."""
+    have = declared_metrics()
+    return [p for p in pairs if tuple(p) not in have]
+
+
+def check_metrics(extra=()):
+    """Exit 2 naming every metric read here or in `extra` that is not declared."""
+    missing = undeclared(list(USED) + [tuple(x.split(":", 1)) for x in extra])
+    for sc, m in missing:
+        print("results: metric %s of scenario %s is read here but not declared by the harness "
+              "(%s; scripts/update-readme refreshes it)" % (m, sc, METRICS_TSV), file=sys.stderr)
+    if missing:
+        sys.exit(2)
+
 
 # ---- loading -----------------------------------------------------------------------
 
@@ -629,6 +678,10 @@ def compare(old, new, all_rows=False, markdown=False):
 
 
 def main(argv):
+    if argv and argv[0] == "metrics-check":
+        check_metrics(argv[1:])
+        return 0
+    check_metrics()
     if len(argv) >= 2 and argv[0] == "report":
         text = report(argv[1], summary="--summary" in argv[2:])
         if "--summary" in argv[2:]:

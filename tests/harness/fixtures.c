@@ -14,6 +14,10 @@
  *   honest the plain wrapper -> coalesce must pass (the wrapper itself is
  *          sound, so the failures above are the bugs')
  *
+ * The declarations are checked too: a target naming a metric its scenario
+ * does not declare is refused (cli/targets.c), and so is a row reported
+ * under an undeclared metric (the sink), while the real tables pass.
+ *
  * Registered by tests/harness/harness.cmake (not by the unit/ and engine/ globs: it
  * links the scenarios and the harness's report sink).
  */
@@ -22,12 +26,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "report.h"
-#include "scenario.h"
+#include "kit/sink.h"
+#include "kit/sk.h"
+#include "targets.h"
 #include "wrap.h"
 
-extern const struct tmo_scenario tmo_scenario_race, tmo_scenario_expiry, tmo_scenario_coalesce,
-	tmo_scenario_progress;
+extern const struct sk_scenario *const sk_scenarios[]; /* the harness's table */
+
+extern const struct sk_scenario sk_scenario_race, sk_scenario_expiry, sk_scenario_coalesce,
+	sk_scenario_progress;
 
 enum bug { HONEST, LIAR, EARLY, LOSSY, WAITARM };
 
@@ -89,42 +96,45 @@ FIXTURE(lossy, "condvar", TMO_CAP_PARK, CV_RES, lossy_arm, lossy_cancel);
 FIXTURE(waitarm, "wheel", TMO_CAP_LOCKFREE_ARM | TMO_CAP_PARK, TMO_NSEC_PER_MSEC, waitarm_arm,
         fxw_cancel);
 
-static const struct tmo_scenario *const scenarios[] = {
-	&tmo_scenario_race, &tmo_scenario_expiry, &tmo_scenario_coalesce, &tmo_scenario_progress,
+static const struct sk_scenario *const scenarios[] = {
+	&sk_scenario_race, &sk_scenario_expiry, &sk_scenario_coalesce, &sk_scenario_progress,
 	NULL,
 };
 static const struct tmo_engine_ops *const fixtures[] = {
 	&fx_honest, &fx_liar, &fx_early, &fx_lossy, &fx_waitarm, NULL,
 };
 
+/* Rows the sink refused in the last run_one (metric not declared). */
+static int refused_rows;
+
 /* One run as the harness makes it; returns what the scenario returned.
  * *rep_out keeps the report open for a look at the rows (close it). */
-static int run_one(const struct tmo_scenario *sc, const struct tmo_engine_ops *ops, int quick,
-                   struct tmo_report **rep_out)
+static int run_one(const struct sk_scenario *sc, const struct tmo_engine_ops *ops, int quick,
+                   struct sk_sink **rep_out)
 {
-	struct report_opts ro = {NULL, "harness_fixtures", 2, quick, 1, NULL};
-	struct tmo_report *rep = report_open(&ro);
-	struct tmo_run run = {ops, 2, quick, 1, rep, 1};
-	report_begin_run(rep, sc->name, ops->name);
+	struct sk_sink_opts ro = {NULL, "harness_fixtures", 2, quick, 1, NULL};
+	struct sk_sink *rep = sk_sink_open(&ro);
+	struct sk_run run = {ops, 2, quick, 1, rep, 1};
+	sk_sink_begin_run(rep, sc, ops->name);
 	int v = sc->run(&run);
-	report_end_run(rep, v, 0);
+	refused_rows = sk_sink_end_run(rep, v, 0);
 	*rep_out = rep;
 	return v;
 }
 
 static int failures;
 
-static void expect(const struct tmo_scenario *sc, const struct tmo_engine_ops *ops, int want_fail)
+static void expect(const struct sk_scenario *sc, const struct tmo_engine_ops *ops, int want_fail)
 {
 	printf("---- %s on fixture '%s' (want %s) ----\n", sc->name, ops->name,
 	       want_fail ? "violations" : "clean");
-	struct tmo_report *rep;
+	struct sk_sink *rep;
 	int v = run_one(sc, ops, 1, &rep);
 	int ok = want_fail ? v > 0 : v == 0;
 	printf("---- %s/%s: %d violations: %s ----\n", sc->name, ops->name, v,
 	       ok ? "as expected" : "WRONG");
 	failures += !ok;
-	report_close(rep);
+	sk_sink_close(rep);
 }
 
 /* The waiting arm is caught where it waits: workers blocked in the phase
@@ -136,18 +146,55 @@ static void expect(const struct tmo_scenario *sc, const struct tmo_engine_ops *o
 static void expect_progress_waitarm(void)
 {
 	printf("---- progress on fixture 'waitarm' (want workers blocked by the callback) ----\n");
-	struct tmo_report *rep;
-	int v = run_one(&tmo_scenario_progress, &fx_waitarm, 0, &rep);
+	struct sk_sink *rep;
+	int v = run_one(&sk_scenario_progress, &fx_waitarm, 0, &rep);
 	double cb = -1, parked = -1;
-	report_lookup(rep, "progress", "waitarm", "blocked_workers", "phase=callback,threads=2", &cb);
-	report_lookup(rep, "progress", "waitarm", "blocked_workers", "phase=parked,threads=2",
+	sk_sink_lookup(rep, "progress", "waitarm", "blocked_workers", "phase=callback,threads=2", &cb);
+	sk_sink_lookup(rep, "progress", "waitarm", "blocked_workers", "phase=parked,threads=2",
 	              &parked);
 	int ok = v > 0 && cb >= 1;
 	printf("---- progress/waitarm: %d violations, %.0f workers blocked by the callback, %.0f by "
 	       "the park: %s ----\n",
 	       v, cb, parked, ok ? "as expected" : "WRONG");
 	failures += !ok;
-	report_close(rep);
+	sk_sink_close(rep);
+}
+
+/* A scenario that declares one metric and reports it and one more. */
+static const struct sk_metric decl_metrics[] = {{"declared", "count"}, {NULL, NULL}};
+static int decl_run(const struct sk_run *run)
+{
+	sk_report(run, "declared", "", 1, "count");
+	sk_report(run, "renamed", "", 2, "count");
+	return 0;
+}
+static const struct sk_target decl_bad_targets[] = {
+	{.label = "a renamed metric", .engines = "honest", .metric = "renamed", .unit = ""},
+	{0},
+};
+
+static void expect_declarations_checked(void)
+{
+	printf("---- declarations: a target or row naming an undeclared metric is refused ----\n");
+	struct sk_scenario decl = {.name = "decl", .summary = "", .run = decl_run,
+	                           .metrics = decl_metrics};
+	const struct sk_scenario *table[] = {&decl, NULL};
+	int good = targets_check(table, stdout);
+	decl.targets = decl_bad_targets;
+	int bad = targets_check(table, stdout);
+	int real = targets_check(sk_scenarios, stdout);
+	struct sk_sink *rep;
+	run_one(&decl, &fx_honest, 1, &rep);
+	int refused = refused_rows;
+	double v1 = -1, v2 = -1;
+	int got1 = sk_sink_lookup(rep, "decl", "honest", "declared", "", &v1);
+	int got2 = sk_sink_lookup(rep, "decl", "honest", "renamed", "", &v2);
+	sk_sink_close(rep);
+	int ok = good == 0 && bad == 1 && real == 0 && refused == 1 && got1 && v1 == 1 && !got2;
+	printf("---- declarations: good %d, bad target %d, real tables %d problems; rows refused "
+	       "%d, declared row kept %d, undeclared row kept %d: %s ----\n",
+	       good, bad, real, refused, got1, got2, ok ? "as expected" : "WRONG");
+	failures += !ok;
 }
 
 int main(int argc, char **argv)
@@ -155,7 +202,7 @@ int main(int argc, char **argv)
 	/* Small sizes: the point is that the checks fire, not the load. */
 	setenv("TMO_TEST_SCALE", "0.02", 1);
 	if (argc == 3) {
-		const struct tmo_scenario *sc = NULL;
+		const struct sk_scenario *sc = NULL;
 		const struct tmo_engine_ops *ops = NULL;
 		for (int i = 0; scenarios[i] != NULL; i++)
 			if (strcmp(scenarios[i]->name, argv[1]) == 0)
@@ -168,9 +215,9 @@ int main(int argc, char **argv)
 			        "here\n", argv[0], argv[1], argv[2]);
 			return 2;
 		}
-		struct tmo_report *rep;
+		struct sk_sink *rep;
 		int v = run_one(sc, ops, 0, &rep);
-		report_close(rep);
+		sk_sink_close(rep);
 		printf("%s/%s: %d violations\n", sc->name, ops->name, v);
 		return v == 0 ? 0 : 1;
 	}
@@ -178,11 +225,12 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: %s [SCENARIO FIXTURE]\n", argv[0]);
 		return 2;
 	}
-	expect(&tmo_scenario_race, &fx_liar, 1);
-	expect(&tmo_scenario_expiry, &fx_early, 1);
-	expect(&tmo_scenario_coalesce, &fx_lossy, 1);
-	expect(&tmo_scenario_coalesce, &fx_honest, 0);
+	expect(&sk_scenario_race, &fx_liar, 1);
+	expect(&sk_scenario_expiry, &fx_early, 1);
+	expect(&sk_scenario_coalesce, &fx_lossy, 1);
+	expect(&sk_scenario_coalesce, &fx_honest, 0);
 	expect_progress_waitarm();
+	expect_declarations_checked();
 	printf("%s\n", failures ? "FAIL: a check did not behave" : "every check caught its bug");
 	return failures ? 1 : 0;
 }

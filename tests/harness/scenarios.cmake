@@ -15,7 +15,7 @@ endif()
 # A shortage of a per-user kernel resource is a skip with a reason, not a
 # failure: with no kernel timer to be had (RLIMIT_SIGPENDING 0) the posix
 # engine cannot be created, and the run must say SKIPPED, why, and exit 77
-# (scenarios/scenario.h, tmo_skip).
+# (scenarios/kit/sk.h, sk_skip).
 if(TARGET tmo-harness)
   add_test(NAME harness/skip_rescue_short_of_kernel_timers
            COMMAND bash -c "ulimit -i 0 && \"$0\" --impl=posix --scenario=skip-rescue --quick >\"$1\" 2>&1; rc=$?; cat \"$1\"; test $rc -eq 77 && grep -q 'SKIPPED \\[skip-rescue/posix\\] .*TMO_EAGAIN' \"$1\""

@@ -1,10 +1,10 @@
 /*
  * Small helpers shared by the scenarios (header-only: the .c files in scenarios/
  * are each a scenario).  Nothing here is timed on a fast path except
- * su_now_ns (one clock read).
+ * sk_now_ns (one clock read).
  */
-#ifndef TMO_SCENARIO_UTIL_H
-#define TMO_SCENARIO_UTIL_H
+#ifndef SK_UTIL_H
+#define SK_UTIL_H
 
 #include <math.h>
 #include <sched.h>
@@ -15,15 +15,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "scenario.h"
+#include "sk.h"
 
-static inline int64_t su_now_ns(void) { return tmo_now_ns(); }
+static inline int64_t sk_now_ns(void) { return tmo_now_ns(); }
 
 /* splitmix64: a seeded, reproducible stream (seed from --seed). */
-struct su_rng {
+struct sk_rng {
 	uint64_t s;
 };
-static inline uint64_t su_rand(struct su_rng *r)
+static inline uint64_t sk_rand(struct sk_rng *r)
 {
 	uint64_t z = (r->s += UINT64_C(0x9E3779B97F4A7C15));
 	z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
@@ -31,9 +31,9 @@ static inline uint64_t su_rand(struct su_rng *r)
 	return z ^ (z >> 31);
 }
 /* Uniform in [0, n) (n > 0); the modulo bias is below 2^-40 for our n. */
-static inline uint64_t su_below(struct su_rng *r, uint64_t n) { return su_rand(r) % n; }
+static inline uint64_t sk_below(struct sk_rng *r, uint64_t n) { return sk_rand(r) % n; }
 
-static inline void su_sleep_ns(int64_t ns)
+static inline void sk_sleep_ns(int64_t ns)
 {
 	struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
 	while (nanosleep(&ts, &ts) != 0) {
@@ -42,21 +42,21 @@ static inline void su_sleep_ns(int64_t ns)
 
 /* Wait until CLOCK_MONOTONIC reaches `when`: sleep while far, then spin
  * yielding the CPU (2 cores: a pure spin would starve the timer thread). */
-static inline void su_wait_until(int64_t when)
+static inline void sk_wait_until(int64_t when)
 {
 	for (;;) {
-		int64_t left = when - su_now_ns();
+		int64_t left = when - sk_now_ns();
 		if (left <= 0)
 			return;
 		if (left > 200000)
-			su_sleep_ns(left - 100000);
+			sk_sleep_ns(left - 100000);
 		else
 			sched_yield();
 	}
 }
 
 /* Resident set size in bytes (/proc/self/statm), or 0 if unreadable. */
-static inline uint64_t su_rss_bytes(void)
+static inline uint64_t sk_rss_bytes(void)
 {
 	FILE *f = fopen("/proc/self/statm", "r");
 	unsigned long long size = 0, res = 0;
@@ -68,18 +68,18 @@ static inline uint64_t su_rss_bytes(void)
 	return (uint64_t)res * (uint64_t)sysconf(_SC_PAGESIZE);
 }
 
-static inline int su_cmp_i64(const void *a, const void *b)
+static inline int sk_cmp_i64(const void *a, const void *b)
 {
 	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
 	return x < y ? -1 : x > y;
 }
-static inline int su_cmp_double(const void *a, const void *b)
+static inline int sk_cmp_double(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
 	return x < y ? -1 : x > y;
 }
 /* q-quantile (0..1) of a sorted array, nearest rank. */
-static inline int64_t su_quantile_i64(const int64_t *sorted, size_t n, double q)
+static inline int64_t sk_quantile_i64(const int64_t *sorted, size_t n, double q)
 {
 	if (n == 0)
 		return 0;
@@ -90,24 +90,24 @@ static inline int64_t su_quantile_i64(const int64_t *sorted, size_t n, double q)
 		i = n - 1;
 	return sorted[i];
 }
-static inline double su_median(double *v, size_t n)
+static inline double sk_median(double *v, size_t n)
 {
-	qsort(v, n, sizeof *v, su_cmp_double);
+	qsort(v, n, sizeof *v, sk_cmp_double);
 	return n == 0 ? NAN : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 /* TMO_TEST_SCALE (0 < s <= 1) shrinks scenario sizes: the sanitizer steps
  * of scripts/check set it (a sanitized run is 5-15x slower).  Scaled sizes
  * are what the scenarios print and report, never the nominal ones. */
-static inline double su_scale(void)
+static inline double sk_scale(void)
 {
 	const char *s = getenv("TMO_TEST_SCALE");
 	double v = s != NULL ? atof(s) : 1.0;
 	return v > 0 && v <= 1 ? v : 1.0;
 }
-static inline uint64_t su_scaled(uint64_t n)
+static inline uint64_t sk_scaled(uint64_t n)
 {
-	double v = (double)n * su_scale();
+	double v = (double)n * sk_scale();
 	return v < 1 ? 1 : (uint64_t)v;
 }
 
@@ -118,29 +118,45 @@ static inline uint64_t su_scaled(uint64_t n)
  * is not the engine's own capacity but a limit shared with other processes
  * (posix: RLIMIT_SIGPENDING is per user).  Each retry is counted in *retries
  * so the scenario reports it; the last error is returned if it persists. */
-static inline int su_arm_retry(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns,
+static inline int sk_arm_retry(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns,
                                tmo_callback *cb, void *arg, uint64_t *retries)
 {
 	int rc = tmo_arm(e, t, timeout_ns, cb, arg);
 	for (int i = 0; rc == TMO_EAGAIN && i < 1000; i++) {
 		++*retries;
-		su_sleep_ns(TMO_NSEC_PER_MSEC);
+		sk_sleep_ns(TMO_NSEC_PER_MSEC);
 		rc = tmo_arm(e, t, timeout_ns, cb, arg);
 	}
 	return rc;
 }
 
-static inline int su_thread_per_timer(const struct tmo_run *run)
+/* A fresh engine for the run, or why not: 0 and *e, SK_SKIPPED after
+ * sk_skip() when the engine is short of a per-user kernel resource
+ * (TMO_EAGAIN: kernel timers, threads, which other processes share), or the
+ * negative enum tmo_error it failed with. */
+static inline int sk_create_or_skip(const struct sk_run *run, struct tmo **e)
+{
+	int rc = tmo_create_ops(run->ops, NULL, e);
+	if (rc == TMO_EAGAIN) {
+		sk_skip(run, "the engine could not be created: TMO_EAGAIN (%s; a per-user limit such "
+		             "as RLIMIT_SIGPENDING for kernel timers, which other processes share)",
+		        tmo_strerror(rc));
+		return SK_SKIPPED;
+	}
+	return rc;
+}
+
+static inline int sk_thread_per_timer(const struct sk_run *run)
 {
 	return (run->ops->caps & TMO_CAP_THREAD_PER_TIMER) != 0;
 }
 
 /* Report a row with a printf-formatted param. */
-#define su_report(run, metric, value, unit, ...)                                                     \
-	do {                                                                                        \
-		char su_param_[160];                                                                \
-		snprintf(su_param_, sizeof su_param_, __VA_ARGS__);                                 \
-		tmo_report((run), (metric), su_param_, (value), (unit));                            \
+#define sk_report_fmt(run, metric, value, unit, ...)                    \
+	do {                                                            \
+		char sk_param_[160];                                    \
+		snprintf(sk_param_, sizeof sk_param_, __VA_ARGS__);     \
+		sk_report((run), (metric), sk_param_, (value), (unit)); \
 	} while (0)
 
 #endif

@@ -15,19 +15,19 @@
 
 #include <unistd.h>
 
-// scenario.h (tmo_progress) is a C header without C++ guards.
+// sink.h (sk_progress) is a C header without C++ guards.
 extern "C" {
-#include "report.h"
+#include "sink.h"
 }
 
 namespace {
 
-benchmark::State *S(gb_state *st) { return reinterpret_cast<benchmark::State *>(st); }
-const benchmark::State *S(const gb_state *st)
+benchmark::State *state_of(sk_gb_state *st) { return reinterpret_cast<benchmark::State *>(st); }
+const benchmark::State *state_of(const sk_gb_state *st)
 {
 	return reinterpret_cast<const benchmark::State *>(st);
 }
-benchmark::internal::Benchmark *B(struct gb_bench *b)
+benchmark::internal::Benchmark *bench_of(struct sk_gb_bench *b)
 {
 	return reinterpret_cast<benchmark::internal::Benchmark *>(b);
 }
@@ -52,10 +52,10 @@ void trim_name(benchmark::BenchmarkReporter::Run &run)
 // The display reporter given to RunSpecifiedBenchmarks (a file reporter
 // would need --benchmark_out, which the harness's --json replaces): it
 // forwards every report to the console table and to a JSON reporter writing
-// into memory, and keeps the runs for gb_run()'s caller.
+// into memory, and keeps the runs for sk_gb_run()'s caller.
 class TeeReporter : public benchmark::BenchmarkReporter {
 public:
-	TeeReporter(const struct tmo_run *run, size_t total)
+	TeeReporter(const struct sk_run *run, size_t total)
 		: run_(run), total_(total), console_(console_options())
 	{
 		json_.SetOutputStream(&json_text_);
@@ -85,7 +85,7 @@ public:
 			keep(r);
 		done_++;
 		if (total_ > 0)
-			tmo_progress(run_, "benchmarks", (double)done_ / (double)total_);
+			sk_progress(run_, "benchmarks", (double)done_ / (double)total_);
 	}
 	void Finalize() override
 	{
@@ -93,7 +93,7 @@ public:
 		json_.Finalize();
 	}
 	std::string json() const { return json_text_.str(); }
-	std::vector<gb_result> results;
+	std::vector<sk_gb_result> results;
 
 private:
 	// Colour only on a terminal (the default would colour logs too).
@@ -108,7 +108,7 @@ private:
 
 	void keep(const Run &r)
 	{
-		gb_result g;
+		sk_gb_result g;
 		std::memset(&g, 0, sizeof g);
 		copy(g.name, sizeof g.name, r.benchmark_name());
 		g.threads = (int)r.threads;
@@ -131,7 +131,7 @@ private:
 		g.cpu_ns = r.GetAdjustedCPUTime() * mult;
 		g.real_s = r.real_accumulated_time;
 		for (const auto &kv : r.counters) {
-			if (g.ncounters >= GB_MAX_COUNTERS)
+			if (g.ncounters >= SK_GB_MAX_COUNTERS)
 				break;
 			copy(g.counters[g.ncounters].name, sizeof g.counters[0].name, kv.first);
 			// Counters reach the reporter finished: rates already divided
@@ -143,7 +143,7 @@ private:
 		results.push_back(g);
 	}
 
-	const struct tmo_run *run_;
+	const struct sk_run *run_;
 	size_t total_;
 	size_t done_ = 0;
 	benchmark::ConsoleReporter console_;
@@ -160,7 +160,7 @@ void help_printer() {}
 
 extern "C" {
 
-int gb_init(int argc, char **argv)
+int sk_gb_init(int argc, char **argv)
 {
 	// Initialize() owns --help unless given a printer: the harness prints
 	// its own help, so Google Benchmark's printer is a no-op (and the CLI
@@ -174,44 +174,44 @@ int gb_init(int argc, char **argv)
 	return 0;
 }
 
-struct gb_bench *gb_register(const char *name, gb_fn *body, void *ctx)
+struct sk_gb_bench *sk_gb_register(const char *name, sk_gb_fn *body, void *ctx)
 {
 	registered++;
 	auto *b = benchmark::RegisterBenchmark(
-		name, [body, ctx](benchmark::State &st) { body(reinterpret_cast<gb_state *>(&st), ctx); });
-	return reinterpret_cast<struct gb_bench *>(b);
+		name, [body, ctx](benchmark::State &st) { body(reinterpret_cast<sk_gb_state *>(&st), ctx); });
+	return reinterpret_cast<struct sk_gb_bench *>(b);
 }
 
-void gb_iterations(struct gb_bench *b, uint64_t n) { B(b)->Iterations((benchmark::IterationCount)n); }
-void gb_repetitions(struct gb_bench *b, int n) { B(b)->Repetitions(n); }
-void gb_min_time(struct gb_bench *b, double seconds) { B(b)->MinTime(seconds); }
-void gb_threads(struct gb_bench *b, int n) { B(b)->Threads(n); }
-void gb_use_real_time(struct gb_bench *b) { B(b)->UseRealTime(); }
+void sk_gb_iterations(struct sk_gb_bench *b, uint64_t n) { bench_of(b)->Iterations((benchmark::IterationCount)n); }
+void sk_gb_repetitions(struct sk_gb_bench *b, int n) { bench_of(b)->Repetitions(n); }
+void sk_gb_min_time(struct sk_gb_bench *b, double seconds) { bench_of(b)->MinTime(seconds); }
+void sk_gb_threads(struct sk_gb_bench *b, int n) { bench_of(b)->Threads(n); }
+void sk_gb_use_real_time(struct sk_gb_bench *b) { bench_of(b)->UseRealTime(); }
 
-int gb_keep_running_batch(gb_state *st, uint64_t n)
+int sk_gb_keep_running_batch(sk_gb_state *st, uint64_t n)
 {
-	return S(st)->KeepRunningBatch((benchmark::IterationCount)n) ? 1 : 0;
+	return state_of(st)->KeepRunningBatch((benchmark::IterationCount)n) ? 1 : 0;
 }
-int gb_thread_index(const gb_state *st) { return S(st)->thread_index(); }
-int gb_thread_count(const gb_state *st) { return S(st)->threads(); }
-uint64_t gb_max_iterations(const gb_state *st) { return (uint64_t)S(st)->max_iterations; }
-void gb_pause_timing(gb_state *st) { S(st)->PauseTiming(); }
-void gb_resume_timing(gb_state *st) { S(st)->ResumeTiming(); }
-void gb_skip_with_error(gb_state *st, const char *msg) { S(st)->SkipWithError(msg); }
+int sk_gb_thread_index(const sk_gb_state *st) { return state_of(st)->thread_index(); }
+int sk_gb_thread_count(const sk_gb_state *st) { return state_of(st)->threads(); }
+uint64_t sk_gb_max_iterations(const sk_gb_state *st) { return (uint64_t)state_of(st)->max_iterations; }
+void sk_gb_pause_timing(sk_gb_state *st) { state_of(st)->PauseTiming(); }
+void sk_gb_resume_timing(sk_gb_state *st) { state_of(st)->ResumeTiming(); }
+void sk_gb_skip_with_error(sk_gb_state *st, const char *msg) { state_of(st)->SkipWithError(msg); }
 
-void gb_counter(gb_state *st, const char *name, double value, unsigned flags)
+void sk_gb_counter(sk_gb_state *st, const char *name, double value, unsigned flags)
 {
 	int f = benchmark::Counter::kDefaults;
-	if (flags & GB_COUNTER_RATE)
+	if (flags & SK_GB_COUNTER_RATE)
 		f |= benchmark::Counter::kIsRate;
-	if (flags & GB_COUNTER_AVG_THREADS)
+	if (flags & SK_GB_COUNTER_AVG_THREADS)
 		f |= benchmark::Counter::kAvgThreads;
-	S(st)->counters[name] = benchmark::Counter(value, (benchmark::Counter::Flags)f);
+	state_of(st)->counters[name] = benchmark::Counter(value, (benchmark::Counter::Flags)f);
 }
 
-void gb_items_processed(gb_state *st, int64_t items) { S(st)->SetItemsProcessed(items); }
+void sk_gb_items_processed(sk_gb_state *st, int64_t items) { state_of(st)->SetItemsProcessed(items); }
 
-size_t gb_run(const struct tmo_run *run, struct gb_result **out)
+size_t sk_gb_run(const struct sk_run *run, struct sk_gb_result **out)
 {
 	*out = nullptr;
 	TeeReporter tee(run, registered);
@@ -219,21 +219,21 @@ size_t gb_run(const struct tmo_run *run, struct gb_result **out)
 	benchmark::ClearRegisteredBenchmarks();
 	registered = 0;
 	std::fflush(stdout);
-	report_add_gbench_json(run->report, tee.json().c_str());
+	sk_sink_add_gbench_json(run->report, tee.json().c_str());
 	size_t n = tee.results.size();
 	if (n == 0)
 		return 0;
-	auto *res = static_cast<gb_result *>(std::calloc(n, sizeof(gb_result)));
+	auto *res = static_cast<sk_gb_result *>(std::calloc(n, sizeof(sk_gb_result)));
 	if (res == nullptr)
 		return 0;
-	std::memcpy(res, tee.results.data(), n * sizeof(gb_result));
+	std::memcpy(res, tee.results.data(), n * sizeof(sk_gb_result));
 	*out = res;
 	return n;
 }
 
-void gb_results_free(struct gb_result *res) { std::free(res); }
+void sk_gb_results_free(struct sk_gb_result *res) { std::free(res); }
 
-const struct gb_result *gb_find(const struct gb_result *res, size_t n, const char *name)
+const struct sk_gb_result *sk_gb_find(const struct sk_gb_result *res, size_t n, const char *name)
 {
 	for (size_t i = 0; i < n; i++)
 		if (!res[i].error && std::strcmp(res[i].name, name) == 0)
@@ -241,7 +241,7 @@ const struct gb_result *gb_find(const struct gb_result *res, size_t n, const cha
 	return nullptr;
 }
 
-double gb_result_counter(const struct gb_result *r, const char *counter)
+double sk_gb_result_counter(const struct sk_gb_result *r, const char *counter)
 {
 	for (int i = 0; r != nullptr && i < r->ncounters; i++)
 		if (std::strcmp(r->counters[i].name, counter) == 0)

@@ -1,5 +1,6 @@
-/* The results sink: see report.h. */
-#include "report.h"
+/* The results sink: see sink.h; writing its files is sink_files.c. */
+#include "sink.h"
+#include "sink_state.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -18,33 +19,9 @@
 
 #include "build_info.h"
 
-/* Violations printed in full per run; the rest are counted. */
-#define VIOLATIONS_SHOWN 20
-
-struct tmo_report {
-	struct report_opts opts;
-	char *json_path, *csv_path;
-	json_t *context, *benchmarks, *rows, *runs, *violations, *targets;
-	int64_t family_offset; /* added to Google Benchmark family indices */
-	int64_t total_violations;
-	/* What finished: the first *_done entries of rows, benchmarks and
-	 * violations belong to runs that ended (report_end_run); a write
-	 * leaves out the rest, which a run in progress is still adding to. */
-	size_t rows_done, benchmarks_done, violations_done;
-	int in_run; /* between report_begin_run and report_end_run */
-
-	pthread_mutex_t mu; /* guards everything below and the json arrays */
-	char scenario[64], engine[64];
-	int64_t run_start_ns, last_progress_ns;
-	int64_t run_violations;
-	char skip_reason[256]; /* tmo_skip() in this run; "" when none */
-	int progress_line_open; /* a "\r" progress line is on the terminal */
-	int tty;
-};
-
 static int64_t now_ns(void) { return tmo_now_ns(); }
 
-static json_t *load_avg_json(void)
+json_t *sk_sink_load_avg(void)
 {
 	double l[3];
 	if (getloadavg(l, 3) != 3)
@@ -72,7 +49,7 @@ static json_t *machine_json(void)
 		fclose(f);
 	}
 	json_t *m = json_pack("{s:I, s:o}", "cpus_online", (json_int_t)sysconf(_SC_NPROCESSORS_ONLN),
-	                      "load_avg_start", load_avg_json());
+	                      "load_avg_start", sk_sink_load_avg());
 	json_object_set_new(m, "cpu_model", model[0] ? json_string(model) : json_null());
 	return m;
 }
@@ -86,9 +63,9 @@ static char *followed(const char *path)
 	return real ? real : strdup(path);
 }
 
-struct tmo_report *report_open(const struct report_opts *opts)
+struct sk_sink *sk_sink_open(const struct sk_sink_opts *opts)
 {
-	struct tmo_report *r = calloc(1, sizeof *r);
+	struct sk_sink *r = calloc(1, sizeof *r);
 	if (r == NULL)
 		return NULL;
 	r->opts = *opts;
@@ -109,7 +86,7 @@ struct tmo_report *report_open(const struct report_opts *opts)
 		r->csv_path = csv ? followed(csv) : NULL;
 		free(csv);
 		if (r->json_path == NULL || r->csv_path == NULL) {
-			report_close(r);
+			sk_sink_close(r);
 			return NULL;
 		}
 	}
@@ -146,13 +123,13 @@ struct tmo_report *report_open(const struct report_opts *opts)
 	r->targets = json_array();
 	if (r->targets == NULL || r->context == NULL || r->benchmarks == NULL || r->rows == NULL || r->runs == NULL ||
 	    r->violations == NULL) {
-		report_close(r);
+		sk_sink_close(r);
 		return NULL;
 	}
 	return r;
 }
 
-void report_close(struct tmo_report *r)
+void sk_sink_close(struct sk_sink *r)
 {
 	if (r == NULL)
 		return;
@@ -168,7 +145,7 @@ void report_close(struct tmo_report *r)
 	free(r);
 }
 
-static void end_progress_line(struct tmo_report *r)
+static void end_progress_line(struct sk_sink *r)
 {
 	if (r->progress_line_open) {
 		fputc('\n', stderr);
@@ -176,10 +153,12 @@ static void end_progress_line(struct tmo_report *r)
 	}
 }
 
-void report_begin_run(struct tmo_report *r, const char *scenario, const char *engine)
+void sk_sink_begin_run(struct sk_sink *r, const struct sk_scenario *scenario, const char *engine)
 {
 	pthread_mutex_lock(&r->mu);
-	snprintf(r->scenario, sizeof r->scenario, "%s", scenario);
+	snprintf(r->scenario, sizeof r->scenario, "%s", scenario->name);
+	r->running = scenario;
+	r->undeclared = 0;
 	snprintf(r->engine, sizeof r->engine, "%s", engine);
 	r->run_start_ns = r->last_progress_ns = now_ns();
 	r->run_violations = 0;
@@ -188,14 +167,14 @@ void report_begin_run(struct tmo_report *r, const char *scenario, const char *en
 	pthread_mutex_unlock(&r->mu);
 }
 
-void report_end_run(struct tmo_report *r, int result, double seconds)
+int sk_sink_end_run(struct sk_sink *r, int result, double seconds)
 {
 	pthread_mutex_lock(&r->mu);
 	end_progress_line(r);
 	if (r->run_violations > VIOLATIONS_SHOWN)
 		fprintf(stderr, "[%s/%s] ... %lld more violations not shown\n", r->scenario, r->engine,
 		        (long long)(r->run_violations - VIOLATIONS_SHOWN));
-	int skipped = result == TMO_SCENARIO_SKIPPED;
+	int skipped = result == SK_SKIPPED;
 	const char *status = skipped ? "skipped" : result < 0 ? "error" : result > 0 ? "violations" : "ok";
 	json_t *o = json_pack("{s:s, s:s, s:s, s:i, s:I, s:f}", "scenario", r->scenario, "engine",
 	                      r->engine, "status", status, "result", result, "violations_reported",
@@ -209,23 +188,34 @@ void report_end_run(struct tmo_report *r, int result, double seconds)
 	r->benchmarks_done = json_array_size(r->benchmarks);
 	r->violations_done = json_array_size(r->violations);
 	r->in_run = 0;
+	int undeclared = r->undeclared;
 	pthread_mutex_unlock(&r->mu);
+	return undeclared;
 }
 
-/* Keep text fields comma- and newline-free so the CSV needs no quoting
- * (gnuplot's CSV reader does not understand quotes): a param's list
- * "threads=2,live=1000" is written "threads=2;live=1000" in the CSV. */
-static void csv_field(FILE *f, const char *s)
+/* The scenario declares METRIC with UNIT. */
+static int declared(const struct sk_scenario *s, const char *metric, const char *unit)
 {
-	for (; *s; s++)
-		fputc(*s == ',' ? ';' : (*s == '\n' || *s == '\r') ? ' ' : *s, f);
+	for (const struct sk_metric *m = s->metrics; m != NULL && m->name != NULL; m++)
+		if (strcmp(m->name, metric) == 0)
+			return strcmp(m->unit, unit ? unit : "") == 0;
+	return 0;
 }
 
-void tmo_report(const struct tmo_run *run, const char *metric, const char *param, double value,
+void sk_report(const struct sk_run *run, const char *metric, const char *param, double value,
                 const char *unit)
 {
-	struct tmo_report *r = run->report;
+	struct sk_sink *r = run->report;
 	pthread_mutex_lock(&r->mu);
+	if (!declared(r->running, metric, unit)) {
+		end_progress_line(r);
+		fprintf(stderr, "tmo-harness: [%s/%s] row refused: metric %s (%s) is not in the "
+		                "scenario's metrics table\n",
+		        r->scenario, run->ops->name, metric, unit ? unit : "");
+		r->undeclared++;
+		pthread_mutex_unlock(&r->mu);
+		return;
+	}
 	json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s}", "scenario", r->scenario, "engine",
 	                      run->ops->name, "metric", metric, "param", param ? param : "", "unit",
 	                      unit ? unit : "");
@@ -235,9 +225,9 @@ void tmo_report(const struct tmo_run *run, const char *metric, const char *param
 	pthread_mutex_unlock(&r->mu);
 }
 
-void tmo_violation(const struct tmo_run *run, const char *fmt, ...)
+void sk_violation(const struct sk_run *run, const char *fmt, ...)
 {
-	struct tmo_report *r = run->report;
+	struct sk_sink *r = run->report;
 	char msg[1024];
 	va_list ap;
 	va_start(ap, fmt);
@@ -245,7 +235,6 @@ void tmo_violation(const struct tmo_run *run, const char *fmt, ...)
 	va_end(ap);
 	pthread_mutex_lock(&r->mu);
 	r->run_violations++;
-	r->total_violations++;
 	if (r->run_violations <= VIOLATIONS_SHOWN) {
 		end_progress_line(r);
 		fprintf(stderr,
@@ -260,9 +249,9 @@ void tmo_violation(const struct tmo_run *run, const char *fmt, ...)
 	pthread_mutex_unlock(&r->mu);
 }
 
-void tmo_skip(const struct tmo_run *run, const char *fmt, ...)
+void sk_skip(const struct sk_run *run, const char *fmt, ...)
 {
-	struct tmo_report *r = run->report;
+	struct sk_sink *r = run->report;
 	va_list ap;
 	pthread_mutex_lock(&r->mu);
 	va_start(ap, fmt);
@@ -273,9 +262,9 @@ void tmo_skip(const struct tmo_run *run, const char *fmt, ...)
 	pthread_mutex_unlock(&r->mu);
 }
 
-void tmo_progress(const struct tmo_run *run, const char *what, double fraction)
+void sk_progress(const struct sk_run *run, const char *what, double fraction)
 {
-	struct tmo_report *r = run->report;
+	struct sk_sink *r = run->report;
 	int64_t now = now_ns();
 	/* A terminal gets a line rewritten 4 times a second; a log gets a new
 	 * line every 2 s. */
@@ -291,7 +280,7 @@ void tmo_progress(const struct tmo_run *run, const char *what, double fraction)
 	pthread_mutex_unlock(&r->mu);
 }
 
-void report_add_gbench_json(struct tmo_report *r, const char *json_text)
+void sk_sink_add_gbench_json(struct sk_sink *r, const char *json_text)
 {
 	/* Nothing ran (--benchmark_filter matched nothing): no document. */
 	if (json_text == NULL || json_text[0] == '\0')
@@ -337,175 +326,7 @@ void report_add_gbench_json(struct tmo_report *r, const char *json_text)
 	json_decref(doc);
 }
 
-/* A new array holding the first n elements of a (shared, not copied). */
-static json_t *array_prefix(json_t *a, size_t n)
-{
-	json_t *p = json_array();
-	for (size_t i = 0; i < n && i < json_array_size(a); i++)
-		json_array_append(p, json_array_get(a, i));
-	return p;
-}
-
-static int emit_json(FILE *f, void *arg)
-{
-	return json_dumpf(arg, f, JSON_INDENT(1) | JSON_REAL_PRECISION(10)) == 0 && fputc('\n', f) != EOF
-	               ? 0
-	               : -1;
-}
-
-static int emit_csv(FILE *f, void *arg)
-{
-	json_t *rows = arg, *row;
-	size_t i;
-	fputs("scenario,engine,metric,param,value,unit\n", f);
-	json_array_foreach(rows, i, row)
-	{
-		const char *keys[] = {"scenario", "engine", "metric", "param"};
-		for (int k = 0; k < 4; k++) {
-			csv_field(f, json_string_value(json_object_get(row, keys[k])));
-			fputc(',', f);
-		}
-		json_t *v = json_object_get(row, "value");
-		if (json_is_real(v))
-			fprintf(f, "%.10g", json_real_value(v));
-		else
-			fputs("nan", f);
-		fputc(',', f);
-		csv_field(f, json_string_value(json_object_get(row, "unit")));
-		fputc('\n', f);
-	}
-	return ferror(f) ? -1 : 0;
-}
-
-/* PATH.tmp<pid>: where PATH's next version is written before the rename. */
-static char *temp_name(const char *path)
-{
-	size_t n = strlen(path) + 32;
-	char *t = malloc(n);
-	if (t != NULL)
-		snprintf(t, n, "%s.tmp%ld", path, (long)getpid());
-	return t;
-}
-
-/* Write PATH whole or not at all: the text goes to PATH.tmp<pid>, is
- * flushed and fsync'd, and is renamed over PATH, so PATH holds either its
- * previous contents or the new ones, never a truncated file (a full disk, a
- * crash, an interrupt).  Any error is printed and returns -1; the temporary
- * file is removed. */
-static int write_whole(const char *path, int (*emit)(FILE *, void *), void *arg)
-{
-	char *tmp = temp_name(path);
-	if (tmp == NULL) {
-		fprintf(stderr, "tmo-harness: cannot write %s: out of memory\n", path);
-		return -1;
-	}
-	int rc = 0, err = 0;
-	FILE *f = fopen(tmp, "w");
-	if (f == NULL) {
-		rc = -1;
-		err = errno;
-	} else {
-		errno = 0;
-		if (emit(f, arg) != 0 || fflush(f) != 0 || ferror(f)) {
-			rc = -1;
-			err = errno ? errno : EIO;
-		} else if (fsync(fileno(f)) != 0 && errno != EINVAL) {
-			/* EINVAL: a file that cannot be synced (a pipe); nothing to lose */
-			rc = -1;
-			err = errno;
-		}
-		if (fclose(f) != 0 && rc == 0) {
-			rc = -1;
-			err = errno;
-		}
-		if (rc == 0 && rename(tmp, path) != 0) {
-			rc = -1;
-			err = errno;
-		}
-		if (rc != 0)
-			unlink(tmp);
-	}
-	if (rc != 0)
-		fprintf(stderr, "tmo-harness: cannot write %s: %s\n", path, strerror(err));
-	free(tmp);
-	return rc;
-}
-
-/* Both files, from what finished (the *_done prefixes); `complete` and,
- * after a signal, `interrupted` say how far the run got. */
-static int write_files(struct tmo_report *r, int complete, const char *signal_name)
-{
-	if (r->json_path == NULL)
-		return 0;
-	pthread_mutex_lock(&r->mu);
-	json_object_set_new(json_object_get(json_object_get(r->context, "tmo"), "machine"),
-	                    "load_avg_end", load_avg_json());
-	json_t *rows = array_prefix(r->rows, r->rows_done);
-	json_t *doc = json_pack("{s:O, s:b, s:o, s:o, s:O, s:o, s:O}", "context", r->context,
-	                        "complete", complete, "benchmarks",
-	                        array_prefix(r->benchmarks, r->benchmarks_done), "rows",
-	                        json_incref(rows), "runs", r->runs, "violations",
-	                        array_prefix(r->violations, r->violations_done), "targets",
-	                        r->targets);
-	if (doc != NULL && signal_name != NULL) {
-		json_t *in = json_pack("{s:s}", "signal", signal_name);
-		if (r->in_run) {
-			json_object_set_new(in, "scenario", json_string(r->scenario));
-			json_object_set_new(in, "engine", json_string(r->engine));
-		}
-		json_object_set_new(doc, "interrupted", in);
-	}
-	int rc = -1;
-	if (doc == NULL)
-		fprintf(stderr, "tmo-harness: cannot write %s: out of memory\n", r->json_path);
-	else if (write_whole(r->json_path, emit_json, doc) == 0 &&
-	         write_whole(r->csv_path, emit_csv, rows) == 0)
-		rc = 0;
-	json_decref(doc);
-	json_decref(rows);
-	pthread_mutex_unlock(&r->mu);
-	return rc;
-}
-
-int report_write(struct tmo_report *r, int complete) { return write_files(r, complete, NULL); }
-
-int report_write_interrupted(struct tmo_report *r, const char *signal_name)
-{
-	return write_files(r, 0, signal_name);
-}
-
-/* A destination must be a regular file (or not exist yet): the rename that
- * replaces it would otherwise replace a device (--json=/dev/null) or a
- * directory entry the user did not mean. */
-static int check_destination(const char *path)
-{
-	struct stat st;
-	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
-		fprintf(stderr, "tmo-harness: --json: %s exists and is not a regular file\n", path);
-		return -1;
-	}
-	char *tmp = temp_name(path);
-	int fd = tmp ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0666) : -1;
-	if (fd < 0) {
-		fprintf(stderr, "tmo-harness: --json: cannot create files beside %s: %s\n", path,
-		        strerror(tmp ? errno : ENOMEM));
-		free(tmp);
-		return -1;
-	}
-	close(fd);
-	unlink(tmp);
-	free(tmp);
-	return 0;
-}
-
-int report_check_writable(struct tmo_report *r)
-{
-	if (r->json_path == NULL)
-		return 0;
-	return check_destination(r->json_path) == 0 && check_destination(r->csv_path) == 0 ? 0 : -1;
-}
-
-size_t report_runs_done(struct tmo_report *r)
+size_t sk_sink_runs_done(struct sk_sink *r)
 {
 	pthread_mutex_lock(&r->mu);
 	size_t n = json_array_size(r->runs);
@@ -513,7 +334,7 @@ size_t report_runs_done(struct tmo_report *r)
 	return n;
 }
 
-void report_add_target(struct tmo_report *r, const char *what, double measured, const char *op,
+void sk_sink_add_target(struct sk_sink *r, const char *what, double measured, const char *op,
                        double want, const char *unit, const char *verdict)
 {
 	pthread_mutex_lock(&r->mu);
@@ -524,9 +345,9 @@ void report_add_target(struct tmo_report *r, const char *what, double measured, 
 	pthread_mutex_unlock(&r->mu);
 }
 
-const char *report_csv_path(const struct tmo_report *r) { return r->csv_path; }
+const char *sk_sink_csv_path(const struct sk_sink *r) { return r->csv_path; }
 
-int report_lookup(struct tmo_report *r, const char *scenario, const char *engine,
+int sk_sink_lookup(struct sk_sink *r, const char *scenario, const char *engine,
                   const char *metric, const char *param, double *value)
 {
 	int found = 0;
@@ -548,4 +369,9 @@ int report_lookup(struct tmo_report *r, const char *scenario, const char *engine
 	return found;
 }
 
-int64_t report_violations(const struct tmo_report *r) { return r->total_violations; }
+double sk_figure(const struct sk_results *res, const char *scenario, const char *engine,
+                 const char *metric, const char *param)
+{
+	double v;
+	return sk_sink_lookup(res->sink, scenario, engine, metric, param, &v) ? v : NAN;
+}

@@ -43,8 +43,53 @@
 #include <stdatomic.h>
 #include <sys/resource.h>
 
-#include "tmo/testing.h"
-#include "util.h"
+#include "pg.h"
+
+/* Every figure this scenario reports (sk.h: struct sk_metric). */
+static const struct sk_metric progress_metrics[] = {
+	{"callback_max_latency_ns", "ns"}, {"pairs", "count"}, {"pairs_per_s", "pairs/s"},
+	{"latency_ns", "ns"}, {"max_unswitched_ns", "ns"}, {"slow_pairs_preempted", "count"},
+	{"slow_pairs_slept", "count"}, {"blocked_workers", "count"}, {"stalled_workers", "count"},
+	{"arms_refused", "count"}, {"parkable", "bool"}, {"violations", "count"}, {NULL, NULL},
+};
+
+/* The project's targets over them (sk.h: struct sk_target). */
+static const struct sk_target progress_targets[] = {
+	{.label = "worst arm+cancel while a callback blocks (not switched out): %s",
+	 .engines = "mpsc,wheel", .metric = "callback_max_latency_ns", .scale = 1e-6,
+	 .cmp = SK_AT_MOST, .bound = 1, .unit = " ms"},
+	{0},
+};
+
+static int progress_run(const struct sk_run *run);
+
+const struct sk_scenario sk_scenario_progress = {
+	.name = "progress",
+	.summary = "park the timer thread, then block one callback; arm/cancel latency from other threads "
+	           "meanwhile (lock-free engines keep going, lock-based ones block: bounded, counted)",
+	.correctness = 1,
+	.run = progress_run,
+	.params = "--threads workers (at most 64) arm and cancel 1 s timeouts flat out, first "
+	          "with the engine running, then for 500 ms (--quick: 200 ms) with its timer "
+	          "thread parked at its loop's hook (tmo_testing_park), then for 2 s (--quick: 200 ms) "
+	          "while one callback blocks, each worker keeping 4096 timers of 60 s armed (16 on "
+	          "a thread-per-timer engine) and cancelling the oldest as it arms the next. On an "
+	          "engine that declares lockfree-arm the park and the blocked callback last until "
+	          "every worker has also finished 200 pairs in the phase (at most 10 s). Reports "
+	          "pairs/s, latency p50/p99/max, stalled (an op over 100 ms: reported) and "
+	          "blocked workers per phase, the slowest pair of all and the slowest that the worker's "
+	          "thread ran without a context switch (getrusage), and the pairs over 20 us that "
+	          "were preempted or slept.",
+	.fails_when = "an engine that declares lockfree-arm has a worker blocked by the park or "
+	              "by the blocked callback: short of 200 pairs when the phase ends, or inside "
+	              "one pair begun more than half the phase earlier (an engine that does not "
+	              "declare it is reported, not failed); an engine without the park capability "
+	              "does not refuse tmo_testing_park with TMO_EINVAL; an arm or cancel returns an error "
+	              "other than an arm refused at once with TMO_EAGAIN (counted and reported); "
+	              "the blocked callback's timer does not fire.",
+	.metrics = progress_metrics,
+	.targets = progress_targets,
+};
 
 #define WINDOW_FULL (500 * TMO_NSEC_PER_MSEC)
 #define WINDOW_QUICK (200 * TMO_NSEC_PER_MSEC)
@@ -53,140 +98,7 @@
 #define LIVENESS (10 * TMO_NSEC_PER_SEC)
 #define CB_WINDOW_FULL (2 * TMO_NSEC_PER_SEC)
 #define CB_WINDOW_QUICK (200 * TMO_NSEC_PER_MSEC)
-/* timers each worker keeps armed in the callback phase (a thread each on a
- * thread-per-timer engine: fewer there) */
-#define CB_HELD 4096
-#define CB_HELD_THREAD 16
-#define MAX_SAMPLES 200000 /* per worker and phase, for the quantiles */
-#define SLOW_NS (20 * TMO_NSEC_PER_USEC) /* a pair this slow is told apart */
-#define SNAP_EVERY 1024                   /* pairs between switch-count readings */
-#define MAX_WORKERS 64
-
-/* PH_* index ops[] and lat[] */
-enum { PH_RUNNING = 0, PH_PARKED = 1, PH_CALLBACK = 2, PH_STOP = 3, NPH = 3 };
 static const char *const ph_name[NPH] = {"running", "parked", "callback"};
-
-struct pg_worker {
-	_Alignas(64) struct tmo_timer t;
-	pthread_t th;
-	struct pg_ctx *c;
-	atomic_llong ops[NPH];
-	_Atomic int64_t op_start; /* 0 when between ops */
-	int64_t *lat[NPH];        /* ns per arm+cancel pair (the first MAX_SAMPLES) */
-	size_t nlat[NPH];
-	int64_t max[NPH];         /* slowest pair of all */
-	int64_t max_quiet[NPH];   /* slowest pair not switched out */
-	long long preempted[NPH]; /* slow pairs with an involuntary switch */
-	long long slept[NPH];     /* slow pairs with a voluntary switch */
-	long snap_inv, snap_vol;  /* the last switch-count reading */
-	unsigned since_snap;
-	struct tmo_timer *held;   /* CB_HELD: the callback phase's window */
-	size_t next_held, nheld;
-	long long refused[NPH];   /* arms refused with TMO_EAGAIN */
-	long long errors;
-	int first_error;
-};
-
-struct pg_ctx {
-	const struct tmo_run *run;
-	struct tmo *e;
-	atomic_int phase;          /* the phase workers run; PH_STOP ends them */
-	_Atomic int64_t parked_at; /* park(1) was called; INT64_MAX before */
-	int nworkers;
-	struct tmo_timer blocker;  /* its callback blocks in the callback phase */
-	atomic_int blocker_in, blocker_release;
-	struct pg_worker w[MAX_WORKERS];
-};
-
-static void pg_cb(struct tmo_timer *t, void *arg) { (void)t, (void)arg; }
-
-static void pg_block_cb(struct tmo_timer *t, void *arg)
-{
-	struct pg_ctx *c = arg;
-	(void)t;
-	atomic_store(&c->blocker_in, 1);
-	while (!atomic_load(&c->blocker_release))
-		su_sleep_ns(100 * TMO_NSEC_PER_USEC);
-}
-
-/* The callback phase's op: cancel the oldest of the worker's held timers
- * (armed CB_HELD ops ago, 60 s: still pending), arm it again. */
-static void pg_held_op(struct pg_ctx *c, struct pg_worker *w, int *rc, int *rc2)
-{
-	struct tmo_timer *t = &w->held[w->next_held++ % w->nheld];
-	*rc2 = t->cb != NULL ? tmo_cancel(c->e, t) : TMO_CANCEL_PREVENTED;
-	*rc = tmo_arm(c->e, t, 60 * TMO_NSEC_PER_SEC, pg_cb, NULL);
-	if (*rc != 0)
-		t->cb = NULL; /* not armed: nothing to cancel next time */
-}
-
-/* Read this thread's context-switch counts after a pair of d ns in phase
- * ph; a slow pair is judged against the reading before it. */
-static void pg_switches(struct pg_worker *w, int ph, int64_t d)
-{
-	struct rusage ru;
-	if (getrusage(RUSAGE_THREAD, &ru) != 0)
-		return; /* the pair stays unjudged: in neither max */
-	if (d >= SLOW_NS) {
-		if (ru.ru_nvcsw != w->snap_vol)
-			w->slept[ph]++;
-		else if (ru.ru_nivcsw != w->snap_inv)
-			w->preempted[ph]++;
-		else if (d > w->max_quiet[ph])
-			w->max_quiet[ph] = d;
-	}
-	w->snap_inv = ru.ru_nivcsw;
-	w->snap_vol = ru.ru_nvcsw;
-	w->since_snap = 0;
-}
-
-static void *pg_worker_main(void *arg)
-{
-	struct pg_worker *w = arg;
-	struct pg_ctx *c = w->c;
-	pg_switches(w, 0, 0);
-	for (;;) {
-		int phase = atomic_load(&c->phase);
-		if (phase == PH_STOP)
-			break;
-		int64_t t0 = su_now_ns();
-		atomic_store(&w->op_start, t0);
-		int rc, rc2;
-		if (phase == PH_CALLBACK) {
-			pg_held_op(c, w, &rc, &rc2);
-		} else {
-			rc = tmo_arm(c->e, &w->t, TMO_NSEC_PER_SEC, pg_cb, NULL);
-			rc2 = rc == 0 ? tmo_cancel(c->e, &w->t) : TMO_CANCEL_PREVENTED;
-		}
-		int64_t t1 = su_now_ns();
-		atomic_store(&w->op_start, 0);
-		/* An op belongs to the parked phase if it ended after park(1) was
-		 * called: an op the park caught midway counts there too. */
-		int ph = phase == PH_CALLBACK                        ? PH_CALLBACK
-		         : t1 >= atomic_load(&c->parked_at) ? PH_PARKED
-		                                            : PH_RUNNING;
-		if (rc == TMO_EAGAIN && rc2 == TMO_CANCEL_PREVENTED) {
-			/* refused at once (a timer thread behind, a capped pool):
-			 * the engine's capacity, counted; never a wait */
-			w->refused[ph]++;
-		} else if (rc != 0 || rc2 != TMO_CANCEL_PREVENTED) {
-			if (w->errors++ == 0)
-				w->first_error = rc != 0 ? rc : rc2;
-			continue;
-		}
-		int64_t d = t1 - t0;
-		if (w->nlat[ph] < MAX_SAMPLES)
-			w->lat[ph][w->nlat[ph]++] = d;
-		if (d > w->max[ph])
-			w->max[ph] = d;
-		if (d >= SLOW_NS || ++w->since_snap >= SNAP_EVERY)
-			pg_switches(w, ph, d);
-		else if (d > w->max_quiet[ph])
-			w->max_quiet[ph] = d;
-		atomic_fetch_add_explicit(&w->ops[ph], 1, memory_order_relaxed);
-	}
-	return NULL;
-}
 
 struct pg_watch_result {
 	int stalled; /* workers seen in one op for longer than BOUND */
@@ -210,13 +122,13 @@ static struct pg_watch_result pg_watch(struct pg_ctx *c, int ph, int64_t window,
                                        const char *what, double base)
 {
 	struct pg_watch_result r = {0, 0, 0};
-	int64_t start = su_now_ns(), end = start + window;
+	int64_t start = sk_now_ns(), end = start + window;
 	long long ops0[MAX_WORKERS];
 	for (int i = 0; i < c->nworkers; i++)
 		ops0[i] = atomic_load(&c->w[i].ops[ph]);
 	int stalled[MAX_WORKERS] = {0};
 	for (;;) {
-		int64_t now = su_now_ns();
+		int64_t now = sk_now_ns();
 		for (int i = 0; i < c->nworkers; i++) {
 			int64_t s = atomic_load(&c->w[i].op_start);
 			if (s != 0 && now - s > BOUND && !stalled[i]) {
@@ -228,10 +140,10 @@ static struct pg_watch_result pg_watch(struct pg_ctx *c, int ph, int64_t window,
 		    now - start >= LIVENESS)
 			break;
 		double f = now < end ? 1 - (double)(end - now) / (double)window : 1;
-		tmo_progress(c->run, what, base + 0.33 * f);
-		su_sleep_ns(TMO_NSEC_PER_MSEC);
+		sk_progress(c->run, what, base + 0.33 * f);
+		sk_sleep_ns(TMO_NSEC_PER_MSEC);
 	}
-	int64_t now = su_now_ns();
+	int64_t now = sk_now_ns();
 	r.length = now - start;
 	for (int i = 0; i < c->nworkers; i++) {
 		int64_t s = atomic_load(&c->w[i].op_start);
@@ -248,7 +160,7 @@ static long long pg_need(const struct pg_ctx *c)
 	return (c->run->ops->caps & TMO_CAP_LOCKFREE_ARM) ? PROOF_OPS : 0;
 }
 
-static void pg_phase_report(const struct tmo_run *run, struct pg_ctx *c, int ph, int64_t window,
+static void pg_phase_report(const struct sk_run *run, struct pg_ctx *c, int ph, int64_t window,
                             struct pg_watch_result w)
 {
 	const char *name = ph_name[ph];
@@ -271,29 +183,29 @@ static void pg_phase_report(const struct tmo_run *run, struct pg_ctx *c, int ph,
 		for (size_t j = 0; j < c->w[i].nlat[ph]; j++)
 			all[k++] = c->w[i].lat[ph][j];
 	if (all != NULL)
-		qsort(all, k, sizeof *all, su_cmp_i64);
-	double p50 = all ? (double)su_quantile_i64(all, k, 0.5) : NAN;
-	double p99 = all ? (double)su_quantile_i64(all, k, 0.99) : NAN;
+		qsort(all, k, sizeof *all, sk_cmp_i64);
+	double p50 = all ? (double)sk_quantile_i64(all, k, 0.5) : NAN;
+	double p99 = all ? (double)sk_quantile_i64(all, k, 0.99) : NAN;
 	double mx = ops > 0 ? (double)mx_all : NAN, mq = ops > 0 ? (double)mx_quiet : NAN;
 	free(all);
 	double rate = (double)ops / ((double)window / 1e9);
 	if (ph == PH_CALLBACK)
-		tmo_report(run, "callback_max_latency_ns", "", mq, "ns");
-	su_report(run, "pairs", (double)ops, "count", "phase=%s,threads=%d", name, c->nworkers);
-	su_report(run, "pairs_per_s", rate, "pairs/s", "phase=%s,threads=%d", name, c->nworkers);
-	su_report(run, "latency_ns", p50, "ns", "phase=%s,threads=%d,q=p50", name, c->nworkers);
-	su_report(run, "latency_ns", p99, "ns", "phase=%s,threads=%d,q=p99", name, c->nworkers);
-	su_report(run, "latency_ns", mx, "ns", "phase=%s,threads=%d,q=max", name, c->nworkers);
-	su_report(run, "max_unswitched_ns", mq, "ns", "phase=%s,threads=%d", name, c->nworkers);
-	su_report(run, "slow_pairs_preempted", (double)preempted, "count", "phase=%s,threads=%d",
+		sk_report(run, "callback_max_latency_ns", "", mq, "ns");
+	sk_report_fmt(run, "pairs", (double)ops, "count", "phase=%s,threads=%d", name, c->nworkers);
+	sk_report_fmt(run, "pairs_per_s", rate, "pairs/s", "phase=%s,threads=%d", name, c->nworkers);
+	sk_report_fmt(run, "latency_ns", p50, "ns", "phase=%s,threads=%d,q=p50", name, c->nworkers);
+	sk_report_fmt(run, "latency_ns", p99, "ns", "phase=%s,threads=%d,q=p99", name, c->nworkers);
+	sk_report_fmt(run, "latency_ns", mx, "ns", "phase=%s,threads=%d,q=max", name, c->nworkers);
+	sk_report_fmt(run, "max_unswitched_ns", mq, "ns", "phase=%s,threads=%d", name, c->nworkers);
+	sk_report_fmt(run, "slow_pairs_preempted", (double)preempted, "count", "phase=%s,threads=%d",
 	          name, c->nworkers);
-	su_report(run, "slow_pairs_slept", (double)slept, "count", "phase=%s,threads=%d", name,
+	sk_report_fmt(run, "slow_pairs_slept", (double)slept, "count", "phase=%s,threads=%d", name,
 	          c->nworkers);
-	su_report(run, "blocked_workers", (double)w.blocked, "count", "phase=%s,threads=%d", name,
+	sk_report_fmt(run, "blocked_workers", (double)w.blocked, "count", "phase=%s,threads=%d", name,
 	          c->nworkers);
-	su_report(run, "stalled_workers", (double)w.stalled, "count", "phase=%s,threads=%d", name,
+	sk_report_fmt(run, "stalled_workers", (double)w.stalled, "count", "phase=%s,threads=%d", name,
 	          c->nworkers);
-	su_report(run, "arms_refused", (double)refused, "count", "phase=%s,threads=%d", name,
+	sk_report_fmt(run, "arms_refused", (double)refused, "count", "phase=%s,threads=%d", name,
 	          c->nworkers);
 	printf("  %-8s %10lld arm+cancel pairs (%.3g/s), latency p50 %8.0f ns  p99 %10.0f ns  max "
 	       "%12.0f ns; of %d workers %d stalled > %lld ms, %d blocked to the end; %lld arms "
@@ -307,13 +219,13 @@ static void pg_phase_report(const struct tmo_run *run, struct pg_ctx *c, int ph,
 /* Park the timer thread for `window` and watch.  Returns violations. */
 static int pg_parked_phase(struct pg_ctx *c, int64_t window, struct pg_watch_result *out)
 {
-	const struct tmo_run *run = c->run;
+	const struct sk_run *run = c->run;
 	/* Parking waits for the timer thread to reach its hook; only then does
 	 * the parked phase start counting. */
-	atomic_store(&c->parked_at, su_now_ns());
+	atomic_store(&c->parked_at, sk_now_ns());
 	int rc = tmo_testing_park(c->e, 1);
 	if (rc != 0) {
-		tmo_violation(run, "park(1) returned %s on an engine declaring TMO_CAP_PARK",
+		sk_violation(run, "park(1) returned %s on an engine declaring TMO_CAP_PARK",
 		              tmo_errname(rc));
 		return 1;
 	}
@@ -324,7 +236,7 @@ static int pg_parked_phase(struct pg_ctx *c, int64_t window, struct pg_watch_res
 	atomic_store(&c->phase, PH_CALLBACK);
 	rc = tmo_testing_park(c->e, 0);
 	if (rc != 0) {
-		tmo_violation(run, "park(0) returned %s", tmo_errname(rc));
+		sk_violation(run, "park(0) returned %s", tmo_errname(rc));
 		return 1;
 	}
 	return 0;
@@ -333,17 +245,17 @@ static int pg_parked_phase(struct pg_ctx *c, int64_t window, struct pg_watch_res
 /* Block one callback for `window` and watch.  Returns violations. */
 static int pg_callback_phase(struct pg_ctx *c, int64_t window, struct pg_watch_result *out)
 {
-	const struct tmo_run *run = c->run;
+	const struct sk_run *run = c->run;
 	int rc = tmo_arm(c->e, &c->blocker, 0, pg_block_cb, c);
 	if (rc != 0) {
-		tmo_violation(run, "arming the blocking callback returned %s", tmo_errname(rc));
+		sk_violation(run, "arming the blocking callback returned %s", tmo_errname(rc));
 		return 1;
 	}
-	int64_t end = su_now_ns() + 10 * TMO_NSEC_PER_SEC;
-	while (!atomic_load(&c->blocker_in) && su_now_ns() < end)
-		su_sleep_ns(100 * TMO_NSEC_PER_USEC);
+	int64_t end = sk_now_ns() + 10 * TMO_NSEC_PER_SEC;
+	while (!atomic_load(&c->blocker_in) && sk_now_ns() < end)
+		sk_sleep_ns(100 * TMO_NSEC_PER_USEC);
 	if (!atomic_load(&c->blocker_in)) {
-		tmo_violation(run, "a timeout-0 timer did not fire within 10 s");
+		sk_violation(run, "a timeout-0 timer did not fire within 10 s");
 		atomic_store(&c->blocker_release, 1);
 		return 1;
 	}
@@ -353,7 +265,7 @@ static int pg_callback_phase(struct pg_ctx *c, int64_t window, struct pg_watch_r
 	atomic_store(&c->blocker_release, 1);
 	rc = tmo_cancel(c->e, &c->blocker);
 	if (rc != TMO_CANCEL_WAITED && rc != TMO_CANCEL_FIRED) {
-		tmo_violation(run, "cancel of the blocked callback's timer returned %s, want "
+		sk_violation(run, "cancel of the blocked callback's timer returned %s, want "
 		              "TMO_CANCEL_WAITED or TMO_CANCEL_FIRED",
 		              rc < 0 ? tmo_errname(rc) : "PREVENTED");
 		return 1;
@@ -364,10 +276,10 @@ static int pg_callback_phase(struct pg_ctx *c, int64_t window, struct pg_watch_r
 /* An engine declaring TMO_CAP_LOCKFREE_ARM may not block in any phase. */
 static int pg_verdict(struct pg_ctx *c, int ph, struct pg_watch_result w)
 {
-	const struct tmo_run *run = c->run;
+	const struct sk_run *run = c->run;
 	int lockfree = (run->ops->caps & TMO_CAP_LOCKFREE_ARM) != 0;
 	if (w.blocked > 0 && lockfree) {
-		tmo_violation(run, "declares TMO_CAP_LOCKFREE_ARM, yet in the %s phase %d of %d workers "
+		sk_violation(run, "declares TMO_CAP_LOCKFREE_ARM, yet in the %s phase %d of %d workers "
 		              "were blocked: short of %d arm+cancel pairs, or inside one begun more "
 		              "than half the phase earlier, when it ended (%lld ms phase)",
 		              ph_name[ph], w.blocked, c->nworkers, PROOF_OPS,
@@ -383,7 +295,51 @@ static int pg_verdict(struct pg_ctx *c, int ph, struct pg_watch_result w)
 	return 0;
 }
 
-static int progress_run(const struct tmo_run *run)
+/* Start the workers, each with its latency arrays and held timers.
+ * Returns 0 or TMO_EAGAIN; *started counts the threads to join. */
+static int pg_start_workers(const struct sk_run *run, struct pg_ctx *c, int *started)
+{
+	for (int i = 0; i < c->nworkers; i++) {
+		struct pg_worker *w = &c->w[i];
+		w->c = c;
+		for (int ph = 0; ph < NPH; ph++)
+			w->lat[ph] = malloc(MAX_SAMPLES * sizeof(int64_t));
+		w->nheld = sk_thread_per_timer(run) ? CB_HELD_THREAD : CB_HELD;
+		w->held = calloc(w->nheld, sizeof *w->held);
+		if (w->lat[0] == NULL || w->lat[1] == NULL || w->lat[2] == NULL || w->held == NULL ||
+		    pthread_create(&w->th, NULL, pg_worker_main, w) != 0)
+			return TMO_EAGAIN;
+		(*started)++;
+	}
+	return 0;
+}
+
+/* Cancel what the workers still hold, count their failed pairs, free the
+ * run.  Returns the violations (any failed pair). */
+static int pg_finish(const struct sk_run *run, struct pg_ctx *c, int started)
+{
+	long long errors = 0;
+	for (int i = 0; i < started; i++) {
+		struct pg_worker *w = &c->w[i];
+		for (size_t k = 0; k < w->nheld; k++)
+			if (w->held[k].cb != NULL && tmo_cancel(c->e, &w->held[k]) != TMO_CANCEL_PREVENTED)
+				w->errors++;
+		errors += w->errors;
+		if (w->errors > 0 && errors == w->errors)
+			sk_violation(run, "worker %d: %lld arm/cancel pairs failed (first: %s, %d)", i,
+			             w->errors, tmo_errname(w->first_error), w->first_error);
+	}
+	tmo_destroy(&c->e);
+	for (int i = 0; i < c->nworkers; i++) {
+		for (int ph = 0; ph < NPH; ph++)
+			free(c->w[i].lat[ph]);
+		free(c->w[i].held);
+	}
+	free(c);
+	return errors > 0;
+}
+
+static int progress_run(const struct sk_run *run)
 {
 	struct pg_ctx *c = calloc(1, sizeof *c);
 	if (c == NULL)
@@ -401,7 +357,7 @@ static int progress_run(const struct tmo_run *run)
 	if (!parkable) {
 		rc = tmo_testing_park(c->e, 1);
 		if (rc != TMO_EINVAL) {
-			tmo_violation(run, "park on an engine without TMO_CAP_PARK returned %s, want "
+			sk_violation(run, "park on an engine without TMO_CAP_PARK returned %s, want "
 			              "TMO_EINVAL",
 			              tmo_errname(rc));
 			v++;
@@ -414,29 +370,16 @@ static int progress_run(const struct tmo_run *run)
 		                                                     "timer thread"
 		                                                   : "no park hook");
 	}
-	tmo_report(run, "parkable", "", parkable, "bool");
+	sk_report(run, "parkable", "", parkable, "bool");
 	int64_t window = run->quick ? WINDOW_QUICK : WINDOW_FULL;
 	int64_t cb_window = run->quick ? CB_WINDOW_QUICK : CB_WINDOW_FULL;
 	int started = 0;
-	for (int i = 0; i < c->nworkers; i++) {
-		struct pg_worker *w = &c->w[i];
-		w->c = c;
-		for (int ph = 0; ph < NPH; ph++)
-			w->lat[ph] = malloc(MAX_SAMPLES * sizeof(int64_t));
-		w->nheld = su_thread_per_timer(run) ? CB_HELD_THREAD : CB_HELD;
-		w->held = calloc(w->nheld, sizeof *w->held);
-		if (w->lat[0] == NULL || w->lat[1] == NULL || w->lat[2] == NULL || w->held == NULL ||
-		    pthread_create(&w->th, NULL, pg_worker_main, w) != 0) {
-			rc = TMO_EAGAIN;
-			break;
-		}
-		started++;
-	}
+	rc = pg_start_workers(run, c, &started);
 	printf("progress: %d workers arm+cancel a 1 s timeout flat out, %.0f ms with the timer thread "
 	       "running, %.0f ms with it parked, then %.0f ms holding %d timers each while one "
 	       "callback blocks\n",
 	       c->nworkers, (double)window / 1e6, parkable ? (double)window / 1e6 : 0.0,
-	       (double)cb_window / 1e6, su_thread_per_timer(run) ? CB_HELD_THREAD : CB_HELD);
+	       (double)cb_window / 1e6, sk_thread_per_timer(run) ? CB_HELD_THREAD : CB_HELD);
 	struct pg_watch_result w_ph[NPH] = {{0, 0, 0}, {0, 0, 0}, {0, 0, 0}};
 	if (rc == 0) {
 		w_ph[PH_RUNNING] = pg_watch(c, PH_RUNNING, window, 0, "running", 0);
@@ -456,51 +399,7 @@ static int progress_run(const struct tmo_run *run)
 			v += pg_verdict(c, ph, w_ph[ph]);
 		}
 	}
-	long long errors = 0;
-	for (int i = 0; i < started; i++) {
-		struct pg_worker *w = &c->w[i];
-		for (size_t k = 0; k < w->nheld; k++)
-			if (w->held[k].cb != NULL && tmo_cancel(c->e, &w->held[k]) != TMO_CANCEL_PREVENTED)
-				w->errors++;
-		errors += w->errors;
-		if (w->errors > 0 && errors == w->errors)
-			tmo_violation(run, "worker %d: %lld arm/cancel pairs failed (first: %s, %d)", i,
-			              w->errors, tmo_errname(w->first_error), w->first_error);
-	}
-	v += errors > 0;
-	tmo_destroy(&c->e);
-	for (int i = 0; i < c->nworkers; i++) {
-		for (int ph = 0; ph < NPH; ph++)
-			free(c->w[i].lat[ph]);
-		free(c->w[i].held);
-	}
-	free(c);
-	tmo_report(run, "violations", "", v, "count");
+	v += pg_finish(run, c, started);
+	sk_report(run, "violations", "", v, "count");
 	return rc < 0 ? rc : v;
 }
-
-const struct tmo_scenario tmo_scenario_progress = {
-	"progress",
-	"park the timer thread, then block one callback; arm/cancel latency from other threads "
-	"meanwhile (lock-free engines keep going, lock-based ones block: bounded, counted)",
-	1,
-	progress_run,
-	.params = "--threads workers (at most 64) arm and cancel 1 s timeouts flat out, first "
-	          "with the engine running, then for 500 ms (--quick: 200 ms) with its timer "
-	          "thread parked at its loop's hook (tmo_testing_park), then for 2 s (--quick: 200 ms) "
-	          "while one callback blocks, each worker keeping 4096 timers of 60 s armed (16 on "
-	          "a thread-per-timer engine) and cancelling the oldest as it arms the next. On an "
-	          "engine that declares lockfree-arm the park and the blocked callback last until "
-	          "every worker has also finished 200 pairs in the phase (at most 10 s). Reports "
-	          "pairs/s, latency p50/p99/max, stalled (an op over 100 ms: reported) and "
-	          "blocked workers per phase, the slowest pair of all and the slowest that the worker's "
-	          "thread ran without a context switch (getrusage), and the pairs over 20 us that "
-	          "were preempted or slept.",
-	.fails_when = "an engine that declares lockfree-arm has a worker blocked by the park or "
-	              "by the blocked callback: short of 200 pairs when the phase ends, or inside "
-	              "one pair begun more than half the phase earlier (an engine that does not "
-	              "declare it is reported, not failed); an engine without the park capability "
-	              "does not refuse tmo_testing_park with TMO_EINVAL; an arm or cancel returns an error "
-	              "other than an arm refused at once with TMO_EAGAIN (counted and reported); "
-	              "the blocked callback's timer does not fire.",
-};

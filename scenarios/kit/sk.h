@@ -1,0 +1,128 @@
+/*
+ * The scenario interface: a scenario is data plus one run function, run by the
+ * harness against every chosen engine.  Each file scenarios/NAME.c exports
+ * `const struct sk_scenario sk_scenario_NAME` (the file name with '-'
+ * written as '_'); CMake generates the scenario table from the folder, so a
+ * scenario is registered by adding its file.
+ */
+#ifndef SK_H
+#define SK_H
+
+#include <stdint.h>
+
+#include "tmo/tmo.h"
+
+struct sk_sink; /* results sink owned by the harness (JSON + CSV) */
+struct sk_metric;
+struct sk_target;
+struct sk_results;
+
+/* What the harness hands a scenario for one engine. */
+struct sk_run {
+	const struct tmo_engine_ops *ops; /* the engine under test */
+	int threads;                      /* --threads (default 2) */
+	int quick;                        /* --quick: CI-sized */
+	uint64_t seed;                    /* --seed */
+	struct sk_sink *report;
+	int repeat;                       /* --repeat: fresh engine instances (>= 1) */
+};
+
+struct sk_scenario {
+	const char *name;    /* "throughput" */
+	const char *summary; /* one line */
+	/* Correctness scenarios count violations: the harness exits 1 when any
+	 * run returned > 0. */
+	int correctness;
+	/* Run against run->ops.  Returns the number of violations found (0 for
+	 * benchmarks), a negative enum tmo_error if it could not run, or
+	 * SK_SKIPPED (see sk_skip). */
+	int (*run)(const struct sk_run *run);
+	/* The manual, kept beside the code it describes: `./harness --help`
+	 * prints both under SCENARIOS and README.md carries that output (a
+	 * ctest compares them).  Plain sentences; the harness wraps them.
+	 *   params      what the run does and with which sizes: full, then
+	 *               --quick, and what --threads and --seed change
+	 *   fails_when  what makes the run count a violation (exit status 1) */
+	const char *params;
+	const char *fails_when;
+	/* Every figure the scenario reports, {NULL}-terminated: sk_report()
+	 * refuses a metric (or unit) not declared here, and a target can name
+	 * only a declared metric (the harness checks every table before it runs
+	 * anything, and prints them with --list-metrics for scripts/plot). */
+	const struct sk_metric *metrics;
+	/* The project's targets over those figures, {NULL}-terminated (NULL: none),
+	 * printed in the end-of-run targets table when the scenario ran. */
+	const struct sk_target *targets;
+	/* Optional: the scenario's own end-of-run table, printed before the
+	 * targets from the rows of every run in this process. */
+	void (*end_table)(const struct sk_results *res);
+};
+
+/* A figure the scenario reports: its name ("seed_median_ns_per_op") and unit
+ * ("ns", "ops/s", "bytes", "count"). */
+struct sk_metric {
+	const char *name;
+	const char *unit;
+};
+
+/* A target: a declared metric of this scenario, for each named engine,
+ * compared with a bound.  The figure is the row (engine, metric, param),
+ * optionally divided by a second row (per_*: NULL means the same as the
+ * first), the ratio taken upside down when `inverse`, then times `scale`.
+ * A figure that was not reported is "not measured", never met. */
+enum sk_cmp { SK_AT_MOST, SK_AT_LEAST };
+struct sk_target {
+	const char *label;   /* the row's name; "%s": the engine ("%d": the threads, most_threads) */
+	/* "wheel", "mpsc,wheel" (one row each, in this order), "*": every engine run */
+	const char *engines;
+	const char *metric, *param;
+	const char *per_metric, *per_param, *per_engine; /* a ratio's denominator */
+	int inverse;  /* (per figure) / (figure): "N x faster than" */
+	double scale; /* 0: 1 */
+	enum sk_cmp cmp;
+	double bound;
+	const char *unit; /* printed after the figure and the bound: " ns", "x" */
+	/* Why the figure is missing, "%s" the engine that was not run; NULL:
+	 * "not measured (ENGINE not run)", ENGINE the one without a figure. */
+	const char *missing;
+	/* The most threads measured beyond 2 (param "threads=N", N > 2, the
+	 * largest reported): the bound is per thread, times N; no row without
+	 * such N. */
+	int most_threads;
+};
+
+/* What a summary reads: the rows of this process and the engines run. */
+struct sk_results {
+	struct sk_sink *sink;
+	const struct tmo_engine_ops *const *engines;
+	int nengines;
+};
+/* A row's value (the last reported), or NaN when none was reported. */
+double sk_figure(const struct sk_results *res, const char *scenario, const char *engine,
+                 const char *metric, const char *param);
+
+/* One result row: scenario and engine come from the run; `metric` names the
+ * figure ("ns_per_op"), `param` its parameters ("threads=2,live=1000000" or
+ * ""), `unit` its unit ("ns", "ops/s", "bytes", "count").  Rows go to the
+ * JSON file and to the CSV beside it. */
+void sk_report(const struct sk_run *run, const char *metric, const char *param,
+                double value, const char *unit);
+
+/* Print a violation with what is needed to reproduce it (stderr). */
+void sk_violation(const struct sk_run *run, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* A run that cannot happen here and now for want of a per-user kernel
+ * resource that other processes hold (kernel timers, threads) is neither a
+ * violation nor an error: the scenario says why with sk_skip() and returns
+ * SK_SKIPPED.  Violations it found before that still count (it
+ * returns them instead).  The harness reports the run as skipped, with the
+ * reason, and exits 77 when every run it made was skipped. */
+#define SK_SKIPPED (-1000)
+void sk_skip(const struct sk_run *run, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Progress for runs longer than 2 s: call often; prints to stderr at most a
+ * few times a second once the run has lasted 2 s. */
+void sk_progress(const struct sk_run *run, const char *what, double fraction);
+
+#endif

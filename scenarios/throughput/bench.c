@@ -1,0 +1,258 @@
+/*
+ * The throughput scenario's Google Benchmark bodies: see tp.h.
+ *
+ * Every arm must return 0 and every cancel TMO_CANCEL_PREVENTED (a 1 s
+ * timeout cancelled microseconds later); anything else, or a callback that
+ * runs, is counted and makes the run fail.  A capacity refusal (TMO_EAGAIN:
+ * mpsc's one timer thread cannot file every held arm of several threads) is
+ * asked again, after a yield, until the engine takes the arm (for at most
+ * REFUSED_MAX_NS in a row, then it is an error): rates count accepted arms,
+ * and the refusals are reported (arms_refused).
+ */
+#include "tp.h"
+
+static void tp_cb(struct tmo_timer *t, void *arg)
+{
+	struct tp_ctx *c = arg;
+	(void)t;
+	atomic_fetch_add(&c->fired, 1);
+}
+
+static void tp_error(struct tp_ctx *c, atomic_llong *counter, int rc)
+{
+	int zero = 0;
+	atomic_fetch_add(counter, 1);
+	atomic_compare_exchange_strong(&c->first_error, &zero, rc == 0 ? 1000 : rc);
+}
+
+/* An arm the engine refused for capacity (TMO_EAGAIN), asked again until
+ * it is taken or REFUSED_MAX_NS of refusals in a row. */
+static __attribute__((noinline)) int tp_arm_again(struct tp_ctx *c, struct tmo_timer *t,
+                                                  int64_t timeout)
+{
+	int64_t start = tmo_now_ns();
+	long long n = 0;
+	int rc;
+	do {
+		n++;
+		sched_yield();
+		rc = tmo_arm(c->e, t, timeout, tp_cb, c);
+	} while (rc == TMO_EAGAIN && tmo_now_ns() - start < REFUSED_MAX_NS);
+	atomic_fetch_add_explicit(&c->refused, n, memory_order_relaxed);
+	return rc;
+}
+
+static inline int tp_arm(struct tp_ctx *c, struct tmo_timer *t, int64_t timeout)
+{
+	int rc = tmo_arm(c->e, t, timeout, tp_cb, c);
+	return __builtin_expect(rc == TMO_EAGAIN, 0) ? tp_arm_again(c, t, timeout) : rc;
+}
+
+/* The seed loop body: the op a Ruby `Timeout.timeout(1) { }` costs. */
+static inline void seed_op(struct tp_ctx *c, struct tmo_timer *t)
+{
+	int rc = tp_arm(c, t, TMO_NSEC_PER_SEC);
+	if (rc != 0) {
+		tp_error(c, &c->arm_errors, rc);
+		return;
+	}
+	__asm__ volatile("" ::: "memory"); /* the empty block */
+	rc = tmo_cancel(c->e, t);
+	if (rc != TMO_CANCEL_PREVENTED)
+		tp_error(c, &c->cancel_errors, rc);
+}
+
+void bench_seed(sk_gb_state *st, void *arg)
+{
+	struct tp_ctx *c = arg;
+	struct tmo_timer *t = &c->slots[sk_gb_thread_index(st)].t;
+	while (sk_gb_keep_running_batch(st, BATCH))
+		for (int i = 0; i < BATCH; i++)
+			seed_op(c, t);
+	sk_gb_items_processed(st, (int64_t)sk_gb_max_iterations(st));
+}
+
+/* Cancel the oldest held timer (it was armed `now - at` ago). */
+static inline void held_cancel_oldest(struct tp_ctx *c, struct tp_held *h, int64_t now)
+{
+	uint32_t k = (uint32_t)(h->tail++ % HELD_RING);
+	int rc = tmo_cancel(c->e, &h->t[k]);
+	if (rc != TMO_CANCEL_PREVENTED)
+		tp_error(c, &c->cancel_errors, rc);
+	h->hold_ns_sum += (double)(now - h->at[k]);
+	h->holds++;
+}
+
+/* Each iteration arms one timer and cancels those armed at least HELD_NS
+ * ago: in the steady state one arm and one cancel. */
+void bench_held(sk_gb_state *st, void *arg)
+{
+	struct tp_ctx *c = arg;
+	struct tp_held *h = &c->held[sk_gb_thread_index(st)];
+	h->head = h->tail = 0;
+	while (sk_gb_keep_running_batch(st, BATCH)) {
+		int64_t now = tmo_now_ns();
+		for (int i = 0; i < BATCH; i++) {
+			while (h->head - h->tail >= HELD_RING ||
+			       (h->head > h->tail && now - h->at[h->tail % HELD_RING] >= HELD_NS))
+				held_cancel_oldest(c, h, now);
+			uint32_t k = (uint32_t)(h->head++ % HELD_RING);
+			h->at[k] = now;
+			int rc = tp_arm(c, &h->t[k], TMO_NSEC_PER_SEC);
+			if (rc != 0) {
+				tp_error(c, &c->arm_errors, rc);
+				h->head--;
+			}
+		}
+	}
+	int64_t now = tmo_now_ns(); /* the loop has ended: this is not timed */
+	while (h->head > h->tail)
+		held_cancel_oldest(c, h, now);
+	sk_gb_items_processed(st, (int64_t)sk_gb_max_iterations(st));
+}
+
+void bench_empty(sk_gb_state *st, void *arg)
+{
+	(void)arg;
+	while (sk_gb_keep_running_batch(st, BATCH))
+		for (int i = 0; i < BATCH; i++)
+			__asm__ volatile("" ::: "memory");
+}
+
+void bench_floor(sk_gb_state *st, void *arg)
+{
+	struct tp_ctx *c = arg;
+	atomic_uint *w = &c->slots[sk_gb_thread_index(st)].cas_word;
+	while (sk_gb_keep_running_batch(st, BATCH))
+		for (int i = 0; i < BATCH; i++) {
+			unsigned zero = 0, one = 1;
+			/* Both CASes succeed (the line is ours); seq_cst like an
+			 * engine's arm and cancel publishing a timer's state. */
+			atomic_compare_exchange_strong(w, &zero, 1);
+			atomic_compare_exchange_strong(w, &one, 0);
+		}
+}
+
+/* Spin for a ring slot without starving the timer thread (2 cores). */
+static inline void tp_pause(unsigned *spins)
+{
+	if (++*spins > 64) {
+		sched_yield();
+		*spins = 0;
+	}
+}
+
+/* Thread 0 arms timers and passes them to thread 1, which cancels them and
+ * passes them back.  Both threads run the same iteration count, so every
+ * armed timer is cancelled before the repetition ends. */
+void bench_cross(sk_gb_state *st, void *arg)
+{
+	struct tp_ctx *c = arg;
+	int producer = sk_gb_thread_index(st) == 0;
+	while (sk_gb_keep_running_batch(st, BATCH)) {
+		for (int i = 0; i < BATCH; i++) {
+			unsigned spins = 0;
+			if (producer) {
+				uint64_t fh = atomic_load_explicit(&c->free_head, memory_order_relaxed);
+				while (atomic_load_explicit(&c->free_tail, memory_order_acquire) == fh)
+					tp_pause(&spins);
+				struct tmo_timer *t = c->free_[fh % RING];
+				atomic_store_explicit(&c->free_head, fh + 1, memory_order_release);
+				int rc = tp_arm(c, t, TMO_NSEC_PER_SEC);
+				if (rc != 0) {
+					tp_error(c, &c->arm_errors, rc);
+					t->cb = NULL; /* tells the consumer: not armed */
+				}
+				uint64_t at = atomic_load_explicit(&c->armed_tail, memory_order_relaxed);
+				while (at - atomic_load_explicit(&c->armed_head, memory_order_acquire) >= RING)
+					tp_pause(&spins);
+				c->armed[at % RING] = t;
+				atomic_store_explicit(&c->armed_tail, at + 1, memory_order_release);
+			} else {
+				uint64_t ah = atomic_load_explicit(&c->armed_head, memory_order_relaxed);
+				while (atomic_load_explicit(&c->armed_tail, memory_order_acquire) == ah)
+					tp_pause(&spins);
+				struct tmo_timer *t = c->armed[ah % RING];
+				atomic_store_explicit(&c->armed_head, ah + 1, memory_order_release);
+				if (t->cb != NULL) {
+					int rc = tmo_cancel(c->e, t);
+					if (rc != TMO_CANCEL_PREVENTED)
+						tp_error(c, &c->cancel_errors, rc);
+				}
+				uint64_t ft = atomic_load_explicit(&c->free_tail, memory_order_relaxed);
+				c->free_[ft % RING] = t;
+				atomic_store_explicit(&c->free_tail, ft + 1, memory_order_release);
+			}
+		}
+	}
+	/* Counters are summed over threads: only the cancelling thread counts
+	 * pairs, so the rate is pairs (not arms + cancels) per second. */
+	if (!producer)
+		sk_gb_counter(st, "pairs", (double)sk_gb_max_iterations(st), SK_GB_COUNTER_RATE);
+}
+
+/* One seed pair, out of line: the warm-up's. */
+void tp_seed_op(struct tp_ctx *c, struct tmo_timer *t) { seed_op(c, t); }
+
+/* Arm `n` background timers with long random timeouts.  Returns how many
+ * were armed (fewer if the engine ran out: its error is in *err). */
+size_t tp_arm_background(struct tp_ctx *c, struct tmo_timer *bg, size_t n, struct sk_rng *rng,
+                         int *err)
+{
+	*err = 0;
+	for (size_t i = 0; i < n; i++) {
+		int64_t timeout = 60 * TMO_NSEC_PER_SEC + (int64_t)sk_below(rng, 3540) * TMO_NSEC_PER_SEC +
+		                  (int64_t)sk_below(rng, (uint64_t)TMO_NSEC_PER_SEC);
+		int rc = tp_arm(c, &bg[i], timeout);
+		if (rc != 0) {
+			*err = rc;
+			return i;
+		}
+		if ((i & 0xffff) == 0)
+			sk_progress(c->run, "arming background timers", (double)i / (double)n);
+	}
+	return n;
+}
+
+size_t tp_cancel_background(struct tp_ctx *c, struct tmo_timer *bg, size_t n)
+{
+	size_t bad = 0;
+	for (size_t i = 0; i < n; i++) {
+		int rc = tmo_cancel(c->e, &bg[i]);
+		if (rc != TMO_CANCEL_PREVENTED) {
+			if (bad == 0)
+				sk_violation(c->run, "cancel of background timer %zu (60..3600 s timeout) "
+				              "returned %s (%d), want TMO_CANCEL_PREVENTED",
+				              i, rc < 0 ? tmo_errname(rc) : "not prevented", rc);
+			bad++;
+		}
+	}
+	return bad;
+}
+
+void tp_held_free(struct tp_ctx *c, int nthreads)
+{
+	for (int t = 0; c->held != NULL && t < nthreads; t++) {
+		free(c->held[t].t);
+		free(c->held[t].at);
+	}
+	free(c->held);
+	c->held = NULL;
+}
+
+/* The held case's timers: NULL (case skipped) on a thread-per-timer engine
+ * (a thread per held timer) or when memory is short. */
+void tp_held_alloc(const struct sk_run *run, struct tp_ctx *c, int nthreads)
+{
+	if (sk_thread_per_timer(run))
+		return;
+	c->held = calloc((size_t)nthreads, sizeof *c->held);
+	for (int t = 0; c->held != NULL && t < nthreads; t++) {
+		c->held[t].t = calloc(HELD_RING, sizeof *c->held[t].t);
+		c->held[t].at = calloc(HELD_RING, sizeof *c->held[t].at);
+		if (c->held[t].t == NULL || c->held[t].at == NULL) {
+			tp_held_free(c, nthreads);
+			return;
+		}
+	}
+}

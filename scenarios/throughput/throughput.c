@@ -1,0 +1,475 @@
+/*
+ * throughput — the seed benchmark and its variations, run by Google
+ * Benchmark (kit/gbench.h), every figure from one process run:
+ *
+ *  seed    Ruby's `Timeout.timeout(1) { }` in a loop: arm a 1 s timeout,
+ *          run an empty block, cancel it.  ROUNDS repetitions of OPS
+ *          arm+cancel pairs on one thread; each round and the median
+ *          ns/op.  (Seed 000: the Ruby timeout benchmark.)
+ *  empty   the same loop with no engine call: the keep-running loop's own
+ *          cost per op (Debian's Google Benchmark is a debug build).
+ *  floor   an uncontended CAS pair on a cache line the caller owns: what an
+ *          arm+cancel that touches one shared word costs at best.
+ *          (empty and floor: the seed's rounds, their median.)
+ *  threads:N  1..--threads threads, each arming and cancelling its own
+ *          timer: aggregate ops/s (min-time runs, repeated: the median).
+ *  held:N  1..--threads threads, each holding its timers about 1 ms before
+ *          cancelling them (the web-service shape of the retention
+ *          scenario: an arm, then the cancel of the arm made ~1 ms
+ *          earlier): aggregate pairs/s.
+ *  cross   arm on one thread, cancel on another (two threads and a
+ *          single-producer ring between them): pairs/s.
+ *  live:L  the seed loop with L (1e3, 1e5, 1e6) other timers armed
+ *          (timeouts 60..3600 s, never due during the run).
+ *
+ * --repeat=N runs all of it on N fresh engine instances and reports each
+ * figure's median over them (the rows without "stat="), and its min and max
+ * ("stat=min", "stat=max"): one slow mode of one instance cannot pass for
+ * the engine's speed.
+ *
+ * Every arm must return 0 and every cancel TMO_CANCEL_PREVENTED (bench.c
+ * says how a capacity refusal is asked again).  Speed is reported, never
+ * asserted: the targets table at the end of the harness run compares.
+ *
+ * Sizes: the thread engine creates an OS thread per arm (~25 us): its seed
+ * rounds are OPS_THREAD pairs instead of OPS, and it holds at most
+ * LIVE_THREAD_MAX live timers (more sizes are reported as skipped).
+ */
+#include <math.h>
+
+#include "tp.h"
+
+/* Every figure this scenario reports (sk.h: struct sk_metric). */
+static const struct sk_metric throughput_metrics[] = {
+	{"live_capacity", "timers"}, {"seed_instance_ns_per_op", "ns"},
+	{"seed_median_ns_per_op", "ns"}, {"empty_loop_ns_per_op", "ns"}, {"floor_ns_per_op", "ns"},
+	{"ratio_to_floor", "x"}, {"ops_per_s", "ops/s"}, {"held_pairs_per_s", "pairs/s"},
+	{"held_mean_hold_ns", "ns"}, {"cross_pairs_per_s", "pairs/s"}, {"arms_refused", "count"},
+	{"live_ns_per_op", "ns"}, {NULL, NULL},
+};
+
+/* The project's targets over them (sk.h: struct sk_target). */
+static const struct sk_target tp_targets[] = {
+	{.label = "seed 1 thread: wheel ns per arm+cancel", .engines = "wheel",
+	 .metric = "seed_median_ns_per_op", .cmp = SK_AT_MOST, .bound = 15, .unit = " ns"},
+	{.label = "seed 1 thread: wheel / condvar", .engines = "wheel",
+	 .metric = "seed_median_ns_per_op", .per_engine = "condvar", .cmp = SK_AT_MOST, .bound = 0.5,
+	 .unit = "x"},
+	{.label = "seed 1 thread: wheel faster than thread", .engines = "wheel",
+	 .metric = "seed_median_ns_per_op", .per_engine = "thread", .inverse = 1,
+	 .cmp = SK_AT_LEAST, .bound = 1500, .unit = "x"},
+	{.label = "seed 1 thread: wheel faster than libevent", .engines = "wheel",
+	 .metric = "seed_median_ns_per_op", .per_engine = "libevent", .inverse = 1,
+	 .cmp = SK_AT_LEAST, .bound = 2, .unit = "x"},
+	{.label = "seed 1 thread: wheel / in-run floor", .engines = "wheel",
+	 .metric = "seed_median_ns_per_op", .per_metric = "floor_ns_per_op", .cmp = SK_AT_MOST,
+	 .bound = 3, .unit = "x"},
+	{.label = "2 threads / 1 thread aggregate: %s", .engines = "wheel,mpsc", .metric = "ops_per_s",
+	 .param = "threads=2", .per_param = "threads=1", .cmp = SK_AT_LEAST, .bound = 1.7,
+	 .unit = "x", .missing = "not measured (%s not run, or --threads<2)"},
+	/* 12x and 8x at 16 threads: 0.75 and 0.5 of linear. */
+	{.label = "%d threads / 1 aggregate: wheel seed", .engines = "wheel", .metric = "ops_per_s",
+	 .per_param = "threads=1", .most_threads = 1, .cmp = SK_AT_LEAST, .bound = 0.75, .unit = "x"},
+	{.label = "%d threads / 1 aggregate: wheel 1 ms held", .engines = "wheel",
+	 .metric = "held_pairs_per_s", .per_param = "threads=1", .most_threads = 1,
+	 .cmp = SK_AT_LEAST, .bound = 0.5, .unit = "x"},
+	{.label = "1e6 live timers: wheel ns per op", .engines = "wheel", .metric = "live_ns_per_op",
+	 .param = "live=1000000", .cmp = SK_AT_MOST, .bound = 30, .unit = " ns",
+	 .missing = "not measured (%s not run, or --quick)"},
+	{.label = "1e6 live timers: wheel / condvar ns per op", .engines = "wheel",
+	 .metric = "live_ns_per_op", .param = "live=1000000", .per_engine = "condvar",
+	 .cmp = SK_AT_MOST, .bound = 0.5, .unit = "x",
+	 .missing = "not measured (wheel or condvar not run, or --quick)"},
+	{0},
+};
+
+static int throughput_run(const struct sk_run *run);
+static void tp_summary(const struct sk_results *res);
+
+const struct sk_scenario sk_scenario_throughput = {
+	.name = "throughput",
+	.summary = "seed benchmark (arm+cancel a 1 s timeout around an empty block), threads, timers held "
+	           "1 ms, cross-thread, 1e3..1e6 live timers, vs an in-run CAS floor",
+	.correctness = 0,
+	.run = throughput_run,
+	.params = "Seed benchmark: 20 rounds of 10,000 arm+cancel pairs (--quick: 5 of 2,000; "
+	          "thread engine 1,000 / 100) on one thread, beside the loop's own cost and an "
+	          "uncontended CAS pair measured in the same rounds; 1..--threads threads each "
+	          "arming its own timer, and 1..--threads threads each cancelling its arms ~1 ms "
+	          "after making them (min-time runs of 0.3 s, 0.03 s --quick, median of 5 / 3); "
+	          "cross-thread cancel (2 threads); the seed loop with 1e3, 1e5, 1e6 other timers "
+	          "live (thread engine: 1e3 only). --repeat=N: all of it on N fresh engine "
+	          "instances, each figure's median and (stat=min, stat=max) its spread. --seed "
+	          "draws the live timers' timeouts. An arm refused with TMO_EAGAIN is asked again "
+	          "(arms_refused counts them). A benchmark: speed is reported and compared in the "
+	          "targets table, never a failure.",
+	.fails_when = "an arm fails (other than a capacity refusal that clears within 10 s), a "
+	              "cancel of the pending 1 s timeout does not return PREVENTED, a callback "
+	              "runs, or Google Benchmark stops a benchmark with an error.",
+	.metrics = throughput_metrics,
+	.targets = tp_targets,
+	.end_table = tp_summary,
+};
+
+static void tp_sizes(const struct sk_run *run, int *rounds, int *ops, double *min_time)
+{
+	*rounds = run->quick ? ROUNDS_QUICK : ROUNDS_FULL;
+	if (sk_thread_per_timer(run))
+		*ops = run->quick ? OPS_THREAD_QUICK : OPS_THREAD_FULL;
+	else
+		*ops = run->quick ? OPS_QUICK : OPS_FULL;
+	*min_time = run->quick ? MIN_TIME_QUICK : MIN_TIME_FULL;
+	/* Under TMO_TEST_SCALE: fewer ops per round, still a multiple of BATCH. */
+	*ops = (int)((sk_scaled((uint64_t)*ops) + BATCH - 1) / BATCH * BATCH);
+}
+
+static struct sk_gb_bench *tp_register(const struct sk_run *run, const char *what, sk_gb_fn *fn,
+                                    void *ctx, int threads, double min_time)
+{
+	/* min_time > 0: a min-time benchmark, repeated (see tp_median_rate). */
+	char name[160];
+	snprintf(name, sizeof name, "throughput/%s%s%s", run->ops->name, what[0] ? "/" : "", what);
+	struct sk_gb_bench *b = sk_gb_register(name, fn, ctx);
+	sk_gb_threads(b, threads);
+	sk_gb_use_real_time(b);
+	if (min_time > 0) {
+		sk_gb_min_time(b, min_time);
+		sk_gb_repetitions(b, run->quick ? REPS_QUICK : REPS_FULL);
+	}
+	return b;
+}
+
+/* The median over the repetitions of "throughput/<engine>/<what>/threads:N"
+ * of iterations (all threads) per wall second.  Computed from each
+ * repetition: the iteration count may differ between repetitions, so
+ * Google Benchmark's median time and median iterations need not pair up. */
+static double tp_median_rate(const struct sk_run *run, const struct sk_gb_result *res, size_t n,
+                             const char *what, int threads)
+{
+	char name[200];
+	snprintf(name, sizeof name, "throughput/%s%s%s/threads:%d", run->ops->name,
+	         what[0] ? "/" : "", what, threads);
+	double rates[64];
+	size_t k = 0;
+	for (size_t i = 0; i < n && k < 64; i++)
+		if (!res[i].error && res[i].repetition >= 0 && res[i].real_s > 0 &&
+		    strcmp(res[i].name, name) == 0)
+			rates[k++] = res[i].iterations / res[i].real_s;
+	return k ? sk_median(rates, k) : NAN;
+}
+
+/* Look up "throughput/<engine>/<what>/threads:N[_aggregate]". */
+static const struct sk_gb_result *tp_find(const struct sk_run *run, const struct sk_gb_result *res,
+                                       size_t n, const char *what, int threads, const char *agg)
+{
+	char name[200];
+	snprintf(name, sizeof name, "throughput/%s%s%s/threads:%d%s%s", run->ops->name,
+	         what[0] ? "/" : "", what, threads, agg[0] ? "_" : "", agg);
+	return sk_gb_find(res, n, name);
+}
+
+/* What one engine instance measured. */
+struct tp_figs {
+	double seed_ns, empty_ns, floor_ns, cross;
+	double ops_s[MAX_THREADS + 1];  /* seed, by threads */
+	double held_s[MAX_THREADS + 1]; /* held 1 ms, by threads */
+	double held_hold_ns;            /* the mean hold, at one thread */
+	double live_ns[3];
+	double refused; /* arms asked again after TMO_EAGAIN, every case */
+};
+
+static const size_t lives[3] = {1000, 100000, 1000000};
+
+/* Register the Google Benchmark set of one instance. */
+static void tp_register_all(const struct sk_run *run, struct tp_ctx *c, int rounds, int ops,
+                            double min_time, int nthreads)
+{
+	/* The empty loop and the floor run in the same rounds as the seed, so
+	 * their medians compare like with like (one long run of the floor is at
+	 * the mercy of one preemption on a shared machine). */
+	static const struct {
+		const char *what;
+		sk_gb_fn *fn;
+	} rounds_of[] = {{"seed", bench_seed}, {"empty", bench_empty}, {"floor", bench_floor}};
+	for (size_t k = 0; k < 3; k++) {
+		struct sk_gb_bench *b = tp_register(run, rounds_of[k].what, rounds_of[k].fn, c, 1, 0);
+		sk_gb_iterations(b, (uint64_t)ops);
+		sk_gb_repetitions(b, rounds);
+	}
+	for (int t = 1; t <= nthreads; t++)
+		tp_register(run, "", bench_seed, c, t, min_time);
+	for (int t = 1; c->held != NULL && t <= nthreads; t++)
+		tp_register(run, "held", bench_held, c, t, min_time);
+	tp_register(run, "cross", bench_cross, c, 2, min_time);
+}
+
+/* Read one instance's figures out of its Google Benchmark results. */
+static int tp_collect(const struct sk_run *run, struct tp_ctx *c, const struct sk_gb_result *res,
+                      size_t n, int nthreads, struct tp_figs *f)
+{
+	double round_ns[ROUNDS_FULL];
+	int nround = 0, violations = 0;
+	char want[200];
+	snprintf(want, sizeof want, "throughput/%s/seed/threads:1", run->ops->name);
+	for (size_t i = 0; i < n; i++) {
+		if (strcmp(res[i].name, want) == 0 && !res[i].error && res[i].repetition >= 0 &&
+		    nround < ROUNDS_FULL)
+			round_ns[nround++] = res[i].real_ns;
+		if (res[i].error) {
+			sk_violation(run, "benchmark %s stopped: %s", res[i].name, res[i].error_message);
+			violations++;
+		}
+	}
+	f->seed_ns = nround > 0 ? sk_median(round_ns, (size_t)nround) : NAN;
+	const struct sk_gb_result *r_empty = tp_find(run, res, n, "empty", 1, "median");
+	const struct sk_gb_result *r_floor = tp_find(run, res, n, "floor", 1, "median");
+	f->empty_ns = r_empty ? r_empty->real_ns : NAN;
+	f->floor_ns = r_floor ? r_floor->real_ns : NAN;
+	for (int t = 1; t <= nthreads; t++) {
+		/* real_s is the repetition's wall time; iterations are summed
+		 * over threads: aggregate ops/s. */
+		f->ops_s[t] = tp_median_rate(run, res, n, "", t);
+		f->held_s[t] = c->held != NULL ? tp_median_rate(run, res, n, "held", t) : NAN;
+	}
+	f->held_hold_ns = c->held != NULL && c->held[0].holds > 0
+	                      ? c->held[0].hold_ns_sum / (double)c->held[0].holds
+	                      : NAN;
+	/* Both threads count an iteration per timer: pairs = iterations / 2. */
+	f->cross = tp_median_rate(run, res, n, "cross", 2) / 2;
+	return violations;
+}
+
+/* The seed loop with L other timers live. */
+static int tp_live(const struct sk_run *run, struct tp_ctx *c, double min_time,
+                   struct sk_rng *rng, struct tp_figs *f)
+{
+	int violations = 0;
+	for (size_t li = 0; li < 3; li++) {
+		f->live_ns[li] = NAN;
+		size_t live = (size_t)sk_scaled(lives[li]);
+		if (sk_thread_per_timer(run) && live > LIVE_THREAD_MAX) {
+			printf("live=%zu: skipped (thread per timer: at most %d live timers)\n", live,
+			       LIVE_THREAD_MAX);
+			continue;
+		}
+		struct tmo_timer *bg = calloc(live, sizeof *bg);
+		if (bg == NULL) {
+			sk_violation(run, "out of memory for %zu background timers", live);
+			return violations + 1;
+		}
+		int err;
+		size_t armed = tp_arm_background(c, bg, live, rng, &err);
+		if (armed < live) {
+			printf("live=%zu: skipped: the engine took %zu timers, then returned %s\n", live,
+			       armed, tmo_errname(err));
+			sk_report_fmt(run, "live_capacity", (double)armed, "timers", "live=%zu", live);
+		} else {
+			char what[32];
+			snprintf(what, sizeof what, "live:%zu", live);
+			tp_register(run, what, bench_seed, c, 1, min_time);
+			struct sk_gb_result *res;
+			size_t n = sk_gb_run(run, &res);
+			f->live_ns[li] = 1e9 / tp_median_rate(run, res, n, what, 1);
+			printf("live=%zu: %.1f ns/op\n", live, f->live_ns[li]);
+			for (size_t i = 0; i < n; i++)
+				if (res[i].error) {
+					sk_violation(run, "benchmark %s stopped: %s", res[i].name,
+					              res[i].error_message);
+					violations++;
+				}
+			sk_gb_results_free(res);
+		}
+		violations += (int)tp_cancel_background(c, bg, armed);
+		free(bg);
+	}
+	return violations;
+}
+
+/* One fresh engine instance: every benchmark of the scenario. */
+static int tp_instance(const struct sk_run *run, int inst, struct tp_figs *f)
+{
+	int rounds, ops;
+	double min_time;
+	tp_sizes(run, &rounds, &ops, &min_time);
+	int nthreads = run->threads < MAX_THREADS ? run->threads : MAX_THREADS;
+	struct tp_ctx *c = calloc(1, sizeof *c);
+	if (c == NULL)
+		return TMO_ENOMEM;
+	c->run = run;
+	int rc = tmo_create_ops(run->ops, NULL, &c->e);
+	if (rc != 0) {
+		free(c);
+		return rc;
+	}
+	c->pool = calloc(RING, sizeof *c->pool);
+	if (c->pool == NULL) {
+		tmo_destroy(&c->e);
+		free(c);
+		return TMO_ENOMEM;
+	}
+	for (int i = 0; i < RING; i++)
+		c->free_[i] = &c->pool[i];
+	atomic_store(&c->free_tail, RING);
+	tp_held_alloc(run, c, nthreads);
+	struct sk_rng rng = {run->seed + (uint64_t)inst};
+	/* Warm-up, not timed: the engine's first arms may allocate (pools,
+	 * heap arrays) and fault in memory; round 1 should not pay for it. */
+	for (int i = 0; i < ops; i++)
+		tp_seed_op(c, &c->slots[0].t);
+	tp_register_all(run, c, rounds, ops, min_time, nthreads);
+	struct sk_gb_result *res;
+	size_t n = sk_gb_run(run, &res);
+	int violations = tp_collect(run, c, res, n, nthreads, f);
+	sk_gb_results_free(res);
+	violations += tp_live(run, c, min_time, &rng, f);
+	f->refused = (double)atomic_load(&c->refused);
+
+	long long ae = atomic_load(&c->arm_errors), ce = atomic_load(&c->cancel_errors);
+	long long fired = atomic_load(&c->fired);
+	if (ae || ce || fired) {
+		int fe = atomic_load(&c->first_error);
+		sk_violation(run, "%lld arms failed, %lld cancels of a pending 1 s timeout did not "
+		              "return TMO_CANCEL_PREVENTED, %lld callbacks ran (first unexpected return: "
+		              "%s, %d)",
+		              ae, ce, fired, fe < 0 ? tmo_errname(fe) : "non-negative", fe);
+		violations++;
+	}
+	tmo_destroy(&c->e);
+	tp_held_free(c, nthreads);
+	free(c->pool);
+	free(c);
+	return violations;
+}
+
+/* The median over instances of one figure, with its min and max as rows
+ * of their own ("stat=min", "stat=max") when there are several. */
+static double tp_summarize(const struct sk_run *run, const struct tp_figs *figs, int ninst,
+                           size_t offset, const char *metric, const char *unit, const char *param)
+{
+	double v[MAX_INSTANCES];
+	int k = 0;
+	for (int i = 0; i < ninst; i++) {
+		double x = *(const double *)(const void *)((const char *)&figs[i] + offset);
+		if (!isnan(x))
+			v[k++] = x;
+	}
+	double med = k ? sk_median(v, (size_t)k) : NAN; /* sorts v */
+	sk_report(run, metric, param, med, unit);
+	if (ninst > 1 && k > 0) {
+		char p[160];
+		snprintf(p, sizeof p, "%s%sinstances=%d,stat=min", param, param[0] ? "," : "", ninst);
+		sk_report(run, metric, p, v[0], unit);
+		snprintf(p, sizeof p, "%s%sinstances=%d,stat=max", param, param[0] ? "," : "", ninst);
+		sk_report(run, metric, p, v[k - 1], unit);
+	}
+	return med;
+}
+
+#define FIG(field) offsetof(struct tp_figs, field)
+
+static void tp_report(const struct sk_run *run, const struct tp_figs *figs, int ninst,
+                      int nthreads)
+{
+	for (int i = 0; ninst > 1 && i < ninst; i++)
+		sk_report_fmt(run, "seed_instance_ns_per_op", figs[i].seed_ns, "ns", "instance=%d", i);
+	double seed = tp_summarize(run, figs, ninst, FIG(seed_ns), "seed_median_ns_per_op", "ns", "");
+	double empty = tp_summarize(run, figs, ninst, FIG(empty_ns), "empty_loop_ns_per_op", "ns", "");
+	double floor_ns = tp_summarize(run, figs, ninst, FIG(floor_ns), "floor_ns_per_op", "ns", "");
+	sk_report(run, "ratio_to_floor", "", seed / floor_ns, "x");
+	printf("\nseed: median %.1f ns/op over %d instance%s; loop's own cost %.2f ns/op; floor "
+	       "(CAS pair) %.2f ns/op; %.1fx the floor\n",
+	       seed, ninst, ninst > 1 ? "s" : "", empty, floor_ns, seed / floor_ns);
+	char param[64];
+	double one = NAN, held_one = NAN;
+	for (int t = 1; t <= nthreads; t++) {
+		snprintf(param, sizeof param, "threads=%d", t);
+		double ops_s = tp_summarize(run, figs, ninst, FIG(ops_s[t]), "ops_per_s", "ops/s", param);
+		double held = tp_summarize(run, figs, ninst, FIG(held_s[t]), "held_pairs_per_s",
+		                           "pairs/s", param);
+		if (t == 1) {
+			one = ops_s;
+			held_one = held;
+		}
+		printf("threads=%d: seed %.3g ops/s aggregate (%.2fx one thread); held 1 ms %.3g "
+		       "pairs/s (%.2fx)\n",
+		       t, ops_s, ops_s / one, held, held / held_one);
+	}
+	tp_summarize(run, figs, ninst, FIG(held_hold_ns), "held_mean_hold_ns", "ns", "threads=1");
+	double cross = tp_summarize(run, figs, ninst, FIG(cross), "cross_pairs_per_s", "pairs/s",
+	                            "threads=2");
+	double refused = tp_summarize(run, figs, ninst, FIG(refused), "arms_refused", "count", "");
+	if (refused > 0)
+		printf("arms refused for capacity (TMO_EAGAIN) and asked again: %.0f\n", refused);
+	printf("cross-thread (arm on one thread, cancel on another): %.3g pairs/s, %.0f ns per "
+	       "pair\n",
+	       cross, 1e9 / cross);
+	for (int li = 0; li < 3; li++) {
+		snprintf(param, sizeof param, "live=%zu", (size_t)sk_scaled(lives[li]));
+		tp_summarize(run, figs, ninst, FIG(live_ns[li]), "live_ns_per_op", "ns", param);
+	}
+}
+
+static int throughput_run(const struct sk_run *run)
+{
+	int rounds, ops;
+	double min_time;
+	tp_sizes(run, &rounds, &ops, &min_time);
+	int ninst = run->repeat < 1 ? 1 : run->repeat > MAX_INSTANCES ? MAX_INSTANCES : run->repeat;
+	int nthreads = run->threads < MAX_THREADS ? run->threads : MAX_THREADS;
+	struct tp_figs *figs = calloc((size_t)ninst, sizeof *figs);
+	if (figs == NULL)
+		return TMO_ENOMEM;
+	printf("seed benchmark: %d rounds of %d arm+cancel pairs of a 1 s timeout around an empty "
+	       "block%s, on %d fresh engine instance%s\n",
+	       rounds, ops,
+	       sk_thread_per_timer(run) ? " (sized down: this engine starts a thread per arm)" : "",
+	       ninst, ninst > 1 ? "s" : "");
+	int violations = 0;
+	for (int i = 0; i < ninst; i++) {
+		if (ninst > 1)
+			printf("---- instance %d of %d ----\n", i + 1, ninst);
+		int rc = tp_instance(run, i, &figs[i]);
+		if (rc < 0) {
+			free(figs);
+			return rc;
+		}
+		violations += rc;
+	}
+	tp_report(run, figs, ninst, nthreads);
+	free(figs);
+	return violations;
+}
+
+/* A number, or "-" when it was not measured. */
+static void tp_fmt(char *buf, double v, const char *f)
+{
+	if (isnan(v) || isinf(v))
+		snprintf(buf, 32, "-");
+	else
+		snprintf(buf, 32, f, v);
+}
+
+/* The seed benchmark per engine against the in-run floor and the thread
+ * engine, from every engine's rows. */
+static void tp_summary(const struct sk_results *res)
+{
+	double thread = sk_figure(res, "throughput", "thread", "seed_median_ns_per_op", "");
+	printf("\n==== throughput: seed benchmark (1 s timeout armed and cancelled around an "
+	       "empty block), median of rounds ====\n");
+	printf("  %-10s %12s %12s %14s %12s\n", "engine", "ns/op", "floor ns/op", "x floor",
+	       "x vs thread");
+	for (int i = 0; i < res->nengines; i++) {
+		const char *e = res->engines[i]->name;
+		double ns = sk_figure(res, "throughput", e, "seed_median_ns_per_op", "");
+		double fl = sk_figure(res, "throughput", e, "floor_ns_per_op", "");
+		char c[4][32];
+		tp_fmt(c[0], ns, "%.1f");
+		tp_fmt(c[1], fl, "%.2f");
+		tp_fmt(c[2], ns / fl, "%.2f");
+		tp_fmt(c[3], thread / ns, "%.0f");
+		printf("  %-10s %12s %12s %14s %12s\n", e, c[0], c[1], c[2], c[3]);
+	}
+	printf("  (x floor: times slower than an uncontended CAS pair measured in the same "
+	       "run;\n   x vs thread: times faster than the thread engine, - when it was not "
+	       "run)\n");
+}
