@@ -154,9 +154,10 @@ int cli_usage_error(const char *fmt, const char *arg)
 	return 2;
 }
 
+/* Indexed by the capability's bit (enum tmo_capability); bit 3 is retired. */
 static const char *cap_names[] = {
-	"lockfree-arm", "no-syscall", "no-alloc", "bucketed", "concurrent-callbacks",
-	"thread-per-timer", "park",
+	[0] = "lockfree-arm", [1] = "no-syscall", [2] = "no-alloc", [4] = "concurrent-callbacks",
+	[5] = "thread-per-timer", [6] = "park",
 };
 
 static void format_ns(char *buf, size_t n, int64_t ns)
@@ -182,7 +183,7 @@ void cli_list(void)
 		printf("  %-10s %8s  caps:", "", "");
 		int any = 0;
 		for (unsigned b = 0; b < sizeof cap_names / sizeof cap_names[0]; b++)
-			if ((*e)->caps & (1u << b)) {
+			if (((*e)->caps & (1u << b)) && cap_names[b] != NULL) {
 				printf("%s %s", any ? "," : "", cap_names[b]);
 				any = 1;
 			}
