@@ -70,8 +70,6 @@ static const struct lf_sched heap_sched = {
 
 static int mpsc_create(const struct tmo_config *cfg, struct tmo **out);
 
-static const struct tmo_testing_ops testing_ops = {.park = lf_park};
-
 const struct tmo_engine_ops tmo_engine_mpsc = {
 	.name = "mpsc",
 	.summary = "lock-free arm/cancel (per-thread rings: a thread's cancel takes its own arm "
@@ -80,12 +78,8 @@ const struct tmo_engine_ops tmo_engine_mpsc = {
 	.caps = TMO_CAP_LOCKFREE_ARM | TMO_CAP_NO_SYSCALL | TMO_CAP_NO_ALLOC | TMO_CAP_PARK,
 	.resolution_ns = MPSC_RESOLUTION_NS,
 	.create = mpsc_create,
-	.destroy = lf_destroy,
 	.arm = lf_arm_precise,
-	.cancel = lf_cancel,
-	.stats = lf_stats,
-	.destroy_forked = lf_destroy_forked,
-	.testing = &testing_ops,
+	LF_ENGINE_OPS,
 };
 
 static int mpsc_create(const struct tmo_config *cfg, struct tmo **out)

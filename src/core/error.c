@@ -17,24 +17,25 @@ static const struct {
 	const char *name;
 	const char *text;
 } errors[] = {
-	{TMO_OK, "TMO_OK", "success"},
-	{TMO_EBADTIMEOUT, "TMO_EBADTIMEOUT", "timeout is negative or above TMO_TIMEOUT_MAX"},
-	{TMO_ENULLCB, "TMO_ENULLCB", "callback is NULL"},
-	{TMO_ENULLTIMER, "TMO_ENULLTIMER", "timer is NULL"},
-	{TMO_EARMED, "TMO_EARMED", "timer is already armed"},
-	{TMO_ENOTARMED, "TMO_ENOTARMED", "timer is not armed"},
-	{TMO_EWRONGENGINE, "TMO_EWRONGENGINE", "timer is armed on another engine"},
-	{TMO_ENOMEM, "TMO_ENOMEM", "out of memory"},
-	{TMO_EAGAIN, "TMO_EAGAIN", "out of threads or kernel timers"},
-	{TMO_ENOENGINE, "TMO_ENOENGINE", "no engine of that name"},
-	{TMO_ENULLENGINE, "TMO_ENULLENGINE", "engine handle is NULL (not created or destroyed)"},
-	{TMO_EINVAL, "TMO_EINVAL", "invalid argument"},
-	{TMO_ESYS, "TMO_ESYS", "unexpected system call failure"},
-	{TMO_EDEADLK, "TMO_EDEADLK",
-	 "the call would wait for the calling thread itself (a thread the engine owns)"},
-	{TMO_EFORKED, "TMO_EFORKED", "engine was created in the parent before fork()"},
-	{TMO_ETIMEDOUT, "TMO_ETIMEDOUT", "execution expired"},
-	{TMO_ERAISED, "TMO_ERAISED", "an exception raised in the block left the scope"},
+#define E(code, text) {code, #code, text}
+	E(TMO_OK, "success"),
+	E(TMO_EBADTIMEOUT, "timeout is negative or above TMO_TIMEOUT_MAX"),
+	E(TMO_ENULLCB, "callback is NULL"),
+	E(TMO_ENULLTIMER, "timer is NULL"),
+	E(TMO_EARMED, "timer is already armed"),
+	E(TMO_ENOTARMED, "timer is not armed"),
+	E(TMO_EWRONGENGINE, "timer is armed on another engine"),
+	E(TMO_ENOMEM, "out of memory"),
+	E(TMO_EAGAIN, "out of threads or kernel timers"),
+	E(TMO_ENOENGINE, "no engine of that name"),
+	E(TMO_ENULLENGINE, "engine handle is NULL (not created or destroyed)"),
+	E(TMO_EINVAL, "invalid argument"),
+	E(TMO_ESYS, "unexpected system call failure"),
+	E(TMO_EDEADLK, "the call would wait for the calling thread itself (a thread the engine owns)"),
+	E(TMO_EFORKED, "engine was created in the parent before fork()"),
+	E(TMO_ETIMEDOUT, "execution expired"),
+	E(TMO_ERAISED, "an exception raised in the block left the scope"),
+#undef E
 };
 
 static int err_index(int err)

@@ -193,7 +193,7 @@ int lf_stats(struct tmo *e, struct tmo_stats *out)
 	return 0;
 }
 
-int lf_park(struct tmo *e, int on)
+static int lf_park(struct tmo *e, int on)
 {
 	pthread_mutex_lock(&e->park_lock);
 	if (on) {
@@ -210,6 +210,8 @@ int lf_park(struct tmo *e, int on)
 	pthread_mutex_unlock(&e->park_lock);
 	return 0;
 }
+
+const struct tmo_testing_ops lf_testing_ops = {.park = lf_park};
 
 int lf_arm_on_timer(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
                     void *arg)

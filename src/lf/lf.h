@@ -88,6 +88,7 @@
 
 #include "ds/heap.h"
 #include "core/internal.h"
+#include "tmo/testing.h"
 #include "ds/wheel.h"
 #include "node.h"
 
@@ -455,7 +456,11 @@ void lf_destroy_forked(struct tmo *e);
 int lf_stats(struct tmo *e, struct tmo_stats *out);
 /* Armed, neither fired nor prevented (a sum over every thread's counters). */
 uint64_t lf_pending(struct tmo *e);
-int lf_park(struct tmo *e, int on);
+/* What mpsc's and wheel's vtables share: every op but create and arm. */
+extern const struct tmo_testing_ops lf_testing_ops;
+#define LF_ENGINE_OPS                                                                    \
+	.destroy = lf_destroy, .cancel = lf_cancel, .stats = lf_stats,                    \
+	.destroy_forked = lf_destroy_forked, .testing = &lf_testing_ops
 /* The timer thread's own arm (from a callback): filed at once. */
 int lf_arm_on_timer(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
                     void *arg);
