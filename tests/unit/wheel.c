@@ -19,6 +19,7 @@
 
 #include "check.h"
 #include "ds/wheel.h"
+#include "engine_test.h"
 
 #include "tmo/tmo.h"
 
@@ -214,15 +215,8 @@ static void test_order_across_ticks(void)
 
 /* ---- randomized comparison with the model --------------------------------- */
 
-static uint64_t rng_state;
-static uint64_t rnd(void)
-{
-	uint64_t z = (rng_state += UINT64_C(0x9E3779B97F4A7C15));
-	z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-	z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-	return z ^ (z >> 31);
-}
-static uint64_t below(uint64_t n) { return n ? rnd() % n : 0; }
+static struct et_rng rng;
+static uint64_t below(uint64_t n) { return et_below(&rng, n); }
 
 static int64_t sat_add(int64_t a, int64_t b)
 {
@@ -413,7 +407,7 @@ static long run_model(uint64_t seed, int64_t r, int64_t origin, int ops)
 {
 	static struct model m;
 	memset(&m, 0, sizeof m);
-	rng_state = seed;
+	et_rng_init(&rng, seed);
 	m.r = r;
 	m.origin = origin;
 	m.now = origin;
@@ -454,17 +448,6 @@ static long run_model(uint64_t seed, int64_t r, int64_t origin, int ops)
 	return m.violations;
 }
 
-/* TMO_TEST_SCALE (sanitizer runs set 0.1) shrinks the op count. */
-static int scaled(int n)
-{
-	const char *s = getenv("TMO_TEST_SCALE");
-	double f = s ? atof(s) : 1.0;
-	if (!(f > 0.0) || f > 1.0)
-		f = 1.0;
-	int k = (int)(n * f);
-	return k < 1000 ? 1000 : k;
-}
-
 static void test_random_against_model(void)
 {
 	/* Resolutions: tiny, odd, the engines' 1 ms, a large prime, 2^40 + 1
@@ -480,7 +463,7 @@ static void test_random_against_model(void)
 		for (int j = 0; j < norig; j++)
 			for (uint64_t seed = 1; seed <= 4; seed++)
 				total += run_model(seed * 1000 + (uint64_t)(i * 10 + j), res[i], origins[j],
-				                   scaled(20000));
+				                   (int)et_scaled(20000, 1000));
 	CHECK_EQ(total, 0);
 }
 
