@@ -955,10 +955,7 @@ static void test_destroy_pending(void)
 		                         : TMO_NSEC_PER_SEC + (int64_t)et_below(&rng, 10 * TMO_NSEC_PER_SEC);
 		CHECK_EQ(arm(e, &t[i], to, dp_cb, i % 10 == 0 ? NULL : DP_LONG), 0);
 	}
-	int64_t wait_end = tmo_now_ns() + LIVENESS;
-	while (!atomic_load(&dp_slow_started) && tmo_now_ns() < wait_end)
-		et_sleep_ns(100 * US);
-	CHECK(atomic_load(&dp_slow_started));
+	CHECK(ET_WAIT_UNTIL(atomic_load(&dp_slow_started), LIVENESS));
 	struct tmo_stats st;
 	CHECK_EQ(tmo_stats(e, &st), 0);
 	long long fired_before = atomic_load(&dp_fires);

@@ -393,11 +393,7 @@ static void raise_sigpending(void)
 	if (getrlimit(RLIMIT_SIGPENDING, &rl) != 0)
 		return;
 	rlim_t before = rl.rlim_cur;
-	struct rlimit want = {1u << 22, 1u << 22};
-	if (setrlimit(RLIMIT_SIGPENDING, &want) != 0) {
-		rl.rlim_cur = rl.rlim_max;
-		setrlimit(RLIMIT_SIGPENDING, &rl);
-	}
+	et_raise_sigpending();
 	getrlimit(RLIMIT_SIGPENDING, &rl);
 	printf("RLIMIT_SIGPENDING %llu -> %llu\n", (unsigned long long)before,
 	       (unsigned long long)rl.rlim_cur);

@@ -51,14 +51,6 @@ static void count_cb(struct tmo_timer *t, void *arg)
 	atomic_fetch_add(&fired, 1);
 }
 
-/* Cancel of a timer whose callback was seen to run: WAITED while it was
- * still returning; a second cancel then answers for the settled timer. */
-static int cancel_settled(struct tmo *e, struct tmo_timer *t)
-{
-	int rc = tmo_cancel(e, t);
-	return rc == TMO_CANCEL_WAITED ? tmo_cancel(e, t) : rc;
-}
-
 static void no_cb(struct tmo_timer *t, void *arg)
 {
 	(void)t;
@@ -69,15 +61,7 @@ static void no_cb(struct tmo_timer *t, void *arg)
 /* Wait until f(e) holds, polling stats; returns 1 if it did. */
 static int wait_stats(struct tmo *e, int (*f)(const struct tmo_stats *), struct tmo_stats *st)
 {
-	int64_t end = tmo_now_ns() + WAIT;
-	for (;;) {
-		CHECK_EQ(tmo_stats(e, st), 0);
-		if (f(st))
-			return 1;
-		if (tmo_now_ns() > end)
-			return 0;
-		et_sleep_ns(MS);
-	}
+	return ET_WAIT_UNTIL(tmo_stats(e, st) == 0 && f(st), WAIT);
 }
 
 /* ---- local annihilation ------------------------------------------------------ */
@@ -268,10 +252,7 @@ static void test_never_waits_for_callback(void)
 	atomic_store(&gate_in, 0);
 	atomic_store(&gate_open, 0);
 	CHECK_EQ(tmo_arm(e, &g, 0, gate_cb, NULL), 0);
-	int64_t end = tmo_now_ns() + WAIT;
-	while (!atomic_load(&gate_in) && tmo_now_ns() < end)
-		et_sleep_ns(100000);
-	CHECK(atomic_load(&gate_in));
+	CHECK(ET_WAIT_UNTIL(atomic_load(&gate_in), WAIT));
 	/* The callback blocks the timer thread.  If any arm or cancel below
 	 * waited for it, this test would hang (and its ctest time out). */
 	long held = et_scaled(100000, 10000), pairs = et_scaled(100000, 10000), bad = 0;
@@ -380,7 +361,7 @@ static void test_thread_exit(void)
 	CHECK(et_wait_ge(&fired, 3 * n + 3, WAIT));
 	for (int k = 0; k < 3; k++)
 		for (int i = 0; i < n; i++)
-			CHECK_EQ(cancel_settled(exit_e, &exit_short[k][i]), TMO_CANCEL_FIRED);
+			CHECK_EQ(et_cancel_settled(exit_e, &exit_short[k][i]), TMO_CANCEL_FIRED);
 	CHECK_EQ(tmo_destroy(&exit_e), 0);
 	pthread_key_delete(key_after);
 }
@@ -449,7 +430,7 @@ static void test_precise_while_parked(void)
 		et_sleep_ns(MS);
 	CHECK_EQ(tmo_park(e, 0), 0);
 	CHECK(et_wait_ge(&fired, 1, WAIT));
-	CHECK_EQ(cancel_settled(e, &t), TMO_CANCEL_FIRED);
+	CHECK_EQ(et_cancel_settled(e, &t), TMO_CANCEL_FIRED);
 	CHECK_EQ(tmo_destroy(&e), 0);
 }
 
