@@ -88,10 +88,9 @@ static void skip_if_shortage(int rc, const char *what)
 {
 	if (rc != TMO_EAGAIN)
 		return;
-	struct rlimit rl;
-	int own = et_kernel_timer_count();
-	int quota = strcmp(et_name, "posix") == 0 && getrlimit(RLIMIT_SIGPENDING, &rl) == 0 &&
-	            own >= 0 && (rlim_t)own < rl.rlim_cur / 2;
+	int own;
+	unsigned long long limit;
+	int quota = strcmp(et_name, "posix") == 0 && et_sigq_taken_by_others(&own, &limit);
 	if (!quota && !et_thread_per_timer())
 		return; /* not a shared kernel resource: the caller's check fails */
 	printf("SKIP: %s: %s refused with TMO_EAGAIN: %s\n", current_case, what,

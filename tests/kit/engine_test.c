@@ -222,6 +222,14 @@ int et_sigq_full(void)
 	return limit > 0 && used >= limit - limit / 100;
 }
 
+int et_sigq_taken_by_others(int *own, unsigned long long *limit)
+{
+	struct rlimit rl;
+	*own = et_kernel_timer_count();
+	*limit = getrlimit(RLIMIT_SIGPENDING, &rl) == 0 ? (unsigned long long)rl.rlim_cur : 0;
+	return *own >= 0 && *limit > 0 && (unsigned long long)*own < *limit / 2;
+}
+
 void et_raise_sigpending(void)
 {
 	struct rlimit rl;

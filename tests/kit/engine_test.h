@@ -109,6 +109,13 @@ int et_kernel_timer_count(void);
  * then fails with EAGAIN because of other processes, not the engine. */
 int et_sigq_full(void);
 
+/* 1 when a TMO_EAGAIN from timer_create is other processes' doing: this
+ * process holds fewer than half of its RLIMIT_SIGPENDING in kernel timers,
+ * so the user's quota (shared by all the user's processes) went to others.
+ * An engine that leaks kernel timers holds them itself, and gets 0.  *own
+ * gets this process's kernel timers, *limit the limit. */
+int et_sigq_taken_by_others(int *own, unsigned long long *limit);
+
 /* Raise this process's queued-signal limit (RLIMIT_SIGPENDING, the
  * timer_create quota) as far as allowed: the quota is counted per user, so
  * other processes' kernel timers count against it. */

@@ -57,14 +57,14 @@ static void skip_if_quota(int rc, const char *what)
 {
 	if (rc != TMO_EAGAIN)
 		return;
-	struct rlimit rl;
-	int own = et_kernel_timer_count();
-	if (getrlimit(RLIMIT_SIGPENDING, &rl) != 0 || (rlim_t)own >= rl.rlim_cur / 2)
+	int own;
+	unsigned long long limit;
+	if (!et_sigq_taken_by_others(&own, &limit))
 		return; /* the refusal is the engine's, and fails */
 	printf("SKIP: %s refused with TMO_EAGAIN while this process holds %d kernel timers "
 	       "of its RLIMIT_SIGPENDING %llu: the user's quota, shared by all the user's "
 	       "processes, is used up by others\n",
-	       what, own, (unsigned long long)rl.rlim_cur);
+	       what, own, limit);
 	fflush(stdout);
 	_exit(77);
 }
