@@ -62,7 +62,6 @@
 /* "a due timer has fired", "a child has exited": liveness bounds on loaded
  * cores, not measurements. */
 #define LIVENESS (5 * SEC)
-#define SKIP_EXIT 77
 
 /* ---- environment ------------------------------------------------------------ */
 
@@ -79,42 +78,12 @@ static void on_alarm(int sig)
 	_exit(1);
 }
 
-/* A shortage the environment caused: say so and skip (exit 77).  posix:
- * refused while this process holds less than half of its queued-signal
- * limit in kernel timers, so the user's quota (shared by all the user's
- * processes) is used up by others; an engine that leaks kernel timers holds
- * them itself, and fails.  thread: out of threads. */
-static void skip_if_shortage(int rc, const char *what)
-{
-	if (rc != TMO_EAGAIN)
-		return;
-	int own;
-	unsigned long long limit;
-	int quota = strcmp(et_name, "posix") == 0 && et_sigq_taken_by_others(&own, &limit);
-	if (!quota && !et_thread_per_timer())
-		return; /* not a shared kernel resource: the caller's check fails */
-	printf("SKIP: %s: %s refused with TMO_EAGAIN: %s\n", current_case, what,
-	       quota ? "this user's queued-signal quota (RLIMIT_SIGPENDING, shared by all the "
-	               "user's processes) is used up by others"
-	             : "out of threads");
-	fflush(stdout);
-	_exit(SKIP_EXIT);
-}
-
-static struct tmo *new_engine(void)
-{
-	struct tmo *e = NULL;
-	int rc = tmo_create_ops(et_ops, NULL, &e);
-	skip_if_shortage(rc, "create");
-	CHECK_EQ(rc, 0);
-	return e;
-}
+/* A shortage the environment caused (et_skip_if_shortage) skips the case. */
+static struct tmo *new_engine(void) { return et_create_or_skip(et_ops, current_case); }
 
 static int arm(struct tmo *e, struct tmo_timer *t, int64_t timeout, tmo_callback *cb, void *arg)
 {
-	int rc = tmo_arm(e, t, timeout, cb, arg);
-	skip_if_shortage(rc, "arm");
-	return rc;
+	return et_arm_or_skip(e, t, timeout, cb, arg, current_case);
 }
 
 static int fd_count(void)
@@ -625,7 +594,7 @@ static struct tmo *create_at(const struct tmo_engine_ops *ops, void *want, int *
 	struct tmo *e = NULL;
 	for (int i = 0; i < 16; i++) {
 		int rc = tmo_create_ops(ops, NULL, &e);
-		skip_if_shortage(rc, "create");
+		et_skip_if_shortage(et_ops, rc, current_case);
 		CHECK_EQ(rc, 0);
 		if (rc != 0 || (void *)e == want || i == 15)
 			break;

@@ -1,5 +1,7 @@
 #include "engine_test.h"
 
+#include "check.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -228,6 +230,43 @@ int et_sigq_taken_by_others(int *own, unsigned long long *limit)
 	*own = et_kernel_timer_count();
 	*limit = getrlimit(RLIMIT_SIGPENDING, &rl) == 0 ? (unsigned long long)rl.rlim_cur : 0;
 	return *own >= 0 && *limit > 0 && (unsigned long long)*own < *limit / 2;
+}
+
+void et_skip_if_shortage(const struct tmo_engine_ops *ops, int rc, const char *what)
+{
+	if (rc != TMO_EAGAIN)
+		return;
+	int own = 0;
+	unsigned long long limit = 0;
+	int quota = strcmp(ops->name, "posix") == 0 && et_sigq_taken_by_others(&own, &limit);
+	if (quota)
+		printf("SKIP: %s refused with TMO_EAGAIN while this process holds %d kernel timers "
+		       "of its RLIMIT_SIGPENDING %llu: the user's quota, shared by all the user's "
+		       "processes, is used up by others\n",
+		       what, own, limit);
+	else if (ops->caps & TMO_CAP_THREAD_PER_TIMER)
+		printf("SKIP: %s refused with TMO_EAGAIN: out of threads\n", what);
+	else
+		return; /* not a shared kernel resource: the caller's check fails */
+	fflush(stdout);
+	_exit(77);
+}
+
+struct tmo *et_create_or_skip(const struct tmo_engine_ops *ops, const char *what)
+{
+	struct tmo *e = NULL;
+	int rc = tmo_create_ops(ops, NULL, &e);
+	et_skip_if_shortage(ops, rc, what);
+	CHECK_EQ(rc, 0);
+	return e;
+}
+
+int et_arm_or_skip(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
+                   void *arg, const char *what)
+{
+	int rc = tmo_arm(e, t, timeout_ns, cb, arg);
+	et_skip_if_shortage(tmo_ops(e), rc, what);
+	return rc;
 }
 
 void et_raise_sigpending(void)

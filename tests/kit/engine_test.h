@@ -116,6 +116,19 @@ int et_sigq_full(void);
  * gets this process's kernel timers, *limit the limit. */
 int et_sigq_taken_by_others(int *own, unsigned long long *limit);
 
+/* A shortage the environment caused is a skip (exit 77, ctest's SKIP), not
+ * a failure: when rc is TMO_EAGAIN and either ops is posix and
+ * et_sigq_taken_by_others, or ops runs a thread per timer (out of threads),
+ * print "SKIP: <what> ..." with the reason and exit 77.  Otherwise return:
+ * the caller's check judges rc. */
+void et_skip_if_shortage(const struct tmo_engine_ops *ops, int rc, const char *what);
+
+/* tmo_create_ops and tmo_arm through et_skip_if_shortage; create CHECKs
+ * that it succeeded (NULL if not). */
+struct tmo *et_create_or_skip(const struct tmo_engine_ops *ops, const char *what);
+int et_arm_or_skip(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
+                   void *arg, const char *what);
+
 /* Raise this process's queued-signal limit (RLIMIT_SIGPENDING, the
  * timer_create quota) as far as allowed: the quota is counted per user, so
  * other processes' kernel timers count against it. */

@@ -49,40 +49,15 @@
 
 /* ---- the per-user kernel-timer quota ---------------------------------------- */
 
-/* TMO_EAGAIN while this process holds less than half of its queued-signal
- * limit in kernel timers: the user's quota, which every process of the user
- * shares, is used up by other processes (another build's tests, say): skip.
- * An engine that leaks kernel timers holds them itself, and fails. */
-static void skip_if_quota(int rc, const char *what)
-{
-	if (rc != TMO_EAGAIN)
-		return;
-	int own;
-	unsigned long long limit;
-	if (!et_sigq_taken_by_others(&own, &limit))
-		return; /* the refusal is the engine's, and fails */
-	printf("SKIP: %s refused with TMO_EAGAIN while this process holds %d kernel timers "
-	       "of its RLIMIT_SIGPENDING %llu: the user's quota, shared by all the user's "
-	       "processes, is used up by others\n",
-	       what, own, limit);
-	fflush(stdout);
-	_exit(77);
-}
-
-static struct tmo *create(void)
-{
-	struct tmo *e = NULL;
-	int rc = tmo_create("posix", NULL, &e);
-	skip_if_quota(rc, "create");
-	CHECK_EQ(rc, 0);
-	return e;
-}
+/* TMO_EAGAIN while the user's quota of kernel timers, which every process
+ * of the user shares, is used up by other processes (another build's tests,
+ * say) skips (et_skip_if_shortage); an engine that leaks kernel timers holds
+ * them itself, and fails. */
+static struct tmo *create(void) { return et_create_or_skip(tmo_engine_find("posix"), "create"); }
 
 static int arm(struct tmo *e, struct tmo_timer *t, int64_t timeout, tmo_callback *cb, void *arg)
 {
-	int rc = tmo_arm(e, t, timeout, cb, arg);
-	skip_if_quota(rc, "arm");
-	return rc;
+	return et_arm_or_skip(e, t, timeout, cb, arg, "arm");
 }
 
 /* ---- thread ids ------------------------------------------------------------ */
