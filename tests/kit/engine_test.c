@@ -292,6 +292,21 @@ int et_cancel_settled(struct tmo *e, struct tmo_timer *t)
 	return rc == TMO_CANCEL_WAITED ? tmo_cancel(e, t) : rc;
 }
 
+void et_count_cb(struct tmo_timer *t, void *arg)
+{
+	(void)t;
+	atomic_fetch_add((atomic_int *)arg, 1);
+}
+
+void et_gate_cb(struct tmo_timer *t, void *arg)
+{
+	struct et_gate *g = arg;
+	(void)t;
+	atomic_store(&g->in, 1);
+	while (!atomic_load(&g->open))
+		et_sleep_ns(100 * TMO_NSEC_PER_USEC);
+}
+
 const char *et_result_name(int rc)
 {
 	switch (rc) {

@@ -143,6 +143,16 @@ void et_rng_seed(struct et_rng *r, uint64_t stream);
  * the settled timer.  Returns that settled answer. */
 int et_cancel_settled(struct tmo *e, struct tmo_timer *t);
 
+/* A callback that adds one to the atomic_int at arg. */
+void et_count_cb(struct tmo_timer *t, void *arg);
+
+/* A callback that holds its thread until released: arg is a struct
+ * et_gate; it sets `in`, then sleeps until `open` is set. */
+struct et_gate {
+	atomic_int in, open;
+};
+void et_gate_cb(struct tmo_timer *t, void *arg);
+
 /* Name of a cancel result or error ("PREVENTED", "TMO_ENOTARMED"). */
 const char *et_result_name(int rc);
 

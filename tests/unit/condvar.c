@@ -79,17 +79,11 @@ struct arm_job {
 };
 
 static atomic_int park_fired;
-static void count_cb(struct tmo_timer *t, void *arg)
-{
-	(void)t;
-	atomic_fetch_add((atomic_int *)arg, 1);
-}
-
 static void *arm_thread(void *arg)
 {
 	struct arm_job *j = arg;
 	atomic_store(&j->tid, (int)gettid());
-	j->rc = tmo_arm(j->e, j->t, 0, count_cb, &park_fired);
+	j->rc = tmo_arm(j->e, j->t, 0, et_count_cb, &park_fired);
 	atomic_store(&j->done, 1);
 	return NULL;
 }
@@ -115,14 +109,14 @@ static void test_park(void)
 	/* A timer that falls due while parked does not fire until released
 	 * (armed before parking: arm itself blocks while parked). */
 	int64_t due = tmo_now_ns() + 5 * TMO_NSEC_PER_MSEC;
-	CHECK_EQ(tmo_arm(e, &t, 5 * TMO_NSEC_PER_MSEC, count_cb, &park_fired), 0);
+	CHECK_EQ(tmo_arm(e, &t, 5 * TMO_NSEC_PER_MSEC, et_count_cb, &park_fired), 0);
 	CHECK_EQ(tmo_park(e, 1), 0);
 	et_sleep_ns(due + 1 - tmo_now_ns());
 	CHECK_EQ(atomic_load(&park_fired), 1);
 	CHECK_EQ(tmo_park(e, 0), 0);
 	CHECK(ET_WAIT_UNTIL(atomic_load(&park_fired) >= 2, LIVENESS));
 	/* Destroy while parked releases and joins the thread. */
-	CHECK_EQ(tmo_arm(e, &t, TMO_NSEC_PER_SEC, count_cb, &park_fired), 0);
+	CHECK_EQ(tmo_arm(e, &t, TMO_NSEC_PER_SEC, et_count_cb, &park_fired), 0);
 	CHECK_EQ(tmo_park(e, 1), 0);
 	CHECK_EQ(tmo_destroy(&e), 0);
 	CHECK_EQ(atomic_load(&park_fired), 2);
@@ -304,12 +298,6 @@ static void test_two_cancels_vs_running(void)
 
 /* ---- no retention: the heap array shrinks after a burst of cancels ------------- */
 
-static void never_cb(struct tmo_timer *t, void *arg)
-{
-	(void)t;
-	atomic_fetch_add((atomic_int *)arg, 1);
-}
-
 static void test_burst_cancel_shrinks(void)
 {
 	enum { N = 100000 };
@@ -322,7 +310,7 @@ static void test_burst_cancel_shrinks(void)
 	struct tmo_timer *t = calloc(N, sizeof *t);
 	CHECK(t != NULL);
 	for (int i = 0; i < N; i++)
-		CHECK_EQ(tmo_arm(e, &t[i], 120 * TMO_NSEC_PER_SEC, never_cb, &ran), 0);
+		CHECK_EQ(tmo_arm(e, &t[i], 120 * TMO_NSEC_PER_SEC, et_count_cb, &ran), 0);
 	CHECK_EQ(tmo_stats(e, &st), 0);
 	CHECK_EQ(st.pending, N);
 	CHECK(st.held_bytes >= N * sizeof(void *));
@@ -342,12 +330,6 @@ static void test_burst_cancel_shrinks(void)
 
 /* ---- arm/cancel does not wake the timer thread -------------------------------- */
 
-static void quiet_cb(struct tmo_timer *t, void *arg)
-{
-	(void)t;
-	atomic_fetch_add((atomic_int *)arg, 1);
-}
-
 static long voluntary_switches(void)
 {
 	struct rusage ru;
@@ -364,13 +346,13 @@ static void test_no_wakeups_in_steady_loop(void)
 	struct tmo_timer t = TMO_TIMER_INIT;
 	/* The first arm wakes the idle thread, which then sleeps until this
 	 * deadline; later arms are later, so none needs a wake-up. */
-	CHECK_EQ(tmo_arm(e, &t, TMO_NSEC_PER_SEC, quiet_cb, &ran), 0);
+	CHECK_EQ(tmo_arm(e, &t, TMO_NSEC_PER_SEC, et_count_cb, &ran), 0);
 	CHECK_EQ(tmo_cancel(e, &t), TMO_CANCEL_PREVENTED);
 	CHECK(et_wait_blocked(tid, 3, LIVENESS)); /* asleep until that deadline */
 	long before = voluntary_switches();
 	int bad = 0;
 	for (int i = 0; i < PAIRS; i++) {
-		bad += tmo_arm(e, &t, TMO_NSEC_PER_SEC, quiet_cb, &ran) != 0;
+		bad += tmo_arm(e, &t, TMO_NSEC_PER_SEC, et_count_cb, &ran) != 0;
 		bad += tmo_cancel(e, &t) != TMO_CANCEL_PREVENTED;
 	}
 	long switches = voluntary_switches() - before;

@@ -235,24 +235,15 @@ static void test_retention(void)
 
 /* ---- never waits for a callback ------------------------------------------------------- */
 
-static atomic_int gate_in, gate_open;
-static void gate_cb(struct tmo_timer *t, void *arg)
-{
-	(void)t;
-	(void)arg;
-	atomic_store(&gate_in, 1);
-	while (!atomic_load(&gate_open))
-		et_sleep_ns(100000);
-}
-
+static struct et_gate gate;
 static void test_never_waits_for_callback(void)
 {
 	struct tmo *e = make();
 	struct tmo_timer g = TMO_TIMER_INIT;
-	atomic_store(&gate_in, 0);
-	atomic_store(&gate_open, 0);
-	CHECK_EQ(tmo_arm(e, &g, 0, gate_cb, NULL), 0);
-	CHECK(ET_WAIT_UNTIL(atomic_load(&gate_in), WAIT));
+	atomic_store(&gate.in, 0);
+	atomic_store(&gate.open, 0);
+	CHECK_EQ(tmo_arm(e, &g, 0, et_gate_cb, &gate), 0);
+	CHECK(ET_WAIT_UNTIL(atomic_load(&gate.in), WAIT));
 	/* The callback blocks the timer thread.  If any arm or cancel below
 	 * waited for it, this test would hang (and its ctest time out). */
 	long held = et_scaled(100000, 10000), pairs = et_scaled(100000, 10000), bad = 0;
@@ -280,8 +271,8 @@ static void test_never_waits_for_callback(void)
 	long prevented = 0;
 	for (long i = 0; i < held; i++)
 		prevented += tmo_cancel(e, &t[i]) == TMO_CANCEL_PREVENTED;
-	CHECK(atomic_load(&gate_in));
-	atomic_store(&gate_open, 1);
+	CHECK(atomic_load(&gate.in));
+	atomic_store(&gate.open, 1);
 	CHECK_EQ(bad, 0);
 	/* the timer thread was stuck: none could fire, all were prevented */
 	CHECK_EQ(prevented, accepted);

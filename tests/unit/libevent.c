@@ -169,12 +169,6 @@ static void nop_cb(struct tmo_timer *t, void *arg)
 	(void)arg;
 }
 
-static void count_cb(struct tmo_timer *t, void *arg)
-{
-	(void)t;
-	atomic_fetch_add((atomic_int *)arg, 1);
-}
-
 static void *arm_thread(void *arg)
 {
 	struct blocked_arm *b = arg;
@@ -288,16 +282,7 @@ static int fork_child_destroys(struct tmo *e, int64_t *fork_took)
 	return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
-static atomic_int hold_started, hold_release;
-static void hold_cb(struct tmo_timer *t, void *arg)
-{
-	(void)t;
-	(void)arg;
-	atomic_store(&hold_started, 1);
-	while (!atomic_load(&hold_release))
-		et_sleep_ns(MS);
-}
-
+static struct et_gate hold;
 /* The parent's engine after such a fork: a new timer fires, destroy is clean. */
 static void parent_still_works(struct tmo *e)
 {
@@ -305,7 +290,7 @@ static void parent_still_works(struct tmo *e)
 	static atomic_int fired;
 	tmo_timer_init(&t);
 	atomic_store(&fired, 0);
-	CHECK_EQ(tmo_arm(e, &t, TMO_NSEC_PER_MSEC, count_cb, &fired), 0);
+	CHECK_EQ(tmo_arm(e, &t, TMO_NSEC_PER_MSEC, et_count_cb, &fired), 0);
 	CHECK(ET_WAIT_UNTIL(atomic_load(&fired) >= 1, LIVENESS));
 	CHECK_EQ(et_cancel_settled(e, &t), TMO_CANCEL_FIRED);
 }
@@ -324,12 +309,12 @@ static void test_fork_not_quiesced(void)
 	/* A callback that outlasts the fork handler's wait. */
 	e = make();
 	static struct tmo_timer h;
-	atomic_store(&hold_started, 0);
-	atomic_store(&hold_release, 0);
-	CHECK_EQ(tmo_arm(e, &h, 0, hold_cb, NULL), 0);
-	CHECK(ET_WAIT_UNTIL(atomic_load(&hold_started) >= 1, LIVENESS));
+	atomic_store(&hold.in, 0);
+	atomic_store(&hold.open, 0);
+	CHECK_EQ(tmo_arm(e, &h, 0, et_gate_cb, &hold), 0);
+	CHECK(ET_WAIT_UNTIL(atomic_load(&hold.in), LIVENESS));
 	CHECK_EQ(fork_child_destroys(e, &took), 1);
-	atomic_store(&hold_release, 1);
+	atomic_store(&hold.open, 1);
 	parent_still_works(e);
 	CHECK_EQ(tmo_cancel(e, &h), TMO_CANCEL_FIRED);
 	printf("  fork while a callback ran past the quiesce bound: fork took %.0f ms; the "

@@ -35,12 +35,6 @@
  * measurement: far beyond what a loaded machine delays a thread. */
 #define LIVENESS (10 * TMO_NSEC_PER_SEC)
 
-static void count_cb(struct tmo_timer *t, void *arg)
-{
-	(void)t;
-	atomic_fetch_add((atomic_int *)arg, 1);
-}
-
 static struct tmo_stats stats_of(struct tmo *e)
 {
 	struct tmo_stats s;
@@ -63,9 +57,9 @@ static void test_eagain_enomem(void)
 	struct tmo_timer t = TMO_TIMER_INIT;
 	enum tmo_fault_kind kind = TMO_FAULT_THREAD;
 	tmo_testing_set_fault(fail_kind, &kind);
-	CHECK_EQ(tmo_arm(e, &t, 0, count_cb, &ran), TMO_EAGAIN);
+	CHECK_EQ(tmo_arm(e, &t, 0, et_count_cb, &ran), TMO_EAGAIN);
 	kind = TMO_FAULT_ALLOC;
-	CHECK_EQ(tmo_arm(e, &t, 0, count_cb, &ran), TMO_ENOMEM);
+	CHECK_EQ(tmo_arm(e, &t, 0, et_count_cb, &ran), TMO_ENOMEM);
 	tmo_testing_set_fault(NULL, NULL);
 	CHECK_EQ(tmo_testing_live_allocs(), live0);
 	struct tmo_stats s = stats_of(e);
@@ -74,7 +68,7 @@ static void test_eagain_enomem(void)
 	CHECK_EQ(s.pending, 0);
 	/* The timer is untouched: not armed, and armable. */
 	CHECK_EQ(tmo_cancel(e, &t), TMO_ENOTARMED);
-	CHECK_EQ(tmo_arm(e, &t, 0, count_cb, &ran), 0);
+	CHECK_EQ(tmo_arm(e, &t, 0, et_count_cb, &ran), 0);
 	CHECK(ET_WAIT_UNTIL(atomic_load(&ran) >= 1, LIVENESS));
 	tmo_destroy(&e);
 	CHECK_EQ(tmo_testing_live_allocs(), live_before);
@@ -102,13 +96,13 @@ static void test_ten_thousand(void)
 	struct tmo_timer *t = calloc(N + 1, sizeof *t);
 	CHECK(t != NULL);
 	int armed = 0, rc = 0;
-	while (armed < N && (rc = tmo_arm(e, &t[armed], 3600 * TMO_NSEC_PER_SEC, count_cb, &ran)) == 0)
+	while (armed < N && (rc = tmo_arm(e, &t[armed], 3600 * TMO_NSEC_PER_SEC, et_count_cb, &ran)) == 0)
 		armed++;
 	if (rc != 0)
 		fprintf(stderr, "arm %d: %s\n", armed, tmo_errname(rc));
 	CHECK_EQ(armed, N);
 	if (N == 10000)
-		CHECK_EQ(tmo_arm(e, &t[N], 3600 * TMO_NSEC_PER_SEC, count_cb, &ran), TMO_EAGAIN);
+		CHECK_EQ(tmo_arm(e, &t[N], 3600 * TMO_NSEC_PER_SEC, et_count_cb, &ran), TMO_EAGAIN);
 	struct tmo_stats s = stats_of(e);
 	CHECK_EQ(s.threads, armed);
 	CHECK_EQ(s.pending, armed);
@@ -124,7 +118,7 @@ static void test_ten_thousand(void)
 	CHECK_EQ(s.cancelled, armed);
 	CHECK_EQ(tmo_testing_live_allocs(), live0);
 	/* Room again after the cancels (or, scaled down, still room). */
-	CHECK_EQ(tmo_arm(e, &t[N], 3600 * TMO_NSEC_PER_SEC, count_cb, &ran), 0);
+	CHECK_EQ(tmo_arm(e, &t[N], 3600 * TMO_NSEC_PER_SEC, et_count_cb, &ran), 0);
 	CHECK_EQ(tmo_cancel(e, &t[N]), TMO_CANCEL_PREVENTED);
 	free(t); /* nothing refers to a timer once its cancel returned */
 	tmo_destroy(&e);
@@ -149,7 +143,7 @@ static void test_reap(void)
 	CHECK_EQ(tmo_create(ENGINE, NULL, &e), 0);
 	int64_t live0 = tmo_testing_live_allocs();
 	struct tmo_timer a = TMO_TIMER_INIT, b = TMO_TIMER_INIT;
-	CHECK_EQ(tmo_arm(e, &a, 0, count_cb, &ran), 0);
+	CHECK_EQ(tmo_arm(e, &a, 0, et_count_cb, &ran), 0);
 	CHECK(ET_WAIT_UNTIL(atomic_load(&ran) >= 1, LIVENESS));
 	struct tmo_stats s = stats_of(e);
 	CHECK_EQ(s.pending, 0);
@@ -169,17 +163,17 @@ static void test_reap(void)
 	int threads0 = et_thread_count(); /* the engine has none now */
 	/* An arm of another timer reaps a finished one too: once a's thread
 	 * has left the process (it put its record on the done list first). */
-	CHECK_EQ(tmo_arm(e, &a, 0, count_cb, &ran), 0);
+	CHECK_EQ(tmo_arm(e, &a, 0, et_count_cb, &ran), 0);
 	CHECK(ET_WAIT_UNTIL(atomic_load(&ran) >= 2, LIVENESS));
 	CHECK_EQ(et_wait_thread_count(threads0, LIVENESS), threads0);
 	s = stats_of(e);
 	CHECK_EQ(s.threads, 1); /* finished, not yet joined */
-	CHECK_EQ(tmo_arm(e, &b, 3600 * TMO_NSEC_PER_SEC, count_cb, &ran), 0);
+	CHECK_EQ(tmo_arm(e, &b, 3600 * TMO_NSEC_PER_SEC, et_count_cb, &ran), 0);
 	s = stats_of(e);
 	CHECK_EQ(s.threads, 1); /* b's only */
 	CHECK_EQ(tmo_cancel(e, &b), TMO_CANCEL_PREVENTED);
 	/* Destroy joins a finished thread nobody reaped. */
-	CHECK_EQ(tmo_arm(e, &a, 0, count_cb, &ran), 0);
+	CHECK_EQ(tmo_arm(e, &a, 0, et_count_cb, &ran), 0);
 	CHECK(ET_WAIT_UNTIL(atomic_load(&ran) >= 3, LIVENESS));
 	tmo_destroy(&e);
 	CHECK_EQ(tmo_testing_live_allocs(), live_before);
