@@ -49,21 +49,16 @@ static struct tmo *create_with_tid(pid_t *tid)
 	CHECK(*tid != 0);
 	return e;
 }
+
 /* Flush: a timer armed now, with timeout 0, runs only after every callback
  * due before it has returned (one thread, deadline order). */
-static atomic_long flush_runs;
-static void flush_cb(struct tmo_timer *t, void *arg)
-{
-	(void)t;
-	(void)arg;
-	atomic_fetch_add(&flush_runs, 1);
-}
 static void flush(struct tmo *e)
 {
+	static atomic_int flush_runs;
 	static struct tmo_timer ft;
 	tmo_timer_init(&ft); /* it may have belonged to an earlier engine */
-	long before = atomic_load(&flush_runs);
-	CHECK_EQ(tmo_arm(e, &ft, 0, flush_cb, NULL), 0);
+	int before = atomic_load(&flush_runs);
+	CHECK_EQ(tmo_arm(e, &ft, 0, et_count_cb, &flush_runs), 0);
 	CHECK(ET_WAIT_UNTIL(atomic_load(&flush_runs) >= before + 1, LIVENESS));
 	CHECK_EQ(et_cancel_settled(e, &ft), TMO_CANCEL_FIRED);
 }

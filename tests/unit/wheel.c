@@ -25,6 +25,13 @@
 
 /* ---- deterministic cases ---------------------------------------------------- */
 
+/* A fresh node, added at `deadline`. */
+static void add_new(struct tmo_wheel *w, struct tmo_wheel_node *n, int64_t deadline)
+{
+	tmo_wheel_node_init(n);
+	tmo_wheel_add(w, n, deadline);
+}
+
 static size_t drain(struct tmo_wheel *w, int64_t now, struct tmo_wheel_node **out, size_t max)
 {
 	struct tmo_wheel_list due = {NULL};
@@ -56,12 +63,9 @@ static void test_tick_boundaries(void)
 	struct tmo_wheel w;
 	struct tmo_wheel_node a, b, c, *out[4];
 	tmo_wheel_init(&w, 10, 1000);
-	tmo_wheel_node_init(&a);
-	tmo_wheel_node_init(&b);
-	tmo_wheel_node_init(&c);
-	tmo_wheel_add(&w, &a, 1010); /* on a boundary */
-	tmo_wheel_add(&w, &b, 1011); /* just past one */
-	tmo_wheel_add(&w, &c, 1000); /* at the origin */
+	add_new(&w, &a, 1010); /* on a boundary */
+	add_new(&w, &b, 1011); /* just past one */
+	add_new(&w, &c, 1000); /* at the origin */
 	CHECK(tmo_wheel_contains(&a));
 	CHECK_EQ(tmo_wheel_count(&w), 3);
 	CHECK_EQ(tmo_wheel_next_expiry(&w), 1000);
@@ -109,12 +113,9 @@ static void test_del_updates_bitmap(void)
 	struct tmo_wheel w;
 	struct tmo_wheel_node a, b, c, *out[2];
 	tmo_wheel_init(&w, 1, 0);
-	tmo_wheel_node_init(&a);
-	tmo_wheel_node_init(&b);
-	tmo_wheel_node_init(&c);
-	tmo_wheel_add(&w, &a, 5000);
-	tmo_wheel_add(&w, &b, 5000);
-	tmo_wheel_add(&w, &c, 7);
+	add_new(&w, &a, 5000);
+	add_new(&w, &b, 5000);
+	add_new(&w, &c, 7);
 	tmo_wheel_del(&w, &c);
 	CHECK(!tmo_wheel_contains(&c));
 	CHECK(tmo_wheel_next_expiry(&w) > 7);
@@ -161,12 +162,9 @@ static void test_next_expiry_exact_when_sparse(void)
 	struct tmo_wheel w;
 	struct tmo_wheel_node a, b, c, crowd[20], *out[20];
 	tmo_wheel_init(&w, ms, 0);
-	tmo_wheel_node_init(&a);
-	tmo_wheel_node_init(&b);
-	tmo_wheel_node_init(&c);
-	tmo_wheel_add(&w, &a, 10 * s);
-	tmo_wheel_add(&w, &b, 20 * s + 1); /* rounded up to 20.001 s */
-	tmo_wheel_add(&w, &c, 300 * s);
+	add_new(&w, &a, 10 * s);
+	add_new(&w, &b, 20 * s + 1); /* rounded up to 20.001 s */
+	add_new(&w, &c, 300 * s);
 	CHECK_EQ(tmo_wheel_next_expiry(&w), 10 * s);
 	CHECK_EQ(drain(&w, 10 * s - 1, out, 3), 0);
 	CHECK_EQ(tmo_wheel_next_expiry(&w), 10 * s);
