@@ -238,8 +238,7 @@ static void check_baseline(struct tally *t, struct baseline b0, const char *what
  * processes of the same user (parallel tests) may hold it all. */
 static void wait_sigq(void)
 {
-	for (int i = 0; i < 100 && et_sigq_full(); i++)
-		et_sleep_ns(100 * MS);
+	ET_WAIT_UNTIL_EVERY(!et_sigq_full(), 10 * TMO_NSEC_PER_SEC, 100 * MS);
 }
 
 static struct tally phase_create(enum tmo_fault_kind kind)

@@ -49,17 +49,22 @@ void et_sleep_ns(int64_t ns);
 void et_spin_ns(int64_t ns);
 
 /* The one bounded wait: evaluate `cond` until it holds or timeout_ns has
- * passed, sleeping 100 us between looks (a waiter must not starve the
+ * passed, sleeping poll_ns between looks (a waiter must not starve the
  * thread it waits for on 2 cores).  Its value is 1 when `cond` held at the
  * last look, else 0: a wait that gives up fails the CHECK around it instead
- * of hanging.  `cond` is evaluated many times: it must have no side effect. */
-#define ET_WAIT_UNTIL(cond, timeout_ns)                                          \
+ * of hanging.  `cond` is evaluated once a look, so it may be an attempt
+ * ("(rc = tmo_arm(...)) != TMO_EAGAIN"). */
+#define ET_WAIT_UNTIL_EVERY(cond, timeout_ns, poll_ns)                           \
 	({                                                                           \
 		int64_t et_end_ = tmo_now_ns() + (timeout_ns);                           \
-		while (!(cond) && tmo_now_ns() < et_end_)                                \
-			et_sleep_ns(100 * TMO_NSEC_PER_USEC);                                \
-		(cond) ? 1 : 0;                                                          \
+		int et_ok_;                                                              \
+		while (!(et_ok_ = !!(cond)) && tmo_now_ns() < et_end_)                   \
+			et_sleep_ns(poll_ns);                                                \
+		et_ok_;                                                                  \
 	})
+/* The same, looking every 100 us. */
+#define ET_WAIT_UNTIL(cond, timeout_ns)                                          \
+	ET_WAIT_UNTIL_EVERY(cond, timeout_ns, 100 * TMO_NSEC_PER_USEC)
 
 /* Wait until *v >= target or timeout_ns passes; returns 1 if reached. */
 int et_wait_ge(atomic_llong *v, long long target, int64_t timeout_ns);

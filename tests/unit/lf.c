@@ -195,9 +195,7 @@ static int settled(const struct tmo_stats *st) { return st->held_bytes <= SETTLE
 static int arm_retry(struct tmo *e, struct tmo_timer *t, int64_t timeout, tmo_callback *cb)
 {
 	int rc;
-	int64_t end = tmo_now_ns() + WAIT;
-	while ((rc = tmo_arm(e, t, timeout, cb, NULL)) == TMO_EAGAIN && tmo_now_ns() < end)
-		et_sleep_ns(100000);
+	ET_WAIT_UNTIL((rc = tmo_arm(e, t, timeout, cb, NULL)) != TMO_EAGAIN, WAIT);
 	return rc;
 }
 
@@ -376,10 +374,7 @@ static void test_node_cap(void)
 	/* Freed nodes come back (some through the timer thread, which frees
 	 * what was filed in its own base): an application retries; every arm
 	 * answers at once either way. */
-	int64_t end = tmo_now_ns() + WAIT;
-	while ((rc = tmo_arm(e, &t[0], 60 * SEC, no_cb, NULL)) == TMO_EAGAIN &&
-	       tmo_now_ns() < end)
-		et_sleep_ns(MS);
+	ET_WAIT_UNTIL_EVERY((rc = tmo_arm(e, &t[0], 60 * SEC, no_cb, NULL)) != TMO_EAGAIN, WAIT, MS);
 	CHECK_EQ(rc, 0);
 	CHECK_EQ(tmo_cancel(e, &t[0]), TMO_CANCEL_PREVENTED);
 	printf("  %s: cap of 256 nodes: %d arms, then TMO_EAGAIN\n", eng, armed);
