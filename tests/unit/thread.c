@@ -554,13 +554,14 @@ static void test_long_callback(void)
 
 /* ---- lifecycle --------------------------------------------------------------- */
 
-/* fork(): the child refuses every call on the inherited engine with
- * TMO_EFORKED, at once (cancelling a timer pending at fork must not hang),
- * and its destroy frees the child's copy (allocations back to what they
- * were before the engine existed) without joining or waiting; the parent's
- * engine is untouched.  Forked in the middle of activity (callbacks
- * running, timers due and blocked) so that the child inherits the sets
- * as the prepare handler leaves them. */
+/* fork() in the middle of activity (callbacks running, timers due and
+ * blocked on their turn), so that the child inherits the sets as the
+ * prepare handler leaves them: the child's destroy frees its copy
+ * (allocations back to what they were before the engine existed, the
+ * threads' records included) without joining or waiting, and a new engine
+ * works there; the parent's engine is untouched.  (That the inherited
+ * engine refuses every call with TMO_EFORKED: engine/lifecycle, for every
+ * engine.) */
 static atomic_int fk_fires;
 static void fk_cb(struct tmo_timer *t, void *arg)
 {
@@ -572,13 +573,8 @@ static void fk_cb(struct tmo_timer *t, void *arg)
 static int fork_child(struct tmo *e, struct tmo_timer *pending, int64_t live_before_engine)
 {
 	int bad = 0;
-	struct tmo_stats st;
-	struct tmo_timer fresh = TMO_TIMER_INIT;
 	int64_t t0 = tmo_now_ns();
-	bad |= (tmo_cancel(e, pending) != TMO_EFORKED) << 0;
-	bad |= (tmo_arm(e, &fresh, 0, fk_cb, NULL) != TMO_EFORKED) << 1;
-	bad |= (tmo_stats(e, &st) != TMO_EFORKED) << 2;
-	bad |= (tmo_park(e, 1) != TMO_EFORKED) << 3;
+	bad |= (tmo_cancel(e, pending) != TMO_EFORKED) << 0; /* at once: no hang */
 	bad |= (tmo_destroy(&e) != 0) << 4;
 	bad |= (e != NULL) << 5;
 	bad |= (tmo_testing_live_allocs() != live_before_engine) << 6;
