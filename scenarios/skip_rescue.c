@@ -184,7 +184,7 @@ static int truth_table(const struct tmo_run *run, int reps)
 					              "code after sleep ran %d, caller got %s (%s) — expected saw %d, "
 					              "ensure 1, caller %s",
 					              mode_name(mode), handlers[h].ruby, r, c.saw, (int)c.saw_cls,
-					              c.ensured, c.after_sleep, o, tmo_scope_errname(rc), want_saw,
+					              c.ensured, c.after_sleep, o, tmo_errname(rc), want_saw,
 					              expected[mode - 1][h].caller);
 					bad++;
 				}
@@ -300,7 +300,7 @@ static int nesting(const struct tmo_run *run, int reps)
 							ok = rc == TMO_ETIMEDOUT && e.scope == n.outer &&
 							     n.inner_returned == 0 && n.rescued == 0;
 						snprintf(res, sizeof res, "outer got %s, inner %s",
-						         rc == 0 ? "its value" : tmo_scope_errname(rc),
+						         rc == 0 ? "its value" : tmo_errname(rc),
 						         n.inner_returned ? "returned" : "never returned");
 					} else {
 						/* The inner scope's own timeout, then the outer block runs
@@ -309,7 +309,7 @@ static int nesting(const struct tmo_run *run, int reps)
 						ok = rc == 0 && val == 5 && n.inner_rc == want_inner &&
 						     n.after_ok == 1 && n.rescued == (im == TMO_SCOPE_RAISE);
 						snprintf(res, sizeof res, "inner got %s, outer its value",
-						         n.inner_rc == 0 ? "0 (rescued)" : tmo_scope_errname(n.inner_rc));
+						         n.inner_rc == 0 ? "0 (rescued)" : tmo_errname(n.inner_rc));
 					}
 					ok = ok && n.ensure_inner == 1 && n.ensure_outer == 1 && n.outer != 0 &&
 					     n.inner != 0 && n.outer != n.inner && tmo_interrupt_pending() == 0;
@@ -321,7 +321,7 @@ static int nesting(const struct tmo_run *run, int reps)
 						              "inner rc %s, inner returned %d, rescued %d, ensures %d/%d, "
 						              "identity %s",
 						              reverse ? "inner" : "outer", mode_name(om), mode_name(im), r,
-						              tmo_scope_errname(rc), tmo_scope_errname(n.inner_rc),
+						              tmo_errname(rc), tmo_errname(n.inner_rc),
 						              n.inner_returned, n.rescued, n.ensure_inner, n.ensure_outer,
 						              e.scope == n.outer ? "outer" : "not outer");
 						bad++;
@@ -386,7 +386,7 @@ static intptr_t edge_outer(void *arg)
 			r->expired++;
 		} else {
 			tmo_violation(r->run, "edge race, mode %s, iteration %d: rc %s, block finished %d",
-			              mode_name(r->mode), i, tmo_scope_errname(rc), e.finished);
+			              mode_name(r->mode), i, tmo_errname(rc), e.finished);
 			r->inconsistent++;
 		}
 		/* From here any interrupt is late: the outer scope has no deadline. */
@@ -432,7 +432,7 @@ static int edge_race(const struct tmo_run *run, int iterations)
 		}
 		if (rc != 0) {
 			tmo_violation(run, "edge race, mode %s: a late interrupt reached the outer frame "
-			              "(%s)", mode_name(mode), tmo_scope_errname(rc));
+			              "(%s)", mode_name(mode), tmo_errname(rc));
 			r.late++;
 		}
 		printf("  %-9s: %d runs, %d returned (%llu after their timer fired: expiry "
@@ -465,7 +465,7 @@ static double time_scopes(const struct tmo_run *run, int n, int64_t timeout, int
 		if (sr_short)
 			break;
 		if (rc != 0 || val != i) {
-			tmo_violation(run, "empty scope %d: rc %s, value %ld", i, tmo_scope_errname(rc),
+			tmo_violation(run, "empty scope %d: rc %s, value %ld", i, tmo_errname(rc),
 			              (long)val);
 			(*v)++;
 			break;

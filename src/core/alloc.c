@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "core/internal.h"
+#include "ds/heap.h"
 
 /* The hook is read on every allocation; it is set only while no engine call
  * is in flight, but read atomically so a sanitizer sees no race with engine
@@ -75,6 +76,13 @@ void tmo__free(void *p)
 		atomic_fetch_sub_explicit(&live_allocs, 1, memory_order_relaxed);
 		free(p);
 	}
+}
+
+static const struct tmo_heap_mem heap_mem = {tmo__malloc, tmo__free};
+
+int tmo_heap_init(struct tmo_heap *h, unsigned arity, uint32_t initial_cap)
+{
+	return tmo_heap_init_with(h, arity, initial_cap, &heap_mem);
 }
 
 /* Every engine thread runs callbacks: its stack must leave them at least

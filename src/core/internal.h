@@ -22,6 +22,10 @@ void tmo__free(void *p);
 /* pthread_create through the hook; returns 0 or TMO_EAGAIN. */
 int tmo__thread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *),
                        void *arg);
+/* The library's heaps (src/ds/heap.h) on the counted allocator above: what
+ * every engine calls; tmo_heap_init_with with tmo__malloc and tmo__free. */
+struct tmo_heap;
+int tmo_heap_init(struct tmo_heap *h, unsigned arity, uint32_t initial_cap);
 /* tmo_testing_timely_timer(): 1 when on */
 int tmo__timely_timer(void);
 /* tmo_testing_set_node_cap(): 0 or the cap. */

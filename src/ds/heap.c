@@ -11,12 +11,11 @@
  * of its slots are used (never below min_cap).  The factor-of-two gap between
  * the grow and the shrink points keeps a push/remove pair at a boundary from
  * reallocating every time.  A failed shrink is harmless (the larger array is
- * kept), so only push can report TMO_ENOMEM.
+ * kept), so only push can report TMO_HEAP_ENOMEM.
  */
 #include <string.h>
 
 #include "ds/heap.h"
-#include "core/internal.h"
 
 /* Largest capacity: indices must stay below TMO_HEAP_NOT_IN, and doubling
  * must not overflow uint32_t. */
@@ -34,29 +33,31 @@ static int resize(struct tmo_heap *h, uint32_t cap)
 {
 	struct tmo_heap_node **a = NULL;
 	if (cap != 0) {
-		a = tmo__malloc((size_t)cap * sizeof *a);
+		a = h->mem->alloc((size_t)cap * sizeof *a);
 		if (a == NULL)
-			return TMO_ENOMEM;
+			return TMO_HEAP_ENOMEM;
 		if (h->n != 0)
 			memcpy(a, h->a, (size_t)h->n * sizeof *a);
 	}
-	tmo__free(h->a);
+	h->mem->free(h->a);
 	h->a = a;
 	h->cap = cap;
 	return 0;
 }
 
-int tmo_heap_init(struct tmo_heap *h, unsigned arity, uint32_t initial_cap)
+int tmo_heap_init_with(struct tmo_heap *h, unsigned arity, uint32_t initial_cap,
+                       const struct tmo_heap_mem *mem)
 {
 	memset(h, 0, sizeof *h);
+	h->mem = mem;
 	if (arity == 2)
 		h->log2_arity = 1;
 	else if (arity == 4)
 		h->log2_arity = 2;
 	else
-		return TMO_EINVAL;
+		return TMO_HEAP_EINVAL;
 	if (initial_cap > HEAP_MAX_CAP)
-		return TMO_EINVAL;
+		return TMO_HEAP_EINVAL;
 	h->min_cap = initial_cap;
 	return resize(h, initial_cap);
 }
@@ -66,9 +67,16 @@ void tmo_heap_fini(struct tmo_heap *h)
 	/* Nodes still inside are the caller's; they are only marked out. */
 	for (uint32_t i = 0; i < h->n; i++)
 		h->a[i]->index = TMO_HEAP_NOT_IN;
-	tmo__free(h->a);
+	h->mem->free(h->a);
 	h->a = NULL;
 	h->n = h->cap = 0;
+}
+
+/* Put x in slot i: every move keeps the node's own index exact. */
+static inline void set_slot(struct tmo_heap_node **a, uint32_t i, struct tmo_heap_node *x)
+{
+	a[i] = x;
+	x->index = i;
 }
 
 /* Move node x up from hole i until its parent is not after it. */
@@ -80,12 +88,10 @@ static void sift_up(struct tmo_heap *h, uint32_t i, struct tmo_heap_node *x)
 		uint32_t p = (i - 1) >> k;
 		if (!before(x, a[p]))
 			break;
-		a[i] = a[p];
-		a[i]->index = i;
+		set_slot(a, i, a[p]);
 		i = p;
 	}
-	a[i] = x;
-	x->index = i;
+	set_slot(a, i, x);
 }
 
 /* Move node x down from hole i until no child is before it. */
@@ -108,19 +114,17 @@ static void sift_down(struct tmo_heap *h, uint32_t i, struct tmo_heap_node *x)
 				m = j;
 		if (!before(a[m], x))
 			break;
-		a[i] = a[m];
-		a[i]->index = i;
+		set_slot(a, i, a[m]);
 		i = m;
 	}
-	a[i] = x;
-	x->index = i;
+	set_slot(a, i, x);
 }
 
 int tmo_heap_push(struct tmo_heap *h, struct tmo_heap_node *n, int64_t deadline)
 {
 	if (h->n == h->cap) {
 		if (h->cap >= HEAP_MAX_CAP)
-			return TMO_ENOMEM;
+			return TMO_HEAP_ENOMEM;
 		uint32_t cap = h->cap ? h->cap * 2 : (h->min_cap ? h->min_cap : HEAP_FIRST_CAP);
 		int rc = resize(h, cap);
 		if (rc != 0) {

@@ -13,7 +13,22 @@
 #ifndef TMO_HEAP_H
 #define TMO_HEAP_H
 
+#include <stddef.h>
 #include <stdint.h>
+
+/* Results: 0, or one of these (the values of the enum tmo_error codes of the
+ * same names, include/tmo/tmo.h; src/core/error.c asserts they agree). */
+#define TMO_HEAP_EINVAL (-11)
+#define TMO_HEAP_ENOMEM (-7)
+
+/* Where the array's memory comes from: the heap's owner says (ds imports
+ * nothing).  free must accept NULL, as free(3) does.  The library's engines
+ * use tmo_heap_init (src/core/internal.h): this heap on the counted
+ * allocator, so fault injection and leak accounting reach the array. */
+struct tmo_heap_mem {
+	void *(*alloc)(size_t n);
+	void (*free)(void *p);
+};
 
 #define TMO_HEAP_NOT_IN UINT32_MAX
 /* The arity engines should pass to init: 4-ary measured faster than binary
@@ -32,11 +47,14 @@ struct tmo_heap {
 	uint32_t n, cap, min_cap;
 	unsigned log2_arity; /* 1: binary, 2: 4-ary */
 	uint64_t next_seq;
+	const struct tmo_heap_mem *mem;
 };
 
 /* arity 2 or 4; initial_cap slots are reserved (and kept as the floor the
- * array shrinks to).  Returns 0, TMO_EINVAL or TMO_ENOMEM. */
-int tmo_heap_init(struct tmo_heap *h, unsigned arity, uint32_t initial_cap);
+ * array shrinks to); mem must outlive the heap.  Returns 0, TMO_HEAP_EINVAL
+ * or TMO_HEAP_ENOMEM. */
+int tmo_heap_init_with(struct tmo_heap *h, unsigned arity, uint32_t initial_cap,
+                       const struct tmo_heap_mem *mem);
 void tmo_heap_fini(struct tmo_heap *h);
 
 static inline void tmo_heap_node_init(struct tmo_heap_node *n) { n->index = TMO_HEAP_NOT_IN; }
@@ -50,7 +68,7 @@ static inline struct tmo_heap_node *tmo_heap_peek(const struct tmo_heap *h)
 	return h->n ? h->a[0] : (struct tmo_heap_node *)0;
 }
 
-/* Insert with this deadline.  Returns 0, or TMO_ENOMEM when the array
+/* Insert with this deadline.  Returns 0, or TMO_HEAP_ENOMEM when the array
  * had to grow and could not (the node is then not in the heap). */
 int tmo_heap_push(struct tmo_heap *h, struct tmo_heap_node *n, int64_t deadline);
 /* Remove a node that is in the heap. */

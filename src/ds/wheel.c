@@ -33,8 +33,6 @@
  */
 #include "ds/wheel.h"
 
-#include "tmo/tmo.h"
-
 #define LEVEL_SHIFT(l) ((unsigned)(l) * TMO_WHEEL_BITS)
 #define SLOT_MASK ((uint64_t)TMO_WHEEL_SLOTS - 1)
 /* next_expiry() reads at most this many nodes of a higher-level slot to
@@ -49,7 +47,7 @@ _Static_assert(EPOCH_SHIFT < 64, "levels must leave room for the epoch");
 int tmo_wheel_init(struct tmo_wheel *w, int64_t resolution_ns, int64_t now_ns)
 {
 	if (w == NULL || resolution_ns <= 0)
-		return TMO_EINVAL;
+		return TMO_WHEEL_EINVAL;
 	w->resolution_ns = resolution_ns;
 	w->res_inv = UINT64_MAX / (uint64_t)resolution_ns;
 	w->origin_ns = now_ns;
@@ -131,7 +129,9 @@ static inline struct tmo_wheel_node *list_take(struct tmo_wheel_list *l)
 
 /* ---- placement -------------------------------------------------------------- */
 
-static void file(struct tmo_wheel *w, struct tmo_wheel_node *n)
+/* Put n where its tick belongs (see Placement at the top): on `expired` when
+ * already processed, on `overflow` beyond the top level, else in its slot. */
+static void place(struct tmo_wheel *w, struct tmo_wheel_node *n)
 {
 	uint64_t e = n->expires, t = w->now_tick;
 	if (e < t) {
@@ -155,7 +155,7 @@ static void refile_chain(struct tmo_wheel *w, struct tmo_wheel_node *n)
 {
 	while (n) {
 		struct tmo_wheel_node *next = n->next;
-		file(w, n);
+		place(w, n);
 		n = next;
 	}
 }
@@ -164,7 +164,7 @@ void tmo_wheel_add(struct tmo_wheel *w, struct tmo_wheel_node *n, int64_t deadli
 {
 	n->deadline = deadline;
 	n->expires = tick_ceil(w, deadline);
-	file(w, n);
+	place(w, n);
 	w->count++;
 }
 
@@ -209,7 +209,7 @@ static uint64_t next_tick(const struct tmo_wheel *w, unsigned *level_out)
 		*level_out = TMO_WHEEL_LEVELS;
 		/* Every overflow node differs from T above the top level and is
 		 * later than T, so it is not before the next epoch; nor before the
-		 * epoch of overflow_min (a lower bound kept by file(); del() leaves
+		 * epoch of overflow_min (a lower bound kept by place(); del() leaves
 		 * it low, which costs at most one early re-filing).  Jumping to
 		 * the start of that epoch re-files the list into the levels. */
 		uint64_t next_epoch = ((t >> EPOCH_SHIFT) + 1) << EPOCH_SHIFT;

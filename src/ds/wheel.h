@@ -17,6 +17,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The one error: the value of TMO_EINVAL (include/tmo/tmo.h; src/core/error.c
+ * asserts they agree). */
+#define TMO_WHEEL_EINVAL (-11)
+
 #define TMO_WHEEL_BITS 6
 #define TMO_WHEEL_SLOTS (1u << TMO_WHEEL_BITS)
 #define TMO_WHEEL_LEVELS 8
@@ -44,7 +48,7 @@ struct tmo_wheel {
 	struct tmo_wheel_list expired;  /* added after their tick was processed */
 };
 
-/* Returns 0, or TMO_EINVAL for a resolution <= 0. */
+/* Returns 0, or TMO_WHEEL_EINVAL for a resolution <= 0. */
 int tmo_wheel_init(struct tmo_wheel *w, int64_t resolution_ns, int64_t now_ns);
 
 static inline void tmo_wheel_node_init(struct tmo_wheel_node *n) { n->pprev = NULL; }

@@ -383,6 +383,61 @@ static void loose_collect(struct tmo *e)
 	}
 }
 
+/* Empty the depot into buckets by page: by_page[pg] lists page pg's free
+ * nodes, free_in[pg] of them; nodes of pages populated after hwm was read go
+ * to *late (*late_n of them).  Returns the number of nodes taken. */
+static uint64_t bucket_by_page(struct tmo *e, uint32_t hwm, uint8_t *free_in,
+                               struct lf_node **by_page, struct lf_node **late, uint32_t *late_n)
+{
+	uint64_t taken = 0;
+	for (struct lf_node *c = depot_take_all(e), *next_chain; c != NULL; c = next_chain) {
+		next_chain = chain_next(c);
+		for (struct lf_node *n = c, *next; n != NULL; n = next, taken++) {
+			next = n->free_next;
+			uint32_t pg = page_of(e, n);
+			struct lf_node **list = pg < hwm ? &by_page[pg] : late;
+			n->free_next = *list;
+			*list = n;
+			if (pg < hwm)
+				free_in[pg]++;
+			else
+				(*late_n)++;
+		}
+	}
+	return taken;
+}
+
+/* Give pages [first, end), all of whose nodes are free, back to the kernel;
+ * the run waits on `released` to be populated again.  Returns the pages given
+ * back: 0 when the run's record could not be allocated (the nodes are kept). */
+static uint32_t release_run(struct tmo *e, uint32_t first, uint32_t end, struct lf_node **by_page)
+{
+	struct lf_pool *p = &e->pool;
+	uint64_t floor = 0;
+	for (uint32_t pg = first; pg < end; pg++)
+		for (uint32_t i = 0; i < PAGE_NODES; i++) {
+			uint64_t g = lf_gen_of(atomic_load_explicit(
+			    &lf_node_at(e, pg * PAGE_NODES + i)->state, memory_order_relaxed));
+			if (g > floor)
+				floor = g;
+		}
+	struct lf_run *run = tmo__malloc(sizeof *run);
+	if (run == NULL) { /* keep them */
+		for (uint32_t q = first; q < end; q++)
+			depot_push(e, by_page[q], PAGE_NODES);
+		return 0;
+	}
+	run->first = first;
+	run->count = end - first;
+	/* floor + 1 > every generation used; LF_GEN_MASK wraps after 2^38 */
+	run->gen_floor = (floor + 1) & LF_GEN_MASK;
+	madvise(p->arena + ((size_t)first * PAGE_BYTES), (size_t)run->count * PAGE_BYTES,
+	        MADV_DONTNEED);
+	atomic_fetch_sub_explicit(&p->populated_pages, run->count, memory_order_relaxed);
+	ck_stack_push_upmc(&p->released, &run->link);
+	return run->count;
+}
+
 void lf_pool_trim(struct tmo *e)
 {
 	struct lf_pool *p = &e->pool;
@@ -398,30 +453,9 @@ void lf_pool_trim(struct tmo *e)
 		tmo__free(by_page);
 		return; /* try again next time */
 	}
-	struct lf_node *chains = depot_take_all(e);
-	uint64_t taken = 0;
-
-	/* Bucket every free node by page. */
-	struct lf_node *late = NULL; /* nodes of pages populated after hwm was read */
+	struct lf_node *late = NULL;
 	uint32_t late_n = 0;
-	while (chains != NULL) {
-		struct lf_node *next_chain = chain_next(chains), *n = chains;
-		while (n != NULL) {
-			struct lf_node *next = n->free_next;
-			uint32_t pg = page_of(e, n);
-			struct lf_node **list = pg < hwm ? &by_page[pg] : &late;
-			n->free_next = *list;
-			*list = n;
-			if (pg < hwm)
-				free_in[pg]++;
-			else
-				late_n++;
-			taken++;
-			n = next;
-		}
-		chains = next_chain;
-	}
-
+	uint64_t taken = bucket_by_page(e, hwm, free_in, by_page, &late, &late_n);
 	atomic_fetch_sub_explicit(&p->depot_nodes, taken, memory_order_relaxed);
 
 	/* Give back runs of wholly free pages; chain the rest page by page. */
@@ -438,31 +472,9 @@ void lf_pool_trim(struct tmo *e)
 			continue;
 		}
 		uint32_t first = pg;
-		uint64_t floor = 0;
-		while (pg < hwm && free_in[pg] == PAGE_NODES) {
-			for (uint32_t i = 0; i < PAGE_NODES; i++) {
-				uint64_t g = lf_gen_of(atomic_load_explicit(
-				    &lf_node_at(e, pg * PAGE_NODES + i)->state, memory_order_relaxed));
-				if (g > floor)
-					floor = g;
-			}
+		while (pg < hwm && free_in[pg] == PAGE_NODES)
 			pg++;
-		}
-		struct lf_run *run = tmo__malloc(sizeof *run);
-		if (run == NULL) { /* keep them */
-			for (uint32_t q = first; q < pg; q++)
-				depot_push(e, by_page[q], PAGE_NODES);
-			continue;
-		}
-		run->first = first;
-		run->count = pg - first;
-		/* floor + 1 > every generation used; LF_GEN_MASK wraps after 2^38 */
-		run->gen_floor = (floor + 1) & LF_GEN_MASK;
-		madvise(p->arena + ((size_t)first * PAGE_BYTES), (size_t)run->count * PAGE_BYTES,
-		        MADV_DONTNEED);
-		atomic_fetch_sub_explicit(&p->populated_pages, run->count, memory_order_relaxed);
-		gave += run->count;
-		ck_stack_push_upmc(&p->released, &run->link);
+		gave += release_run(e, first, pg, by_page);
 	}
 	atomic_fetch_add_explicit(&p->trimmed_pages, gave, memory_order_relaxed);
 	tmo__free(free_in);

@@ -210,6 +210,71 @@ static int64_t tt_tick(struct tmo *e, unsigned flags)
 	return tt->last_tick;
 }
 
+/* 4. fire, in deadline order, the due timers (tt->due, not empty) that are
+ * due before `hold`; the rest wait in the due array for the next round, and
+ * lower *wake to the first one's time.  Returns how many fired. */
+static size_t fire_due(struct tmo *e, int64_t now, int64_t hold, int64_t *wake)
+{
+	struct lf_tt *tt = e->tt;
+	lf_due_order(e);
+	/* Handed-over timers may not be due yet: they wait here.  On a wheel a
+	 * timer is due at its tick, wherever it waits, so that every source
+	 * releases one tick's timers together. */
+	int64_t due_by = now;
+	if (e->p->thread_bases)
+		due_by = now - (now - e->origin_ns) % e->resolution_ns - 1;
+	if (hold > due_by + 1)
+		hold = due_by + 1;
+	size_t k = 0;
+	for (; k < tt->due_n && tt->due[k].deadline < hold; k++) {
+		if (atomic_load_explicit(&e->stop, memory_order_acquire))
+			break; /* destroy cancels the rest */
+		lf_fire(e, &tt->due[k]);
+	}
+	memmove(tt->due, tt->due + k, (tt->due_n - k) * sizeof *tt->due);
+	tt->due_n -= k;
+	tt->sorted = tt->due_n;
+	if (tt->due_n > 0) {
+		int64_t d = tt->due[0].deadline, at = d;
+		if (e->p->thread_bases && (d - e->origin_ns) % e->resolution_ns != 0)
+			at = d + e->resolution_ns - (d - e->origin_ns) % e->resolution_ns;
+		if (at < *wake)
+			*wake = at;
+	}
+	return k;
+}
+
+/* 5, before a long sleep until *wake: publish LF_TW_SLEEPING, give memory
+ * back, and look once more for work published before arms could see it.
+ * Returns 0 when there is work (the loop runs another round at once), 1 to
+ * sleep until *wake. */
+static int announce_sleep(struct tmo *e, int64_t now, int64_t poll, int64_t *wake)
+{
+	struct lf_tt *tt = e->tt;
+	atomic_store_explicit(&e->sleep_until, *wake, memory_order_relaxed);
+	tt_tick(e, LF_TW_SLEEPING | LF_TW_PRECISE);
+	/* memory goes back before a long sleep only: a timer thread napping
+	 * between ticks of a stream of fires would walk the depot each time and
+	 * give back pages about to be used */
+	if (*wake - now >= TRIM_SLEEP_MIN) {
+		lf_pool_trim(e);
+		lf_due_shrink(e);
+	}
+	lf_heavy_barrier(e);
+	/* look everywhere once more: what arms published before they could see
+	 * SLEEPING */
+	int64_t w2 = *wake;
+	if (work_waiting(e, &w2) || w2 < *wake) {
+		tt->idle = 0;
+		return 0;
+	}
+	if (atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_FENCE &&
+	    *wake > now + poll)
+		*wake = now + poll; /* see lf_heavy_barrier */
+	tt->idle = IDLE_ROUNDS;
+	return 1;
+}
+
 void *lf_timer_main(void *arg)
 {
 	struct tmo *e = arg;
@@ -248,36 +313,9 @@ void *lf_timer_main(void *arg)
 		int64_t hold = lf_collect_all(e, now, &wake);
 		if (tt->due_n > DUE_COMPACT_MIN)
 			lf_due_compact(e);
-		if (tt->due_n > 0) {
-			lf_due_order(e);
-			/* Handed-over timers may not be due yet: they wait here.  On a
-			 * wheel a timer is due at its tick, wherever it waits, so that
-			 * every source releases one tick's timers together. */
-			int64_t due_by = now;
-			if (e->p->thread_bases)
-				due_by = now - (now - e->origin_ns) % e->resolution_ns - 1;
-			if (hold > due_by + 1)
-				hold = due_by + 1;
-			size_t k = 0;
-			for (; k < tt->due_n && tt->due[k].deadline < hold; k++) {
-				if (atomic_load_explicit(&e->stop, memory_order_acquire))
-					break; /* destroy cancels the rest */
-				lf_fire(e, &tt->due[k]);
-			}
-			memmove(tt->due, tt->due + k, (tt->due_n - k) * sizeof *tt->due);
-			tt->due_n -= k;
-			tt->sorted = tt->due_n;
-			if (tt->due_n > 0) {
-				int64_t d = tt->due[0].deadline, at = d;
-				if (e->p->thread_bases && (d - e->origin_ns) % e->resolution_ns != 0)
-					at = d + e->resolution_ns - (d - e->origin_ns) % e->resolution_ns;
-				if (at < wake)
-					wake = at;
-			}
-			if (k > 0) {
-				tt->idle = 0;
-				continue; /* callbacks took time: look again */
-			}
+		if (tt->due_n > 0 && fire_due(e, now, hold, &wake) > 0) {
+			tt->idle = 0;
+			continue; /* callbacks took time: look again */
 		}
 
 		/* 5. sleep */
@@ -292,28 +330,8 @@ void *lf_timer_main(void *arg)
 			if (wake > now + poll)
 				wake = now + poll;
 			tt_tick(e, 0);
-		} else {
-			atomic_store_explicit(&e->sleep_until, wake, memory_order_relaxed);
-			tt_tick(e, LF_TW_SLEEPING | LF_TW_PRECISE);
-			/* memory goes back before a long sleep only: a timer thread
-			 * napping between ticks of a stream of fires would walk the
-			 * depot each time and give back pages about to be used */
-			if (wake - now >= TRIM_SLEEP_MIN) {
-				lf_pool_trim(e);
-				lf_due_shrink(e);
-			}
-			lf_heavy_barrier(e);
-			/* look everywhere once more: what arms published before they
-			 * could see SLEEPING */
-			int64_t w2 = wake;
-			if (work_waiting(e, &w2) || w2 < wake) {
-				tt->idle = 0;
-				continue;
-			}
-			if (atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_FENCE &&
-			    wake > now + poll)
-				wake = now + poll; /* see lf_heavy_barrier */
-			tt->idle = IDLE_ROUNDS;
+		} else if (!announce_sleep(e, now, poll, &wake)) {
+			continue;
 		}
 		if (atomic_load_explicit(&e->park_flag, memory_order_acquire) ||
 		    atomic_load_explicit(&e->stop, memory_order_acquire))

@@ -18,8 +18,9 @@
  */
 #include <string.h>
 
-#include "input.h"
+#include "core/internal.h" /* tmo_heap_init: the heap on the counted allocator */
 #include "ds/heap.h"
+#include "input.h"
 
 #include "tmo/testing.h"
 #include "tmo/tmo.h"

@@ -4,6 +4,7 @@
 #include <time.h>
 #include <tmo/scope.h>
 #include <tmo/tmo.h>
+#include <tmo/wait.h>
 
 static void cb(struct tmo_timer *t, void *a)
 {
@@ -28,5 +29,12 @@ int main(void)
 	n = __atomic_load_n(&n, __ATOMIC_ACQUIRE);
 	printf("install consumer: fired %d, cancel -> %s\n", n, rc == TMO_CANCEL_FIRED ? "FIRED" : tmo_errname(rc));
 	tmo_destroy(&e);
-	return n == 1 && rc == TMO_CANCEL_FIRED ? 0 : 1;
+	/* tmo/wait.h is installed too: a try-pop of an empty queue times out. */
+	struct tmo_queue q;
+	struct tmo_qnode *got;
+	if (tmo_queue_init(&q) != 0)
+		return 1;
+	int w = tmo_queue_pop(&q, 0, &got);
+	tmo_queue_destroy(&q);
+	return n == 1 && rc == TMO_CANCEL_FIRED && w == TMO_WAIT_TIMEDOUT ? 0 : 1;
 }

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "core/internal.h" /* tmo_heap_init: the heap on the counted allocator */
 #include "ds/heap.h"
 #include "rng.h"
 #include "tmo/testing.h"
