@@ -137,7 +137,7 @@ int et_thread_count(void)
 int et_wait_thread_count(int want, int64_t timeout_ns)
 {
 	int n = -1;
-	ET_WAIT_UNTIL((n = et_thread_count()) == want, timeout_ns);
+	ET_WAIT_UNTIL_EVERY((n = et_thread_count()) == want, timeout_ns, TMO_NSEC_PER_MSEC);
 	return n;
 }
 

@@ -34,6 +34,10 @@
 /* A bound for "it happened" (a thread started, a callback ran), not a
  * measurement: far beyond what a loaded machine delays a thread. */
 #define LIVENESS (10 * TMO_NSEC_PER_SEC)
+/* Waits look every millisecond (the order cases every 2): with a thread per
+ * timer, a waiter that looked more often would take the cores from the very
+ * threads whose order and lateness the cases check. */
+#define WAIT_UNTIL(cond) ET_WAIT_UNTIL_EVERY(cond, LIVENESS, MS)
 
 static struct tmo_stats stats_of(struct tmo *e)
 {
@@ -69,7 +73,7 @@ static void test_eagain_enomem(void)
 	/* The timer is untouched: not armed, and armable. */
 	CHECK_EQ(tmo_cancel(e, &t), TMO_ENOTARMED);
 	CHECK_EQ(tmo_arm(e, &t, 0, et_count_cb, &ran), 0);
-	CHECK(ET_WAIT_UNTIL(atomic_load(&ran) >= 1, LIVENESS));
+	CHECK(WAIT_UNTIL(atomic_load(&ran) >= 1));
 	tmo_destroy(&e);
 	CHECK_EQ(tmo_testing_live_allocs(), live_before);
 }
@@ -144,7 +148,7 @@ static void test_reap(void)
 	int64_t live0 = tmo_testing_live_allocs();
 	struct tmo_timer a = TMO_TIMER_INIT, b = TMO_TIMER_INIT;
 	CHECK_EQ(tmo_arm(e, &a, 0, et_count_cb, &ran), 0);
-	CHECK(ET_WAIT_UNTIL(atomic_load(&ran) >= 1, LIVENESS));
+	CHECK(WAIT_UNTIL(atomic_load(&ran) >= 1));
 	struct tmo_stats s = stats_of(e);
 	CHECK_EQ(s.pending, 0);
 	CHECK_EQ(s.fired, 1);
@@ -164,7 +168,7 @@ static void test_reap(void)
 	/* An arm of another timer reaps a finished one too: once a's thread
 	 * has left the process (it put its record on the done list first). */
 	CHECK_EQ(tmo_arm(e, &a, 0, et_count_cb, &ran), 0);
-	CHECK(ET_WAIT_UNTIL(atomic_load(&ran) >= 2, LIVENESS));
+	CHECK(WAIT_UNTIL(atomic_load(&ran) >= 2));
 	CHECK_EQ(et_wait_thread_count(threads0, LIVENESS), threads0);
 	s = stats_of(e);
 	CHECK_EQ(s.threads, 1); /* finished, not yet joined */
@@ -174,7 +178,7 @@ static void test_reap(void)
 	CHECK_EQ(tmo_cancel(e, &b), TMO_CANCEL_PREVENTED);
 	/* Destroy joins a finished thread nobody reaped. */
 	CHECK_EQ(tmo_arm(e, &a, 0, et_count_cb, &ran), 0);
-	CHECK(ET_WAIT_UNTIL(atomic_load(&ran) >= 3, LIVENESS));
+	CHECK(WAIT_UNTIL(atomic_load(&ran) >= 3));
 	tmo_destroy(&e);
 	CHECK_EQ(tmo_testing_live_allocs(), live_before);
 }
@@ -190,7 +194,7 @@ static void meet_cb(struct tmo_timer *t, void *arg)
 	(void)arg;
 	atomic_fetch_add(&inside, 1);
 	atomic_fetch_add(&arrived, 1);
-	ET_WAIT_UNTIL(atomic_load(&arrived) >= 2, LIVENESS);
+	WAIT_UNTIL(atomic_load(&arrived) >= 2);
 	if (atomic_load(&arrived) == 2)
 		atomic_fetch_add(&saw_two, 1);
 	atomic_fetch_sub(&inside, 1);
@@ -204,7 +208,7 @@ static void test_concurrent_callbacks(void)
 	struct tmo_timer a = TMO_TIMER_INIT, b = TMO_TIMER_INIT;
 	CHECK_EQ(tmo_arm(e, &a, 0, meet_cb, NULL), 0);
 	CHECK_EQ(tmo_arm(e, &b, 0, meet_cb, NULL), 0);
-	CHECK(ET_WAIT_UNTIL(atomic_load(&saw_two) >= 2, LIVENESS));
+	CHECK(WAIT_UNTIL(atomic_load(&saw_two) >= 2));
 	int ra = tmo_cancel(e, &a), rb = tmo_cancel(e, &b);
 	CHECK(ra == TMO_CANCEL_FIRED || ra == TMO_CANCEL_WAITED);
 	CHECK(rb == TMO_CANCEL_FIRED || rb == TMO_CANCEL_WAITED);
@@ -243,7 +247,7 @@ static void test_cancel_overlapping_chain(void)
 		memset(&c, 0, sizeof c);
 		CHECK_EQ(tmo_create(ENGINE, NULL, &c.e), 0);
 		CHECK_EQ(tmo_arm(c.e, &c.t, 0, chain_cb, &c), 0);
-		CHECK(ET_WAIT_UNTIL(atomic_load(&c.runs) >= 4, LIVENESS));
+		CHECK(WAIT_UNTIL(atomic_load(&c.runs) >= 4));
 		int64_t t0 = tmo_now_ns();
 		int rc = tmo_cancel(c.e, &c.t);
 		int64_t took = tmo_now_ns() - t0;
@@ -326,7 +330,7 @@ static void test_order_under_load(void)
 		lo[i] = before + timeout;
 		hi[i] = tmo_now_ns() + timeout;
 	}
-	ET_WAIT_UNTIL(atomic_load(&ord_done) >= NORD, LIVENESS);
+	ET_WAIT_UNTIL_EVERY(atomic_load(&ord_done) >= NORD, LIVENESS, 2 * MS);
 	atomic_store(&spin_stop, 1);
 	for (int i = 0; i < 2; i++)
 		pthread_join(sp[i], NULL);
@@ -435,7 +439,7 @@ static void many_timers(long n, int64_t gap, int ahead)
 	/* Generous: a quarter of the ctest timeout past the last deadline (a
 	 * run takes about a second; due threads that polled took 15-60 s). */
 	int64_t bound = m.hi[armed - 1] + 30 * TMO_NSEC_PER_SEC;
-	ET_WAIT_UNTIL(atomic_load(&m.fired) >= armed, bound - tmo_now_ns());
+	ET_WAIT_UNTIL_EVERY(atomic_load(&m.fired) >= armed, bound - tmo_now_ns(), 2 * MS);
 	long fired = (long)atomic_load(&m.fired);
 	atomic_store(&spin_stop, 1);
 	for (int i = 0; i < 2; i++)
@@ -539,7 +543,7 @@ static void test_long_callback(void)
 		struct tmo_timer a = TMO_TIMER_INIT, b = TMO_TIMER_INIT;
 		CHECK_EQ(tmo_arm(e, &a, 5 * TMO_NSEC_PER_MSEC, long_a, &l), 0);
 		CHECK_EQ(tmo_arm(e, &b, 8 * TMO_NSEC_PER_MSEC, long_b, &l), 0);
-		ET_WAIT_UNTIL(atomic_load(&l.a_done), 2 * LIVENESS);
+		ET_WAIT_UNTIL_EVERY(atomic_load(&l.a_done), 2 * LIVENESS, MS);
 		int ra = tmo_cancel(e, &a);
 		int rb = tmo_cancel(e, &b);
 		CHECK(ra == TMO_CANCEL_WAITED || ra == TMO_CANCEL_FIRED);
@@ -589,7 +593,7 @@ static int fork_child(struct tmo *e, struct tmo_timer *pending, int64_t live_bef
 		int before = atomic_load(&fk_fires);
 		struct tmo_timer x = TMO_TIMER_INIT;
 		bad |= (tmo_arm(n, &x, 0, fk_cb, NULL) != 0) << 9;
-		ET_WAIT_UNTIL(atomic_load(&fk_fires) != before, LIVENESS);
+		WAIT_UNTIL(atomic_load(&fk_fires) != before);
 		bad |= (atomic_load(&fk_fires) == before) << 10;
 		tmo_destroy(&n);
 	}
