@@ -123,9 +123,7 @@ static void misuse(struct tmo *a, struct tmo *b)
 	t = &mt2;
 	atomic_store(&fires, 0);
 	CHECK_EQ(tmo_arm(a, t, 0, cb, NULL), 0);
-	int64_t end = tmo_now_ns() + 3 * TMO_NSEC_PER_SEC;
-	while (atomic_load(&fires) == 0 && tmo_now_ns() < end)
-		et_sleep_ns(100 * 1000);
+	ET_WAIT_UNTIL(atomic_load(&fires) != 0, 3 * TMO_NSEC_PER_SEC);
 	int rc = tmo_cancel(a, t);
 	CHECK(rc == TMO_CANCEL_FIRED || rc == TMO_CANCEL_WAITED);
 	row("arm on engine B after the fire on A, without re-init", TMO_EWRONGENGINE,
@@ -209,16 +207,8 @@ static void forked_child(struct tmo *a)
 	}
 	close(p[1]);
 	int status = 0;
-	int64_t end = tmo_now_ns() + 10 * TMO_NSEC_PER_SEC;
-	while (pid > 0 && waitpid(pid, &status, WNOHANG) == 0) {
-		if (tmo_now_ns() > end) {
-			fprintf(stderr, "badinput: the forked child did not finish (killed)\n");
-			kill(pid, SIGKILL);
-			waitpid(pid, &status, 0);
-			break;
-		}
-		et_sleep_ns(MS);
-	}
+	if (pid > 0 && !et_wait_child(pid, 10 * TMO_NSEC_PER_SEC, &status))
+		fprintf(stderr, "badinput: the forked child did not finish (killed)\n");
 	if (read(p[0], got, sizeof got) != (ssize_t)sizeof got)
 		fprintf(stderr, "badinput: no answer from the forked child\n");
 	close(p[0]);

@@ -43,16 +43,6 @@ static int is_resolved(int rc)
 	return rc == TMO_CANCEL_FIRED || rc == TMO_CANCEL_WAITED;
 }
 
-/* Cancel of a timer whose callback was seen to run: the callback's last
- * store is not its return, so the engine may still be inside it (WAITED).
- * WAITED promises the callback has returned, so a second cancel answers for
- * the settled timer.  Returns that settled answer. */
-static int cancel_settled(struct tmo *e, struct tmo_timer *t)
-{
-	int rc = tmo_cancel(e, t);
-	return rc == TMO_CANCEL_WAITED ? tmo_cancel(e, t) : rc;
-}
-
 /* The measured cost of an arm+cancel pair (the worst of 3): deadlines that
  * must leave room to arm and cancel many timers first are sized from it. */
 /* tmo_arm, asked again while the engine refuses for capacity (TMO_EAGAIN:
@@ -494,7 +484,7 @@ static void test_cancel_after_fire(void)
 		/* the same timer again after each resolution */
 		CHECK_EQ(arm(e, &s.t, MS, cnt_cb, &s), 0);
 		CHECK(et_wait_ge(&cnt_total, round, LIVENESS));
-		CHECK_EQ(cancel_settled(e, &s.t), TMO_CANCEL_FIRED);
+		CHECK_EQ(et_cancel_settled(e, &s.t), TMO_CANCEL_FIRED);
 		CHECK_EQ(atomic_load(&s.fires), round);
 	}
 	destroy_engine(&e);
@@ -529,7 +519,7 @@ static void test_cancel_self(void)
 	CHECK_EQ(arm(c.e, &c.t, 0, self_cb, &c), 0);
 	CHECK(et_wait_ge(&c.done, 1, LIVENESS));
 	CHECK_EQ(c.rc_cancel, TMO_CANCEL_SELF);
-	CHECK_EQ(cancel_settled(c.e, &c.t), TMO_CANCEL_FIRED);
+	CHECK_EQ(et_cancel_settled(c.e, &c.t), TMO_CANCEL_FIRED);
 	CHECK_EQ(atomic_load(&c.fires), 1);
 
 	/* Re-armed, then cancelled from inside: the new arm must be accounted
@@ -548,7 +538,7 @@ static void test_cancel_self(void)
 		CHECK_EQ(tmo_cancel(c.e, &c.t), TMO_CANCEL_PREVENTED);
 	} else {
 		CHECK_EQ(c.rc_cancel, TMO_CANCEL_PREVENTED);
-		CHECK_EQ(cancel_settled(c.e, &c.t), TMO_ENOTARMED);
+		CHECK_EQ(et_cancel_settled(c.e, &c.t), TMO_ENOTARMED);
 	}
 	CHECK_EQ(atomic_load(&c.fires), 1);
 	destroy_engine(&c.e);
@@ -629,7 +619,7 @@ struct rearm_ctx {
 	struct tmo *e;
 	int limit; /* re-arm while fires < limit; 0: forever */
 	int64_t timeout;
-	atomic_llong fires;
+	atomic_llong fires, arms; /* arms: every successful arm, the first too */
 	atomic_int in_cb;
 	atomic_int arm_errors;
 };
@@ -639,9 +629,12 @@ static void rearm_cb(struct tmo_timer *t, void *arg)
 	struct rearm_ctx *c = arg;
 	atomic_store(&c->in_cb, 1);
 	long long f = atomic_fetch_add(&c->fires, 1) + 1;
-	if (c->limit == 0 || f < c->limit)
-		if (tmo_arm(c->e, t, c->timeout, rearm_cb, c) != 0)
+	if (c->limit == 0 || f < c->limit) {
+		if (tmo_arm(c->e, t, c->timeout, rearm_cb, c) == 0)
+			atomic_fetch_add(&c->arms, 1);
+		else
 			atomic_fetch_add(&c->arm_errors, 1);
+	}
 	atomic_store(&c->in_cb, 0);
 }
 
@@ -659,7 +652,7 @@ static void test_rearm_in_callback(void)
 	et_sleep_ns(20 * MS); /* a sixth fire, if the engine makes one, shows now */
 	CHECK_EQ(atomic_load(&c.fires), 5);
 	CHECK_EQ(atomic_load(&c.arm_errors), 0);
-	CHECK_EQ(cancel_settled(c.e, &c.t), TMO_CANCEL_FIRED);
+	CHECK_EQ(et_cancel_settled(c.e, &c.t), TMO_CANCEL_FIRED);
 	struct tmo_stats st;
 	CHECK_EQ(tmo_stats(c.e, &st), 0);
 	CHECK_EQ(st.fired, 5);
@@ -687,6 +680,7 @@ static void test_cancel_races_rearm(void)
 		/* 0: the callback re-arms as fast as the engine fires */
 		c->timeout = i % 3 == 0 ? 0 : (int64_t)et_below(&rng, 200 * US);
 		CHECK_EQ(arm(e, &c->t, c->timeout, rearm_cb, c), 0);
+		atomic_fetch_add(&c->arms, 1);
 		et_sleep_ns((int64_t)et_below(&rng, 3 * MS));
 		int rc = tmo_cancel(e, &c->t);
 		/* The callback always re-arms, so once any running callback has
@@ -698,6 +692,8 @@ static void test_cancel_races_rearm(void)
 		et_sleep_ns(2 * MS);
 		CHECK_EQ(atomic_load(&c->fires), f); /* nothing after cancel returned */
 		CHECK_EQ(atomic_load(&c->arm_errors), 0);
+		/* exactly once: every arm ran, but the one this cancel prevented */
+		CHECK_EQ(atomic_load(&c->arms), f + 1);
 		rc = tmo_cancel(e, &c->t);
 		CHECK_EQ(rc, TMO_ENOTARMED);
 		total_fires += f;
@@ -959,10 +955,7 @@ static void test_destroy_pending(void)
 		                         : TMO_NSEC_PER_SEC + (int64_t)et_below(&rng, 10 * TMO_NSEC_PER_SEC);
 		CHECK_EQ(arm(e, &t[i], to, dp_cb, i % 10 == 0 ? NULL : DP_LONG), 0);
 	}
-	int64_t wait_end = tmo_now_ns() + LIVENESS;
-	while (!atomic_load(&dp_slow_started) && tmo_now_ns() < wait_end)
-		et_sleep_ns(100 * US);
-	CHECK(atomic_load(&dp_slow_started));
+	CHECK(ET_WAIT_UNTIL(atomic_load(&dp_slow_started), LIVENESS));
 	struct tmo_stats st;
 	CHECK_EQ(tmo_stats(e, &st), 0);
 	long long fired_before = atomic_load(&dp_fires);

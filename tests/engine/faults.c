@@ -259,8 +259,7 @@ static void check_baseline(struct tally *t, struct baseline b0, const char *what
  * processes of the same user (parallel tests) may hold it all. */
 static void wait_sigq(void)
 {
-	for (int i = 0; i < 100 && et_sigq_full(); i++)
-		et_sleep_ns(100 * MS);
+	ET_WAIT_UNTIL_EVERY(!et_sigq_full(), 10 * TMO_NSEC_PER_SEC, 100 * MS);
 }
 
 static struct tally phase_create(enum tmo_fault_kind kind)
@@ -414,11 +413,7 @@ static void raise_sigpending(void)
 	if (getrlimit(RLIMIT_SIGPENDING, &rl) != 0)
 		return;
 	rlim_t before = rl.rlim_cur;
-	struct rlimit want = {1u << 22, 1u << 22};
-	if (setrlimit(RLIMIT_SIGPENDING, &want) != 0) {
-		rl.rlim_cur = rl.rlim_max;
-		setrlimit(RLIMIT_SIGPENDING, &rl);
-	}
+	et_raise_sigpending();
 	getrlimit(RLIMIT_SIGPENDING, &rl);
 	printf("RLIMIT_SIGPENDING %llu -> %llu\n", (unsigned long long)before,
 	       (unsigned long long)rl.rlim_cur);

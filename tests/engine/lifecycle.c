@@ -62,7 +62,6 @@
 /* "a due timer has fired", "a child has exited": liveness bounds on loaded
  * cores, not measurements. */
 #define LIVENESS (5 * SEC)
-#define SKIP_EXIT 77
 
 /* ---- environment ------------------------------------------------------------ */
 
@@ -79,57 +78,12 @@ static void on_alarm(int sig)
 	_exit(1);
 }
 
-/* A shortage the environment caused: say so and skip (exit 77).  posix:
- * refused while this process holds less than half of its queued-signal
- * limit in kernel timers, so the user's quota (shared by all the user's
- * processes) is used up by others; an engine that leaks kernel timers holds
- * them itself, and fails.  thread: out of threads. */
-static void skip_if_shortage(int rc, const char *what)
-{
-	if (rc != TMO_EAGAIN)
-		return;
-	struct rlimit rl;
-	int own = et_kernel_timer_count();
-	int quota = strcmp(et_name, "posix") == 0 && getrlimit(RLIMIT_SIGPENDING, &rl) == 0 &&
-	            own >= 0 && (rlim_t)own < rl.rlim_cur / 2;
-	if (!quota && !et_thread_per_timer())
-		return; /* not a shared kernel resource: the caller's check fails */
-	printf("SKIP: %s: %s refused with TMO_EAGAIN: %s\n", current_case, what,
-	       quota ? "this user's queued-signal quota (RLIMIT_SIGPENDING, shared by all the "
-	               "user's processes) is used up by others"
-	             : "out of threads");
-	fflush(stdout);
-	_exit(SKIP_EXIT);
-}
-
-static struct tmo *new_engine(void)
-{
-	struct tmo *e = NULL;
-	int rc = tmo_create_ops(et_ops, NULL, &e);
-	skip_if_shortage(rc, "create");
-	CHECK_EQ(rc, 0);
-	return e;
-}
+/* A shortage the environment caused (et_skip_if_shortage) skips the case. */
+static struct tmo *new_engine(void) { return et_create_or_skip(et_ops, current_case); }
 
 static int arm(struct tmo *e, struct tmo_timer *t, int64_t timeout, tmo_callback *cb, void *arg)
 {
-	int rc = tmo_arm(e, t, timeout, cb, arg);
-	skip_if_shortage(rc, "arm");
-	return rc;
-}
-
-/* Raise this process's queued-signal limit as far as allowed: the quota is
- * counted per user, so other processes' kernel timers count against it. */
-static void raise_sigpending(void)
-{
-	struct rlimit rl;
-	if (getrlimit(RLIMIT_SIGPENDING, &rl) != 0)
-		return;
-	struct rlimit want = {1u << 22, 1u << 22};
-	if (rl.rlim_cur < want.rlim_cur && setrlimit(RLIMIT_SIGPENDING, &want) != 0) {
-		rl.rlim_cur = rl.rlim_max;
-		setrlimit(RLIMIT_SIGPENDING, &rl);
-	}
+	return et_arm_or_skip(e, t, timeout, cb, arg, current_case);
 }
 
 static int fd_count(void)
@@ -143,43 +97,6 @@ static int fd_count(void)
 		n += de->d_name[0] != '.';
 	closedir(d);
 	return n;
-}
-
-/* 1 when thread `tid` of this process sleeps in the kernel (state S or D in
- * /proc: blocked on a futex, a join, a wait), 0 when it runs or is runnable. */
-static int thread_blocked(pid_t tid)
-{
-	char path[64], buf[512];
-	snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
-	int fd = open(path, O_RDONLY);
-	if (fd < 0)
-		return 0;
-	ssize_t n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	if (n <= 0)
-		return 0;
-	buf[n] = 0;
-	const char *p = strrchr(buf, ')'); /* the name may hold anything */
-	return p != NULL && (p[2] == 'S' || p[2] == 'D');
-}
-
-/* Wait for a child; on timeout kill it.  Returns 1 and its status, or 0. */
-static int wait_child(pid_t pid, int64_t timeout, int *status)
-{
-	int64_t end = tmo_now_ns() + timeout;
-	for (;;) {
-		pid_t r = waitpid(pid, status, WNOHANG);
-		if (r == pid)
-			return 1;
-		if (r < 0 && errno != EINTR)
-			return 0;
-		if (tmo_now_ns() > end) {
-			kill(pid, SIGKILL);
-			waitpid(pid, status, 0);
-			return 0;
-		}
-		et_sleep_ns(MS);
-	}
 }
 
 static const char *arm_name(int rc) { return rc == 0 ? "TMO_OK" : tmo_errname(rc); }
@@ -257,7 +174,7 @@ static void fork_and_check(struct tmo *e, struct tmo_timer *pending, struct tmo_
 	if (pid == 0)
 		_exit(child_checks(e, pending, fired, live0, fds0) == 0 ? 0 : 1);
 	int status = 0;
-	int exited = wait_child(pid, LIVENESS, &status);
+	int exited = et_wait_child(pid, LIVENESS, &status);
 	if (!exited)
 		fprintf(stderr, "  fork: the child did not finish in %lld s (killed)\n",
 		        (long long)(LIVENESS / SEC));
@@ -310,9 +227,7 @@ static void busy_cb(struct tmo_timer *t, void *arg)
 {
 	(void)t;
 	(void)arg;
-	int64_t end = tmo_now_ns() + 200 * TMO_NSEC_PER_USEC;
-	while (tmo_now_ns() < end)
-		;
+	et_spin_ns(200 * TMO_NSEC_PER_USEC);
 	atomic_fetch_add(&fk_busy, 1);
 }
 
@@ -398,13 +313,10 @@ static void test_fork_in_callback(void)
 	CHECK_EQ(arm(e, &forker, 0, fic_cb, NULL), 0);
 	/* Due while the child would still be running the engine's loop. */
 	CHECK_EQ(arm(e, &later, 30 * MS, fic_later_cb, &later_fired), 0);
-	int64_t end = tmo_now_ns() + LIVENESS;
-	while (!atomic_load(&fic_forked) && tmo_now_ns() < end)
-		et_sleep_ns(100 * TMO_NSEC_PER_USEC);
-	CHECK(atomic_load(&fic_forked));
+	CHECK(ET_WAIT_UNTIL(atomic_load(&fic_forked), LIVENESS));
 	if (atomic_load(&fic_forked)) {
 		int status = 0;
-		int exited = wait_child(fic_child, LIVENESS, &status);
+		int exited = et_wait_child(fic_child, LIVENESS, &status);
 		if (!exited)
 			fprintf(stderr, "  fork-in-callback: the child was still running after %lld s "
 			        "(its copy of the engine's thread went on; killed)\n",
@@ -499,24 +411,16 @@ static void ds_cb(struct tmo_timer *t, void *arg)
 static void *ds_opener(void *arg)
 {
 	(void)arg;
-	int64_t end = tmo_now_ns() + LIVENESS;
-	while (!atomic_load(&ds.destroy_called) && tmo_now_ns() < end)
-		et_sleep_ns(100 * TMO_NSEC_PER_USEC);
-	int streak = 0;
-	while (streak < 3 && tmo_now_ns() < end) {
-		et_sleep_ns(MS);
-		streak = thread_blocked((pid_t)atomic_load(&ds.destroyer_tid)) ? streak + 1 : 0;
-	}
-	ds.destroyer_seen_blocked = streak == 3;
+	ET_WAIT_UNTIL(atomic_load(&ds.destroy_called), LIVENESS);
+	ds.destroyer_seen_blocked =
+		et_wait_blocked((pid_t)atomic_load(&ds.destroyer_tid), 3, LIVENESS);
 	ds_open(&ds.gate_open);
 	return NULL;
 }
 
 static int ds_wait_started(int want)
 {
-	int64_t end = tmo_now_ns() + LIVENESS;
-	while (atomic_load(&ds.started) < want && tmo_now_ns() < end)
-		et_sleep_ns(100 * TMO_NSEC_PER_USEC);
+	ET_WAIT_UNTIL(atomic_load(&ds.started) >= want, LIVENESS);
 	return atomic_load(&ds.started);
 }
 
@@ -552,10 +456,7 @@ static void test_destroy(void)
 	 * destroy comes (an engine that runs callbacks concurrently starts them
 	 * all: they are then running, not pending). */
 	CHECK_EQ(arm(e, &hold, 0, ds_hold_cb, NULL), 0);
-	int64_t end = tmo_now_ns() + LIVENESS;
-	while (!atomic_load(&ds.hold_started) && tmo_now_ns() < end)
-		et_sleep_ns(100 * TMO_NSEC_PER_USEC);
-	CHECK(atomic_load(&ds.hold_started));
+	CHECK(ET_WAIT_UNTIL(atomic_load(&ds.hold_started), LIVENESS));
 	for (int i = 0; i < DUE; i++)
 		CHECK_EQ(arm(e, &due[i], 0, ds_cb, NULL), 0);
 	for (int i = 0; i < FAR; i++)
@@ -696,7 +597,7 @@ static struct tmo *create_at(const struct tmo_engine_ops *ops, void *want, int *
 	struct tmo *e = NULL;
 	for (int i = 0; i < 16; i++) {
 		int rc = tmo_create_ops(ops, NULL, &e);
-		skip_if_shortage(rc, "create");
+		et_skip_if_shortage(et_ops, rc, current_case);
 		CHECK_EQ(rc, 0);
 		if (rc != 0 || (void *)e == want || i == 15)
 			break;
@@ -793,7 +694,7 @@ int main(int argc, char **argv)
 	et_init(argc, argv, "engine_lifecycle");
 	only = argc > 2 ? argv[2] : NULL;
 	signal(SIGALRM, on_alarm);
-	raise_sigpending();
+	et_raise_sigpending();
 	CASE(test_fork, 60);
 	CASE(test_fork_busy, 60);
 	CASE(test_fork_in_callback, 60);

@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../kit/rng.h"
 #include "input.h"
 
 static const char *current_name = "(none)";
@@ -134,14 +135,6 @@ static long run_path(const char *path)
 	return count;
 }
 
-static uint64_t splitmix(uint64_t *s)
-{
-	uint64_t z = (*s += UINT64_C(0x9E3779B97F4A7C15));
-	z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-	z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-	return z ^ (z >> 31);
-}
-
 int main(int argc, char **argv)
 {
 	long random_n = 0, files = 0;
@@ -170,13 +163,14 @@ int main(int argc, char **argv)
 		fprintf(stderr, "fuzz-replay: no input files under the given paths\n");
 		return 1;
 	}
-	uint64_t seed = 1;
+	struct et_rng rng;
+	et_rng_init(&rng, 1); /* the random inputs are this sequence: keep the seed */
 	static uint8_t buf[1024];
 	char name[64];
 	for (long i = 0; i < random_n; i++) {
-		size_t len = (size_t)(splitmix(&seed) % sizeof buf) + 1;
+		size_t len = (size_t)(et_rand(&rng) % sizeof buf) + 1;
 		for (size_t j = 0; j < len; j++)
-			buf[j] = (uint8_t)splitmix(&seed);
+			buf[j] = (uint8_t)et_rand(&rng);
 		snprintf(name, sizeof name, "random input #%ld", i);
 		run_one(name, buf, len, 1);
 	}

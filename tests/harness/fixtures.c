@@ -74,19 +74,8 @@ static int waitarm_arm(struct tmo *e, struct tmo_timer *t, int64_t ns, tmo_callb
 	{                                                                                        \
 		return fxw_create(cfg, out, INNER, 0);                                           \
 	}                                                                                        \
-	static const struct tmo_engine_ops fx_##NAME = {                                         \
-		.name = #NAME,                                                                   \
-		.summary = "fixture: " INNER " with a deliberate bug",                           \
-		.caps = CAPS,                                                                    \
-		.resolution_ns = RES,                                                            \
-		.create = NAME##_create,                                                         \
-		.destroy = fxw_destroy,                                                          \
-		.arm = ARM,                                                                      \
-		.cancel = CANCEL,                                                                \
-		.stats = fxw_stats,                                                              \
-		.destroy_forked = fxw_destroy_forked,                                            \
-		.testing = &fxw_testing,                                                       \
-	}
+	FXW_OPS(fx_##NAME, #NAME, "fixture: " INNER " with a deliberate bug", CAPS, RES,          \
+	        NAME##_create, ARM, CANCEL)
 
 #define CV_RES (50 * TMO_NSEC_PER_USEC)
 FIXTURE(honest, "condvar", TMO_CAP_PARK, CV_RES, fxw_arm, fxw_cancel);

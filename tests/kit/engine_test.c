@@ -1,17 +1,23 @@
 #include "engine_test.h"
 
+#include "check.h"
+
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 const char *et_name;
 const struct tmo_engine_ops *et_ops;
 const struct tmo_engine_ops *const *et_extra_engines;
 static uint64_t et_seed = 0x7107c0ffee5eedULL;
-static double et_scale = 1.0;
 
 void et_init(int argc, char **argv, const char *test)
 {
@@ -32,24 +38,25 @@ void et_init(int argc, char **argv, const char *test)
 		fprintf(stderr, "%s: no engine named '%s' in the registry\n", test, et_name);
 		exit(2);
 	}
-	const char *s = getenv("TMO_TEST_SCALE");
-	if (s && *s) {
-		double v = strtod(s, NULL);
-		if (v > 0 && v <= 1)
-			et_scale = v;
-	}
-	s = getenv("TMO_TEST_SEED");
+	const char *s = getenv("TMO_TEST_SEED");
 	if (s && *s)
 		et_seed = strtoull(s, NULL, 0);
 	printf("%s on engine '%s': caps 0x%x, resolution %lld ns, scale %.3g, seed 0x%llx\n", test,
-	       et_name, et_ops->caps, (long long)et_ops->resolution_ns, et_scale,
+	       et_name, et_ops->caps, (long long)et_ops->resolution_ns, et_scale(),
 	       (unsigned long long)et_seed);
 	fflush(stdout);
 }
 
+double et_scale(void)
+{
+	const char *s = getenv("TMO_TEST_SCALE");
+	double v = s && *s ? strtod(s, NULL) : 1;
+	return v > 0 && v <= 1 ? v : 1;
+}
+
 long et_scaled(long n, long min)
 {
-	long v = (long)((double)n * et_scale);
+	long v = (long)((double)n * et_scale());
 	return v < min ? min : v;
 }
 
@@ -64,16 +71,34 @@ void et_sleep_ns(int64_t ns)
 		;
 }
 
-int et_wait_ge(atomic_llong *v, long long target, int64_t timeout_ns)
+void et_spin_ns(int64_t ns)
+{
+	int64_t end = tmo_now_ns() + ns;
+	while (tmo_now_ns() < end)
+		;
+}
+
+int et_wait_child(pid_t pid, int64_t timeout_ns, int *status)
 {
 	int64_t end = tmo_now_ns() + timeout_ns;
 	for (;;) {
-		if (atomic_load(v) >= target)
+		pid_t r = waitpid(pid, status, WNOHANG);
+		if (r == pid)
 			return 1;
-		if (tmo_now_ns() > end)
-			return atomic_load(v) >= target;
-		et_sleep_ns(100 * TMO_NSEC_PER_USEC);
+		if (r < 0 && errno != EINTR)
+			return 0;
+		if (tmo_now_ns() > end) {
+			kill(pid, SIGKILL);
+			waitpid(pid, status, 0);
+			return 0;
+		}
+		et_sleep_ns(TMO_NSEC_PER_MSEC);
 	}
+}
+
+int et_wait_ge(atomic_llong *v, long long target, int64_t timeout_ns)
+{
+	return ET_WAIT_UNTIL(atomic_load(v) >= target, timeout_ns);
 }
 
 static atomic_llong warm_fired;
@@ -111,11 +136,64 @@ int et_thread_count(void)
 
 int et_wait_thread_count(int want, int64_t timeout_ns)
 {
-	int64_t end = tmo_now_ns() + timeout_ns;
-	int n;
-	while ((n = et_thread_count()) != want && tmo_now_ns() < end)
-		et_sleep_ns(TMO_NSEC_PER_MSEC);
+	int n = -1;
+	ET_WAIT_UNTIL_EVERY((n = et_thread_count()) == want, timeout_ns, TMO_NSEC_PER_MSEC);
 	return n;
+}
+
+int et_thread_ids(pid_t *out, int max)
+{
+	DIR *d = opendir("/proc/self/task");
+	if (d == NULL)
+		return 0;
+	int n = 0;
+	struct dirent *de;
+	while ((de = readdir(d)) != NULL && n < max)
+		if (de->d_name[0] != '.')
+			out[n++] = (pid_t)atoi(de->d_name);
+	closedir(d);
+	return n;
+}
+
+pid_t et_new_thread(const pid_t *before, int n)
+{
+	pid_t now[256];
+	int m = et_thread_ids(now, 256);
+	for (int i = 0; i < m; i++) {
+		int old = 0;
+		for (int j = 0; j < n && !old; j++)
+			old = now[i] == before[j];
+		if (!old)
+			return now[i];
+	}
+	return 0;
+}
+
+bool et_thread_blocked(pid_t tid)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+	int fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return false;
+	ssize_t n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = 0;
+	const char *p = strrchr(buf, ')'); /* the name may hold anything */
+	return p != NULL && (p[2] == 'S' || p[2] == 'D');
+}
+
+bool et_wait_blocked(pid_t tid, int looks, int64_t timeout_ns)
+{
+	int64_t end = tmo_now_ns() + timeout_ns;
+	int streak = 0;
+	while (streak < looks && tmo_now_ns() < end) {
+		et_sleep_ns(TMO_NSEC_PER_MSEC);
+		streak = et_thread_blocked(tid) ? streak + 1 : 0;
+	}
+	return streak == looks;
 }
 
 int et_kernel_timer_count(void)
@@ -146,35 +224,87 @@ int et_sigq_full(void)
 	return limit > 0 && used >= limit - limit / 100;
 }
 
+int et_sigq_taken_by_others(int *own, unsigned long long *limit)
+{
+	struct rlimit rl;
+	*own = et_kernel_timer_count();
+	*limit = getrlimit(RLIMIT_SIGPENDING, &rl) == 0 ? (unsigned long long)rl.rlim_cur : 0;
+	return *own >= 0 && *limit > 0 && (unsigned long long)*own < *limit / 2;
+}
+
+void et_skip_if_shortage(const struct tmo_engine_ops *ops, int rc, const char *what)
+{
+	if (rc != TMO_EAGAIN)
+		return;
+	int own = 0;
+	unsigned long long limit = 0;
+	int quota = strcmp(ops->name, "posix") == 0 && et_sigq_taken_by_others(&own, &limit);
+	if (quota)
+		printf("SKIP: %s refused with TMO_EAGAIN while this process holds %d kernel timers "
+		       "of its RLIMIT_SIGPENDING %llu: the user's quota, shared by all the user's "
+		       "processes, is used up by others\n",
+		       what, own, limit);
+	else if (ops->caps & TMO_CAP_THREAD_PER_TIMER)
+		printf("SKIP: %s refused with TMO_EAGAIN: out of threads\n", what);
+	else
+		return; /* not a shared kernel resource: the caller's check fails */
+	fflush(stdout);
+	_exit(77);
+}
+
+struct tmo *et_create_or_skip(const struct tmo_engine_ops *ops, const char *what)
+{
+	struct tmo *e = NULL;
+	int rc = tmo_create_ops(ops, NULL, &e);
+	et_skip_if_shortage(ops, rc, what);
+	CHECK_EQ(rc, 0);
+	return e;
+}
+
+int et_arm_or_skip(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
+                   void *arg, const char *what)
+{
+	int rc = tmo_arm(e, t, timeout_ns, cb, arg);
+	et_skip_if_shortage(tmo_ops(e), rc, what);
+	return rc;
+}
+
+void et_raise_sigpending(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_SIGPENDING, &rl) != 0)
+		return;
+	struct rlimit want = {1u << 22, 1u << 22};
+	if (rl.rlim_cur < want.rlim_cur && setrlimit(RLIMIT_SIGPENDING, &want) != 0) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_SIGPENDING, &rl);
+	}
+}
+
 void et_rng_seed(struct et_rng *r, uint64_t stream)
 {
-	r->s = et_seed ^ (stream * 0x9e3779b97f4a7c15ULL);
-	if (r->s == 0)
-		r->s = 1;
-	for (int i = 0; i < 4; i++)
-		et_rand(r);
+	et_rng_init(r, et_seed ^ (stream * UINT64_C(0x9e3779b97f4a7c15)));
 }
 
-uint64_t et_rand(struct et_rng *r)
+int et_cancel_settled(struct tmo *e, struct tmo_timer *t)
 {
-	uint64_t x = r->s;
-	x ^= x >> 12;
-	x ^= x << 25;
-	x ^= x >> 27;
-	r->s = x;
-	return x * 0x2545f4914f6cdd1dULL;
+	int rc = tmo_cancel(e, t);
+	return rc == TMO_CANCEL_WAITED ? tmo_cancel(e, t) : rc;
 }
 
-uint64_t et_below(struct et_rng *r, uint64_t n) { return n ? et_rand(r) % n : 0; }
-
-void et_shuffle(struct et_rng *r, int *idx, int n)
+void et_count_cb(struct tmo_timer *t, void *arg)
 {
-	for (int i = n - 1; i > 0; i--) {
-		int j = (int)et_below(r, (uint64_t)i + 1);
-		int t = idx[i];
-		idx[i] = idx[j];
-		idx[j] = t;
-	}
+	(void)t;
+	atomic_fetch_add((atomic_int *)arg, 1);
+}
+
+void et_gate_cb(struct tmo_timer *t, void *arg)
+{
+	struct et_gate *g = arg;
+	(void)t;
+	atomic_store(&g->in, 1);
+	while (!atomic_load(&g->open))
+		et_sleep_ns(100 * TMO_NSEC_PER_USEC);
 }
 
 const char *et_result_name(int rc)

@@ -1,6 +1,8 @@
-/* Shared helpers for the per-engine tests (tests/engine_*.c): engine lookup
- * from argv, sizes that shrink under sanitizers, sleeping and bounded
- * waiting, a per-thread PRNG, and the process's thread count.
+/* The test kit, linked into every test: engine lookup from argv (the
+ * engine tests, tests/engine/), sizes that shrink under sanitizers,
+ * sleeping and the one bounded wait, the PRNG (rng.h), and what /proc says
+ * about this process's threads and kernel timers.  Everything but et_init's
+ * engine works without et_init (the unit tests call none).
  *
  * Environment:
  *   TMO_TEST_SCALE  a factor in (0, 1] applied to workload sizes (sanitizer
@@ -10,8 +12,11 @@
 #define TMO_TEST_ENGINE_TEST_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
+#include "rng.h"
 #include "tmo/testing.h"
 #include "tmo/tmo.h"
 
@@ -28,6 +33,10 @@ extern const struct tmo_engine_ops *const *et_extra_engines;
  * Prints a banner with the engine's caps, resolution and the seed. */
 void et_init(int argc, char **argv, const char *test);
 
+/* TMO_TEST_SCALE: a factor in (0, 1], 1 when unset or out of
+ * range. */
+double et_scale(void);
+
 /* n scaled by TMO_TEST_SCALE, at least `min`. */
 long et_scaled(long n, long min);
 
@@ -35,6 +44,27 @@ long et_scaled(long n, long min);
 int et_thread_per_timer(void);
 
 void et_sleep_ns(int64_t ns);
+
+/* Busy for ns on this thread (a callback that must hold its thread). */
+void et_spin_ns(int64_t ns);
+
+/* The one bounded wait: evaluate `cond` until it holds or timeout_ns has
+ * passed, sleeping poll_ns between looks (a waiter must not starve the
+ * thread it waits for on 2 cores).  Its value is 1 when `cond` held at the
+ * last look, else 0: a wait that gives up fails the CHECK around it instead
+ * of hanging.  `cond` is evaluated once a look, so it may be an attempt
+ * ("(rc = tmo_arm(...)) != TMO_EAGAIN"). */
+#define ET_WAIT_UNTIL_EVERY(cond, timeout_ns, poll_ns)                           \
+	({                                                                           \
+		int64_t et_end_ = tmo_now_ns() + (timeout_ns);                           \
+		int et_ok_;                                                              \
+		while (!(et_ok_ = !!(cond)) && tmo_now_ns() < et_end_)                   \
+			et_sleep_ns(poll_ns);                                                \
+		et_ok_;                                                                  \
+	})
+/* The same, looking every 100 us. */
+#define ET_WAIT_UNTIL(cond, timeout_ns)                                          \
+	ET_WAIT_UNTIL_EVERY(cond, timeout_ns, 100 * TMO_NSEC_PER_USEC)
 
 /* Wait until *v >= target or timeout_ns passes; returns 1 if reached. */
 int et_wait_ge(atomic_llong *v, long long target, int64_t timeout_ns);
@@ -45,8 +75,30 @@ int et_wait_ge(atomic_llong *v, long long target, int64_t timeout_ns);
  * baseline.  Returns 0 or the create error. */
 int et_warm_up(void);
 
+/* Wait up to timeout_ns for child `pid` to exit; on timeout kill it.
+ * Returns 1 with its *status, or 0. */
+int et_wait_child(pid_t pid, int64_t timeout_ns, int *status);
+
 /* Threads in this process (entries of /proc/self/task), -1 if unknown. */
 int et_thread_count(void);
+
+/* The ids of this process's threads, at most `max` into out; returns how
+ * many. */
+int et_thread_ids(pid_t *out, int max);
+
+/* A thread of this process that is not among before[0..n) (the thread a
+ * create just started), 0 if none. */
+pid_t et_new_thread(const pid_t *before, int n);
+
+/* 1 when thread `tid` of this process sleeps in the kernel (state S or D in
+ * /proc/self/task/<tid>/stat: blocked on a futex, a join, a wait), 0 when
+ * it runs, is runnable, or is gone. */
+bool et_thread_blocked(pid_t tid);
+
+/* Wait up to timeout_ns until `tid` has been seen blocked `looks` times in
+ * a row, a millisecond apart (a thread that only brushed past a lock is
+ * not); returns whether it was. */
+bool et_wait_blocked(pid_t tid, int looks, int64_t timeout_ns);
 
 /* Wait up to timeout_ns for the thread count to drop to `want` (threads
  * that were joined may take a moment to leave /proc); returns the last
@@ -62,16 +114,49 @@ int et_kernel_timer_count(void);
  * then fails with EAGAIN because of other processes, not the engine. */
 int et_sigq_full(void);
 
-/* xorshift64* PRNG; each thread keeps its own state. */
-struct et_rng {
-	uint64_t s;
-};
+/* 1 when a TMO_EAGAIN from timer_create is other processes' doing: this
+ * process holds fewer than half of its RLIMIT_SIGPENDING in kernel timers,
+ * so the user's quota (shared by all the user's processes) went to others.
+ * An engine that leaks kernel timers holds them itself, and gets 0.  *own
+ * gets this process's kernel timers, *limit the limit. */
+int et_sigq_taken_by_others(int *own, unsigned long long *limit);
+
+/* A shortage the environment caused is a skip (exit 77, ctest's SKIP), not
+ * a failure: when rc is TMO_EAGAIN and either ops is posix and
+ * et_sigq_taken_by_others, or ops runs a thread per timer (out of threads),
+ * print "SKIP: <what> ..." with the reason and exit 77.  Otherwise return:
+ * the caller's check judges rc. */
+void et_skip_if_shortage(const struct tmo_engine_ops *ops, int rc, const char *what);
+
+/* tmo_create_ops and tmo_arm through et_skip_if_shortage; create CHECKs
+ * that it succeeded (NULL if not). */
+struct tmo *et_create_or_skip(const struct tmo_engine_ops *ops, const char *what);
+int et_arm_or_skip(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
+                   void *arg, const char *what);
+
+/* Raise this process's queued-signal limit (RLIMIT_SIGPENDING, the
+ * timer_create quota) as far as allowed: the quota is counted per user, so
+ * other processes' kernel timers count against it. */
+void et_raise_sigpending(void);
+
+/* Seed r for stream `stream` (each thread its own) from TMO_TEST_SEED. */
 void et_rng_seed(struct et_rng *r, uint64_t stream);
-uint64_t et_rand(struct et_rng *r);
-/* Uniform in [0, n). */
-uint64_t et_below(struct et_rng *r, uint64_t n);
-/* Fisher-Yates shuffle of idx[0..n). */
-void et_shuffle(struct et_rng *r, int *idx, int n);
+
+/* Cancel of a timer whose callback was seen to run: the callback's last
+ * store is not its return, so the engine may still be inside it (WAITED).
+ * WAITED promises the callback has returned, so a second cancel answers for
+ * the settled timer.  Returns that settled answer. */
+int et_cancel_settled(struct tmo *e, struct tmo_timer *t);
+
+/* A callback that adds one to the atomic_int at arg. */
+void et_count_cb(struct tmo_timer *t, void *arg);
+
+/* A callback that holds its thread until released: arg is a struct
+ * et_gate; it sets `in`, then sleeps until `open` is set. */
+struct et_gate {
+	atomic_int in, open;
+};
+void et_gate_cb(struct tmo_timer *t, void *arg);
 
 /* Name of a cancel result or error ("PREVENTED", "TMO_ENOTARMED"). */
 const char *et_result_name(int rc);

@@ -86,14 +86,19 @@ EOF
 
 want_line="  sudo apt-get install --no-install-recommends llvm"
 
+# refused WHAT RC LOG: WHAT exited RC and printed LOG; it must have stopped
+# with status 2 and printed the apt-get line to run.
+refused() {
+  cat "$3"
+  [ "$2" -eq 2 ] || fail "$1: exit $2, want 2"
+  grep -qxF -- "$want_line" "$3" || fail "$1: no line '$want_line'"
+}
+
 case $case in
 deps_nonroot)
   stand_ins "$dir" llvm 1000
   PATH="$dir/bin:$PATH" "$root/scripts/ensure-deps" 2>"$dir/err"
-  rc=$?
-  cat "$dir/err"
-  [ "$rc" -eq 2 ] || fail "ensure-deps: exit $rc, want 2"
-  grep -qxF -- "$want_line" "$dir/err" || fail "ensure-deps: no line '$want_line'"
+  refused ensure-deps $? "$dir/err"
   grep -q "missing Debian packages: llvm$" "$dir/err" || fail "ensure-deps: the package is not named"
   [ ! -e "$dir/apt.log" ] || fail "apt-get ran for a user who is not root"
   # ./harness and scripts/check stop at the same check, before any build.
@@ -102,10 +107,7 @@ deps_nonroot)
   cp -r "$root/harness" "$root/scripts" "$dir/tree/"
   for cmd in "./harness --list" "scripts/check release"; do
     (cd "$dir/tree" && PATH="$dir/bin:$PATH" $cmd) >"$dir/out" 2>&1
-    rc=$?
-    cat "$dir/out"
-    [ "$rc" -eq 2 ] || fail "$cmd: exit $rc, want 2"
-    grep -qxF -- "$want_line" "$dir/out" || fail "$cmd: no line '$want_line'"
+    refused "$cmd" $? "$dir/out"
     [ ! -e "$dir/tree/build" ] || fail "$cmd: started a build"
   done
   ;;

@@ -14,19 +14,12 @@
 #include "check.h"
 #include "core/internal.h" /* tmo_heap_init: the heap on the counted allocator */
 #include "ds/heap.h"
+#include "rng.h"
 #include "tmo/testing.h"
 #include "tmo/tmo.h"
 
-/* Deterministic PRNG (xorshift64*), so a failure is reproducible by seed. */
-static uint64_t rng_state;
-static uint64_t rnd(void)
-{
-	rng_state ^= rng_state >> 12;
-	rng_state ^= rng_state << 25;
-	rng_state ^= rng_state >> 27;
-	return rng_state * UINT64_C(2685821657736338717);
-}
-static uint32_t rnd_below(uint32_t n) { return (uint32_t)(rnd() % n); }
+static struct et_rng rng; /* seeded per run: a failure replays from its seed */
+static uint32_t rnd_below(uint32_t n) { return (uint32_t)et_below(&rng, n); }
 
 struct item {
 	struct tmo_heap_node node;
@@ -109,7 +102,7 @@ static void random_run(unsigned arity, uint32_t min_cap, uint64_t seed, int step
 {
 	struct tmo_heap h;
 	CHECK_EQ(tmo_heap_init(&h, arity, min_cap), 0);
-	rng_state = seed;
+	et_rng_init(&rng, seed);
 	model_n = 0;
 	for (uint32_t i = 0; i < MAXN; i++) {
 		items[i].id = i;

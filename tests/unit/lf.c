@@ -51,14 +51,6 @@ static void count_cb(struct tmo_timer *t, void *arg)
 	atomic_fetch_add(&fired, 1);
 }
 
-/* Cancel of a timer whose callback was seen to run: WAITED while it was
- * still returning; a second cancel then answers for the settled timer. */
-static int cancel_settled(struct tmo *e, struct tmo_timer *t)
-{
-	int rc = tmo_cancel(e, t);
-	return rc == TMO_CANCEL_WAITED ? tmo_cancel(e, t) : rc;
-}
-
 static void no_cb(struct tmo_timer *t, void *arg)
 {
 	(void)t;
@@ -69,15 +61,7 @@ static void no_cb(struct tmo_timer *t, void *arg)
 /* Wait until f(e) holds, polling stats; returns 1 if it did. */
 static int wait_stats(struct tmo *e, int (*f)(const struct tmo_stats *), struct tmo_stats *st)
 {
-	int64_t end = tmo_now_ns() + WAIT;
-	for (;;) {
-		CHECK_EQ(tmo_stats(e, st), 0);
-		if (f(st))
-			return 1;
-		if (tmo_now_ns() > end)
-			return 0;
-		et_sleep_ns(MS);
-	}
+	return ET_WAIT_UNTIL(tmo_stats(e, st) == 0 && f(st), WAIT);
 }
 
 /* ---- local annihilation ------------------------------------------------------ */
@@ -211,9 +195,7 @@ static int settled(const struct tmo_stats *st) { return st->held_bytes <= SETTLE
 static int arm_retry(struct tmo *e, struct tmo_timer *t, int64_t timeout, tmo_callback *cb)
 {
 	int rc;
-	int64_t end = tmo_now_ns() + WAIT;
-	while ((rc = tmo_arm(e, t, timeout, cb, NULL)) == TMO_EAGAIN && tmo_now_ns() < end)
-		et_sleep_ns(100000);
+	ET_WAIT_UNTIL((rc = tmo_arm(e, t, timeout, cb, NULL)) != TMO_EAGAIN, WAIT);
 	return rc;
 }
 
@@ -251,27 +233,15 @@ static void test_retention(void)
 
 /* ---- never waits for a callback ------------------------------------------------------- */
 
-static atomic_int gate_in, gate_open;
-static void gate_cb(struct tmo_timer *t, void *arg)
-{
-	(void)t;
-	(void)arg;
-	atomic_store(&gate_in, 1);
-	while (!atomic_load(&gate_open))
-		et_sleep_ns(100000);
-}
-
+static struct et_gate gate;
 static void test_never_waits_for_callback(void)
 {
 	struct tmo *e = make();
 	struct tmo_timer g = TMO_TIMER_INIT;
-	atomic_store(&gate_in, 0);
-	atomic_store(&gate_open, 0);
-	CHECK_EQ(tmo_arm(e, &g, 0, gate_cb, NULL), 0);
-	int64_t end = tmo_now_ns() + WAIT;
-	while (!atomic_load(&gate_in) && tmo_now_ns() < end)
-		et_sleep_ns(100000);
-	CHECK(atomic_load(&gate_in));
+	atomic_store(&gate.in, 0);
+	atomic_store(&gate.open, 0);
+	CHECK_EQ(tmo_arm(e, &g, 0, et_gate_cb, &gate), 0);
+	CHECK(ET_WAIT_UNTIL(atomic_load(&gate.in), WAIT));
 	/* The callback blocks the timer thread.  If any arm or cancel below
 	 * waited for it, this test would hang (and its ctest time out). */
 	long held = et_scaled(100000, 10000), pairs = et_scaled(100000, 10000), bad = 0;
@@ -299,8 +269,8 @@ static void test_never_waits_for_callback(void)
 	long prevented = 0;
 	for (long i = 0; i < held; i++)
 		prevented += tmo_cancel(e, &t[i]) == TMO_CANCEL_PREVENTED;
-	CHECK(atomic_load(&gate_in));
-	atomic_store(&gate_open, 1);
+	CHECK(atomic_load(&gate.in));
+	atomic_store(&gate.open, 1);
 	CHECK_EQ(bad, 0);
 	/* the timer thread was stuck: none could fire, all were prevented */
 	CHECK_EQ(prevented, accepted);
@@ -380,7 +350,7 @@ static void test_thread_exit(void)
 	CHECK(et_wait_ge(&fired, 3 * n + 3, WAIT));
 	for (int k = 0; k < 3; k++)
 		for (int i = 0; i < n; i++)
-			CHECK_EQ(cancel_settled(exit_e, &exit_short[k][i]), TMO_CANCEL_FIRED);
+			CHECK_EQ(et_cancel_settled(exit_e, &exit_short[k][i]), TMO_CANCEL_FIRED);
 	CHECK_EQ(tmo_destroy(&exit_e), 0);
 	pthread_key_delete(key_after);
 }
@@ -404,10 +374,7 @@ static void test_node_cap(void)
 	/* Freed nodes come back (some through the timer thread, which frees
 	 * what was filed in its own base): an application retries; every arm
 	 * answers at once either way. */
-	int64_t end = tmo_now_ns() + WAIT;
-	while ((rc = tmo_arm(e, &t[0], 60 * SEC, no_cb, NULL)) == TMO_EAGAIN &&
-	       tmo_now_ns() < end)
-		et_sleep_ns(MS);
+	ET_WAIT_UNTIL_EVERY((rc = tmo_arm(e, &t[0], 60 * SEC, no_cb, NULL)) != TMO_EAGAIN, WAIT, MS);
 	CHECK_EQ(rc, 0);
 	CHECK_EQ(tmo_cancel(e, &t[0]), TMO_CANCEL_PREVENTED);
 	printf("  %s: cap of 256 nodes: %d arms, then TMO_EAGAIN\n", eng, armed);
@@ -449,7 +416,7 @@ static void test_precise_while_parked(void)
 		et_sleep_ns(MS);
 	CHECK_EQ(tmo_testing_park(e, 0), 0);
 	CHECK(et_wait_ge(&fired, 1, WAIT));
-	CHECK_EQ(cancel_settled(e, &t), TMO_CANCEL_FIRED);
+	CHECK_EQ(et_cancel_settled(e, &t), TMO_CANCEL_FIRED);
 	CHECK_EQ(tmo_destroy(&e), 0);
 }
 

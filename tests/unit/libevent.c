@@ -10,7 +10,6 @@
  *    release, and park/unpark in quick succession does not hang;
  *  - destroy right after create (libevent clears a loopbreak requested
  *    before the loop starts; the engine must still stop);
- *  - a self-re-arming callback cannot starve a canceller (the drain);
  *  - held_bytes: records while pending, libevent's never-shrinking heap
  *    array after the cancels;
  *  - fork while the engine cannot be quiesced (parked: its thread holds the
@@ -36,59 +35,12 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "engine_test.h"
 #include "tmo/testing.h"
 #include "tmo/tmo.h"
 
-static void sleep_ms(int ms)
-{
-	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-		;
-}
-
-static void spin_ns(int64_t ns)
-{
-	int64_t end = tmo_now_ns() + ns;
-	while (tmo_now_ns() < end)
-		;
-}
-
-static int wait_for(atomic_int *v, int want, int timeout_ms)
-{
-	int64_t end = tmo_now_ns() + (int64_t)timeout_ms * TMO_NSEC_PER_MSEC;
-	while (atomic_load(v) < want && tmo_now_ns() < end)
-		sleep_ms(1);
-	return atomic_load(v);
-}
-
-/* 1 when thread `tid` of this process sleeps in the kernel (state S or D). */
-static bool thread_blocked(pid_t tid)
-{
-	char path[64], buf[512];
-	snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
-	int fd = open(path, O_RDONLY);
-	if (fd < 0)
-		return false;
-	ssize_t n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	if (n <= 0)
-		return false;
-	buf[n] = 0;
-	const char *p = strrchr(buf, ')');
-	return p != NULL && (p[2] == 'S' || p[2] == 'D');
-}
-
-/* Seen blocked `looks` times in a row, a millisecond apart (5 s bound). */
-static bool wait_blocked(pid_t tid, int looks)
-{
-	int64_t end = tmo_now_ns() + 5 * TMO_NSEC_PER_SEC;
-	int streak = 0;
-	while (streak < looks && tmo_now_ns() < end) {
-		sleep_ms(1);
-		streak = thread_blocked(tid) ? streak + 1 : 0;
-	}
-	return streak == looks;
-}
+#define MS TMO_NSEC_PER_MSEC
+#define LIVENESS (5 * TMO_NSEC_PER_SEC) /* a bound for "it happened", not a measurement */
 
 static struct tmo *make(void)
 {
@@ -108,11 +60,11 @@ static void slow_cb(struct tmo_timer *t, void *arg)
 {
 	(void)t;
 	(void)arg;
-	spin_ns(20 * TMO_NSEC_PER_MSEC);
+	et_spin_ns(20 * TMO_NSEC_PER_MSEC);
 	atomic_store(&slow_started, 1);
 	while (!atomic_load(&slow_armed))
 		;
-	spin_ns(20 * TMO_NSEC_PER_MSEC);
+	et_spin_ns(20 * TMO_NSEC_PER_MSEC);
 }
 
 static void late_cb(struct tmo_timer *t, void *arg)
@@ -138,11 +90,11 @@ static void test_arm_during_slow_callback_not_early(void)
 		atomic_store(&slow_armed, 0);
 		atomic_store(&late_done, 0);
 		CHECK_EQ(tmo_arm(e, &slow, 0, slow_cb, NULL), 0);
-		CHECK_EQ(wait_for(&slow_started, 1, 5000), 1);
+		CHECK(ET_WAIT_UNTIL(atomic_load(&slow_started) >= 1, LIVENESS));
 		int64_t armed = tmo_now_ns();
 		CHECK_EQ(tmo_arm(e, &late, 30 * TMO_NSEC_PER_MSEC, late_cb, NULL), 0);
 		atomic_store(&slow_armed, 1);
-		CHECK_EQ(wait_for(&late_done, 1, 5000), 1);
+		CHECK(ET_WAIT_UNTIL(atomic_load(&late_done) >= 1, LIVENESS));
 		int64_t margin = atomic_load(&late_fired) - (armed + 30 * TMO_NSEC_PER_MSEC);
 		early += margin < 0;
 		if (margin < worst)
@@ -176,15 +128,16 @@ static void test_short_timeouts_not_early(void)
 {
 	struct tmo *e = make();
 	static struct shorty s[SHORT_N];
-	srand(42);
+	struct et_rng rng;
+	et_rng_init(&rng, 42);
 	for (int i = 0; i < SHORT_N; i++) {
-		s[i].timeout = (int64_t)(rand() % 3000) * TMO_NSEC_PER_USEC; /* 0..3 ms */
+		s[i].timeout = (int64_t)et_below(&rng, 3000) * TMO_NSEC_PER_USEC; /* 0..3 ms */
 		s[i].armed = tmo_now_ns();
 		CHECK_EQ(tmo_arm(e, &s[i].t, s[i].timeout, short_cb, NULL), 0);
 		if (i % 100 == 99)
-			sleep_ms(1); /* spread the deadlines over the clock's ticks */
+			et_sleep_ns(MS); /* spread the deadlines over the clock's ticks */
 	}
-	CHECK_EQ(wait_for(&short_done, SHORT_N, 10000), SHORT_N);
+	CHECK(ET_WAIT_UNTIL(atomic_load(&short_done) >= SHORT_N, 2 * LIVENESS));
 	int early = 0;
 	int64_t worst = INT64_MAX;
 	for (int i = 0; i < SHORT_N; i++) {
@@ -216,12 +169,6 @@ static void nop_cb(struct tmo_timer *t, void *arg)
 	(void)arg;
 }
 
-static void count_cb(struct tmo_timer *t, void *arg)
-{
-	(void)t;
-	atomic_fetch_add((atomic_int *)arg, 1);
-}
-
 static void *arm_thread(void *arg)
 {
 	struct blocked_arm *b = arg;
@@ -243,9 +190,8 @@ static void test_park_blocks_arms(void)
 	b.e = e;
 	pthread_t th;
 	CHECK_EQ(pthread_create(&th, NULL, arm_thread, &b), 0);
-	while (atomic_load(&b.tid) == 0)
-		sleep_ms(1);
-	CHECK(wait_blocked((pid_t)atomic_load(&b.tid), 3)); /* on the base lock */
+	CHECK(ET_WAIT_UNTIL(atomic_load(&b.tid) != 0, LIVENESS));
+	CHECK(et_wait_blocked((pid_t)atomic_load(&b.tid), 3, LIVENESS)); /* on the base lock */
 	CHECK_EQ(atomic_load(&b.done), 0);
 	atomic_store(&b.released, 1);
 	CHECK_EQ(tmo_testing_park(e, 0), 0);
@@ -280,59 +226,6 @@ static void test_create_destroy(void)
 	}
 	CHECK_EQ(tmo_testing_live_allocs(), base);
 	printf("  200 create+destroy: %.0f us each\n", (double)(tmo_now_ns() - t0) / 200 / 1000);
-}
-
-/* ---- a self-re-arming callback and a canceller ----------------------------------------- */
-
-struct rearm {
-	struct tmo_timer t;
-	struct tmo *e;
-	atomic_int runs, arms, in_cb;
-};
-
-static void rearm_cb(struct tmo_timer *t, void *arg)
-{
-	struct rearm *r = arg;
-	atomic_store(&r->in_cb, 1);
-	atomic_fetch_add(&r->runs, 1);
-	if (tmo_arm(r->e, t, 0, rearm_cb, r) == 0)
-		atomic_fetch_add(&r->arms, 1);
-	atomic_store(&r->in_cb, 0);
-}
-
-static void test_rearm_vs_cancel(void)
-{
-	struct tmo *e = make();
-	int bad = 0, after = 0, prevented = 0;
-	for (int round = 0; round < 50; round++) {
-		static struct rearm r;
-		memset(&r, 0, sizeof r);
-		r.e = e;
-		CHECK_EQ(tmo_arm(e, &r.t, 0, rearm_cb, &r), 0);
-		atomic_fetch_add(&r.arms, 1);
-		wait_for(&r.runs, 1 + round % 5, 5000); /* the loop is running */
-		int rc = tmo_cancel(e, &r.t);
-		bad += rc != TMO_CANCEL_PREVENTED && rc != TMO_CANCEL_WAITED;
-		bad += atomic_load(&r.in_cb) != 0;
-		prevented += rc == TMO_CANCEL_PREVENTED;
-		int runs = atomic_load(&r.runs);
-		/* A marker armed now, with timeout 0, fires after anything due
-		 * before it: once it ran, a callback after cancel would have
-		 * shown. */
-		static struct tmo_timer marker;
-		static atomic_int marker_runs;
-		tmo_timer_init(&marker);
-		atomic_store(&marker_runs, 0);
-		CHECK_EQ(tmo_arm(e, &marker, 0, count_cb, &marker_runs), 0);
-		CHECK_EQ(wait_for(&marker_runs, 1, 5000), 1);
-		after += atomic_load(&r.runs) != runs;
-		bad += atomic_load(&r.arms) != atomic_load(&r.runs) + (rc == TMO_CANCEL_PREVENTED);
-	}
-	CHECK_EQ(bad, 0);
-	CHECK_EQ(after, 0);
-	printf("  50 rounds: %d PREVENTED, %d WAITED, 0 runs after cancel returned\n", prevented,
-	       50 - prevented);
-	tmo_destroy(&e);
 }
 
 /* ---- held bytes ------------------------------------------------------------------------ */
@@ -382,38 +275,14 @@ static int fork_child_destroys(struct tmo *e, int64_t *fork_took)
 	if (pid < 0)
 		return 0;
 	int status = 0;
-	int64_t end = tmo_now_ns() + 10 * TMO_NSEC_PER_SEC;
-	while (waitpid(pid, &status, WNOHANG) == 0) {
-		if (tmo_now_ns() > end) {
-			fprintf(stderr, "  fork: the child's destroy hung (killed)\n");
-			kill(pid, SIGKILL);
-			waitpid(pid, &status, 0);
-			return 0;
-		}
-		sleep_ms(1);
+	if (!et_wait_child(pid, 2 * LIVENESS, &status)) {
+		fprintf(stderr, "  fork: the child's destroy hung (killed)\n");
+		return 0;
 	}
 	return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
-static atomic_int hold_started, hold_release;
-static void hold_cb(struct tmo_timer *t, void *arg)
-{
-	(void)t;
-	(void)arg;
-	atomic_store(&hold_started, 1);
-	while (!atomic_load(&hold_release))
-		sleep_ms(1);
-}
-
-/* Cancel of a timer whose callback was seen to run: its last store is not
- * its return, so the engine may still be inside it (WAITED, which promises
- * the return); a second cancel then answers for the settled timer. */
-static int cancel_settled(struct tmo *e, struct tmo_timer *t)
-{
-	int rc = tmo_cancel(e, t);
-	return rc == TMO_CANCEL_WAITED ? tmo_cancel(e, t) : rc;
-}
-
+static struct et_gate hold;
 /* The parent's engine after such a fork: a new timer fires, destroy is clean. */
 static void parent_still_works(struct tmo *e)
 {
@@ -421,9 +290,9 @@ static void parent_still_works(struct tmo *e)
 	static atomic_int fired;
 	tmo_timer_init(&t);
 	atomic_store(&fired, 0);
-	CHECK_EQ(tmo_arm(e, &t, TMO_NSEC_PER_MSEC, count_cb, &fired), 0);
-	CHECK_EQ(wait_for(&fired, 1, 5000), 1);
-	CHECK_EQ(cancel_settled(e, &t), TMO_CANCEL_FIRED);
+	CHECK_EQ(tmo_arm(e, &t, TMO_NSEC_PER_MSEC, et_count_cb, &fired), 0);
+	CHECK(ET_WAIT_UNTIL(atomic_load(&fired) >= 1, LIVENESS));
+	CHECK_EQ(et_cancel_settled(e, &t), TMO_CANCEL_FIRED);
 }
 
 static void test_fork_not_quiesced(void)
@@ -440,12 +309,12 @@ static void test_fork_not_quiesced(void)
 	/* A callback that outlasts the fork handler's wait. */
 	e = make();
 	static struct tmo_timer h;
-	atomic_store(&hold_started, 0);
-	atomic_store(&hold_release, 0);
-	CHECK_EQ(tmo_arm(e, &h, 0, hold_cb, NULL), 0);
-	CHECK_EQ(wait_for(&hold_started, 1, 5000), 1);
+	atomic_store(&hold.in, 0);
+	atomic_store(&hold.open, 0);
+	CHECK_EQ(tmo_arm(e, &h, 0, et_gate_cb, &hold), 0);
+	CHECK(ET_WAIT_UNTIL(atomic_load(&hold.in), LIVENESS));
 	CHECK_EQ(fork_child_destroys(e, &took), 1);
-	atomic_store(&hold_release, 1);
+	atomic_store(&hold.open, 1);
 	parent_still_works(e);
 	CHECK_EQ(tmo_cancel(e, &h), TMO_CANCEL_FIRED);
 	printf("  fork while a callback ran past the quiesce bound: fork took %.0f ms; the "
@@ -460,7 +329,6 @@ int main(void)
 	RUN(test_short_timeouts_not_early);
 	RUN(test_park_blocks_arms);
 	RUN(test_create_destroy);
-	RUN(test_rearm_vs_cancel);
 	RUN(test_held_bytes);
 	RUN(test_fork_not_quiesced);
 	CHECK_EQ(tmo_testing_live_allocs(), base);

@@ -14,8 +14,7 @@
  *    for other processes to free some) and leaves nothing behind;
  *  - park holds nothing: arms and cancels proceed while the engine thread is
  *    parked; an expiry stays queued on the parked thread (its pending
- *    signal set, read from /proc) and runs after the release;
- *  - a self-re-arming callback cannot starve a canceller (the drain).
+ *    signal set, read from /proc) and runs after the release.
  * (Stale timers left on a destroyed engine: tests/engine/lifecycle.c.)
  *
  * White box: the late-signal case reads the engine's reference from the
@@ -41,124 +40,38 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "engine_test.h"
 #include "tmo/testing.h"
 #include "tmo/tmo.h"
 
 #define SIGNO (SIGRTMIN + 6)
-
-static void sleep_ms(int ms)
-{
-	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-		;
-}
-
-/* Poll until *v >= want or timeout; returns the last value. */
-static int wait_for(atomic_int *v, int want, int timeout_ms)
-{
-	int64_t end = tmo_now_ns() + (int64_t)timeout_ms * TMO_NSEC_PER_MSEC;
-	while (atomic_load(v) < want && tmo_now_ns() < end)
-		sleep_ms(1);
-	return atomic_load(v);
-}
+#define LIVENESS (5 * TMO_NSEC_PER_SEC) /* a bound for "it happened", not a measurement */
 
 /* ---- the per-user kernel-timer quota ---------------------------------------- */
 
-static void raise_sigpending(void)
-{
-	struct rlimit rl;
-	if (getrlimit(RLIMIT_SIGPENDING, &rl) != 0)
-		return;
-	struct rlimit want = {1u << 22, 1u << 22};
-	if (rl.rlim_cur < want.rlim_cur && setrlimit(RLIMIT_SIGPENDING, &want) != 0) {
-		rl.rlim_cur = rl.rlim_max;
-		setrlimit(RLIMIT_SIGPENDING, &rl);
-	}
-}
-
-static int own_kernel_timers(void)
-{
-	FILE *f = fopen("/proc/self/timers", "r");
-	char line[256];
-	int n = 0;
-	while (f != NULL && fgets(line, sizeof line, f))
-		n += strncmp(line, "ID:", 3) == 0;
-	if (f != NULL)
-		fclose(f);
-	return n;
-}
-
-/* TMO_EAGAIN while this process holds less than half of its queued-signal
- * limit in kernel timers: the user's quota, which every process of the user
- * shares, is used up by other processes (another build's tests, say): skip.
- * An engine that leaks kernel timers holds them itself, and fails. */
-static void skip_if_quota(int rc, const char *what)
-{
-	if (rc != TMO_EAGAIN)
-		return;
-	struct rlimit rl;
-	int own = own_kernel_timers();
-	if (getrlimit(RLIMIT_SIGPENDING, &rl) != 0 || (rlim_t)own >= rl.rlim_cur / 2)
-		return; /* the refusal is the engine's, and fails */
-	printf("SKIP: %s refused with TMO_EAGAIN while this process holds %d kernel timers "
-	       "of its RLIMIT_SIGPENDING %llu: the user's quota, shared by all the user's "
-	       "processes, is used up by others\n",
-	       what, own, (unsigned long long)rl.rlim_cur);
-	fflush(stdout);
-	_exit(77);
-}
-
-static struct tmo *create(void)
-{
-	struct tmo *e = NULL;
-	int rc = tmo_create("posix", NULL, &e);
-	skip_if_quota(rc, "create");
-	CHECK_EQ(rc, 0);
-	return e;
-}
+/* TMO_EAGAIN while the user's quota of kernel timers, which every process
+ * of the user shares, is used up by other processes (another build's tests,
+ * say) skips (et_skip_if_shortage); an engine that leaks kernel timers holds
+ * them itself, and fails. */
+static struct tmo *create(void) { return et_create_or_skip(tmo_engine_find("posix"), "create"); }
 
 static int arm(struct tmo *e, struct tmo_timer *t, int64_t timeout, tmo_callback *cb, void *arg)
 {
-	int rc = tmo_arm(e, t, timeout, cb, arg);
-	skip_if_quota(rc, "arm");
-	return rc;
+	return et_arm_or_skip(e, t, timeout, cb, arg, "arm");
 }
 
 /* ---- thread ids ------------------------------------------------------------ */
 
-static int list_tasks(pid_t *out, int max)
-{
-	int n = 0;
-	DIR *d = opendir("/proc/self/task");
-	if (d == NULL)
-		return 0;
-	struct dirent *de;
-	while ((de = readdir(d)) != NULL && n < max)
-		if (de->d_name[0] != '.')
-			out[n++] = (pid_t)atoi(de->d_name);
-	closedir(d);
-	return n;
-}
-
-/* Create a posix engine and find its thread's id (the one new task). */
+/* Create a posix engine and find its thread's id (the one new thread). */
 static struct tmo *create_with_tid(pid_t *tid)
 {
-	pid_t before[256], after[256];
-	int nb = list_tasks(before, 256);
+	pid_t before[256];
+	int n = et_thread_ids(before, 256);
 	struct tmo *e = create();
-	int na = list_tasks(after, 256);
-	*tid = 0;
-	for (int i = 0; i < na; i++) {
-		bool old = false;
-		for (int j = 0; j < nb; j++)
-			old |= after[i] == before[j];
-		if (!old)
-			*tid = after[i];
-	}
+	*tid = et_new_thread(before, n);
 	CHECK(*tid != 0);
 	return e;
 }
-
 /* The engine thread's mask, read on that thread from inside a callback
  * (not from /proc: while the thread waits in sigwaitinfo the kernel unblocks
  * the waited signal, and SigBlk shows it unblocked). */
@@ -186,7 +99,7 @@ static void test_signal_mask(void)
 	CHECK_EQ(sigismember(&after, SIGNO), 0);
 	static struct tmo_timer t;
 	CHECK_EQ(arm(e, &t, 0, mask_cb, NULL), 0);
-	CHECK_EQ(wait_for(&mask_done, 1, 5000), 1);
+	CHECK(ET_WAIT_UNTIL(atomic_load(&mask_done) >= 1, LIVENESS));
 	CHECK_EQ(atomic_load(&mask_seen), 1);
 	printf("  signal %d: blocked on the engine thread %d, not on the creator\n", SIGNO, (int)tid);
 	tmo_destroy(&e);
@@ -250,14 +163,14 @@ static void test_forged_late_signals(void)
 	/* Signals of one number to one thread are dequeued in order: once a
 	 * timer armed after them has fired, every forged one was handled. */
 	CHECK_EQ(arm(e, &sync_timer.t, 0, count_cb, NULL), 0);
-	CHECK_EQ(wait_for(&sync_timer.runs, 1, 5000), 1);
+	CHECK(ET_WAIT_UNTIL(atomic_load(&sync_timer.runs) >= 1, LIVENESS));
 	for (int i = 0; i < N; i++)
 		CHECK_EQ(atomic_load(&cancelled[i].runs), 0);
 
 	/* Control: the same forgery for a PENDING arm fires it at once. */
 	CHECK_EQ(arm(e, &live.t, 60 * TMO_NSEC_PER_SEC, count_cb, NULL), 0);
 	CHECK_EQ(forge(tid, SI_TIMER, sival_of(__atomic_load_n(&live.t.tmo_private[0], __ATOMIC_ACQUIRE))), 0);
-	CHECK_EQ(wait_for(&live.runs, 1, 5000), 1);
+	CHECK(ET_WAIT_UNTIL(atomic_load(&live.runs) >= 1, LIVENESS));
 	int rc = tmo_cancel(e, &live.t); /* WAITED: the callback was still returning */
 	CHECK_EQ(rc == TMO_CANCEL_WAITED ? tmo_cancel(e, &live.t) : rc, TMO_CANCEL_FIRED);
 
@@ -304,7 +217,7 @@ static void test_real_late_signals(void)
 	/* Flush: a timer armed now fires after every queued signal. */
 	static struct obj sync_timer;
 	CHECK_EQ(arm(e, &sync_timer.t, 0, count_cb, NULL), 0);
-	CHECK_EQ(wait_for(&sync_timer.runs, 1, 5000), 1);
+	CHECK(ET_WAIT_UNTIL(atomic_load(&sync_timer.runs) >= 1, LIVENESS));
 	int bad = 0;
 	for (int i = 0; i < LATE_ITERS; i++) {
 		int ran = atomic_load(&late_ran[i]);
@@ -358,7 +271,7 @@ static void test_rlimit_eagain(void)
 	/* Limit back: arms work again and fire. */
 	static struct obj after;
 	CHECK_EQ(arm(e, &after.t, 0, count_cb, NULL), 0);
-	CHECK_EQ(wait_for(&after.runs, 1, 5000), 1);
+	CHECK(ET_WAIT_UNTIL(atomic_load(&after.runs) >= 1, LIVENESS));
 	printf("  RLIMIT_SIGPENDING=64: %d arms accepted, then %s\n", accepted, tmo_errname(rc));
 	tmo_destroy(&e);
 }
@@ -381,7 +294,7 @@ static void test_create_quota_full(void)
 	none = old;
 	none.rlim_cur = 0;
 	CHECK_EQ(setrlimit(RLIMIT_SIGPENDING, &none), 0);
-	int threads0 = list_tasks((pid_t[256]){0}, 256);
+	int threads0 = et_thread_count();
 	int64_t live0 = tmo_testing_live_allocs();
 	signal(SIGALRM, on_alarm);
 	alarm(10);
@@ -394,12 +307,7 @@ static void test_create_quota_full(void)
 	CHECK_EQ(rc, TMO_EAGAIN);
 	CHECK(e == NULL);
 	CHECK_EQ(tmo_testing_live_allocs(), live0);
-	int threads1 = list_tasks((pid_t[256]){0}, 256);
-	for (int i = 0; i < 1000 && threads1 != threads0; i++) {
-		sleep_ms(1); /* a joined thread may take a moment to leave /proc */
-		threads1 = list_tasks((pid_t[256]){0}, 256);
-	}
-	CHECK_EQ(threads1, threads0);
+	CHECK_EQ(et_wait_thread_count(threads0, LIVENESS), threads0);
 	printf("  RLIMIT_SIGPENDING=0: create returned %s in %.1f ms\n", tmo_errname(rc),
 	       (double)took / 1e6);
 }
@@ -442,13 +350,10 @@ static void test_park_holds_nothing(void)
 	CHECK_EQ(ok, 400);
 	/* Expired in the kernel and queued on the engine thread, but not run:
 	 * the thread is parked. */
-	int64_t end = tmo_now_ns() + 5 * TMO_NSEC_PER_SEC;
-	while (!signal_pending_on(tid) && tmo_now_ns() < end)
-		sleep_ms(1);
-	CHECK(signal_pending_on(tid));
+	CHECK(ET_WAIT_UNTIL(signal_pending_on(tid), LIVENESS));
 	CHECK_EQ(atomic_load(&early.runs), 0);
 	CHECK_EQ(tmo_testing_park(e, 0), 0);
-	CHECK_EQ(wait_for(&early.runs, 1, 5000), 1);
+	CHECK(ET_WAIT_UNTIL(atomic_load(&early.runs) >= 1, LIVENESS));
 	/* park(1), park(0), park(1) in quick succession must not hang. */
 	for (int i = 0; i < 50; i++) {
 		CHECK_EQ(tmo_testing_park(e, 1), 0);
@@ -459,65 +364,9 @@ static void test_park_holds_nothing(void)
 	tmo_destroy(&e);
 }
 
-/* ---- a self-re-arming callback and a canceller --------------------------------------- */
-
-struct rearm {
-	struct tmo_timer t;
-	struct tmo *e;
-	atomic_int runs, arms;
-	atomic_int in_cb;
-};
-
-static void rearm_cb(struct tmo_timer *t, void *arg)
-{
-	struct rearm *r = arg;
-	atomic_store(&r->in_cb, 1);
-	atomic_fetch_add(&r->runs, 1);
-	if (tmo_arm(r->e, t, 0, rearm_cb, r) == 0)
-		atomic_fetch_add(&r->arms, 1);
-	atomic_store(&r->in_cb, 0);
-}
-
-static void test_rearm_vs_cancel(void)
-{
-	struct tmo *e = create();
-	int bad = 0, after = 0, prevented = 0;
-	for (int round = 0; round < 50; round++) {
-		static struct rearm r;
-		memset(&r, 0, sizeof r);
-		r.e = e;
-		CHECK_EQ(arm(e, &r.t, 0, rearm_cb, &r), 0);
-		atomic_fetch_add(&r.arms, 1);
-		wait_for(&r.runs, 1 + round % 5, 5000); /* the loop is running */
-		int rc = tmo_cancel(e, &r.t);
-		/* Whatever the race, on return the callback is not running and
-		 * will not run again. */
-		bad += rc != TMO_CANCEL_PREVENTED && rc != TMO_CANCEL_WAITED;
-		bad += atomic_load(&r.in_cb) != 0;
-		prevented += rc == TMO_CANCEL_PREVENTED;
-		int runs = atomic_load(&r.runs);
-		/* A marker armed now is signalled after anything of the cancelled
-		 * arm could have been (its kernel timer is deleted), and the
-		 * engine fires in deadline order: once the marker ran, a callback
-		 * after cancel would have shown. */
-		static struct obj marker;
-		memset(&marker, 0, sizeof marker);
-		CHECK_EQ(arm(e, &marker.t, 0, count_cb, NULL), 0);
-		CHECK_EQ(wait_for(&marker.runs, 1, 5000), 1);
-		after += atomic_load(&r.runs) != runs;
-		/* Exactly once: every arm ran, except the one cancel prevented. */
-		bad += atomic_load(&r.arms) != atomic_load(&r.runs) + (rc == TMO_CANCEL_PREVENTED);
-	}
-	CHECK_EQ(bad, 0);
-	CHECK_EQ(after, 0);
-	printf("  50 rounds: %d PREVENTED, %d WAITED, 0 runs after cancel returned\n", prevented,
-	       50 - prevented);
-	tmo_destroy(&e);
-}
-
 int main(void)
 {
-	raise_sigpending();
+	et_raise_sigpending();
 	int64_t base = tmo_testing_live_allocs();
 	RUN(test_signal_mask);
 	RUN(test_forged_late_signals);
@@ -525,7 +374,6 @@ int main(void)
 	RUN(test_rlimit_eagain);
 	RUN(test_create_quota_full);
 	RUN(test_park_holds_nothing);
-	RUN(test_rearm_vs_cancel);
 	CHECK_EQ(tmo_testing_live_allocs(), base);
 	return TEST_EXIT();
 }

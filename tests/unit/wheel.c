@@ -19,10 +19,18 @@
 
 #include "check.h"
 #include "ds/wheel.h"
+#include "engine_test.h"
 
 #include "tmo/tmo.h"
 
 /* ---- deterministic cases ---------------------------------------------------- */
+
+/* A fresh node, added at `deadline`. */
+static void add_new(struct tmo_wheel *w, struct tmo_wheel_node *n, int64_t deadline)
+{
+	tmo_wheel_node_init(n);
+	tmo_wheel_add(w, n, deadline);
+}
 
 static size_t drain(struct tmo_wheel *w, int64_t now, struct tmo_wheel_node **out, size_t max)
 {
@@ -55,12 +63,9 @@ static void test_tick_boundaries(void)
 	struct tmo_wheel w;
 	struct tmo_wheel_node a, b, c, *out[4];
 	tmo_wheel_init(&w, 10, 1000);
-	tmo_wheel_node_init(&a);
-	tmo_wheel_node_init(&b);
-	tmo_wheel_node_init(&c);
-	tmo_wheel_add(&w, &a, 1010); /* on a boundary */
-	tmo_wheel_add(&w, &b, 1011); /* just past one */
-	tmo_wheel_add(&w, &c, 1000); /* at the origin */
+	add_new(&w, &a, 1010); /* on a boundary */
+	add_new(&w, &b, 1011); /* just past one */
+	add_new(&w, &c, 1000); /* at the origin */
 	CHECK(tmo_wheel_contains(&a));
 	CHECK_EQ(tmo_wheel_count(&w), 3);
 	CHECK_EQ(tmo_wheel_next_expiry(&w), 1000);
@@ -108,12 +113,9 @@ static void test_del_updates_bitmap(void)
 	struct tmo_wheel w;
 	struct tmo_wheel_node a, b, c, *out[2];
 	tmo_wheel_init(&w, 1, 0);
-	tmo_wheel_node_init(&a);
-	tmo_wheel_node_init(&b);
-	tmo_wheel_node_init(&c);
-	tmo_wheel_add(&w, &a, 5000);
-	tmo_wheel_add(&w, &b, 5000);
-	tmo_wheel_add(&w, &c, 7);
+	add_new(&w, &a, 5000);
+	add_new(&w, &b, 5000);
+	add_new(&w, &c, 7);
 	tmo_wheel_del(&w, &c);
 	CHECK(!tmo_wheel_contains(&c));
 	CHECK(tmo_wheel_next_expiry(&w) > 7);
@@ -160,12 +162,9 @@ static void test_next_expiry_exact_when_sparse(void)
 	struct tmo_wheel w;
 	struct tmo_wheel_node a, b, c, crowd[20], *out[20];
 	tmo_wheel_init(&w, ms, 0);
-	tmo_wheel_node_init(&a);
-	tmo_wheel_node_init(&b);
-	tmo_wheel_node_init(&c);
-	tmo_wheel_add(&w, &a, 10 * s);
-	tmo_wheel_add(&w, &b, 20 * s + 1); /* rounded up to 20.001 s */
-	tmo_wheel_add(&w, &c, 300 * s);
+	add_new(&w, &a, 10 * s);
+	add_new(&w, &b, 20 * s + 1); /* rounded up to 20.001 s */
+	add_new(&w, &c, 300 * s);
 	CHECK_EQ(tmo_wheel_next_expiry(&w), 10 * s);
 	CHECK_EQ(drain(&w, 10 * s - 1, out, 3), 0);
 	CHECK_EQ(tmo_wheel_next_expiry(&w), 10 * s);
@@ -214,15 +213,8 @@ static void test_order_across_ticks(void)
 
 /* ---- randomized comparison with the model --------------------------------- */
 
-static uint64_t rng_state;
-static uint64_t rnd(void)
-{
-	uint64_t z = (rng_state += UINT64_C(0x9E3779B97F4A7C15));
-	z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-	z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-	return z ^ (z >> 31);
-}
-static uint64_t below(uint64_t n) { return n ? rnd() % n : 0; }
+static struct et_rng rng;
+static uint64_t below(uint64_t n) { return et_below(&rng, n); }
 
 static int64_t sat_add(int64_t a, int64_t b)
 {
@@ -413,7 +405,7 @@ static long run_model(uint64_t seed, int64_t r, int64_t origin, int ops)
 {
 	static struct model m;
 	memset(&m, 0, sizeof m);
-	rng_state = seed;
+	et_rng_init(&rng, seed);
 	m.r = r;
 	m.origin = origin;
 	m.now = origin;
@@ -454,17 +446,6 @@ static long run_model(uint64_t seed, int64_t r, int64_t origin, int ops)
 	return m.violations;
 }
 
-/* TMO_TEST_SCALE (sanitizer runs set 0.1) shrinks the op count. */
-static int scaled(int n)
-{
-	const char *s = getenv("TMO_TEST_SCALE");
-	double f = s ? atof(s) : 1.0;
-	if (!(f > 0.0) || f > 1.0)
-		f = 1.0;
-	int k = (int)(n * f);
-	return k < 1000 ? 1000 : k;
-}
-
 static void test_random_against_model(void)
 {
 	/* Resolutions: tiny, odd, the engines' 1 ms, a large prime, 2^40 + 1
@@ -480,7 +461,7 @@ static void test_random_against_model(void)
 		for (int j = 0; j < norig; j++)
 			for (uint64_t seed = 1; seed <= 4; seed++)
 				total += run_model(seed * 1000 + (uint64_t)(i * 10 + j), res[i], origins[j],
-				                   scaled(20000));
+				                   (int)et_scaled(20000, 1000));
 	CHECK_EQ(total, 0);
 }
 
