@@ -39,10 +39,6 @@
  * record and extraction of the minimum never allocate, so the firing path
  * cannot fail.
  */
-#include <fcntl.h>
-#include <stdio.h>
-#include <string.h>
-#include <unistd.h>
 
 #include "thread.h"
 
@@ -138,18 +134,7 @@ static bool past_the_call(const struct rec *p)
 	if (pthread_getcpuclockid(p->th, &cid) == 0 && clock_gettime(cid, &ts) == 0 &&
 	    (int64_t)ts.tv_sec * TMO_NSEC_PER_SEC + ts.tv_nsec - p->entered_cpu >= ENTRY_CPU_PROOF)
 		return true;
-	char path[64], buf[256];
-	snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)p->tid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return false;
-	ssize_t n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	if (n <= 0)
-		return false;
-	buf[n] = 0;
-	const char *rp = strrchr(buf, ')'); /* "tid (comm) S ..." */
-	return rp != NULL && (rp[1] == ' ') && (rp[2] == 'S' || rp[2] == 'D');
+	return tmo__task_blocked(p->tid);
 }
 
 /* Under the mutex; r is in the heap and due.  Whether it may fire now, and

@@ -6,8 +6,10 @@
 #define TMO_INTERNAL_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "tmo/testing.h"
 #include "tmo/tmo.h"
@@ -99,5 +101,10 @@ static inline void tmo__end_if_forked(const struct tmo *e)
 
 /* A condition variable on CLOCK_MONOTONIC. Returns 0 or TMO_ESYS. */
 int tmo__cond_init_monotonic(pthread_cond_t *cv);
+
+/* Whether thread tid of this process is blocked in the kernel (sleeping,
+ * or in uninterruptible wait), as /proc/self/task/<tid>/stat says; false
+ * when it cannot be read. */
+bool tmo__task_blocked(pid_t tid);
 
 #endif /* TMO_INTERNAL_H */

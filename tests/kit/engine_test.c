@@ -1,6 +1,7 @@
 #include "engine_test.h"
 
 #include "check.h"
+#include "core/internal.h" /* tmo__task_blocked */
 
 #include <dirent.h>
 #include <errno.h>
@@ -171,18 +172,7 @@ pid_t et_new_thread(const pid_t *before, int n)
 
 bool et_thread_blocked(pid_t tid)
 {
-	char path[64], buf[512];
-	snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
-	int fd = open(path, O_RDONLY);
-	if (fd < 0)
-		return false;
-	ssize_t n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	if (n <= 0)
-		return false;
-	buf[n] = 0;
-	const char *p = strrchr(buf, ')'); /* the name may hold anything */
-	return p != NULL && (p[2] == 'S' || p[2] == 'D');
+	return tmo__task_blocked(tid);
 }
 
 bool et_wait_blocked(pid_t tid, int looks, int64_t timeout_ns)
