@@ -160,10 +160,7 @@ static void *timer_thread(void *arg)
 
 /* ---- fork ------------------------------------------------------------------- */
 
-static void fork_prepare(void);
-static void fork_release(void);
-static struct tmo__fork_set forks = TMO__FORK_SET_INIT(forks, fork_prepare, fork_release,
-                                                       fork_release);
+TMO__FORK_SET(static, forks, fork_prepare, fork_release, fork_release);
 
 static void fork_prepare(void)
 {
@@ -365,11 +362,6 @@ const struct tmo_engine_ops tmo_engine_condvar = {
 	           "intrusive nodes; resolution = thread wake-up latency (~50 us idle)",
 	.caps = TMO_CAP_NO_ALLOC | TMO_CAP_PARK,
 	.resolution_ns = 50 * TMO_NSEC_PER_USEC,
-	.create = cv_create,
-	.destroy = cv_destroy,
-	.arm = cv_arm,
-	.cancel = cv_cancel,
-	.stats = cv_stats,
-	.destroy_forked = cv_destroy_forked,
+	TMO__ENGINE_OPS(cv),
 	.testing = &testing_ops,
 };

@@ -415,11 +415,6 @@ const struct tmo_engine_ops tmo_engine_libevent = {
 	           "engine mutex decides cancel vs fire; park holds the base lock",
 	.caps = TMO_CAP_PARK,
 	.resolution_ns = 50 * TMO_NSEC_PER_USEC,
-	.create = lev_create,
-	.destroy = lev_destroy,
-	.arm = lev_arm,
-	.cancel = lev_cancel,
-	.stats = lev_stats,
-	.destroy_forked = lev_destroy_forked,
+	TMO__ENGINE_OPS(lev),
 	.testing = &testing_ops,
 };

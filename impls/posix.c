@@ -401,11 +401,6 @@ const struct tmo_engine_ops tmo_engine_posix = {
 	           "resolution 1 ms = per-CPU hrtimer expiry skew (queued signals are sorted)",
 	.caps = TMO_CAP_LOCKFREE_ARM | TMO_CAP_PARK,
 	.resolution_ns = TMO_NSEC_PER_MSEC,
-	.create = px_create,
-	.destroy = px_destroy,
-	.arm = px_arm,
-	.cancel = px_cancel,
-	.stats = px_stats,
-	.destroy_forked = px_destroy_forked,
+	TMO__ENGINE_OPS(px),
 	.testing = &testing_ops,
 };

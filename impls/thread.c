@@ -181,11 +181,7 @@ static void *rec_thread(void *arg)
 
 /* Every live thread engine, so that fork() can take their mutexes: a child
  * then inherits every engine's sets whole, never half-updated. */
-static void fork_prepare(void);
-static void fork_parent(void);
-static void fork_child(void);
-static struct tmo__fork_set forks = TMO__FORK_SET_INIT(forks, fork_prepare, fork_parent,
-                                                       fork_child);
+TMO__FORK_SET(static, forks, fork_prepare, fork_parent, fork_child);
 
 static void fork_prepare(void)
 {
@@ -446,10 +442,5 @@ const struct tmo_engine_ops tmo_engine_thread = {
 	           "joins it; no park (no single timer thread)",
 	.caps = TMO_CAP_THREAD_PER_TIMER | TMO_CAP_CONCURRENT_CALLBACKS,
 	.resolution_ns = THREAD_RESOLUTION_NS,
-	.create = thr_create,
-	.destroy = thr_destroy,
-	.arm = thr_arm,
-	.cancel = thr_cancel,
-	.stats = thr_stats,
-	.destroy_forked = thr_destroy_forked,
+	TMO__ENGINE_OPS(thr),
 };

@@ -79,10 +79,7 @@ void lev_fork_point(struct tmo *e)
 
 /* Live engines.  lev_forks.mu is held across the fork (prepare to parent/child),
  * and around event_base_new/free, which take libevent's global signal lock. */
-static void fork_prepare(void);
-static void fork_release(void);
-struct tmo__fork_set lev_forks = TMO__FORK_SET_INIT(lev_forks, fork_prepare, fork_release,
-                                                    fork_release);
+TMO__FORK_SET(, lev_forks, fork_prepare, fork_release, fork_release);
 
 static void fork_prepare(void)
 {

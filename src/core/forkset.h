@@ -28,6 +28,13 @@ struct tmo__fork_set {
 	{PTHREAD_MUTEX_INITIALIZER, TMO_LIST_INIT((name).engines), false, prepare, parent, \
 	 child}
 
+/* Define the set `name` (`linkage`: static, or empty for one the engine's
+ * other files share) and declare its handlers, static functions of this
+ * file defined after it; parent and child may be the same function. */
+#define TMO__FORK_SET(linkage, name, prepare, parent, child)                           \
+	static void prepare(void), parent(void), child(void);                           \
+	linkage struct tmo__fork_set name = TMO__FORK_SET_INIT(name, prepare, parent, child)
+
 /* Join (registering the handlers on first use) and leave; each takes mu. */
 void tmo__fork_set_join(struct tmo__fork_set *s, struct tmo_list *link);
 void tmo__fork_set_leave(struct tmo__fork_set *s, struct tmo_list *link);

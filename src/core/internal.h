@@ -99,6 +99,12 @@ static inline void tmo__end_if_forked(const struct tmo *e)
 		pthread_exit(NULL);
 }
 
+/* An engine's vtable entries, for an engine whose ops are named
+ * <prefix>_create, _destroy, _arm, _cancel, _stats and _destroy_forked. */
+#define TMO__ENGINE_OPS(p)                                                               \
+	.create = p##_create, .destroy = p##_destroy, .arm = p##_arm, .cancel = p##_cancel, \
+	.stats = p##_stats, .destroy_forked = p##_destroy_forked
+
 /* A condition variable on CLOCK_MONOTONIC. Returns 0 or TMO_ESYS. */
 int tmo__cond_init_monotonic(pthread_cond_t *cv);
 
