@@ -1,6 +1,7 @@
 /*
  * The park hook (a test hook: tmo_testing_park() in tmo/testing.h) shared
- * by the engines with one timer thread (condvar, libevent, posix).
+ * by the engines with one timer thread (condvar, libevent, posix, and the
+ * lock-free core of mpsc and wheel).
  *
  * Rule: the engine thread calls tmo__park_point() at the points of its loop
  * where it may be held, holding there whatever it holds (the engine's own

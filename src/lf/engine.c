@@ -73,12 +73,10 @@ int lf_create(const struct lf_params *p, const struct tmo_config *cfg, struct tm
 	int rc = TMO_ESYS;
 	if (pthread_mutex_init(&e->rec_lock, NULL) != 0)
 		goto fail_free;
-	if (pthread_mutex_init(&e->park_lock, NULL) != 0)
+	if (tmo__park_init(&e->park) != 0)
 		goto fail_rec;
-	if (pthread_cond_init(&e->park_cv, NULL) != 0)
-		goto fail_park;
 	if ((rc = lf_pool_init(e)) != 0)
-		goto fail_cv;
+		goto fail_park;
 	lf_clock_init(e);
 	rc = TMO_ENOMEM;
 	e->tt = tmo__calloc(1, sizeof *e->tt);
@@ -101,15 +99,12 @@ int lf_create(const struct lf_params *p, const struct tmo_config *cfg, struct tm
 	return 0;
 
 fail_mem:
-	pthread_cond_destroy(&e->park_cv);
-	pthread_mutex_destroy(&e->park_lock);
+	tmo__park_fini(&e->park);
 	pthread_mutex_destroy(&e->rec_lock);
 	engine_free(e);
 	return rc;
-fail_cv:
-	pthread_cond_destroy(&e->park_cv);
 fail_park:
-	pthread_mutex_destroy(&e->park_lock);
+	tmo__park_fini(&e->park);
 fail_rec:
 	pthread_mutex_destroy(&e->rec_lock);
 fail_free:
@@ -131,16 +126,13 @@ static void cancel_left(struct tmo *e, struct lf_node *n)
 void lf_destroy(struct tmo *e)
 {
 	atomic_store_explicit(&e->stop, 1, memory_order_release);
-	pthread_mutex_lock(&e->park_lock);
-	pthread_cond_broadcast(&e->park_cv);
-	pthread_mutex_unlock(&e->park_lock);
+	tmo__park_release(&e->park);
 	lf_ec_wake(&e->wake_ec);
 	pthread_join(e->thread, NULL);
 	/* no thread exit touches our records after this */
 	lf_engine_unregister(e);
 	lf_pool_each(e, cancel_left);
-	pthread_cond_destroy(&e->park_cv);
-	pthread_mutex_destroy(&e->park_lock);
+	tmo__park_fini(&e->park);
 	pthread_mutex_destroy(&e->rec_lock);
 	engine_free(e);
 }
@@ -193,23 +185,10 @@ int lf_stats(struct tmo *e, struct tmo_stats *out)
 	return 0;
 }
 
-static int lf_park(struct tmo *e, int on)
-{
-	pthread_mutex_lock(&e->park_lock);
-	if (on) {
-		e->park_req = 1;
-		atomic_store_explicit(&e->park_flag, 1, memory_order_release);
-		lf_ec_wake(&e->wake_ec);
-		while (!e->parked)
-			pthread_cond_wait(&e->park_cv, &e->park_lock);
-	} else {
-		e->park_req = 0;
-		atomic_store_explicit(&e->park_flag, 0, memory_order_release);
-		pthread_cond_broadcast(&e->park_cv);
-	}
-	pthread_mutex_unlock(&e->park_lock);
-	return 0;
-}
+/* Park's wake-up: the timer thread sees the request at the top of its loop. */
+static void lf_park_wake(struct tmo *e) { lf_ec_wake(&e->wake_ec); }
+
+static int lf_park(struct tmo *e, int on) { return tmo__park_set(&e->park, on, NULL, lf_park_wake, e); }
 
 const struct tmo_testing_ops lf_testing_ops = {.park = lf_park};
 

@@ -88,6 +88,7 @@
 
 #include "ds/heap.h"
 #include "core/internal.h"
+#include "core/park.h"
 #include "tmo/testing.h"
 #include "ds/wheel.h"
 #include "node.h"
@@ -284,11 +285,7 @@ struct tmo {
 	struct lf_tt *tt;
 	pthread_t thread;
 	_Atomic int stop;
-	/* park (test hook) */
-	pthread_mutex_t park_lock;
-	pthread_cond_t park_cv;
-	int park_req, parked;
-	_Atomic int park_flag;
+	struct tmo__park park; /* the test hook (core/park.h) */
 };
 
 

@@ -155,19 +155,6 @@ static int drain_inbox(struct tmo *e)
 
 /* ---- the loop ------------------------------------------------------------------------ */
 
-static void park_hook(struct tmo *e)
-{
-	pthread_mutex_lock(&e->park_lock);
-	if (e->park_req) {
-		e->parked = 1;
-		pthread_cond_broadcast(&e->park_cv);
-		while (e->park_req && !atomic_load(&e->stop))
-			pthread_cond_wait(&e->park_cv, &e->park_lock);
-		e->parked = 0;
-	}
-	pthread_mutex_unlock(&e->park_lock);
-}
-
 /* After LF_TW_SLEEPING is visible: anything published before it that the
  * round missed?  Lowers *wake to the earliest base's next deadline. */
 static int work_waiting(struct tmo *e, int64_t *wake)
@@ -284,9 +271,9 @@ void *lf_timer_main(void *arg)
 	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
 	tt->last_precise = 1;
 	for (;;) {
-		if (LF_UNLIKELY(atomic_load_explicit(&e->park_flag, memory_order_acquire))) {
+		if (LF_UNLIKELY(tmo__park_requested(&e->park))) {
 			tt_tick(e, LF_TW_PRECISE);
-			park_hook(e);
+			tmo__park_point(&e->park);
 		}
 		if (LF_UNLIKELY(atomic_load_explicit(&e->stop, memory_order_acquire)))
 			break;
@@ -333,8 +320,7 @@ void *lf_timer_main(void *arg)
 		} else if (!announce_sleep(e, now, poll, &wake)) {
 			continue;
 		}
-		if (atomic_load_explicit(&e->park_flag, memory_order_acquire) ||
-		    atomic_load_explicit(&e->stop, memory_order_acquire))
+		if (tmo__park_requested(&e->park) || atomic_load_explicit(&e->stop, memory_order_acquire))
 			continue;
 		lf_ec_wait(&e->wake_ec, v, wake);
 	}
