@@ -134,30 +134,42 @@ void tmo_reraise(const struct tmo_exc *exc)
 
 /* ---- rescue and ensure ----------------------------------------------------- */
 
-struct rescue_rec {
+/* What rescue and ensure share: their frame, the block, and what it left. */
+struct block_rec {
 	struct frame f;
-	unsigned filter;
 	tmo_block_fn *body;
 	void *arg;
-	tmo_handler_fn *handler;
-	void *harg;
 	intptr_t value;
 	struct tmo_exc exc;
+};
+
+/* Run the block, called right after setjmp returned 0 in the frame's own
+ * function: on return the frame is popped. */
+static void block_run(struct ctx *c, struct block_rec *b)
+{
+	b->value = b->body(b->arg);
+	c->top = b->f.prev;
+}
+
+struct rescue_rec {
+	struct block_rec b;
+	unsigned filter;
+	tmo_handler_fn *handler;
+	void *harg;
 };
 
 /* Returns 0 when body returned, 1 when the handler ran. */
 static __attribute__((noinline)) int rescue_frame(struct ctx *c, struct rescue_rec *r)
 {
-	if (setjmp(r->f.jb) == 0) {
-		r->value = r->body(r->arg);
-		c->top = r->f.prev;
+	if (setjmp(r->b.f.jb) == 0) {
+		block_run(c, &r->b);
 		return 0;
 	}
 	/* Unwound to here; the raiser popped the frame. */
 	if (!(r->filter & TMO_RESCUE_CLASS(c->exc.cls)))
 		tmo__raise_exc(c, &c->exc);
-	r->exc = c->exc;
-	r->value = r->handler(&r->exc, r->harg);
+	r->b.exc = c->exc;
+	r->b.value = r->handler(&r->b.exc, r->harg);
 	return 1;
 }
 
@@ -173,38 +185,33 @@ int tmo_rescue(unsigned filter, tmo_block_fn *body, void *arg, tmo_handler_fn *h
 	struct ctx *c = tmo__ctx_get();
 	if (c == NULL)
 		return TMO_ESYS;
-	struct rescue_rec r = {.filter = filter, .body = body, .arg = arg,
+	struct rescue_rec r = {.b = {.body = body, .arg = arg}, .filter = filter,
 	                       .handler = handler, .harg = harg};
-	tmo__frame_push(c, &r.f);
+	tmo__frame_push(c, &r.b.f);
 	int rc = rescue_frame(c, &r);
 	if (value != NULL)
-		*value = r.value;
+		*value = r.b.value;
 	return rc;
 }
 
 struct ensure_rec {
-	struct frame f;
-	tmo_block_fn *body;
-	void *arg;
+	struct block_rec b;
 	tmo_ensure_fn *ensure;
 	void *earg;
-	intptr_t value;
-	struct tmo_exc exc;
 };
 
 static __attribute__((noinline)) void ensure_frame(struct ctx *c, struct ensure_rec *r)
 {
-	if (setjmp(r->f.jb) == 0) {
-		r->value = r->body(r->arg);
-		c->top = r->f.prev;
-		c->mask = r->f.mask;
+	if (setjmp(r->b.f.jb) == 0) {
+		block_run(c, &r->b);
+		c->mask = r->b.f.mask;
 		r->ensure(r->earg);
 		return;
 	}
 	/* Keep the exception: the ensure may raise and rescue internally. */
-	r->exc = c->exc;
+	r->b.exc = c->exc;
 	r->ensure(r->earg);
-	tmo__raise_exc(c, &r->exc);
+	tmo__raise_exc(c, &r->b.exc);
 }
 
 int tmo_ensure(tmo_block_fn *body, void *arg, tmo_ensure_fn *ensure, void *earg,
@@ -215,11 +222,11 @@ int tmo_ensure(tmo_block_fn *body, void *arg, tmo_ensure_fn *ensure, void *earg,
 	struct ctx *c = tmo__ctx_get();
 	if (c == NULL)
 		return TMO_ESYS;
-	struct ensure_rec r = {.body = body, .arg = arg, .ensure = ensure, .earg = earg};
-	tmo__frame_push(c, &r.f);
+	struct ensure_rec r = {.b = {.body = body, .arg = arg}, .ensure = ensure, .earg = earg};
+	tmo__frame_push(c, &r.b.f);
 	ensure_frame(c, &r);
 	if (value != NULL)
-		*value = r.value;
+		*value = r.b.value;
 	return 0;
 }
 
