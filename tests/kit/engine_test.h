@@ -1,8 +1,10 @@
 /* The test kit, linked into every test: engine lookup from argv (the
  * engine tests, tests/engine/), sizes that shrink under sanitizers,
- * sleeping and the one bounded wait, the PRNG (rng.h), and what /proc says
- * about this process's threads and kernel timers.  Everything but et_init's
- * engine works without et_init (the unit tests call none).
+ * sleeping and the one bounded wait, the PRNG (rng.h), what /proc says
+ * about this process's threads and kernel timers, counting callbacks
+ * (et_count_cb, et_counted) and a unit test's closing allocation check
+ * (et_main_end).  Everything but et_init's engine works without et_init
+ * (the unit tests call none).
  *
  * Environment:
  *   TMO_TEST_SCALE  a factor in (0, 1] applied to workload sizes (sanitizer
