@@ -380,7 +380,7 @@ static void test_order(void)
 
 /* ---- 4-6. cancel before the deadline, after the fire, from inside -------- */
 
-/* The counted timers of cases 4-6 and 14-15 (et_counted): their group's total. */
+/* The total of the counted timers (et_counted) of cases 4, 5, 10 and 15. */
 static atomic_llong cnt_total;
 
 /* One round on a fresh engine: N timers due `margin` and more from now, all
