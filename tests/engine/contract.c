@@ -380,18 +380,8 @@ static void test_order(void)
 
 /* ---- 4-6. cancel before the deadline, after the fire, from inside -------- */
 
-struct cnt_slot {
-	struct tmo_timer t;
-	atomic_int fires;
-};
+/* The total of the counted timers (et_counted) of cases 4, 5, 10 and 15. */
 static atomic_llong cnt_total;
-
-static void cnt_cb(struct tmo_timer *t, void *arg)
-{
-	struct cnt_slot *s = arg;
-	atomic_fetch_add(&s->fires, 1);
-	atomic_fetch_add(&cnt_total, 1);
-}
 
 /* One round on a fresh engine: N timers due `margin` and more from now, all
  * cancelled at once.  A cancel that RETURNED before its timer's deadline
@@ -404,9 +394,9 @@ static void cnt_cb(struct tmo_timer *t, void *arg)
 static int cbd_round(int64_t margin, int *wrong)
 {
 	enum { N = 50 };
-	struct cnt_slot s[N];
+	struct et_counted s[N];
 	int64_t deadline[N];
-	memset(s, 0, sizeof s);
+	et_counted_init(s, N, &cnt_total);
 	struct tmo *e = new_engine();
 	if (!e)
 		return 0;
@@ -414,7 +404,7 @@ static int cbd_round(int64_t margin, int *wrong)
 	for (int i = 0; i < N; i++) {
 		int64_t timeout = margin + i * 200 * US;
 		deadline[i] = tmo_now_ns() + timeout; /* no later than the engine's */
-		CHECK_EQ(arm(e, &s[i].t, timeout, cnt_cb, &s[i]), 0);
+		CHECK_EQ(arm(e, &s[i].t, timeout, et_counted_cb, &s[i]), 0);
 	}
 	int prevented = 0, in_time = 0;
 	for (int i = 0; i < N; i++) {
@@ -474,15 +464,15 @@ static void test_cancel_before_deadline(void)
 
 static void test_cancel_after_fire(void)
 {
-	struct cnt_slot s;
-	memset(&s, 0, sizeof s);
+	struct et_counted s;
+	et_counted_init(&s, 1, &cnt_total);
 	struct tmo *e = new_engine();
 	if (!e)
 		return;
 	atomic_store(&cnt_total, 0);
 	for (int round = 1; round <= 3; round++) {
 		/* the same timer again after each resolution */
-		CHECK_EQ(arm(e, &s.t, MS, cnt_cb, &s), 0);
+		CHECK_EQ(arm(e, &s.t, MS, et_counted_cb, &s), 0);
 		CHECK(et_wait_ge(&cnt_total, round, LIVENESS));
 		CHECK_EQ(et_cancel_settled(e, &s.t), TMO_CANCEL_FIRED);
 		CHECK_EQ(atomic_load(&s.fires), round);
@@ -718,7 +708,8 @@ static void test_cancel_races_rearm(void)
 static int independence_round(int64_t margin, const int *want_cancel, int *wrong)
 {
 	enum { N = 100 };
-	struct cnt_slot *s = calloc(N, sizeof *s);
+	struct et_counted *s = malloc(N * sizeof *s);
+	et_counted_init(s, N, &cnt_total);
 	int cancel[N];
 	memcpy(cancel, want_cancel, sizeof cancel);
 	struct tmo *e = new_engine();
@@ -730,7 +721,7 @@ static int independence_round(int64_t margin, const int *want_cancel, int *wrong
 	int64_t deadline = tmo_now_ns() + margin;
 	for (int i = 0; i < N; i++) {
 		int64_t timeout = deadline - tmo_now_ns();
-		CHECK_EQ(arm(e, &s[i].t, timeout < 0 ? 0 : timeout, cnt_cb, &s[i]), 0);
+		CHECK_EQ(arm(e, &s[i].t, timeout < 0 ? 0 : timeout, et_counted_cb, &s[i]), 0);
 	}
 	int prevented = 0, in_time = 0, late = 0;
 	for (int i = 0; i < N; i++) {
@@ -1034,8 +1025,8 @@ static void test_timeout_zero(void)
 static void test_stats(void)
 {
 	enum { LONG = 50, CANCEL = 20, SHORT = 10 };
-	struct cnt_slot s[LONG + SHORT];
-	memset(s, 0, sizeof s);
+	struct et_counted s[LONG + SHORT];
+	et_counted_init(s, LONG + SHORT, &cnt_total);
 	struct tmo *e = new_engine();
 	if (!e)
 		return;
@@ -1046,7 +1037,7 @@ static void test_stats(void)
 	CHECK_EQ(st.fired, 0);
 	CHECK_EQ(st.cancelled, 0);
 	for (int i = 0; i < LONG; i++)
-		CHECK_EQ(arm(e, &s[i].t, 10 * TMO_NSEC_PER_SEC, cnt_cb, &s[i]), 0);
+		CHECK_EQ(arm(e, &s[i].t, 10 * TMO_NSEC_PER_SEC, et_counted_cb, &s[i]), 0);
 	CHECK_EQ(tmo_stats(e, &st), 0);
 	CHECK_EQ(st.pending, LONG);
 	CHECK(st.threads >= 1);
@@ -1056,7 +1047,7 @@ static void test_stats(void)
 	CHECK_EQ(st.pending, LONG - CANCEL);
 	CHECK_EQ(st.cancelled, CANCEL);
 	for (int i = LONG; i < LONG + SHORT; i++)
-		CHECK_EQ(arm(e, &s[i].t, MS, cnt_cb, &s[i]), 0);
+		CHECK_EQ(arm(e, &s[i].t, MS, et_counted_cb, &s[i]), 0);
 	CHECK(et_wait_ge(&cnt_total, SHORT, LIVENESS));
 	for (int i = LONG; i < LONG + SHORT; i++)
 		CHECK(is_resolved(tmo_cancel(e, &s[i].t)));

@@ -98,18 +98,20 @@ static const char *kind_name(enum tmo_fault_kind kind)
 
 /* ---- timers and their accounting ---------------------------------------- */
 
+/* A counted timer (its fires, and the group's in fired_total) and whether
+ * its arm was accepted. */
 struct rec {
-	struct tmo_timer t;
-	atomic_int fires;
+	struct et_counted c;
 	int accepted;
 };
 static atomic_llong fired_total;
 
-static void cb(struct tmo_timer *t, void *arg)
+/* Zero n records as a group counted in fired_total. */
+static void recs_init(struct rec *r, int n)
 {
-	struct rec *r = arg;
-	atomic_fetch_add(&r->fires, 1);
-	atomic_fetch_add(&fired_total, 1);
+	memset(r, 0, (size_t)n * sizeof *r);
+	for (int i = 0; i < n; i++)
+		et_counted_init(&r[i].c, 1, &fired_total);
 }
 
 /* Wait for the accepted short timers, cancel every accepted one, and count
@@ -125,7 +127,7 @@ static long resolve_all(struct tmo *e, struct rec *r, int n, long short_accepted
 	}
 	char *prevented = calloc((size_t)n, 1);
 	for (int i = 0; i < n; i++) {
-		int rc = tmo_cancel(e, &r[i].t);
+		int rc = tmo_cancel(e, &r[i].c.t);
 		if (!r[i].accepted) {
 			if (rc != TMO_ENOTARMED) {
 				fprintf(stderr, "  rejected arm %d: cancel says %s\n", i,
@@ -144,11 +146,11 @@ static long resolve_all(struct tmo *e, struct rec *r, int n, long short_accepted
 	et_sleep_ns(5 * MS); /* a prevented timer that fires anyway shows now */
 	for (int i = 0; i < n; i++) {
 		int want = r[i].accepted && !prevented[i] ? 1 : 0;
-		if (atomic_load(&r[i].fires) != want) {
+		if (atomic_load(&r[i].c.fires) != want) {
 			if (bad < 5)
 				fprintf(stderr, "  arm %d (%s): fired %d times\n", i,
 				        r[i].accepted ? prevented[i] ? "prevented" : "accepted" : "rejected",
-				        atomic_load(&r[i].fires));
+				        atomic_load(&r[i].c.fires));
 			bad++;
 		}
 	}
@@ -165,7 +167,7 @@ static long arm_batch(struct tmo *e, struct rec *r, int n, int *rejected, int *w
 	for (int i = 0; i < n; i++) {
 		int is_short = i % 8 == 0;
 		int64_t to = is_short ? (i % 3) * 500 * TMO_NSEC_PER_USEC : 10 * TMO_NSEC_PER_SEC;
-		int rc = tmo_arm(e, &r[i].t, to, cb, &r[i]);
+		int rc = tmo_arm(e, &r[i].c.t, to, et_counted_cb, &r[i].c);
 		r[i].accepted = rc == 0;
 		if (rc == 0) {
 			short_ok += is_short;
@@ -186,7 +188,7 @@ static long small_workload(struct tmo *e)
 {
 	enum { N = 24 };
 	struct rec r[N];
-	memset(r, 0, sizeof r);
+	recs_init(r, N);
 	atomic_store(&fired_total, 0);
 	int rejected = 0, wrong = 0;
 	long short_ok = arm_batch(e, r, N, &rejected, &wrong, 0);
@@ -312,7 +314,8 @@ static struct tally phase_arm(enum tmo_fault_kind kind)
 {
 	struct tally t = {0};
 	int n_timers = et_thread_per_timer() ? (int)et_scaled(120, 16) : (int)et_scaled(2000, 200);
-	struct rec *r = calloc((size_t)n_timers, sizeof *r);
+	struct rec *r = malloc((size_t)n_timers * sizeof *r);
+	recs_init(r, n_timers);
 	struct tmo *e = NULL;
 	int rejected = 0, wrong = 0;
 
@@ -342,7 +345,7 @@ static struct tally phase_arm(enum tmo_fault_kind kind)
 		long n = next_n(&t, i);
 		wait_sigq();
 		struct baseline b0 = baseline_now();
-		memset(r, 0, (size_t)n_timers * sizeof *r);
+		recs_init(r, n_timers);
 		CHECK_EQ(tmo_create_ops(et_ops, NULL, &e), 0);
 		if (!e)
 			break;
@@ -445,8 +448,8 @@ static long run_pairs(struct tmo *e, struct rec *r, long n)
 {
 	long bad = 0;
 	for (long i = 0; i < n; i++)
-		bad += tmo_arm(e, &r->t, TMO_NSEC_PER_SEC, cb, r) != 0 ||
-		       tmo_cancel(e, &r->t) != TMO_CANCEL_PREVENTED;
+		bad += tmo_arm(e, &r->c.t, TMO_NSEC_PER_SEC, et_counted_cb, &r->c) != 0 ||
+		       tmo_cancel(e, &r->c.t) != TMO_CANCEL_PREVENTED;
 	return bad;
 }
 
@@ -465,7 +468,7 @@ static void *measured(void *arg)
 {
 	struct probe *p = arg;
 	struct rec r;
-	memset(&r, 0, sizeof r);
+	recs_init(&r, 1);
 	p->bad = run_pairs(p->e, &r, PAIRS); /* warm-up: the thread's first arms */
 	long a0 = thread_allocs;
 	p->bad += run_pairs(p->e, &r, PAIRS);

@@ -21,6 +21,7 @@
 #include "core/internal.h" /* tmo_heap_init: the heap on the counted allocator */
 #include "ds/heap.h"
 #include "input.h"
+#include "model.h"
 
 #include "tmo/testing.h"
 #include "tmo/tmo.h"
@@ -30,9 +31,7 @@
 struct fuzz_heap {
 	struct tmo_heap h;
 	struct tmo_heap_node node[NODES];
-	int live[NODES];
-	int sorted[NODES]; /* live timers by (deadline, arm order) */
-	int n;
+	struct model m; /* live timers by (deadline, arm order): due is the deadline */
 	int64_t now;
 };
 
@@ -44,47 +43,29 @@ static int fault_hook(enum tmo_fault_kind kind, void *ctx)
 	return kind == TMO_FAULT_ALLOC && fail_allocs;
 }
 
-static int model_find(const struct fuzz_heap *f, int idx)
-{
-	for (int i = 0; i < f->n; i++)
-		if (f->sorted[i] == idx)
-			return i;
-	return -1;
-}
-
-static void model_remove_at(struct fuzz_heap *f, int i)
-{
-	memmove(&f->sorted[i], &f->sorted[i + 1], (size_t)(f->n - i - 1) * sizeof f->sorted[0]);
-	f->n--;
-}
-
 static void check_state(struct fuzz_heap *f)
 {
-	FUZZ_CHECK(tmo_heap_size(&f->h) == (uint32_t)f->n, "size %u, model %d",
-	           tmo_heap_size(&f->h), f->n);
+	FUZZ_CHECK(tmo_heap_size(&f->h) == (uint32_t)f->m.n, "size %u, model %d",
+	           tmo_heap_size(&f->h), f->m.n);
 	FUZZ_CHECK(f->h.n <= f->h.cap, "size %u above capacity %u", f->h.n, f->h.cap);
 	FUZZ_CHECK(tmo_heap_bytes(&f->h) >= (uint64_t)f->h.n * sizeof(void *),
 	           "heap_bytes %llu for %u nodes", (unsigned long long)tmo_heap_bytes(&f->h),
 	           f->h.n);
 	struct tmo_heap_node *top = tmo_heap_peek(&f->h);
-	if (f->n == 0)
+	if (f->m.n == 0)
 		FUZZ_CHECK(top == NULL, "peek of an empty heap is not NULL");
 	else
-		FUZZ_CHECK(top == &f->node[f->sorted[0]], "peek shows node %d, model %d",
-		           top ? (int)(top - f->node) : -1, f->sorted[0]);
+		FUZZ_CHECK(top == &f->node[f->m.sorted[0].idx], "peek shows node %d, model %d",
+		           top ? (int)(top - f->node) : -1, f->m.sorted[0].idx);
 }
 
 static void cancel(struct fuzz_heap *f, int idx)
 {
-	FUZZ_CHECK(!!tmo_heap_contains(&f->node[idx]) == f->live[idx],
-	           "node %d: contains %d, model live %d", idx,
-	           tmo_heap_contains(&f->node[idx]), f->live[idx]);
-	if (!f->live[idx])
+	if (!model_armed(&f->m, idx, tmo_heap_contains(&f->node[idx])))
 		return;
 	tmo_heap_remove(&f->h, &f->node[idx]);
 	FUZZ_CHECK(!tmo_heap_contains(&f->node[idx]), "node %d still in after remove", idx);
-	f->live[idx] = 0;
-	model_remove_at(f, model_find(f, idx));
+	model_drop(&f->m, idx);
 }
 
 static void arm(struct fuzz_heap *f, int idx, int64_t deadline, int fail)
@@ -103,14 +84,7 @@ static void arm(struct fuzz_heap *f, int idx, int64_t deadline, int fail)
 	FUZZ_CHECK(tmo_heap_contains(&f->node[idx]), "node %d not in after push", idx);
 	FUZZ_CHECK(f->node[idx].deadline == deadline, "push did not record the deadline");
 	/* After every live timer with deadline <= this one: arm order breaks ties. */
-	int i = f->n;
-	while (i > 0 && f->node[f->sorted[i - 1]].deadline > deadline) {
-		f->sorted[i] = f->sorted[i - 1];
-		i--;
-	}
-	f->sorted[i] = idx;
-	f->n++;
-	f->live[idx] = 1;
+	model_insert(&f->m, (struct model_entry){.idx = idx, .due = deadline, .key = deadline});
 }
 
 /* Fire what is due at `now`, as an engine's timer thread would. */
@@ -126,17 +100,16 @@ static void advance(struct fuzz_heap *f, int64_t now, int fail)
 			break;
 		struct tmo_heap_node *got = tmo_heap_pop(&f->h);
 		FUZZ_CHECK(got == top, "pop returned another node than peek");
-		FUZZ_CHECK(f->n > 0, "fired node %d but the model is empty", (int)(got - f->node));
-		FUZZ_CHECK(got == &f->node[f->sorted[0]], "fired node %d, model says %d",
-		           (int)(got - f->node), f->sorted[0]);
+		FUZZ_CHECK(f->m.n > 0, "fired node %d but the model is empty", (int)(got - f->node));
+		FUZZ_CHECK(got == &f->node[f->m.sorted[0].idx], "fired node %d, model says %d",
+		           (int)(got - f->node), f->m.sorted[0].idx);
 		FUZZ_CHECK(!tmo_heap_contains(got), "popped node still in");
-		f->live[f->sorted[0]] = 0;
-		model_remove_at(f, 0);
+		model_remove_at(&f->m, 0);
 	}
 	fail_allocs = 0;
-	FUZZ_CHECK(f->n == 0 || f->node[f->sorted[0]].deadline > now,
-	           "late: node %d (deadline %lld) not fired at now %lld", f->sorted[0],
-	           (long long)f->node[f->sorted[0]].deadline, (long long)now);
+	FUZZ_CHECK(f->m.n == 0 || f->m.sorted[0].due > now,
+	           "late: node %d (deadline %lld) not fired at now %lld", f->m.sorted[0].idx,
+	           (long long)f->m.sorted[0].due, (long long)now);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -147,6 +120,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int64_t live_before = tmo_testing_live_allocs();
 
 	memset(&f, 0, sizeof f);
+	f.m.on_mismatch = fuzz_model_mismatch;
 	tmo_testing_set_fault(fault_hook, NULL);
 	unsigned arity = (cfg & 1) ? 4 : 2;
 	uint32_t initial_cap = (cfg >> 1) & 7; /* 0 .. 7: growth from tiny arrays */
@@ -174,14 +148,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				break;
 			}
 			case 1: /* exactly the next deadline, or one before it */
-				if (f.n > 0)
-					advance(&f, fuzz_sat_add(f.node[f.sorted[0]].deadline, -((op >> 2) & 1)), 0);
+				if (f.m.n > 0)
+					advance(&f, fuzz_sat_add(f.m.sorted[0].due, -((op >> 2) & 1)), 0);
 				break;
 			case 2: /* pops with every allocation failing */
-				advance(&f, f.n > 0 ? f.node[f.sorted[(op >> 2) % f.n]].deadline : f.now, 1);
+				advance(&f, f.m.n > 0 ? f.m.sorted[(op >> 2) % f.m.n].due : f.now, 1);
 				break;
 			default:
-				if (f.n == 0)
+				if (f.m.n == 0)
 					FUZZ_CHECK(tmo_heap_pop(&f.h) == NULL, "pop of an empty heap");
 				advance(&f, f.now, 0);
 				break;
@@ -197,7 +171,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	} else {
 		advance(&f, INT64_MAX, 0);
 		check_state(&f);
-		FUZZ_CHECK(f.n == 0, "%d timers never fired", f.n);
+		FUZZ_CHECK(f.m.n == 0, "%d timers never fired", f.m.n);
 		tmo_heap_fini(&f.h);
 	}
 	tmo_testing_set_fault(NULL, NULL);

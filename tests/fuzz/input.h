@@ -87,6 +87,17 @@ static inline int64_t fuzz_delta(struct fuzz_in *in, int64_t r)
 			FUZZ_FAIL(__VA_ARGS__);                                             \
 	} while (0)
 
+/* A model's on_mismatch (model.h) in a fuzz target: FUZZ_FAIL's report,
+ * from where the model's check stands, then abort(). */
+struct model;
+static inline void fuzz_model_mismatch(const struct model *m, const char *file, int line,
+                                       const char *msg)
+{
+	(void)m;
+	fprintf(stderr, "fuzz mismatch (%s:%d): %s\n", file, line, msg);
+	abort();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #endif

@@ -288,6 +288,27 @@ void et_count_cb(struct tmo_timer *t, void *arg)
 	atomic_fetch_add((atomic_int *)arg, 1);
 }
 
+void et_counted_init(struct et_counted *s, int n, atomic_llong *total)
+{
+	memset(s, 0, (size_t)n * sizeof *s);
+	for (int i = 0; i < n; i++)
+		s[i].total = total;
+}
+
+void et_counted_cb(struct tmo_timer *t, void *arg)
+{
+	struct et_counted *s = arg;
+	(void)t;
+	atomic_fetch_add(&s->fires, 1);
+	atomic_fetch_add(s->total, 1);
+}
+
+int et_main_end(int64_t base)
+{
+	CHECK_EQ(tmo_testing_live_allocs(), base);
+	return TEST_EXIT();
+}
+
 void et_gate_cb(struct tmo_timer *t, void *arg)
 {
 	struct et_gate *g = arg;

@@ -1,8 +1,10 @@
 /* The test kit, linked into every test: engine lookup from argv (the
  * engine tests, tests/engine/), sizes that shrink under sanitizers,
- * sleeping and the one bounded wait, the PRNG (rng.h), and what /proc says
- * about this process's threads and kernel timers.  Everything but et_init's
- * engine works without et_init (the unit tests call none).
+ * sleeping and the one bounded wait, the PRNG (rng.h), what /proc says
+ * about this process's threads and kernel timers, counting callbacks
+ * (et_count_cb, et_counted) and a unit test's closing allocation check
+ * (et_main_end).  Everything but et_init's engine works without et_init
+ * (the unit tests call none).
  *
  * Environment:
  *   TMO_TEST_SCALE  a factor in (0, 1] applied to workload sizes (sanitizer
@@ -151,12 +153,29 @@ int et_cancel_settled(struct tmo *e, struct tmo_timer *t);
 /* A callback that adds one to the atomic_int at arg. */
 void et_count_cb(struct tmo_timer *t, void *arg);
 
+/* A timer that counts its own fires (exactly once is fires == 1) and adds
+ * each to its group's total (what a wait for the due ones watches).  Arm it
+ * with et_counted_cb and the slot as arg. */
+struct et_counted {
+	struct tmo_timer t;
+	atomic_int fires;
+	atomic_llong *total;
+};
+/* Zero n slots and make `total` their group's (the total is not reset). */
+void et_counted_init(struct et_counted *s, int n, atomic_llong *total);
+void et_counted_cb(struct tmo_timer *t, void *arg);
+
 /* A callback that holds its thread until released: arg is a struct
  * et_gate; it sets `in`, then sleeps until `open` is set. */
 struct et_gate {
 	atomic_int in, open;
 };
 void et_gate_cb(struct tmo_timer *t, void *arg);
+
+/* The end of a unit test's main: checks that the library's live
+ * allocations are back to `base` (tmo_testing_live_allocs() when main
+ * began: no case leaked), then gives the exit status (TEST_EXIT). */
+int et_main_end(int64_t base);
 
 /* Name of a cancel result or error ("PREVENTED", "TMO_ENOTARMED"). */
 const char *et_result_name(int rc);

@@ -331,6 +331,5 @@ int main(void)
 	RUN(test_create_destroy);
 	RUN(test_held_bytes);
 	RUN(test_fork_not_quiesced);
-	CHECK_EQ(tmo_testing_live_allocs(), base);
-	return TEST_EXIT();
+	return et_main_end(base);
 }

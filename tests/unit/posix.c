@@ -374,6 +374,5 @@ int main(void)
 	RUN(test_rlimit_eagain);
 	RUN(test_create_quota_full);
 	RUN(test_park_holds_nothing);
-	CHECK_EQ(tmo_testing_live_allocs(), base);
-	return TEST_EXIT();
+	return et_main_end(base);
 }

@@ -51,13 +51,34 @@ static int fail_kind(enum tmo_fault_kind kind, void *ctx)
 	return kind == *(enum tmo_fault_kind *)ctx;
 }
 
+/* A thread engine and the library's live allocations around it: `before`
+ * its create, `empty` right after it (the engine with no timer: what every
+ * cancel and reap must come back to). */
+struct counted_engine {
+	struct tmo *e;
+	int64_t before, empty;
+};
+
+static struct counted_engine counted_create(void)
+{
+	struct counted_engine c = {.before = tmo_testing_live_allocs()};
+	CHECK_EQ(tmo_create(ENGINE, NULL, &c.e), 0);
+	c.empty = tmo_testing_live_allocs();
+	return c;
+}
+
+/* Destroy gives back everything create took and every timer's. */
+static void counted_destroy(struct counted_engine *c)
+{
+	tmo_destroy(&c->e);
+	CHECK_EQ(tmo_testing_live_allocs(), c->before);
+}
+
 static void test_eagain_enomem(void)
 {
-	struct tmo *e;
 	static atomic_int ran;
-	int64_t live_before = tmo_testing_live_allocs();
-	CHECK_EQ(tmo_create(ENGINE, NULL, &e), 0);
-	int64_t live0 = tmo_testing_live_allocs();
+	struct counted_engine c = counted_create();
+	struct tmo *e = c.e;
 	struct tmo_timer t = TMO_TIMER_INIT;
 	enum tmo_fault_kind kind = TMO_FAULT_THREAD;
 	tmo_testing_set_fault(fail_kind, &kind);
@@ -65,7 +86,7 @@ static void test_eagain_enomem(void)
 	kind = TMO_FAULT_ALLOC;
 	CHECK_EQ(tmo_arm(e, &t, 0, et_count_cb, &ran), TMO_ENOMEM);
 	tmo_testing_set_fault(NULL, NULL);
-	CHECK_EQ(tmo_testing_live_allocs(), live0);
+	CHECK_EQ(tmo_testing_live_allocs(), c.empty);
 	struct tmo_stats s = stats_of(e);
 	CHECK_EQ(s.threads, 0);
 	CHECK_EQ(s.held_nodes, 0);
@@ -74,8 +95,7 @@ static void test_eagain_enomem(void)
 	CHECK_EQ(tmo_cancel(e, &t), TMO_ENOTARMED);
 	CHECK_EQ(tmo_arm(e, &t, 0, et_count_cb, &ran), 0);
 	CHECK(WAIT_UNTIL(atomic_load(&ran) >= 1));
-	tmo_destroy(&e);
-	CHECK_EQ(tmo_testing_live_allocs(), live_before);
+	counted_destroy(&c);
 }
 
 /* Sanitizer runtimes need far more memory per thread: there 10k threads
@@ -93,10 +113,9 @@ static void test_ten_thousand(void)
 	enum { N = TEN_K };
 	if (N < 10000)
 		printf("sanitizer build: %d pending timers, the 10000-thread cap not reached\n", N);
-	struct tmo *e;
 	static atomic_int ran;
-	CHECK_EQ(tmo_create(ENGINE, NULL, &e), 0);
-	int64_t live0 = tmo_testing_live_allocs();
+	struct counted_engine c = counted_create();
+	struct tmo *e = c.e;
 	struct tmo_timer *t = calloc(N + 1, sizeof *t);
 	CHECK(t != NULL);
 	int armed = 0, rc = 0;
@@ -120,12 +139,12 @@ static void test_ten_thousand(void)
 	CHECK_EQ(s.held_nodes, 0);
 	CHECK_EQ(s.held_bytes, 0);
 	CHECK_EQ(s.cancelled, armed);
-	CHECK_EQ(tmo_testing_live_allocs(), live0);
+	CHECK_EQ(tmo_testing_live_allocs(), c.empty);
 	/* Room again after the cancels (or, scaled down, still room). */
 	CHECK_EQ(tmo_arm(e, &t[N], 3600 * TMO_NSEC_PER_SEC, et_count_cb, &ran), 0);
 	CHECK_EQ(tmo_cancel(e, &t[N]), TMO_CANCEL_PREVENTED);
 	free(t); /* nothing refers to a timer once its cancel returned */
-	tmo_destroy(&e);
+	counted_destroy(&c);
 	CHECK_EQ(atomic_load(&ran), 0);
 }
 
@@ -141,11 +160,9 @@ static void test_park_einval(void)
 /* A fired timer's thread stays until a later call (or destroy) joins it. */
 static void test_reap(void)
 {
-	struct tmo *e;
 	static atomic_int ran;
-	int64_t live_before = tmo_testing_live_allocs();
-	CHECK_EQ(tmo_create(ENGINE, NULL, &e), 0);
-	int64_t live0 = tmo_testing_live_allocs();
+	struct counted_engine c = counted_create();
+	struct tmo *e = c.e;
 	struct tmo_timer a = TMO_TIMER_INIT, b = TMO_TIMER_INIT;
 	CHECK_EQ(tmo_arm(e, &a, 0, et_count_cb, &ran), 0);
 	CHECK(WAIT_UNTIL(atomic_load(&ran) >= 1));
@@ -163,7 +180,7 @@ static void test_reap(void)
 	s = stats_of(e);
 	CHECK_EQ(s.threads, 0);
 	CHECK_EQ(s.held_nodes, 0);
-	CHECK_EQ(tmo_testing_live_allocs(), live0);
+	CHECK_EQ(tmo_testing_live_allocs(), c.empty);
 	int threads0 = et_thread_count(); /* the engine has none now */
 	/* An arm of another timer reaps a finished one too: once a's thread
 	 * has left the process (it put its record on the done list first). */
@@ -179,8 +196,7 @@ static void test_reap(void)
 	/* Destroy joins a finished thread nobody reaped. */
 	CHECK_EQ(tmo_arm(e, &a, 0, et_count_cb, &ran), 0);
 	CHECK(WAIT_UNTIL(atomic_load(&ran) >= 3));
-	tmo_destroy(&e);
-	CHECK_EQ(tmo_testing_live_allocs(), live_before);
+	counted_destroy(&c);
 }
 
 /* Two callbacks that each wait (bounded) until both have arrived: each

@@ -1,16 +1,11 @@
 /*
- * The timing wheel (src/ds/wheel.h) on a virtual clock, against a reference
- * model that knows each node's exact due time.
- *
- * Bound checked (the one wheel.h promises), with r = resolution and o = the
- * init time: a node with deadline d is due at
- *     D(d) = o + ceil((d - o) / r) * r      (D = o when d <= o),
- * the first tick boundary at or after d.  With a clock that never goes back,
- * advance(now) must return exactly the live nodes with D <= now: so nothing
- * is returned early (d <= D <= now) and nothing late (d + r - 1 >= D, so a
- * node with d <= now - (r - 1) is returned).  Returned nodes come in
- * non-decreasing D.  next_expiry() must be <= the smallest live D, and
- * following it (advance to it, ask again) must reach a due node within
+ * The timing wheel (src/ds/wheel.h) on a virtual clock: deterministic
+ * cases, then seeded random runs against the reference model the fuzz
+ * target checks with (tests/fuzz/wheel_model.h, which states the bound:
+ * with r = resolution and o = the init time, a node with deadline d is due
+ * at D(d) = o + ceil((d - o) / r) * r, and advance(now) returns exactly the
+ * live nodes with D <= now, in non-decreasing D).  Here the runs also
+ * follow next_expiry() as an engine would: it must reach a due node within
  * TMO_WHEEL_LEVELS + 2 steps.
  */
 #include <inttypes.h>
@@ -20,6 +15,7 @@
 #include "check.h"
 #include "ds/wheel.h"
 #include "engine_test.h"
+#include "../fuzz/wheel_model.h" /* the model the fuzz target checks against */
 
 #include "tmo/tmo.h"
 
@@ -226,119 +222,16 @@ static int64_t sat_add(int64_t a, int64_t b)
 
 #define NODES 256
 
-struct model_node {
-	struct tmo_wheel_node wn;
-	int live;
-	int never;   /* D is beyond INT64_MAX: no advance() can reach it */
-	int64_t due; /* D(deadline), see the top of the file; INT64_MAX if never */
-	int64_t key; /* order key: due, or the last processed tick's start if
-	                that is later (added after its tick was processed) */
-};
-
-struct model {
-	struct tmo_wheel w;
-	struct model_node n[NODES];
-	int64_t origin, r, now;
-	long violations;
-};
-
-static int64_t model_due(const struct model *m, int64_t d, int *never)
+/* The model's mismatches (the first ten printed): run_model counts them. */
+static void on_mismatch(const struct model *m, const char *file, int line, const char *msg)
 {
-	*never = 0;
-	if (d <= m->origin)
-		return m->origin;
-	uint64_t diff = (uint64_t)d - (uint64_t)m->origin, r = (uint64_t)m->r;
-	uint64_t ticks = diff / r + (diff % r != 0);
-	uint64_t span;
-	if (__builtin_mul_overflow(ticks, r, &span) ||
-	    span > (uint64_t)INT64_MAX - (uint64_t)m->origin) {
-		*never = 1;
-		return INT64_MAX;
-	}
-	return (int64_t)((uint64_t)m->origin + span);
-}
-
-#define VIOLATION(m, ...)                                                      \
-	do {                                                                       \
-		if ((m)->violations++ < 10) {                                          \
-			fprintf(stderr, "wheel model violation: " __VA_ARGS__);            \
-			fputc('\n', stderr);                                               \
-		}                                                                      \
-	} while (0)
-
-static int64_t min_live_due(const struct model *m)
-{
-	int64_t best = INT64_MAX;
-	for (int i = 0; i < NODES; i++)
-		if (m->n[i].live && m->n[i].due < best)
-			best = m->n[i].due;
-	return best;
-}
-
-static size_t live_count(const struct model *m)
-{
-	size_t c = 0;
-	for (int i = 0; i < NODES; i++)
-		c += (size_t)m->n[i].live;
-	return c;
-}
-
-/* Advance both to `now` and compare: exactly the live nodes with due <= now
- * come back, in non-decreasing due order.  Returns how many came back. */
-static size_t model_advance(struct model *m, int64_t now)
-{
-	if (now < m->now)
-		now = m->now; /* the virtual clock never goes back */
-	m->now = now;
-	struct tmo_wheel_list due = {NULL};
-	size_t k = tmo_wheel_advance(&m->w, now, &due), seen = 0;
-	int64_t prev_due = INT64_MIN;
-	for (struct tmo_wheel_node *wn = due.head; wn; wn = wn->next) {
-		struct model_node *mn = (struct model_node *)wn;
-		seen++;
-		if (!mn->live) {
-			VIOLATION(m, "node %d returned but not live", (int)(mn - m->n));
-			continue;
-		}
-		if (mn->wn.deadline > now)
-			VIOLATION(m, "early: deadline %" PRId64 " returned at now %" PRId64,
-			          mn->wn.deadline, now);
-		if (mn->due > now)
-			VIOLATION(m, "before its tick: due %" PRId64 " now %" PRId64, mn->due, now);
-		if (mn->key < prev_due)
-			VIOLATION(m, "order: key %" PRId64 " after %" PRId64, mn->key, prev_due);
-		if (tmo_wheel_contains(wn))
-			VIOLATION(m, "returned node still in the wheel");
-		prev_due = mn->key;
-		mn->live = 0;
-	}
-	if (seen != k)
-		VIOLATION(m, "advance returned %zu but listed %zu", k, seen);
-	for (int i = 0; i < NODES; i++)
-		if (m->n[i].live && !m->n[i].never && m->n[i].due <= now)
-			VIOLATION(m, "late: deadline %" PRId64 " (due %" PRId64 ") kept at now %" PRId64
-			          " (r %" PRId64 ")", m->n[i].wn.deadline, m->n[i].due, now, m->r);
-	return k;
-}
-
-static void model_check_state(struct model *m)
-{
-	if (tmo_wheel_count(&m->w) != live_count(m))
-		VIOLATION(m, "count %" PRIu64 " vs model %zu", tmo_wheel_count(&m->w), live_count(m));
-	for (int i = 0; i < NODES; i++)
-		if (!!tmo_wheel_contains(&m->n[i].wn) != m->n[i].live)
-			VIOLATION(m, "node %d: contains %d, model live %d", i,
-			          tmo_wheel_contains(&m->n[i].wn), m->n[i].live);
-	int64_t ne = tmo_wheel_next_expiry(&m->w), md = min_live_due(m);
-	if (md > m->now && ne > md)
-		VIOLATION(m, "next_expiry %" PRId64 " later than next due %" PRId64, ne, md);
-	if (md <= m->now && ne > m->now)
-		VIOLATION(m, "a node is due but next_expiry %" PRId64 " > now %" PRId64, ne, m->now);
+	if (m->mismatches <= 10)
+		fprintf(stderr, "%s:%d: wheel model violation: %s\n", file, line, msg);
 }
 
 /* A deadline spread over every distance that matters: the past, exact tick
  * boundaries and their neighbours, each level, beyond the top level. */
-static int64_t random_deadline(const struct model *m)
+static int64_t random_deadline(const struct wheel_model *m)
 {
 	int64_t r = m->r, now = m->now;
 	switch (below(8)) {
@@ -346,7 +239,7 @@ static int64_t random_deadline(const struct model *m)
 	case 1: return sat_add(now, (int64_t)below((uint64_t)r * 4));
 	case 2: { /* a tick boundary, or one either side */
 		int never;
-		int64_t b = model_due(m, sat_add(now, (int64_t)below(300) * r), &never);
+		int64_t b = wm_due(m, sat_add(now, (int64_t)below(300) * r), &never);
 		return sat_add(b, (int64_t)below(3) - 1);
 	}
 	case 3: /* within some level: up to 64^L ticks */
@@ -363,14 +256,14 @@ static int64_t random_deadline(const struct model *m)
 	}
 }
 
-static int64_t random_now(struct model *m)
+static int64_t random_now(struct wheel_model *m)
 {
 	int64_t r = m->r, now = m->now;
 	switch (below(7)) {
 	case 0: return now;
 	case 1: return sat_add(now, (int64_t)below((uint64_t)r * 3));
 	case 2: { /* exactly the next due time, or one before */
-		int64_t d = min_live_due(m);
+		int64_t d = wm_next_due(m);
 		return d == INT64_MAX ? now : d - (int64_t)below(2);
 	}
 	case 3: return tmo_wheel_next_expiry(&m->w);
@@ -387,63 +280,44 @@ static int64_t random_now(struct model *m)
 
 /* Follow next_expiry() as an engine would until something is due: it must
  * get there in a bounded number of steps, without passing a due time. */
-static void model_chase(struct model *m)
+static void model_chase(struct wheel_model *m)
 {
-	if (live_count(m) == 0)
+	if (m->m.n == 0)
 		return;
 	for (int step = 0; step < TMO_WHEEL_LEVELS + 2; step++) {
 		int64_t ne = tmo_wheel_next_expiry(&m->w);
-		if (ne == INT64_MAX && min_live_due(m) == INT64_MAX)
+		if (ne == INT64_MAX && wm_next_due(m) == INT64_MAX)
 			return; /* only nodes beyond the clock's range */
-		if (model_advance(m, ne) > 0)
+		if (wm_advance(m, ne) > 0)
 			return;
 	}
-	VIOLATION(m, "next_expiry did not reach a due node in %d steps", TMO_WHEEL_LEVELS + 2);
+	model_fail(&m->m, __FILE__, __LINE__, "next_expiry did not reach a due node in %d steps",
+	           TMO_WHEEL_LEVELS + 2);
 }
 
 static long run_model(uint64_t seed, int64_t r, int64_t origin, int ops)
 {
-	static struct model m;
-	memset(&m, 0, sizeof m);
+	static struct wheel_model m;
 	et_rng_init(&rng, seed);
-	m.r = r;
-	m.origin = origin;
-	m.now = origin;
-	if (tmo_wheel_init(&m.w, r, origin) != 0)
+	if (wm_init(&m, r, origin, NODES, on_mismatch) != 0)
 		return 1;
-	for (int i = 0; i < NODES; i++)
-		tmo_wheel_node_init(&m.n[i].wn);
-	for (int op = 0; op < ops && m.violations == 0; op++) {
-		struct model_node *n = &m.n[below(NODES)];
+	for (int op = 0; op < ops && m.m.mismatches == 0; op++) {
+		int idx = (int)below(NODES);
 		unsigned what = (unsigned)below(16);
-		if (what < 8) {
-			if (n->live) {
-				tmo_wheel_del(&m.w, &n->wn);
-				n->live = 0;
-			}
-			int64_t d = random_deadline(&m);
-			tmo_wheel_add(&m.w, &n->wn, d);
-			n->live = 1;
-			n->due = model_due(&m, d, &n->never);
-			/* already due: the wheel counts it as due at the start of the
-			 * last processed tick, the tick of m.now */
-			n->key = n->due <= m.now ? m.now - (int64_t)(((uint64_t)m.now - (uint64_t)m.origin) % (uint64_t)m.r) : n->due;
-		} else if (what < 11) {
-			if (n->live) {
-				tmo_wheel_del(&m.w, &n->wn);
-				n->live = 0;
-			}
-		} else if (what < 15) {
-			model_advance(&m, random_now(&m));
-		} else {
+		if (what < 8)
+			wm_arm(&m, idx, random_deadline(&m));
+		else if (what < 11)
+			wm_cancel(&m, idx);
+		else if (what < 15)
+			wm_advance(&m, random_now(&m));
+		else
 			model_chase(&m);
-		}
-		model_check_state(&m);
+		wm_check_state(&m);
 	}
-	if (m.violations)
+	if (m.m.mismatches)
 		fprintf(stderr, "seed %" PRIu64 " r %" PRId64 " origin %" PRId64 ": %ld violations\n",
-		        seed, r, origin, m.violations);
-	return m.violations;
+		        seed, r, origin, m.m.mismatches);
+	return m.m.mismatches;
 }
 
 static void test_random_against_model(void)
