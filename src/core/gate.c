@@ -31,11 +31,8 @@ void tmo__gate_end(struct tmo__gate *g, pthread_mutex_t *m)
 		pthread_cond_wait(&g->drain_cv, m);
 }
 
-bool tmo__gate_wait(struct tmo__gate *g, pthread_mutex_t *m, const struct tmo *e,
-                    const struct tmo_timer *t)
+bool tmo__gate_wait_running(struct tmo__gate *g, pthread_mutex_t *m)
 {
-	if (g->running != t || tmo__thread_engine == e)
-		return false;
 	uint64_t gen = g->gen;
 	g->waiters++;
 	while (g->gen == gen)
@@ -43,15 +40,4 @@ bool tmo__gate_wait(struct tmo__gate *g, pthread_mutex_t *m, const struct tmo *e
 	if (--g->waiters == 0)
 		pthread_cond_signal(&g->drain_cv);
 	return true;
-}
-
-int tmo__gate_result(const struct tmo__gate *g, const struct tmo_timer *t, bool fired,
-                     bool waited)
-{
-	if (waited)
-		return TMO_CANCEL_WAITED;
-	if (!fired) /* never armed, prevented by another cancel, or a re-arm
-	             * the callback cancelled itself */
-		return TMO_ENOTARMED;
-	return g->running == t ? TMO_CANCEL_SELF : TMO_CANCEL_FIRED;
 }

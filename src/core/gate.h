@@ -29,6 +29,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/internal.h" /* tmo__thread_engine */
 #include "tmo/tmo.h"
 
 struct tmo__gate {
@@ -52,12 +53,26 @@ void tmo__gate_end(struct tmo__gate *g, pthread_mutex_t *m);
 
 /* Cancel, under m: wait for t's running callback unless this thread is the
  * engine's own (`e`).  Returns whether it waited. */
-bool tmo__gate_wait(struct tmo__gate *g, pthread_mutex_t *m, const struct tmo *e,
-                    const struct tmo_timer *t);
+bool tmo__gate_wait_running(struct tmo__gate *g, pthread_mutex_t *m);
+static inline bool tmo__gate_wait(struct tmo__gate *g, pthread_mutex_t *m, const struct tmo *e,
+                                  const struct tmo_timer *t)
+{
+	if (g->running != t || tmo__thread_engine == e)
+		return false;
+	return tmo__gate_wait_running(g, m);
+}
 
 /* Cancel, under m, when t's arm is not pending: what it reports.  `fired`:
  * the timer's last arm reached its callback. */
-int tmo__gate_result(const struct tmo__gate *g, const struct tmo_timer *t, bool fired,
-                     bool waited);
+static inline int tmo__gate_result(const struct tmo__gate *g, const struct tmo_timer *t,
+                                   bool fired, bool waited)
+{
+	if (waited)
+		return TMO_CANCEL_WAITED;
+	if (!fired) /* never armed, prevented by another cancel, or a re-arm
+	             * the callback cancelled itself */
+		return TMO_ENOTARMED;
+	return g->running == t ? TMO_CANCEL_SELF : TMO_CANCEL_FIRED;
+}
 
 #endif /* TMO_CORE_GATE_H */
