@@ -75,7 +75,7 @@
  * callback), and then cancels every record still listed: what had not
  * started, and what a running callback armed meanwhile.
  *
- * fork(): src/libevent/fork.c (the engine quiesces before a fork, so a
+ * fork(): impls/libevent/fork.c (the engine quiesces before a fork, so a
  * child can free its copy).
  *
  * Resolution: wake-up latency of the engine thread (~20-60 us idle, as a

@@ -86,7 +86,7 @@
  * wake-up (~20-60 us idle), but hrtimers live in per-CPU bases, so timers
  * expire on different CPUs and a late CPU queues an earlier deadline's
  * signal after a later one's.  The engine thread reorders what is queued
- * (src/posix/loop.c); what arrives after the queue ran empty stays out of
+ * (impls/posix/loop.c); what arrives after the queue ran empty stays out of
  * order.  So resolution_ns = 1 ms (measurements in loop.c): order is kept
  * for deadlines further apart than that as far as measured; a CPU
  * stalled longer (a descheduled vCPU) can still invert two.
@@ -223,6 +223,38 @@ static void px_destroy_forked(struct tmo *e)
 }
 
 /* ---- arm / cancel ----------------------------------------------------------- */
+
+/* Take a free slot: 0, TMO_EAGAIN (the table is full) or TMO_ENOMEM. */
+static int px_slot_get(struct tmo *e, uint32_t *out)
+{
+	pthread_mutex_lock(&e->free_mu);
+	uint32_t i = e->free_head;
+	if (i == PX_NIL)
+		i = atomic_exchange_explicit(&e->ret_head, PX_NIL, memory_order_acquire);
+	if (i == PX_NIL) {
+		uint32_t n = atomic_load_explicit(&e->nslots, memory_order_relaxed);
+		if (n / PX_CHUNK >= PX_MAX_CHUNKS) {
+			pthread_mutex_unlock(&e->free_mu);
+			return TMO_EAGAIN;
+		}
+		struct px_slot *c = tmo__calloc(PX_CHUNK, sizeof *c);
+		if (c == NULL) {
+			pthread_mutex_unlock(&e->free_mu);
+			return TMO_ENOMEM;
+		}
+		for (uint32_t k = 0; k < PX_CHUNK; k++)
+			atomic_init(&c[k].next, k + 1 < PX_CHUNK ? n + k + 1 : PX_NIL);
+		e->dir[n / PX_CHUNK] = c;
+		/* Publish after the chunk pointer: the engine thread bounds-checks
+		 * a signal's index against nslots before reading dir. */
+		atomic_store_explicit(&e->nslots, n + PX_CHUNK, memory_order_release);
+		i = n;
+	}
+	e->free_head = atomic_load_explicit(&slot_at(e, i)->next, memory_order_relaxed);
+	pthread_mutex_unlock(&e->free_mu);
+	*out = i;
+	return 0;
+}
 
 static int px_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
                   void *arg)

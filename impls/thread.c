@@ -21,9 +21,9 @@
  * own state (IDLE / PENDING / FIRED) changes in the same critical section.
  *
  * Order: a due thread calls its callback only on its turn, handed on in
- * deadline order without polling (src/thread/turns.c).
+ * deadline order without polling (impls/thread/turns.c).
  *
- * Threads and memory: src/thread/records.c.
+ * Threads and memory: impls/thread/records.c.
  *
  * Cancel that finds the timer's callback running on another thread waits on
  * that record's condvar until the callback returned (a `waiters` count keeps

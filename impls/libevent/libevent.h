@@ -1,6 +1,6 @@
 /*
  * The libevent engine's records and engine state (impls/libevent.c: the
- * design), shared with its fork protocol (src/libevent/fork.c).
+ * design), shared with its fork protocol (impls/libevent/fork.c).
  */
 #ifndef TMO_LIBEVENT_LIBEVENT_H
 #define TMO_LIBEVENT_LIBEVENT_H
@@ -50,7 +50,7 @@ struct tmo {
 	/* The fork handler waits on park.cv too, under park.mu. */
 	struct tmo__park park;
 
-	/* fork (src/libevent/fork.c).  fork_req is set under park.mu; the
+	/* fork (impls/libevent/fork.c).  fork_req is set under park.mu; the
 	 * engine thread holds at its fork point while it is set (fork_held). */
 	struct tmo_list fork_link; /* in the fork set */
 	atomic_int fork_req;
@@ -75,7 +75,7 @@ static inline struct event *rec_ev(struct tmo *e, struct lev_rec *r)
 	return (struct event *)(void *)((char *)r + e->ev_off);
 }
 
-/* ---- fork (src/libevent/fork.c) ------------------------------------------- */
+/* ---- fork (impls/libevent/fork.c) ------------------------------------------- */
 
 /* Live libevent engines; its mutex is also held around event_base_new and
  * event_base_free, which take libevent's global signal lock. */

@@ -1,7 +1,7 @@
 /*
  * The posix engine's slots and engine state (impls/posix.c: the design),
- * shared by its slot pool and kernel timers (src/posix/slots.c) and its
- * engine thread (src/posix/loop.c).
+ * shared by its slot pool and kernel timers (impls/posix/slots.c; the slot pool's get is posix.c's) and its
+ * engine thread (impls/posix/loop.c).
  */
 #ifndef TMO_POSIX_POSIX_H
 #define TMO_POSIX_POSIX_H
@@ -99,19 +99,27 @@ static inline uint64_t mkref(uint32_t gen, uint32_t idx) { return (uint64_t)gen 
 static inline uint32_t ref_idx(uint64_t r) { return (uint32_t)r; }
 static inline uint32_t ref_gen(uint64_t r) { return (uint32_t)(r >> 33); }
 
-/* ---- slots and kernel timers (src/posix/slots.c) --------------------------- */
+/* ---- slots (get: posix.c) and kernel timers (impls/posix/slots.c) ---------- */
 
-/* Take a free slot: 0, TMO_EAGAIN (the table is full) or TMO_ENOMEM. */
-int px_slot_get(struct tmo *e, uint32_t *out);
-/* Give a slot back; any thread, no lock. */
-void px_slot_put(struct tmo *e, uint32_t i);
+/* Give a slot back; any thread, no lock: a push-only Treiber stack (taken
+ * whole by px_slot_get's exchange, so no ABA). */
+static inline void px_slot_put(struct tmo *e, uint32_t i)
+{
+	struct px_slot *s = slot_at(e, i);
+	uint32_t h = atomic_load_explicit(&e->ret_head, memory_order_relaxed);
+	do
+		atomic_store_explicit(&s->next, h, memory_order_relaxed);
+	while (!atomic_compare_exchange_weak_explicit(&e->ret_head, &h, i, memory_order_release,
+	                                              memory_order_relaxed));
+}
+
 /* Ask the engine thread to look at stop and park.req. */
 void px_ctl_kick(struct tmo *e);
 /* A one-shot CLOCK_MONOTONIC kernel timer signalling the engine thread with
  * `sival`: 0, TMO_EAGAIN, TMO_ENOMEM or TMO_ESYS. */
 int px_make_ktimer(struct tmo *e, uint64_t sival, timer_t *out);
 
-/* ---- the engine thread (src/posix/loop.c) ---------------------------------- */
+/* ---- the engine thread (impls/posix/loop.c) ------------------------------ */
 
 void *px_main(void *arg);
 

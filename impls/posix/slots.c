@@ -1,53 +1,9 @@
-/* The posix engine's slot pool and kernel timers (impls/posix.c: the design). */
+/* The posix engine's control channel and kernel timers (impls/posix.c: the
+ * design). */
 #include <errno.h>
 #include <string.h>
 
 #include "posix.h"
-
-/* ---- slot pool ----------------------------------------------------------- */
-
-int px_slot_get(struct tmo *e, uint32_t *out)
-{
-	pthread_mutex_lock(&e->free_mu);
-	uint32_t i = e->free_head;
-	if (i == PX_NIL)
-		i = atomic_exchange_explicit(&e->ret_head, PX_NIL, memory_order_acquire);
-	if (i == PX_NIL) {
-		uint32_t n = atomic_load_explicit(&e->nslots, memory_order_relaxed);
-		if (n / PX_CHUNK >= PX_MAX_CHUNKS) {
-			pthread_mutex_unlock(&e->free_mu);
-			return TMO_EAGAIN;
-		}
-		struct px_slot *c = tmo__calloc(PX_CHUNK, sizeof *c);
-		if (c == NULL) {
-			pthread_mutex_unlock(&e->free_mu);
-			return TMO_ENOMEM;
-		}
-		for (uint32_t k = 0; k < PX_CHUNK; k++)
-			atomic_init(&c[k].next, k + 1 < PX_CHUNK ? n + k + 1 : PX_NIL);
-		e->dir[n / PX_CHUNK] = c;
-		/* Publish after the chunk pointer: the engine thread bounds-checks
-		 * a signal's index against nslots before reading dir. */
-		atomic_store_explicit(&e->nslots, n + PX_CHUNK, memory_order_release);
-		i = n;
-	}
-	e->free_head = atomic_load_explicit(&slot_at(e, i)->next, memory_order_relaxed);
-	pthread_mutex_unlock(&e->free_mu);
-	*out = i;
-	return 0;
-}
-
-/* Any thread, no lock: a push-only Treiber stack (taken whole by slot_get's
- * exchange, so no ABA). */
-void px_slot_put(struct tmo *e, uint32_t i)
-{
-	struct px_slot *s = slot_at(e, i);
-	uint32_t h = atomic_load_explicit(&e->ret_head, memory_order_relaxed);
-	do
-		atomic_store_explicit(&s->next, h, memory_order_relaxed);
-	while (!atomic_compare_exchange_weak_explicit(&e->ret_head, &h, i, memory_order_release,
-	                                              memory_order_relaxed));
-}
 
 /* ---- control channel ------------------------------------------------------ */
 

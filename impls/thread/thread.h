@@ -1,6 +1,6 @@
 /*
  * The thread engine's records and engine state (impls/thread.c: the design),
- * and its turns (src/thread/turns.c: fire order without polling).  Private to
+ * and its turns (impls/thread/turns.c: fire order without polling).  Private to
  * those two files.
  */
 #ifndef TMO_THREAD_THREAD_H
@@ -14,7 +14,7 @@
 #include "ds/heap.h"
 
 /* Deadlines are exact; this is the order granularity (see Order,
- * src/thread/turns.c) and the declared resolution. */
+ * impls/thread/turns.c) and the declared resolution. */
 #define THREAD_RESOLUTION_NS TMO_NSEC_PER_MSEC
 /* How long a callback runs before a waiter looks whether its thread is
  * past the call (see Order): the most a long callback delays a later timer. */
@@ -100,7 +100,7 @@ static inline struct rec *rec_of(struct tmo_heap_node *n)
 	return tmo_container_of(n, struct rec, node);
 }
 
-/* ---- turns (src/thread/turns.c); all under the engine mutex ---------------- */
+/* ---- turns (impls/thread/turns.c); all under the engine mutex ---------------- */
 
 enum turn { TURN_GO, TURN_BLOCKED, TURN_ENTERING };
 
@@ -113,7 +113,7 @@ enum turn thr_my_turn(struct tmo *e, const struct rec *r, struct rec **pred, int
  * cancelled, or is held by a cancel), handing on the turns it held. */
 void thr_unqueue(struct tmo *e, struct rec *r);
 
-/* ---- record sets (src/thread/records.c) ------------------------------------- */
+/* ---- record sets (impls/thread/records.c) ------------------------------------- */
 
 /* Threads all thread engines of the process hold now. */
 extern atomic_int thr_process_threads;
