@@ -193,6 +193,50 @@ int sk_sink_end_run(struct sk_sink *r, int result, double seconds)
 	return undeclared;
 }
 
+const struct sk_size *sk_sink_size(const struct sk_scenario *s, const char *name)
+{
+	for (const struct sk_size *z = s->sizes; z != NULL && z->name != NULL; z++)
+		if (strcmp(z->name, name) == 0)
+			return z;
+	return NULL;
+}
+
+/* The running scenario's size NAME, or abort: set by sk_sink_begin_run
+ * before the run function is called, so read without the lock. */
+static const struct sk_size *size_or_abort(const struct sk_run *run, const char *name)
+{
+	const struct sk_scenario *s = run->report->running;
+	const struct sk_size *z = s != NULL ? sk_sink_size(s, name) : NULL;
+	if (z == NULL) {
+		fprintf(stderr, "tmo-harness: scenario %s asks for the size %s, which its sizes table "
+		                "does not declare\n",
+		        s != NULL ? s->name : "(none running)", name);
+		abort();
+	}
+	return z;
+}
+
+double sk_size(const struct sk_run *run, const char *name)
+{
+	const struct sk_size *z = size_or_abort(run, name);
+	return run->quick ? z->quick : z->full;
+}
+
+int64_t sk_size_ns(const struct sk_run *run, const char *name)
+{
+	const struct sk_size *z = size_or_abort(run, name);
+	int64_t per = strcmp(z->unit, "s") == 0    ? TMO_NSEC_PER_SEC
+	              : strcmp(z->unit, "ms") == 0 ? TMO_NSEC_PER_MSEC
+	              : strcmp(z->unit, "us") == 0 ? TMO_NSEC_PER_USEC
+	                                           : 0;
+	if (per == 0) {
+		fprintf(stderr, "tmo-harness: scenario %s reads the size %s (%s) as a time\n",
+		        run->report->running->name, name, z->unit);
+		abort();
+	}
+	return (int64_t)((run->quick ? z->quick : z->full) * (double)per);
+}
+
 /* The scenario declares METRIC with UNIT. */
 static int declared(const struct sk_scenario *s, const char *metric, const char *unit)
 {

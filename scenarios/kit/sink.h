@@ -69,6 +69,9 @@ size_t sk_sink_runs_done(struct sk_sink *r);
 /* The CSV's path (FILE.json -> FILE.csv), or NULL without --json. */
 const char *sk_sink_csv_path(const struct sk_sink *r);
 
+/* The size NAME that scenario S declares, or NULL. */
+const struct sk_size *sk_sink_size(const struct sk_scenario *s, const char *name);
+
 /* A row's value, looked up by scenario, engine, metric, param.  Returns 1
  * and sets *value when found (the last such row), else 0. */
 int sk_sink_lookup(struct sk_sink *r, const char *scenario, const char *engine,
