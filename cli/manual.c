@@ -76,7 +76,7 @@ static void usage_options(FILE *f)
 	     "beside them, then renamed, so each always holds a complete document, marked "
 	     "\"complete\": false until the last run ended. FILE must be a regular file or not "
 	     "exist.");
-	item(f, "--quick", "CI sizes (given per scenario below).");
+	item(f, "--quick", "CI sizes (each scenario's Sizes below: full, then --quick).");
 	item(f, "--seed=N",
 	     "Random seed, 0..18446744073709551615 (default 1), recorded in the JSON as a string "
 	     "of digits.");

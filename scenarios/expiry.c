@@ -1,7 +1,7 @@
 /*
- * expiry — timers that fire.  For each size N (1e3 .. 1e6):
+ * expiry — timers that fire.  For each size N (its sizes table: 1e3 .. 1e6):
  *
- *  spread  N timers with random timeouts in [50 ms, 50 ms + SPAN]; each
+ *  spread  N timers with random timeouts in [50 ms, 50 ms + span]; each
  *          callback records when it ran and in which order.  Reported:
  *          lateness p50/p99/max and its CDF (lateness = callback start -
  *          (clock read before arm + timeout), so it never under-states),
@@ -17,7 +17,7 @@
  * lost when none came for STALL after the last deadline.  An arm refused
  * with TMO_EAGAIN/TMO_ENOMEM is the engine's capacity (reported), not a
  * violation.  The thread engine runs an OS thread per timer: it gets at
- * most THREAD_MAX timers per size (printed, and in the rows' param n=).
+ * most thread_max timers per size (printed, and in the rows' param n=).
  */
 #include <stdatomic.h>
 
@@ -29,6 +29,14 @@ static const struct sk_metric expiry_metrics[] = {
 	{"lateness_ns", "ns"}, {"lateness_cdf_ns", "ns"}, {"early", "count"},
 	{"order_violations", "count"}, {"lost", "count"}, {"double_fires", "count"},
 	{"fires_per_s", "fires/s"}, {"violations", "count"}, {NULL, NULL},
+};
+
+/* The sizes the run is made of (sk.h: struct sk_size): N from n_first to
+ * n_last, times n_step each time. */
+static const struct sk_size expiry_sizes[] = {
+	{"span", 1000, 200, "ms"}, {"n_first", 1000, 1000, "timers"},
+	{"n_last", 1000000, 100000, "timers"}, {"n_step", 10, 100, "times"},
+	{"thread_max", 2000, 500, "timers"}, {NULL, 0, 0, NULL},
 };
 
 /* The project's targets over them (sk.h: struct sk_target). */
@@ -47,8 +55,8 @@ const struct sk_scenario sk_scenario_expiry = {
 	           "lost; burst drain rate",
 	.correctness = 1,
 	.run = expiry_run,
-	.params = "N timers with random timeouts in 50 ms + [0, 1 s] (--quick: 200 ms) for N = "
-	          "1e3, 1e4, 1e5, 1e6 (--quick: 1e3, 1e5; thread engine at most 2,000 / 500); "
+	.params = "N timers with random timeouts in 50 ms + [0, span] for N = n_first, then "
+	          "n_step times more up to n_last (the thread engine at most thread_max); "
 	          "then N timers due at one instant (the drain rate). Reports lateness "
 	          "p50/p99/max and its CDF. --seed draws the timeouts.",
 	.fails_when = "a timer fires early, fires twice, is lost (no callback 5 s after the last "
@@ -56,14 +64,11 @@ const struct sk_scenario sk_scenario_expiry = {
 	              "earlier. An arm refused for capacity (TMO_EAGAIN, TMO_ENOMEM) is reported, not "
 	              "a violation.",
 	.metrics = expiry_metrics,
+	.sizes = expiry_sizes,
 	.targets = expiry_targets,
 };
 
-#define SPAN_FULL (1000 * TMO_NSEC_PER_MSEC)
-#define SPAN_QUICK (200 * TMO_NSEC_PER_MSEC)
 #define LEAD (50 * TMO_NSEC_PER_MSEC)
-#define THREAD_MAX_FULL 2000
-#define THREAD_MAX_QUICK 500
 
 struct ex_timer {
 	struct tmo_timer t;
@@ -141,7 +146,7 @@ static int spread_arm(const struct sk_run *run, struct tmo *e, struct ex_timer *
                       struct ex_ctx *c, struct sk_rng *rng, struct sp_tally *t, double *arm_ns)
 {
 	size_t n = t->n;
-	int64_t span = run->quick ? SPAN_QUICK : SPAN_FULL;
+	int64_t span = sk_size_ns(run, "span");
 	int64_t arm_t0 = sk_now_ns();
 	uint64_t retries = 0;
 	int v = 0;
@@ -373,12 +378,9 @@ static int burst(const struct sk_run *run, struct tmo *e, struct ex_timer *ts, s
 
 static int expiry_run(const struct sk_run *run)
 {
-	static const size_t full[] = {1000, 10000, 100000, 1000000};
-	static const size_t quick[] = {1000, 100000};
-	const size_t *sizes = run->quick ? quick : full;
-	size_t nsizes = run->quick ? 2 : 4;
-	size_t cap = sk_thread_per_timer(run) ? (run->quick ? THREAD_MAX_QUICK : THREAD_MAX_FULL)
-	                                      : SIZE_MAX;
+	size_t first = (size_t)sk_size(run, "n_first"), last_n = (size_t)sk_size(run, "n_last");
+	size_t step = (size_t)sk_size(run, "n_step");
+	size_t cap = sk_thread_per_timer(run) ? (size_t)sk_size(run, "thread_max") : SIZE_MAX;
 	struct tmo *e = NULL;
 	int rc = tmo_create_ops(run->ops, NULL, &e);
 	if (rc != 0)
@@ -386,8 +388,8 @@ static int expiry_run(const struct sk_run *run)
 	struct sk_rng rng = {run->seed};
 	int v = 0;
 	size_t last = 0;
-	for (size_t k = 0; k < nsizes; k++) {
-		size_t scaled = (size_t)sk_scaled(sizes[k]);
+	for (size_t nominal = first; nominal <= last_n; nominal *= step) {
+		size_t scaled = (size_t)sk_scaled(nominal);
 		size_t n = scaled < cap ? scaled : cap;
 		if (n == last)
 			continue;

@@ -1,7 +1,7 @@
 /*
  * retention — the core.async document's web service (seed 003): every
  * request arms a 120 s timeout and cancels it about 1 ms later, because the
- * service answered.  N = 1M requests (200k with --quick).  What does the
+ * service answered.  N requests (its sizes table: 1M).  What does the
  * engine still hold?
  *
  *  cancelled  arm a batch of BATCH timeouts, cancel each batch 1 ms after its
@@ -36,6 +36,11 @@ static const struct sk_target retention_targets[] = {
 	{0},
 };
 
+/* The sizes the run is made of (sk.h: struct sk_size). */
+static const struct sk_size retention_sizes[] = {
+	{"requests", 1000000, 200000, ""}, {"thread_requests", 5000, 1000, ""}, {NULL, 0, 0, NULL},
+};
+
 static int retention_run(const struct sk_run *run);
 
 const struct sk_scenario sk_scenario_retention = {
@@ -44,7 +49,7 @@ const struct sk_scenario sk_scenario_retention = {
 	           "at peak, after, settled; and abandoned",
 	.correctness = 1,
 	.run = retention_run,
-	.params = "1M requests (--quick: 200k; thread engine 5,000 / 1,000) each arm a 120 s "
+	.params = "`requests` requests (the thread engine: thread_requests) each arm a 120 s "
 	          "timeout, cancelled in batches of 1,000 about 1 ms later; engine-held bytes and "
 	          "nodes (tmo_stats) and RSS at the peak, after the last cancel and 100 ms later; "
 	          "then the same arms abandoned (never cancelled) and destroy. Held memory is "
@@ -53,13 +58,10 @@ const struct sk_scenario sk_scenario_retention = {
 	              "prevent its pending timer, or timers are still pending after every one was "
 	              "cancelled.",
 	.metrics = retention_metrics,
+	.sizes = retention_sizes,
 	.targets = retention_targets,
 };
 
-#define N_FULL 1000000
-#define N_QUICK 200000
-#define THREAD_N_FULL 5000
-#define THREAD_N_QUICK 1000
 #define BATCH 1000
 #define TIMEOUT (120 * TMO_NSEC_PER_SEC)
 #define SETTLE (100 * TMO_NSEC_PER_MSEC)
@@ -201,9 +203,8 @@ static int rt_abandoned(const struct sk_run *run, struct tmo_timer *ts, size_t n
 
 static int retention_run(const struct sk_run *run)
 {
-	size_t n = (size_t)sk_scaled(sk_thread_per_timer(run)
-	                                     ? (run->quick ? THREAD_N_QUICK : THREAD_N_FULL)
-	                                     : (run->quick ? N_QUICK : N_FULL));
+	size_t n = (size_t)sk_scaled(
+	        (uint64_t)sk_size(run, sk_thread_per_timer(run) ? "thread_requests" : "requests"));
 	struct tmo_timer *ts = calloc(n, sizeof *ts);
 	if (ts == NULL)
 		return TMO_ENOMEM;

@@ -32,6 +32,12 @@ static const struct sk_metric skip_rescue_metrics[] = {
 	{NULL, NULL},
 };
 
+/* The sizes the run is made of (sk.h: struct sk_size). */
+static const struct sk_size skip_rescue_sizes[] = {
+	{"truth_rounds", 20, 3, ""}, {"nest_rounds", 5, 1, ""}, {"edge_blocks", 5000, 500, "per mode"},
+	{NULL, 0, 0, NULL},
+};
+
 static int skip_rescue_run(const struct sk_run *run);
 
 const struct sk_scenario sk_scenario_skip_rescue = {
@@ -42,15 +48,16 @@ const struct sk_scenario sk_scenario_skip_rescue = {
 	.run = skip_rescue_run,
 	.params = "Timeout scopes (include/tmo/scope.h): a 10 ms scope around a 3 s sleep inside "
 	          "each handler (rescue standard, rescue all, ensure) in each delivery mode "
-	          "(raise, throw, exception), 20 rounds (--quick: 3); nested scopes, 5 rounds "
-	          "(--quick: 1); the edge-of-deadline race, 5,000 blocks per mode (--quick: 500) "
-	          "returning within 100 us of their 0.2-1 ms deadline; the cost of a scope. "
-	          "--seed draws the race's timing.",
+	          "(raise, throw, exception), truth_rounds rounds; nested scopes, nest_rounds "
+	          "rounds; the edge-of-deadline race, edge_blocks blocks per mode returning "
+	          "within 100 us of their 0.2-1 ms deadline; the cost of a scope. --seed draws "
+	          "the race's timing.",
 	.fails_when = "a row of the truth table differs from the expected one (the interrupt seen "
 	              "by the wrong handler, an ensure not run once, code after the sleep run), a "
 	              "nested scope delivers the wrong scope's timeout, an interrupt arrives after its "
 	              "block returned (late), or an empty scope or a plain arm+cancel fails.",
 	.metrics = skip_rescue_metrics,
+	.sizes = skip_rescue_sizes,
 };
 
 #define MS TMO_NSEC_PER_MSEC
@@ -474,11 +481,11 @@ static int skip_rescue_run(const struct sk_run *run)
 	sr_eagain = 0;
 	sr_short = 0;
 	int v = 0;
-	v += truth_table(run, run->quick ? 3 : 20);
+	v += truth_table(run, (int)sk_size(run, "truth_rounds"));
 	if (!sr_short)
-		v += nesting(run, run->quick ? 1 : 5);
+		v += nesting(run, (int)sk_size(run, "nest_rounds"));
 	if (!sr_short)
-		v += edge_race(run, run->quick ? 500 : 5000);
+		v += edge_race(run, (int)sk_size(run, "edge_blocks"));
 	if (!sr_short)
 		v += scope_cost(run, sk_thread_per_timer(run) ? 1000 : 20000);
 	tmo_destroy(&sr_eng);

@@ -5,17 +5,17 @@
  * whatever it holds there.  Lock-free engines keep going; lock-based ones
  * block until the park is released.  The verdict is on state, not time: on
  * an engine that declares TMO_CAP_LOCKFREE_ARM the park (and, below, the
- * blocked callback) lasts at least WINDOW and until every worker has
+ * blocked callback) lasts at least park_window and until every worker has
  * finished PROOF_OPS arm+cancel pairs in the phase, at most LIVENESS; a
  * worker that has not by then is BLOCKED, as is one still inside an op it
  * began more than half the phase earlier when the phase ends (a lock-based
- * engine holds every worker for the whole park; its phase is WINDOW).  An
+ * engine holds every worker for the whole park; its phase is park_window).  An
  * op that took longer than BOUND but finished is a STALL: reported, never
  * judged (on a loaded machine a preemption makes stalls; it does not make
  * a worker wait out the park).
  *
- * A third phase, on every engine: one callback blocks (CB_WINDOW: 2 s, 200
- * ms --quick) while the workers keep CB_HELD timers each armed (60 s) and
+ * A third phase, on every engine: one callback blocks (for
+ * callback_window) while the workers keep CB_HELD timers each armed (60 s) and
  * cancel the oldest as they arm a new one, so held arms pile up while the
  * timer thread cannot recycle anything: a lock-free engine's arms and
  * cancels must not block meanwhile (the slowest pair is reported:
@@ -61,6 +61,11 @@ static const struct sk_target progress_targets[] = {
 	{0},
 };
 
+/* The sizes the run is made of (sk.h: struct sk_size). */
+static const struct sk_size progress_sizes[] = {
+	{"park_window", 500, 200, "ms"}, {"callback_window", 2000, 200, "ms"}, {NULL, 0, 0, NULL},
+};
+
 static int progress_run(const struct sk_run *run);
 
 const struct sk_scenario sk_scenario_progress = {
@@ -70,9 +75,9 @@ const struct sk_scenario sk_scenario_progress = {
 	.correctness = 1,
 	.run = progress_run,
 	.params = "--threads workers (at most 64) arm and cancel 1 s timeouts flat out, first "
-	          "with the engine running, then for 500 ms (--quick: 200 ms) with its timer "
-	          "thread parked at its loop's hook (tmo_testing_park), then for 2 s (--quick: 200 ms) "
-	          "while one callback blocks, each worker keeping 4096 timers of 60 s armed (16 on "
+	          "with the engine running, then for park_window with its timer thread parked "
+	          "at its loop's hook (tmo_testing_park), then for callback_window while one "
+	          "callback blocks, each worker keeping 4096 timers of 60 s armed (16 on "
 	          "a thread-per-timer engine) and cancelling the oldest as it arms the next. On an "
 	          "engine that declares lockfree-arm the park and the blocked callback last until "
 	          "every worker has also finished 200 pairs in the phase (at most 10 s). Reports "
@@ -88,16 +93,13 @@ const struct sk_scenario sk_scenario_progress = {
 	              "other than an arm refused at once with TMO_EAGAIN (counted and reported); "
 	              "the blocked callback's timer does not fire.",
 	.metrics = progress_metrics,
+	.sizes = progress_sizes,
 	.targets = progress_targets,
 };
 
-#define WINDOW_FULL (500 * TMO_NSEC_PER_MSEC)
-#define WINDOW_QUICK (200 * TMO_NSEC_PER_MSEC)
 #define BOUND (100 * TMO_NSEC_PER_MSEC)
 #define PROOF_OPS 200 /* pairs each worker finishes while parked / blocked */
 #define LIVENESS (10 * TMO_NSEC_PER_SEC)
-#define CB_WINDOW_FULL (2 * TMO_NSEC_PER_SEC)
-#define CB_WINDOW_QUICK (200 * TMO_NSEC_PER_MSEC)
 static const char *const ph_name[NPH] = {"running", "parked", "callback"};
 
 struct pg_watch_result {
@@ -371,8 +373,8 @@ static int progress_run(const struct sk_run *run)
 		                                                   : "no park hook");
 	}
 	sk_report(run, "parkable", "", parkable, "bool");
-	int64_t window = run->quick ? WINDOW_QUICK : WINDOW_FULL;
-	int64_t cb_window = run->quick ? CB_WINDOW_QUICK : CB_WINDOW_FULL;
+	int64_t window = sk_size_ns(run, "park_window");
+	int64_t cb_window = sk_size_ns(run, "callback_window");
 	int started = 0;
 	rc = pg_start_workers(run, c, &started);
 	printf("progress: %d workers arm+cancel a 1 s timeout flat out, %.0f ms with the timer thread "
