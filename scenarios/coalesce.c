@@ -18,13 +18,11 @@
 
 #include "kit/util.h"
 
-/* Every figure this scenario reports (sk.h: struct sk_metric). */
 static const struct sk_metric coalesce_metrics[] = {
 	{"arm_eagain_retries", "count"}, {"lost", "count"}, {"cancelled_but_fired", "count"},
 	{"timers", "count"}, {"model_lost", "count"}, {"violations", "count"}, {NULL, NULL},
 };
 
-/* The sizes the run is made of (sk.h: struct sk_size). */
 static const struct sk_size coalesce_sizes[] = {
 	{"timers", 10000, 2000, ""}, {"thread_timers", 200, 200, ""}, {NULL, 0, 0, NULL},
 };

@@ -23,7 +23,6 @@
 
 #include "kit/util.h"
 
-/* Every figure this scenario reports (sk.h: struct sk_metric). */
 static const struct sk_metric expiry_metrics[] = {
 	{"capacity", "timers"}, {"arm_retries", "count"}, {"order_worst_gap_ns", "ns"},
 	{"lateness_ns", "ns"}, {"lateness_cdf_ns", "ns"}, {"early", "count"},
@@ -31,20 +30,18 @@ static const struct sk_metric expiry_metrics[] = {
 	{"fires_per_s", "fires/s"}, {"violations", "count"}, {NULL, NULL},
 };
 
-/* The sizes the run is made of (sk.h: struct sk_size): N from n_first to
- * n_last, times n_step each time. */
-static const struct sk_size expiry_sizes[] = {
-	{"span", 1000, 200, "ms"}, {"n_first", 1000, 1000, "timers"},
-	{"n_last", 1000000, 100000, "timers"}, {"n_step", 10, 100, "times"},
-	{"thread_max", 2000, 500, "timers"}, {NULL, 0, 0, NULL},
-};
-
-/* The project's targets over them (sk.h: struct sk_target). */
 static const struct sk_target expiry_targets[] = {
 	{.label = "expiry burst, 1e6 due at one instant: wheel", .engines = "wheel",
 	 .metric = "fires_per_s", .param = "n=1000000", .scale = 1e-6, .cmp = SK_AT_LEAST,
 	 .bound = 10, .unit = "M fires/s", .missing = "not measured (%s not run, or --quick)"},
 	{0},
+};
+
+/* N from n_first to n_last, times n_step each time. */
+static const struct sk_size expiry_sizes[] = {
+	{"span", 1000, 200, "ms"}, {"n_first", 1000, 1000, "timers"},
+	{"n_last", 1000000, 100000, "timers"}, {"n_step", 10, 100, "times"},
+	{"thread_max", 2000, 500, "timers"}, {NULL, 0, 0, NULL},
 };
 
 static int expiry_run(const struct sk_run *run);

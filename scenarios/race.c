@@ -28,7 +28,6 @@
 
 #include "kit/util.h"
 
-/* Every figure this scenario reports (sk.h: struct sk_metric). */
 static const struct sk_metric race_metrics[] = {
 	{"requested", "count"}, {"run", "count"}, {"fired", "count"}, {"cancelled", "count"},
 	{"both", "count"}, {"neither", "count"}, {"running_after_cancel", "count"},
@@ -36,14 +35,12 @@ static const struct sk_metric race_metrics[] = {
 	{"cancel_offset_ns", "ns"}, {"violations", "count"}, {NULL, NULL},
 };
 
-/* The project's targets over them (sk.h: struct sk_target). */
 static const struct sk_target race_targets[] = {
 	{.label = "race: violations, %s", .engines = "*", .metric = "violations", .cmp = SK_AT_MOST,
 	 .bound = 0, .unit = "", .missing = "not measured (race did not complete)"},
 	{0},
 };
 
-/* The sizes the run is made of (sk.h: struct sk_size). */
 static const struct sk_size race_sizes[] = {
 	{"arms", 10000000, 1000000, ""}, {"time_cap", 120, 15, "s"}, {NULL, 0, 0, NULL},
 };

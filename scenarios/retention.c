@@ -20,7 +20,6 @@
  */
 #include "kit/util.h"
 
-/* Every figure this scenario reports (sk.h: struct sk_metric). */
 static const struct sk_metric retention_metrics[] = {
 	{"held_bytes", "bytes"}, {"held_nodes", "nodes"}, {"pending", "timers"},
 	{"threads", "threads"}, {"rss_delta_bytes", "bytes"}, {"arm_eagain_retries", "count"},
@@ -28,7 +27,6 @@ static const struct sk_metric retention_metrics[] = {
 	{"violations", "count"}, {NULL, NULL},
 };
 
-/* The project's targets over them (sk.h: struct sk_target). */
 static const struct sk_target retention_targets[] = {
 	{.label = "retention after cancels (settled): %s", .engines = "condvar,mpsc,wheel",
 	 .metric = "held_bytes", .param = "variant=cancelled,when=settled", .scale = 1.0 / 1024,
@@ -36,7 +34,6 @@ static const struct sk_target retention_targets[] = {
 	{0},
 };
 
-/* The sizes the run is made of (sk.h: struct sk_size). */
 static const struct sk_size retention_sizes[] = {
 	{"requests", 1000000, 200000, ""}, {"thread_requests", 5000, 1000, ""}, {NULL, 0, 0, NULL},
 };

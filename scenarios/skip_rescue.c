@@ -23,7 +23,6 @@
 #include "kit/ruby_timeout.h"
 #include "kit/util.h"
 
-/* Every figure this scenario reports (sk.h: struct sk_metric). */
 static const struct sk_metric skip_rescue_metrics[] = {
 	{"truth_table_mismatches", "count"}, {"interrupted_block_ms_max", "ms"},
 	{"nested_mismatches", "count"}, {"edge_discarded", "count"},
@@ -32,7 +31,6 @@ static const struct sk_metric skip_rescue_metrics[] = {
 	{NULL, NULL},
 };
 
-/* The sizes the run is made of (sk.h: struct sk_size). */
 static const struct sk_size skip_rescue_sizes[] = {
 	{"truth_rounds", 20, 3, ""}, {"nest_rounds", 5, 1, ""}, {"edge_blocks", 5000, 500, "per mode"},
 	{NULL, 0, 0, NULL},

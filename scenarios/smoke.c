@@ -9,7 +9,6 @@
 
 #include "kit/util.h"
 
-/* Every figure this scenario reports (sk.h: struct sk_metric). */
 static const struct sk_metric smoke_metrics[] = {
 	{"arm_cancel_ns_per_op", "ns"}, {"fire_max_lateness_ns", "ns"}, {"violations", "count"},
 	{NULL, NULL},

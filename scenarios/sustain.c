@@ -43,7 +43,6 @@
 
 #include "kit/util.h"
 
-/* Every figure this scenario reports (sk.h: struct sk_metric). */
 static const struct sk_metric sustain_metrics[] = {
 	{"held_bytes", "bytes"}, {"held_nodes", "nodes"}, {"rss_delta_bytes", "bytes"},
 	{"held_bytes_max", "bytes"}, {"held_nodes_max", "nodes"}, {"threads_max", "threads"},
@@ -51,7 +50,6 @@ static const struct sk_metric sustain_metrics[] = {
 	{"held_limit_bytes", "bytes"}, {"violations", "count"}, {NULL, NULL},
 };
 
-/* The sizes the run is made of (sk.h: struct sk_size). */
 static const struct sk_size sustain_sizes[] = {
 	{"duration", 60, 5, "s"}, {"sample", 250, 100, "ms"}, {NULL, 0, 0, NULL},
 };

@@ -35,7 +35,6 @@
 #include "actor.h"
 #include "kit/util.h"
 
-/* Every figure this scenario reports (sk.h: struct sk_metric). */
 static const struct sk_metric actors_metrics[] = {
 	{"wordcount_sequential_ms", "ms"}, {"wordcount_actors_ms", "ms"},
 	{"wordcount_after_ran", "count"}, {"wordcount_count_mismatches", "count"},
@@ -44,7 +43,6 @@ static const struct sk_metric actors_metrics[] = {
 	{"arm_eagain_retries", "count"}, {NULL, NULL},
 };
 
-/* The sizes the run is made of (sk.h: struct sk_size). */
 static const struct sk_size actors_sizes[] = {
 	{"words", 1000, 200, "per document"}, {"fetch_latency", 5, 2, "ms"},
 	{"race_messages", 2000, 300, ""}, {NULL, 0, 0, NULL},

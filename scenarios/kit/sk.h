@@ -4,6 +4,11 @@
  * `const struct sk_scenario sk_scenario_NAME` (the file name with '-'
  * written as '_'); CMake generates the scenario table from the folder, so a
  * scenario is registered by adding its file.
+ *
+ * A scenario's file opens with its tables: its metrics (every figure it
+ * reports: struct sk_metric), the project's targets over them (struct
+ * sk_target) and the sizes its run is made of (struct sk_size); then its
+ * struct sk_scenario, whose prose (params) names those sizes.
  */
 #ifndef SK_H
 #define SK_H

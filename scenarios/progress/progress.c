@@ -45,7 +45,6 @@
 
 #include "pg.h"
 
-/* Every figure this scenario reports (sk.h: struct sk_metric). */
 static const struct sk_metric progress_metrics[] = {
 	{"callback_max_latency_ns", "ns"}, {"pairs", "count"}, {"pairs_per_s", "pairs/s"},
 	{"latency_ns", "ns"}, {"max_unswitched_ns", "ns"}, {"slow_pairs_preempted", "count"},
@@ -53,7 +52,6 @@ static const struct sk_metric progress_metrics[] = {
 	{"arms_refused", "count"}, {"parkable", "bool"}, {"violations", "count"}, {NULL, NULL},
 };
 
-/* The project's targets over them (sk.h: struct sk_target). */
 static const struct sk_target progress_targets[] = {
 	{.label = "worst arm+cancel while a callback blocks (not switched out): %s",
 	 .engines = "mpsc,wheel", .metric = "callback_max_latency_ns", .scale = 1e-6,
@@ -61,7 +59,6 @@ static const struct sk_target progress_targets[] = {
 	{0},
 };
 
-/* The sizes the run is made of (sk.h: struct sk_size). */
 static const struct sk_size progress_sizes[] = {
 	{"park_window", 500, 200, "ms"}, {"callback_window", 2000, 200, "ms"}, {NULL, 0, 0, NULL},
 };

@@ -39,7 +39,6 @@
 
 #include "tp.h"
 
-/* Every figure this scenario reports (sk.h: struct sk_metric). */
 static const struct sk_metric throughput_metrics[] = {
 	{"live_capacity", "timers"}, {"seed_instance_ns_per_op", "ns"},
 	{"seed_median_ns_per_op", "ns"}, {"empty_loop_ns_per_op", "ns"}, {"floor_ns_per_op", "ns"},
@@ -48,7 +47,6 @@ static const struct sk_metric throughput_metrics[] = {
 	{"live_ns_per_op", "ns"}, {NULL, NULL},
 };
 
-/* The project's targets over them (sk.h: struct sk_target). */
 static const struct sk_target tp_targets[] = {
 	{.label = "seed 1 thread: wheel ns per arm+cancel", .engines = "wheel",
 	 .metric = "seed_median_ns_per_op", .cmp = SK_AT_MOST, .bound = 15, .unit = " ns"},
@@ -83,8 +81,7 @@ static const struct sk_target tp_targets[] = {
 	{0},
 };
 
-/* The sizes the run is made of (sk.h: struct sk_size); min_time_reps: the
- * repetitions of the min-time benchmarks, their median. */
+/* min_time_reps: the repetitions of the min-time benchmarks, their median. */
 static const struct sk_size tp_sizes_table[] = {
 	{"rounds", 20, 5, ""}, {"ops", 10000, 2000, "pairs"}, {"thread_ops", 1000, 100, "pairs"},
 	{"min_time", 0.3, 0.03, "s"}, {"min_time_reps", 5, 3, ""}, {NULL, 0, 0, NULL},
