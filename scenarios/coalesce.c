@@ -24,7 +24,7 @@ static const struct sk_metric coalesce_metrics[] = {
 };
 
 static const struct sk_size coalesce_sizes[] = {
-	{"timers", 10000, 2000, ""}, {"thread_timers", 200, 200, ""}, {NULL, 0, 0, NULL},
+	{"timers", 10000, 2000, ""}, {"thread_timers", 200, 200, ""}, {0},
 };
 
 static int coalesce_run(const struct sk_run *run);

@@ -41,7 +41,7 @@ static const struct sk_target expiry_targets[] = {
 static const struct sk_size expiry_sizes[] = {
 	{"span", 1000, 200, "ms"}, {"n_first", 1000, 1000, "timers"},
 	{"n_last", 1000000, 100000, "timers"}, {"n_step", 10, 100, "times"},
-	{"thread_max", 2000, 500, "timers"}, {NULL, 0, 0, NULL},
+	{"thread_max", 2000, 500, "timers"}, {0},
 };
 
 static int expiry_run(const struct sk_run *run);

@@ -42,7 +42,7 @@ static const struct sk_target race_targets[] = {
 };
 
 static const struct sk_size race_sizes[] = {
-	{"arms", 10000000, 1000000, ""}, {"time_cap", 120, 15, "s"}, {NULL, 0, 0, NULL},
+	{"arms", 10000000, 1000000, ""}, {"time_cap", 120, 15, "s"}, {0},
 };
 
 static int race_run(const struct sk_run *run);

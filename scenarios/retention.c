@@ -35,7 +35,7 @@ static const struct sk_target retention_targets[] = {
 };
 
 static const struct sk_size retention_sizes[] = {
-	{"requests", 1000000, 200000, ""}, {"thread_requests", 5000, 1000, ""}, {NULL, 0, 0, NULL},
+	{"requests", 1000000, 200000, ""}, {"thread_requests", 5000, 1000, ""}, {0},
 };
 
 static int retention_run(const struct sk_run *run);

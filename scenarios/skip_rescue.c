@@ -32,8 +32,7 @@ static const struct sk_metric skip_rescue_metrics[] = {
 };
 
 static const struct sk_size skip_rescue_sizes[] = {
-	{"truth_rounds", 20, 3, ""}, {"nest_rounds", 5, 1, ""}, {"edge_blocks", 5000, 500, "per mode"},
-	{NULL, 0, 0, NULL},
+	{"truth_rounds", 20, 3, ""}, {"nest_rounds", 5, 1, ""}, {"edge_blocks", 5000, 500, ""}, {0},
 };
 
 static int skip_rescue_run(const struct sk_run *run);
@@ -44,12 +43,11 @@ const struct sk_scenario sk_scenario_skip_rescue = {
 	           "identity, edge-of-deadline race (0 late interrupts)",
 	.correctness = 1,
 	.run = skip_rescue_run,
-	.params = "Timeout scopes (include/tmo/scope.h): a 10 ms scope around a 3 s sleep inside "
-	          "each handler (rescue standard, rescue all, ensure) in each delivery mode "
-	          "(raise, throw, exception), truth_rounds rounds; nested scopes, nest_rounds "
-	          "rounds; the edge-of-deadline race, edge_blocks blocks per mode returning "
-	          "within 100 us of their 0.2-1 ms deadline; the cost of a scope. --seed draws "
-	          "the race's timing.",
+	.params = "Timeout scopes (include/tmo/scope.h): a 10 ms scope around a 3 s sleep in each "
+	          "handler (rescue standard, rescue all, ensure) and delivery mode (raise, throw, "
+	          "exception), truth_rounds rounds; nested scopes, nest_rounds rounds; edge_blocks "
+	          "blocks per mode returning within 100 us of their 0.2-1 ms deadline (the "
+	          "edge-of-deadline race); the cost of a scope. --seed draws the race's timing.",
 	.fails_when = "a row of the truth table differs from the expected one (the interrupt seen "
 	              "by the wrong handler, an ensure not run once, code after the sleep run), a "
 	              "nested scope delivers the wrong scope's timeout, an interrupt arrives after its "
@@ -463,8 +461,7 @@ static int scope_cost(const struct sk_run *run, int n)
 		return v;
 	double s = sk_median(scope, 5), a = sk_median(raw, 5), z = sk_median(none, 5);
 	printf("cost (median of 5 x %d): empty 1 s scope %.0f ns, bare arm+cancel %.0f ns, "
-	       "scope without deadline %.0f ns\n",
-	       n, s, a, z);
+	       "scope without deadline %.0f ns\n", n, s, a, z);
 	sk_report_fmt(run, "scope_empty_ns", s, "ns", "timeout=1s,n=%d", n);
 	sk_report_fmt(run, "arm_cancel_ns", a, "ns", "timeout=1s,n=%d", n);
 	sk_report_fmt(run, "scope_no_deadline_ns", z, "ns", "timeout=0,n=%d", n);

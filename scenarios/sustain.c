@@ -51,7 +51,7 @@ static const struct sk_metric sustain_metrics[] = {
 };
 
 static const struct sk_size sustain_sizes[] = {
-	{"duration", 60, 5, "s"}, {"sample", 250, 100, "ms"}, {NULL, 0, 0, NULL},
+	{"duration", 60, 5, "s"}, {"sample", 250, 100, "ms"}, {0},
 };
 
 static int sustain_run(const struct sk_run *run);

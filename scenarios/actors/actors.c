@@ -45,7 +45,7 @@ static const struct sk_metric actors_metrics[] = {
 
 static const struct sk_size actors_sizes[] = {
 	{"words", 1000, 200, "per document"}, {"fetch_latency", 5, 2, "ms"},
-	{"race_messages", 2000, 300, ""}, {NULL, 0, 0, NULL},
+	{"race_messages", 2000, 300, ""}, {0},
 };
 
 static int actors_run(const struct sk_run *run);

@@ -60,7 +60,7 @@ static const struct sk_target progress_targets[] = {
 };
 
 static const struct sk_size progress_sizes[] = {
-	{"park_window", 500, 200, "ms"}, {"callback_window", 2000, 200, "ms"}, {NULL, 0, 0, NULL},
+	{"park_window", 500, 200, "ms"}, {"callback_window", 2000, 200, "ms"}, {0},
 };
 
 static int progress_run(const struct sk_run *run);

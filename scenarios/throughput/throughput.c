@@ -84,7 +84,7 @@ static const struct sk_target tp_targets[] = {
 /* min_time_reps: the repetitions of the min-time benchmarks, their median. */
 static const struct sk_size tp_sizes_table[] = {
 	{"rounds", 20, 5, ""}, {"ops", 10000, 2000, "pairs"}, {"thread_ops", 1000, 100, "pairs"},
-	{"min_time", 0.3, 0.03, "s"}, {"min_time_reps", 5, 3, ""}, {NULL, 0, 0, NULL},
+	{"min_time", 0.3, 0.03, "s"}, {"min_time_reps", 5, 3, ""}, {0},
 };
 
 static int throughput_run(const struct sk_run *run);
