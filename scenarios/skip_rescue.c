@@ -35,27 +35,6 @@ static const struct sk_size skip_rescue_sizes[] = {
 	{"truth_rounds", 20, 3, ""}, {"nest_rounds", 5, 1, ""}, {"edge_blocks", 5000, 500, ""}, {0},
 };
 
-static int skip_rescue_run(const struct sk_run *run);
-
-const struct sk_scenario sk_scenario_skip_rescue = {
-	.name = "skip-rescue",
-	.summary = "timeout scopes: raise/throw/exception truth table (Ruby Bug #8730), nesting by "
-	           "identity, edge-of-deadline race (0 late interrupts)",
-	.correctness = 1,
-	.run = skip_rescue_run,
-	.params = "Timeout scopes (include/tmo/scope.h): a 10 ms scope around a 3 s sleep in each "
-	          "handler (rescue standard, rescue all, ensure) and delivery mode (raise, throw, "
-	          "exception), truth_rounds rounds; nested scopes, nest_rounds rounds; edge_blocks "
-	          "blocks per mode returning within 100 us of their 0.2-1 ms deadline (the "
-	          "edge-of-deadline race); the cost of a scope. --seed draws the race's timing.",
-	.fails_when = "a row of the truth table differs from the expected one (the interrupt seen "
-	              "by the wrong handler, an ensure not run once, code after the sleep run), a "
-	              "nested scope delivers the wrong scope's timeout, an interrupt arrives after its "
-	              "block returned (late), or an empty scope or a plain arm+cancel fails.",
-	.metrics = skip_rescue_metrics,
-	.sizes = skip_rescue_sizes,
-};
-
 #define MS TMO_NSEC_PER_MSEC
 #define US TMO_NSEC_PER_USEC
 #define SR_DEADLINE (10 * MS)
@@ -498,3 +477,22 @@ static int skip_rescue_run(const struct sk_run *run)
 	printf("skip-rescue: %d violations\n", v);
 	return v;
 }
+
+const struct sk_scenario sk_scenario_skip_rescue = {
+	.name = "skip-rescue",
+	.summary = "timeout scopes: raise/throw/exception truth table (Ruby Bug #8730), nesting by "
+	           "identity, edge-of-deadline race (0 late interrupts)",
+	.correctness = 1,
+	.run = skip_rescue_run,
+	.params = "Timeout scopes (include/tmo/scope.h): a 10 ms scope around a 3 s sleep in each "
+	          "handler (rescue standard, rescue all, ensure) and delivery mode (raise, throw, "
+	          "exception), truth_rounds rounds; nested scopes, nest_rounds rounds; edge_blocks "
+	          "blocks per mode returning within 100 us of their 0.2-1 ms deadline (the "
+	          "edge-of-deadline race); the cost of a scope. --seed draws the race's timing.",
+	.fails_when = "a row of the truth table differs from the expected one (the interrupt seen "
+	              "by the wrong handler, an ensure not run once, code after the sleep run), a "
+	              "nested scope delivers the wrong scope's timeout, an interrupt arrives after its "
+	              "block returned (late), or an empty scope or a plain arm+cancel fails.",
+	.metrics = skip_rescue_metrics,
+	.sizes = skip_rescue_sizes,
+};

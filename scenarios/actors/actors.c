@@ -48,27 +48,6 @@ static const struct sk_size actors_sizes[] = {
 	{"race_messages", 2000, 300, ""}, {0},
 };
 
-static int actors_run(const struct sk_run *run);
-
-const struct sk_scenario sk_scenario_actors = {
-	.name = "actors",
-	.summary = "Revactor MapReduce word count: actors (threads) with receive-with-timeout on the "
-	           "engine (scope or marker), sequential vs 50/100/200 actors, message/timeout race, "
-	           "cost per receive",
-	.correctness = 1,
-	.run = actors_run,
-	.params = "The Revactor MapReduce word count: 200 generated documents of `words` words, "
-	          "counted sequentially and by 50, 100, 200 actors (threads with mailboxes and "
-	          "receive-with-timeout, built on a scope and on a marker timer), without and with "
-	          "a simulated fetch_latency; then race_messages messages racing the receive "
-	          "timeout; then the cost of one receive-with-timeout. --seed generates the "
-	          "corpus.",
-	.fails_when = "a count differs from the sequential result, a message is lost, duplicated or "
-	              "out of order, or a receive returns the wrong thing.",
-	.metrics = actors_metrics,
-	.sizes = actors_sizes,
-};
-
 #define US TMO_NSEC_PER_USEC
 #define MS TMO_NSEC_PER_MSEC
 
@@ -376,3 +355,22 @@ static int actors_run(const struct sk_run *run)
 	printf("actors: %d violations\n", v);
 	return v;
 }
+
+const struct sk_scenario sk_scenario_actors = {
+	.name = "actors",
+	.summary = "Revactor MapReduce word count: actors (threads) with receive-with-timeout on the "
+	           "engine (scope or marker), sequential vs 50/100/200 actors, message/timeout race, "
+	           "cost per receive",
+	.correctness = 1,
+	.run = actors_run,
+	.params = "The Revactor MapReduce word count: 200 generated documents of `words` words, "
+	          "counted sequentially and by 50, 100, 200 actors (threads with mailboxes and "
+	          "receive-with-timeout, built on a scope and on a marker timer), without and with "
+	          "a simulated fetch_latency; then race_messages messages racing the receive "
+	          "timeout; then the cost of one receive-with-timeout. --seed generates the "
+	          "corpus.",
+	.fails_when = "a count differs from the sequential result, a message is lost, duplicated or "
+	              "out of order, or a receive returns the wrong thing.",
+	.metrics = actors_metrics,
+	.sizes = actors_sizes,
+};

@@ -31,7 +31,8 @@ struct sk_sink *sk_sink_open(const struct sk_sink_opts *opts);
 void sk_sink_close(struct sk_sink *r);
 
 /* A scenario run against one engine starts / ends (the result is what the
- * scenario's run function returned).  sk_report() refuses, with a message, a
+ * scenario's run function returned: end_run adds it as the row
+ * "violations" when it is >= 0 and the scenario declares that metric).  sk_report() refuses, with a message, a
  * row whose metric or unit the scenario does not declare (its metrics
  * table); end_run returns how many it refused in the run (the harness fails
  * the run on any). */

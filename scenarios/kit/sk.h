@@ -7,8 +7,9 @@
  *
  * A scenario's file opens with its tables: its metrics (every figure it
  * reports: struct sk_metric), the project's targets over them (struct
- * sk_target) and the sizes its run is made of (struct sk_size); then its
- * struct sk_scenario, whose prose (params) names those sizes.
+ * sk_target) and the sizes its run is made of (struct sk_size).  Its code
+ * follows, and last its struct sk_scenario: the manual (whose params name
+ * those sizes) and the run function, defined above it.
  */
 #ifndef SK_H
 #define SK_H
@@ -41,7 +42,9 @@ struct sk_scenario {
 	int correctness;
 	/* Run against run->ops.  Returns the number of violations found (0 for
 	 * benchmarks), a negative enum tmo_error if it could not run, or
-	 * SK_SKIPPED (see sk_skip). */
+	 * SK_SKIPPED (see sk_skip).  A scenario that declares the metric
+	 * violations (count) gets that number as its row "violations" (param
+	 * ""), reported by the harness when the run ends. */
 	int (*run)(const struct sk_run *run);
 	/* The manual, kept beside the code it describes: `./harness --help`
 	 * prints both under SCENARIOS, after the sizes, and README.md carries

@@ -63,37 +63,6 @@ static const struct sk_size progress_sizes[] = {
 	{"park_window", 500, 200, "ms"}, {"callback_window", 2000, 200, "ms"}, {0},
 };
 
-static int progress_run(const struct sk_run *run);
-
-const struct sk_scenario sk_scenario_progress = {
-	.name = "progress",
-	.summary = "park the timer thread, then block one callback; arm/cancel latency from other threads "
-	           "meanwhile (lock-free engines keep going, lock-based ones block: bounded, counted)",
-	.correctness = 1,
-	.run = progress_run,
-	.params = "--threads workers (at most 64) arm and cancel 1 s timeouts flat out, first "
-	          "with the engine running, then for park_window with its timer thread parked "
-	          "at its loop's hook (tmo_testing_park), then for callback_window while one "
-	          "callback blocks, each worker keeping 4096 timers of 60 s armed (16 on "
-	          "a thread-per-timer engine) and cancelling the oldest as it arms the next. On an "
-	          "engine that declares lockfree-arm the park and the blocked callback last until "
-	          "every worker has also finished 200 pairs in the phase (at most 10 s). Reports "
-	          "pairs/s, latency p50/p99/max, stalled (an op over 100 ms: reported) and "
-	          "blocked workers per phase, the slowest pair of all and the slowest that the worker's "
-	          "thread ran without a context switch (getrusage), and the pairs over 20 us that "
-	          "were preempted or slept.",
-	.fails_when = "an engine that declares lockfree-arm has a worker blocked by the park or "
-	              "by the blocked callback: short of 200 pairs when the phase ends, or inside "
-	              "one pair begun more than half the phase earlier (an engine that does not "
-	              "declare it is reported, not failed); an engine without the park capability "
-	              "does not refuse tmo_testing_park with TMO_EINVAL; an arm or cancel returns an error "
-	              "other than an arm refused at once with TMO_EAGAIN (counted and reported); "
-	              "the blocked callback's timer does not fire.",
-	.metrics = progress_metrics,
-	.sizes = progress_sizes,
-	.targets = progress_targets,
-};
-
 #define BOUND (100 * TMO_NSEC_PER_MSEC)
 #define PROOF_OPS 200 /* pairs each worker finishes while parked / blocked */
 #define LIVENESS (10 * TMO_NSEC_PER_SEC)
@@ -399,6 +368,34 @@ static int progress_run(const struct sk_run *run)
 		}
 	}
 	v += pg_finish(run, c, started);
-	sk_report(run, "violations", "", v, "count");
 	return rc < 0 ? rc : v;
 }
+
+const struct sk_scenario sk_scenario_progress = {
+	.name = "progress",
+	.summary = "park the timer thread, then block one callback; arm/cancel latency from other threads "
+	           "meanwhile (lock-free engines keep going, lock-based ones block: bounded, counted)",
+	.correctness = 1,
+	.run = progress_run,
+	.params = "--threads workers (at most 64) arm and cancel 1 s timeouts flat out, first "
+	          "with the engine running, then for park_window with its timer thread parked "
+	          "at its loop's hook (tmo_testing_park), then for callback_window while one "
+	          "callback blocks, each worker keeping 4096 timers of 60 s armed (16 on "
+	          "a thread-per-timer engine) and cancelling the oldest as it arms the next. On an "
+	          "engine that declares lockfree-arm the park and the blocked callback last until "
+	          "every worker has also finished 200 pairs in the phase (at most 10 s). Reports "
+	          "pairs/s, latency p50/p99/max, stalled (an op over 100 ms: reported) and "
+	          "blocked workers per phase, the slowest pair of all and the slowest that the worker's "
+	          "thread ran without a context switch (getrusage), and the pairs over 20 us that "
+	          "were preempted or slept.",
+	.fails_when = "an engine that declares lockfree-arm has a worker blocked by the park or "
+	              "by the blocked callback: short of 200 pairs when the phase ends, or inside "
+	              "one pair begun more than half the phase earlier (an engine that does not "
+	              "declare it is reported, not failed); an engine without the park capability "
+	              "does not refuse tmo_testing_park with TMO_EINVAL; an arm or cancel returns an error "
+	              "other than an arm refused at once with TMO_EAGAIN (counted and reported); "
+	              "the blocked callback's timer does not fire.",
+	.metrics = progress_metrics,
+	.sizes = progress_sizes,
+	.targets = progress_targets,
+};

@@ -87,35 +87,6 @@ static const struct sk_size tp_sizes_table[] = {
 	{"min_time", 0.3, 0.03, "s"}, {"min_time_reps", 5, 3, ""}, {0},
 };
 
-static int throughput_run(const struct sk_run *run);
-static void tp_summary(const struct sk_results *res);
-
-const struct sk_scenario sk_scenario_throughput = {
-	.name = "throughput",
-	.summary = "seed benchmark (arm+cancel a 1 s timeout around an empty block), threads, timers held "
-	           "1 ms, cross-thread, 1e3..1e6 live timers, vs an in-run CAS floor",
-	.correctness = 0,
-	.run = throughput_run,
-	.params = "Seed benchmark: `rounds` rounds of `ops` arm+cancel pairs (the thread "
-	          "engine: thread_ops) on one thread, beside the loop's own cost and an "
-	          "uncontended CAS pair measured in the same rounds; 1..--threads threads each "
-	          "arming its own timer, and 1..--threads threads each cancelling its arms ~1 ms "
-	          "after making them (min-time runs of min_time, median of min_time_reps); "
-	          "cross-thread cancel (2 threads); the seed loop with 1e3, 1e5, 1e6 other timers "
-	          "live (thread engine: 1e3 only). --repeat=N: all of it on N fresh engine "
-	          "instances, each figure's median and (stat=min, stat=max) its spread. --seed "
-	          "draws the live timers' timeouts. An arm refused with TMO_EAGAIN is asked again "
-	          "(arms_refused counts them). A benchmark: speed is reported and compared in the "
-	          "targets table, never a failure.",
-	.fails_when = "an arm fails (other than a capacity refusal that clears within 10 s), a "
-	              "cancel of the pending 1 s timeout does not return PREVENTED, a callback "
-	              "runs, or Google Benchmark stops a benchmark with an error.",
-	.metrics = throughput_metrics,
-	.sizes = tp_sizes_table,
-	.targets = tp_targets,
-	.end_table = tp_summary,
-};
-
 static void tp_sizes(const struct sk_run *run, int *rounds, int *ops, double *min_time)
 {
 	*rounds = (int)sk_size(run, "rounds");
@@ -479,3 +450,29 @@ static void tp_summary(const struct sk_results *res)
 	       "run;\n   x vs thread: times faster than the thread engine, - when it was not "
 	       "run)\n");
 }
+
+const struct sk_scenario sk_scenario_throughput = {
+	.name = "throughput",
+	.summary = "seed benchmark (arm+cancel a 1 s timeout around an empty block), threads, timers held "
+	           "1 ms, cross-thread, 1e3..1e6 live timers, vs an in-run CAS floor",
+	.correctness = 0,
+	.run = throughput_run,
+	.params = "Seed benchmark: `rounds` rounds of `ops` arm+cancel pairs (the thread "
+	          "engine: thread_ops) on one thread, beside the loop's own cost and an "
+	          "uncontended CAS pair measured in the same rounds; 1..--threads threads each "
+	          "arming its own timer, and 1..--threads threads each cancelling its arms ~1 ms "
+	          "after making them (min-time runs of min_time, median of min_time_reps); "
+	          "cross-thread cancel (2 threads); the seed loop with 1e3, 1e5, 1e6 other timers "
+	          "live (thread engine: 1e3 only). --repeat=N: all of it on N fresh engine "
+	          "instances, each figure's median and (stat=min, stat=max) its spread. --seed "
+	          "draws the live timers' timeouts. An arm refused with TMO_EAGAIN is asked again "
+	          "(arms_refused counts them). A benchmark: speed is reported and compared in the "
+	          "targets table, never a failure.",
+	.fails_when = "an arm fails (other than a capacity refusal that clears within 10 s), a "
+	              "cancel of the pending 1 s timeout does not return PREVENTED, a callback "
+	              "runs, or Google Benchmark stops a benchmark with an error.",
+	.metrics = throughput_metrics,
+	.sizes = tp_sizes_table,
+	.targets = tp_targets,
+	.end_table = tp_summary,
+};
