@@ -354,7 +354,7 @@ static int burst(const struct sk_run *run, struct tmo *e, struct ex_timer *ts, s
 
 static int expiry_run(const struct sk_run *run)
 {
-	size_t first = (size_t)sk_size(run, "n_first"), last_n = (size_t)sk_size(run, "n_last");
+	size_t first = (size_t)sk_size(run, "n_first"), last = (size_t)sk_size(run, "n_last");
 	size_t step = (size_t)sk_size(run, "n_step");
 	size_t cap = sk_thread_per_timer(run) ? (size_t)sk_size(run, "thread_max") : SIZE_MAX;
 	struct tmo *e = NULL;
@@ -363,15 +363,15 @@ static int expiry_run(const struct sk_run *run)
 		return rc;
 	struct sk_rng rng = {run->seed};
 	int v = 0;
-	size_t last = 0;
-	for (size_t nominal = first; nominal <= last_n; nominal *= step) {
+	size_t prev = 0; /* the n run last: a cap can make two sizes one */
+	for (size_t nominal = first; nominal <= last; nominal *= step) {
 		size_t scaled = (size_t)sk_scaled(nominal);
 		size_t n = scaled < cap ? scaled : cap;
-		if (n == last)
+		if (n == prev)
 			continue;
 		if (n != scaled)
 			printf("n=%zu: sized down to %zu (one OS thread per timer)\n", scaled, n);
-		last = n;
+		prev = n;
 		struct ex_timer *ts = calloc(n, sizeof *ts);
 		if (ts == NULL) {
 			tmo_destroy(&e);
