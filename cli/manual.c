@@ -1,5 +1,6 @@
 /* The manual (--help) and the listings (--list): see cli.h. */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -75,7 +76,7 @@ static void usage_options(FILE *f)
 	     "beside them, then renamed, so each always holds a complete document, marked "
 	     "\"complete\": false until the last run ended. FILE must be a regular file or not "
 	     "exist.");
-	item(f, "--quick", "CI sizes (given per scenario below).");
+	item(f, "--quick", "CI sizes (each scenario's Sizes below: full, then --quick).");
 	item(f, "--seed=N",
 	     "Random seed, 0..18446744073709551615 (default 1), recorded in the JSON as a string "
 	     "of digits.");
@@ -126,6 +127,36 @@ static void usage_status(FILE *f)
 	     "scripts/compare OLD NEW compares two runs (results/README.md).");
 }
 
+/* 1,000, 10,000, 200k, 1M, 0.03: short, exact for the values scenarios use. */
+static void format_number(char *buf, size_t n, double v)
+{
+	if (v >= 1e6 && fmod(v, 1e5) == 0)
+		snprintf(buf, n, "%gM", v / 1e6);
+	else if (v >= 1e5 && fmod(v, 100) == 0)
+		snprintf(buf, n, "%gk", v / 1e3);
+	else if (v >= 1e3 && v < 1e6 && fmod(v, 1) == 0)
+		snprintf(buf, n, "%d,%03d", (int)(v / 1000), (int)fmod(v, 1000));
+	else
+		snprintf(buf, n, "%g", v);
+}
+
+/* "arms 10M (--quick 1M), time_cap 120 s (--quick 15 s)": the sizes table. */
+static void format_sizes(char *buf, size_t n, const struct sk_size *z)
+{
+	size_t at = 0;
+	buf[0] = '\0';
+	for (; z != NULL && z->name != NULL && at < n; z++) {
+		const char *sp = z->unit[0] ? " " : "";
+		char full[32], quick[32];
+		format_number(full, sizeof full, z->full);
+		format_number(quick, sizeof quick, z->quick);
+		at += (size_t)snprintf(buf + at, n - at, "%s%s %s%s%s", at ? ", " : "", z->name, full,
+		                       sp, z->unit);
+		if (z->quick != z->full && at < n)
+			at += (size_t)snprintf(buf + at, n - at, " (--quick %s%s%s)", quick, sp, z->unit);
+	}
+}
+
 void cli_usage(FILE *f)
 {
 	usage_options(f);
@@ -140,6 +171,11 @@ void cli_usage(FILE *f)
 		        (*s)->correctness ? "correctness" : "benchmark",
 		        strcmp((*s)->name, CLI_DEFAULT_SCENARIO) == 0 ? ", the default" : "");
 		wrap(f, 8, "", (*s)->summary);
+		if ((*s)->sizes != NULL) {
+			char sizes[1024];
+			format_sizes(sizes, sizeof sizes, (*s)->sizes);
+			wrap(f, 8, "Sizes: ", sizes);
+		}
 		wrap(f, 8, "Runs: ", (*s)->params != NULL ? (*s)->params : "(not documented)");
 		wrap(f, 8, "Fails when: ",
 		     (*s)->fails_when != NULL ? (*s)->fails_when : "(not documented)");

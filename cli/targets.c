@@ -29,6 +29,14 @@ static int check_one(const struct sk_scenario *s, FILE *err)
 			        m->name);
 			bad++;
 		}
+	for (const struct sk_size *z = s->sizes; z != NULL && z->name != NULL; z++)
+		if (z->unit == NULL || sk_sink_size(s, z->name) != z || !(z->full > 0) ||
+		    !(z->quick > 0) || isinf(z->full) || isinf(z->quick)) {
+			fprintf(err, "scenario %s: size %s declared twice, without a unit, or not a "
+			             "positive number\n",
+			        s->name, z->name);
+			bad++;
+		}
 	for (const struct sk_target *t = s->targets; t != NULL && t->label != NULL; t++) {
 		const char *names[] = {t->metric, t->per_metric};
 		for (int i = 0; i < 2; i++)

@@ -11,7 +11,8 @@
 
 #include "kit/sink.h"
 
-/* The declarations are consistent: every metric named once with a unit, and
+/* The declarations are consistent: every metric named once with a unit,
+ * every size named once with a unit and positive full and --quick values, and
  * every target names a metric its scenario declares (a renamed metric is an
  * error here, never a target "not measured").  Each problem is printed to
  * `err`; returns their number. */

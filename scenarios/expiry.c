@@ -1,7 +1,7 @@
 /*
- * expiry — timers that fire.  For each size N (1e3 .. 1e6):
+ * expiry — timers that fire.  For each size N (its sizes table: 1e3 .. 1e6):
  *
- *  spread  N timers with random timeouts in [50 ms, 50 ms + SPAN]; each
+ *  spread  N timers with random timeouts in [50 ms, 50 ms + span]; each
  *          callback records when it ran and in which order.  Reported:
  *          lateness p50/p99/max and its CDF (lateness = callback start -
  *          (clock read before arm + timeout), so it never under-states),
@@ -17,13 +17,12 @@
  * lost when none came for STALL after the last deadline.  An arm refused
  * with TMO_EAGAIN/TMO_ENOMEM is the engine's capacity (reported), not a
  * violation.  The thread engine runs an OS thread per timer: it gets at
- * most THREAD_MAX timers per size (printed, and in the rows' param n=).
+ * most thread_max timers per size (printed, and in the rows' param n=).
  */
 #include <stdatomic.h>
 
 #include "kit/util.h"
 
-/* Every figure this scenario reports (sk.h: struct sk_metric). */
 static const struct sk_metric expiry_metrics[] = {
 	{"capacity", "timers"}, {"arm_retries", "count"}, {"order_worst_gap_ns", "ns"},
 	{"lateness_ns", "ns"}, {"lateness_cdf_ns", "ns"}, {"early", "count"},
@@ -31,7 +30,6 @@ static const struct sk_metric expiry_metrics[] = {
 	{"fires_per_s", "fires/s"}, {"violations", "count"}, {NULL, NULL},
 };
 
-/* The project's targets over them (sk.h: struct sk_target). */
 static const struct sk_target expiry_targets[] = {
 	{.label = "expiry burst, 1e6 due at one instant: wheel", .engines = "wheel",
 	 .metric = "fires_per_s", .param = "n=1000000", .scale = 1e-6, .cmp = SK_AT_LEAST,
@@ -39,31 +37,14 @@ static const struct sk_target expiry_targets[] = {
 	{0},
 };
 
-static int expiry_run(const struct sk_run *run);
-
-const struct sk_scenario sk_scenario_expiry = {
-	.name = "expiry",
-	.summary = "1e3..1e6 timers with random deadlines: lateness p50/p99/max and CDF, early fires, order, "
-	           "lost; burst drain rate",
-	.correctness = 1,
-	.run = expiry_run,
-	.params = "N timers with random timeouts in 50 ms + [0, 1 s] (--quick: 200 ms) for N = "
-	          "1e3, 1e4, 1e5, 1e6 (--quick: 1e3, 1e5; thread engine at most 2,000 / 500); "
-	          "then N timers due at one instant (the drain rate). Reports lateness "
-	          "p50/p99/max and its CDF. --seed draws the timeouts.",
-	.fails_when = "a timer fires early, fires twice, is lost (no callback 5 s after the last "
-	              "deadline), or runs before a timer due more than the engine's resolution "
-	              "earlier. An arm refused for capacity (TMO_EAGAIN, TMO_ENOMEM) is reported, not "
-	              "a violation.",
-	.metrics = expiry_metrics,
-	.targets = expiry_targets,
+/* N from n_first to n_last, times n_step each time. */
+static const struct sk_size expiry_sizes[] = {
+	{"span", 1000, 200, "ms"}, {"n_first", 1000, 1000, "timers"},
+	{"n_last", 1000000, 100000, "timers"}, {"n_step", 10, 100, "times"},
+	{"thread_max", 2000, 500, "timers"}, {0},
 };
 
-#define SPAN_FULL (1000 * TMO_NSEC_PER_MSEC)
-#define SPAN_QUICK (200 * TMO_NSEC_PER_MSEC)
 #define LEAD (50 * TMO_NSEC_PER_MSEC)
-#define THREAD_MAX_FULL 2000
-#define THREAD_MAX_QUICK 500
 
 struct ex_timer {
 	struct tmo_timer t;
@@ -141,7 +122,7 @@ static int spread_arm(const struct sk_run *run, struct tmo *e, struct ex_timer *
                       struct ex_ctx *c, struct sk_rng *rng, struct sp_tally *t, double *arm_ns)
 {
 	size_t n = t->n;
-	int64_t span = run->quick ? SPAN_QUICK : SPAN_FULL;
+	int64_t span = sk_size_ns(run, "span");
 	int64_t arm_t0 = sk_now_ns();
 	uint64_t retries = 0;
 	int v = 0;
@@ -373,27 +354,24 @@ static int burst(const struct sk_run *run, struct tmo *e, struct ex_timer *ts, s
 
 static int expiry_run(const struct sk_run *run)
 {
-	static const size_t full[] = {1000, 10000, 100000, 1000000};
-	static const size_t quick[] = {1000, 100000};
-	const size_t *sizes = run->quick ? quick : full;
-	size_t nsizes = run->quick ? 2 : 4;
-	size_t cap = sk_thread_per_timer(run) ? (run->quick ? THREAD_MAX_QUICK : THREAD_MAX_FULL)
-	                                      : SIZE_MAX;
+	size_t first = (size_t)sk_size(run, "n_first"), last = (size_t)sk_size(run, "n_last");
+	size_t step = (size_t)sk_size(run, "n_step");
+	size_t cap = sk_thread_per_timer(run) ? (size_t)sk_size(run, "thread_max") : SIZE_MAX;
 	struct tmo *e = NULL;
 	int rc = tmo_create_ops(run->ops, NULL, &e);
 	if (rc != 0)
 		return rc;
 	struct sk_rng rng = {run->seed};
 	int v = 0;
-	size_t last = 0;
-	for (size_t k = 0; k < nsizes; k++) {
-		size_t scaled = (size_t)sk_scaled(sizes[k]);
+	size_t prev = 0; /* the n run last: a cap can make two sizes one */
+	for (size_t nominal = first; nominal <= last; nominal *= step) {
+		size_t scaled = (size_t)sk_scaled(nominal);
 		size_t n = scaled < cap ? scaled : cap;
-		if (n == last)
+		if (n == prev)
 			continue;
 		if (n != scaled)
 			printf("n=%zu: sized down to %zu (one OS thread per timer)\n", scaled, n);
-		last = n;
+		prev = n;
 		struct ex_timer *ts = calloc(n, sizeof *ts);
 		if (ts == NULL) {
 			tmo_destroy(&e);
@@ -405,6 +383,24 @@ static int expiry_run(const struct sk_run *run)
 		free(ts);
 	}
 	tmo_destroy(&e);
-	sk_report(run, "violations", "", v, "count");
 	return v;
 }
+
+const struct sk_scenario sk_scenario_expiry = {
+	.name = "expiry",
+	.summary = "1e3..1e6 timers with random deadlines: lateness p50/p99/max and CDF, early fires, order, "
+	           "lost; burst drain rate",
+	.correctness = 1,
+	.run = expiry_run,
+	.params = "N timers with random timeouts in 50 ms + [0, span] for N = n_first, then "
+	          "n_step times more up to n_last (the thread engine at most thread_max); "
+	          "then N timers due at one instant (the drain rate). Reports lateness "
+	          "p50/p99/max and its CDF. --seed draws the timeouts.",
+	.fails_when = "a timer fires early, fires twice, is lost (no callback 5 s after the last "
+	              "deadline), or runs before a timer due more than the engine's resolution "
+	              "earlier. An arm refused for capacity (TMO_EAGAIN, TMO_ENOMEM) is reported, not "
+	              "a violation.",
+	.metrics = expiry_metrics,
+	.sizes = expiry_sizes,
+	.targets = expiry_targets,
+};

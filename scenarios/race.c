@@ -1,7 +1,7 @@
 /*
  * race — cancel issued from another thread at about the deadline, many
- * times (1M with --quick, 10M full; engines too slow for that within the
- * time cap run fewer, and the count run is printed and reported).
+ * times (`arms`; engines too slow for that within the time cap run fewer,
+ * and the count run is printed and reported).
  *
  * An arming thread arms timer i (timeout D) into slot i % K; a cancelling
  * thread waits until arm time + D + O + u and cancels it.  R is the
@@ -28,7 +28,6 @@
 
 #include "kit/util.h"
 
-/* Every figure this scenario reports (sk.h: struct sk_metric). */
 static const struct sk_metric race_metrics[] = {
 	{"requested", "count"}, {"run", "count"}, {"fired", "count"}, {"cancelled", "count"},
 	{"both", "count"}, {"neither", "count"}, {"running_after_cancel", "count"},
@@ -36,36 +35,16 @@ static const struct sk_metric race_metrics[] = {
 	{"cancel_offset_ns", "ns"}, {"violations", "count"}, {NULL, NULL},
 };
 
-/* The project's targets over them (sk.h: struct sk_target). */
 static const struct sk_target race_targets[] = {
 	{.label = "race: violations, %s", .engines = "*", .metric = "violations", .cmp = SK_AT_MOST,
 	 .bound = 0, .unit = "", .missing = "not measured (race did not complete)"},
 	{0},
 };
 
-static int race_run(const struct sk_run *run);
-
-const struct sk_scenario sk_scenario_race = {
-	.name = "race",
-	.summary = "cancel from another thread at about the deadline, 1M (--quick) / 10M times: fired, "
-	           "cancelled, both, neither, still running",
-	.correctness = 1,
-	.run = race_run,
-	.params = "An arming thread and a cancelling thread: each timer (2 x the resolution, at "
-	          "least 40 us) is cancelled at about its deadline, steered so that about half "
-	          "fire; 10M arms (--quick: 1M) or as many as fit in 120 s (--quick: 15 s). "
-	          "--seed draws the jitter.",
-	.fails_when = "a cancel returned PREVENTED and the callback ran anyway (both), FIRED/WAITED "
-	              "with no callback (neither), the callback still running when cancel returned, a "
-	              "double fire, or a cancel error.",
-	.metrics = race_metrics,
-	.targets = race_targets,
+static const struct sk_size race_sizes[] = {
+	{"arms", 10000000, 1000000, ""}, {"time_cap", 120, 15, "s"}, {0},
 };
 
-#define COUNT_FULL 10000000ull
-#define COUNT_QUICK 1000000ull
-#define CAP_FULL_S 120
-#define CAP_QUICK_S 15
 #define K_MIN 16
 #define K_MAX 256
 #define K_THREAD 32
@@ -243,7 +222,7 @@ static void *rc_canceller(void *arg)
 static int64_t rc_size(const struct sk_run *run, struct rc_ctx *c)
 {
 	c->run = run;
-	c->count = sk_scaled(run->quick ? COUNT_QUICK : COUNT_FULL);
+	c->count = sk_scaled((uint64_t)sk_size(run, "arms"));
 	c->R = run->ops->resolution_ns > MIN_R ? run->ops->resolution_ns : MIN_R;
 	c->D = 2 * c->R;
 	/* In flight: enough to keep the engine busy, few enough that the
@@ -253,7 +232,7 @@ static int64_t rc_size(const struct sk_run *run, struct rc_ctx *c)
 	c->k = c->k < K_MIN ? K_MIN : c->k > K_MAX ? K_MAX : c->k;
 	if (sk_thread_per_timer(run))
 		c->k = K_THREAD;
-	int64_t cap = (run->quick ? CAP_QUICK_S : CAP_FULL_S) * TMO_NSEC_PER_SEC;
+	int64_t cap = sk_size_ns(run, "time_cap");
 	if (sk_scale() < 1) /* sanitized: a shorter cap, but at least 3 s */
 		cap = (int64_t)((double)cap * sk_scale()) > 3 * TMO_NSEC_PER_SEC
 		              ? (int64_t)((double)cap * sk_scale())
@@ -359,11 +338,27 @@ static int race_run(const struct sk_run *run)
 	tmo_destroy(&c->e);
 	rc_current = NULL;
 	long long v = rc == 0 ? rc_report(run, c, secs) : 0;
-	if (rc == 0)
-		sk_report(run, "violations", "", (double)v, "count");
 	free(c->slots);
 	free(c);
 	if (rc != 0)
 		return rc;
 	return v > INT32_MAX ? INT32_MAX : (int)v;
 }
+
+const struct sk_scenario sk_scenario_race = {
+	.name = "race",
+	.summary = "cancel from another thread at about the deadline, 10M times: fired, "
+	           "cancelled, both, neither, still running",
+	.correctness = 1,
+	.run = race_run,
+	.params = "An arming thread and a cancelling thread: each timer (2 x the resolution, at "
+	          "least 40 us) is cancelled at about its deadline, steered so that about half "
+	          "fire; `arms` arms, or as many as fit in time_cap. "
+	          "--seed draws the jitter.",
+	.fails_when = "a cancel returned PREVENTED and the callback ran anyway (both), FIRED/WAITED "
+	              "with no callback (neither), the callback still running when cancel returned, a "
+	              "double fire, or a cancel error.",
+	.metrics = race_metrics,
+	.sizes = race_sizes,
+	.targets = race_targets,
+};

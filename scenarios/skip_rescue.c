@@ -23,7 +23,6 @@
 #include "kit/ruby_timeout.h"
 #include "kit/util.h"
 
-/* Every figure this scenario reports (sk.h: struct sk_metric). */
 static const struct sk_metric skip_rescue_metrics[] = {
 	{"truth_table_mismatches", "count"}, {"interrupted_block_ms_max", "ms"},
 	{"nested_mismatches", "count"}, {"edge_discarded", "count"},
@@ -32,25 +31,8 @@ static const struct sk_metric skip_rescue_metrics[] = {
 	{NULL, NULL},
 };
 
-static int skip_rescue_run(const struct sk_run *run);
-
-const struct sk_scenario sk_scenario_skip_rescue = {
-	.name = "skip-rescue",
-	.summary = "timeout scopes: raise/throw/exception truth table (Ruby Bug #8730), nesting by "
-	           "identity, edge-of-deadline race (0 late interrupts)",
-	.correctness = 1,
-	.run = skip_rescue_run,
-	.params = "Timeout scopes (include/tmo/scope.h): a 10 ms scope around a 3 s sleep inside "
-	          "each handler (rescue standard, rescue all, ensure) in each delivery mode "
-	          "(raise, throw, exception), 20 rounds (--quick: 3); nested scopes, 5 rounds "
-	          "(--quick: 1); the edge-of-deadline race, 5,000 blocks per mode (--quick: 500) "
-	          "returning within 100 us of their 0.2-1 ms deadline; the cost of a scope. "
-	          "--seed draws the race's timing.",
-	.fails_when = "a row of the truth table differs from the expected one (the interrupt seen "
-	              "by the wrong handler, an ensure not run once, code after the sleep run), a "
-	              "nested scope delivers the wrong scope's timeout, an interrupt arrives after its "
-	              "block returned (late), or an empty scope or a plain arm+cancel fails.",
-	.metrics = skip_rescue_metrics,
+static const struct sk_size skip_rescue_sizes[] = {
+	{"truth_rounds", 20, 3, ""}, {"nest_rounds", 5, 1, ""}, {"edge_blocks", 5000, 500, ""}, {0},
 };
 
 #define MS TMO_NSEC_PER_MSEC
@@ -458,8 +440,7 @@ static int scope_cost(const struct sk_run *run, int n)
 		return v;
 	double s = sk_median(scope, 5), a = sk_median(raw, 5), z = sk_median(none, 5);
 	printf("cost (median of 5 x %d): empty 1 s scope %.0f ns, bare arm+cancel %.0f ns, "
-	       "scope without deadline %.0f ns\n",
-	       n, s, a, z);
+	       "scope without deadline %.0f ns\n", n, s, a, z);
 	sk_report_fmt(run, "scope_empty_ns", s, "ns", "timeout=1s,n=%d", n);
 	sk_report_fmt(run, "arm_cancel_ns", a, "ns", "timeout=1s,n=%d", n);
 	sk_report_fmt(run, "scope_no_deadline_ns", z, "ns", "timeout=0,n=%d", n);
@@ -474,11 +455,11 @@ static int skip_rescue_run(const struct sk_run *run)
 	sr_eagain = 0;
 	sr_short = 0;
 	int v = 0;
-	v += truth_table(run, run->quick ? 3 : 20);
+	v += truth_table(run, (int)sk_size(run, "truth_rounds"));
 	if (!sr_short)
-		v += nesting(run, run->quick ? 1 : 5);
+		v += nesting(run, (int)sk_size(run, "nest_rounds"));
 	if (!sr_short)
-		v += edge_race(run, run->quick ? 500 : 5000);
+		v += edge_race(run, (int)sk_size(run, "edge_blocks"));
 	if (!sr_short)
 		v += scope_cost(run, sk_thread_per_timer(run) ? 1000 : 20000);
 	tmo_destroy(&sr_eng);
@@ -496,3 +477,22 @@ static int skip_rescue_run(const struct sk_run *run)
 	printf("skip-rescue: %d violations\n", v);
 	return v;
 }
+
+const struct sk_scenario sk_scenario_skip_rescue = {
+	.name = "skip-rescue",
+	.summary = "timeout scopes: raise/throw/exception truth table (Ruby Bug #8730), nesting by "
+	           "identity, edge-of-deadline race (0 late interrupts)",
+	.correctness = 1,
+	.run = skip_rescue_run,
+	.params = "Timeout scopes (include/tmo/scope.h): a 10 ms scope around a 3 s sleep in each "
+	          "handler (rescue standard, rescue all, ensure) and delivery mode (raise, throw, "
+	          "exception), truth_rounds rounds; nested scopes, nest_rounds rounds; edge_blocks "
+	          "blocks per mode returning within 100 us of their 0.2-1 ms deadline (the "
+	          "edge-of-deadline race); the cost of a scope. --seed draws the race's timing.",
+	.fails_when = "a row of the truth table differs from the expected one (the interrupt seen "
+	              "by the wrong handler, an ensure not run once, code after the sleep run), a "
+	              "nested scope delivers the wrong scope's timeout, an interrupt arrives after its "
+	              "block returned (late), or an empty scope or a plain arm+cancel fails.",
+	.metrics = skip_rescue_metrics,
+	.sizes = skip_rescue_sizes,
+};

@@ -1,26 +1,27 @@
 /*
  * sustain — sustained load: does what the engine holds plateau?
  *
- * --threads workers (default 2) arm and cancel flat out for 60 s per engine
- * (5 s with --quick; times TMO_TEST_SCALE, at least 1 s).  Each worker owns a window of W timers and cycles
- * through it: cancel the slot's previous arm, arm it again.  Timeouts are
- * drawn per arm: 7 in 8 are long (1..120 s: always cancelled first), 1 in 8
- * short (0..100 us: often fired before the worker comes back to cancel), so
- * the fire path, the cancel path and the cancel-meets-fire path all run.
+ * --threads workers (default 2) arm and cancel flat out for `duration` per
+ * engine (times TMO_TEST_SCALE, at least 1 s).  Each worker owns a window of
+ * W timers and cycles through it: cancel the slot's previous arm, arm
+ * it again.  Timeouts are drawn per arm: 7 in 8 are long (1..120 s: always
+ * cancelled first), 1 in 8 short (0..100 us: often fired before the worker
+ * comes back to cancel), so the fire path, the cancel path and the
+ * cancel-meets-fire path all run.
  *
  * Meanwhile the harness thread samples tmo_stats (held_bytes, held_nodes,
- * pending, threads) and the process RSS every SAMPLE period and reports
+ * pending, threads) and the process RSS every `sample` period and reports
  * every sample as a row (param t_ms=...), then the max.
  *
  * Violations (a correctness scenario):
  *  - held_bytes above HELD_BASE + threads x HELD_PER_THREAD (512 KiB +
  *    192 KiB a worker: 896 KiB at the default 2) at any sample: the
  *    engine-held memory must plateau low under a steady population of
- *    threads x W timers, whatever it retains for cancelled ones.  A worker's
- *    share covers its W timers at up to 128 bytes each (an engine's record
- *    per armed timer) and 64 KiB of per-thread structures (node caches, a
- *    per-thread wheel); the base, what an engine keeps whatever the threads
- *    (pools, heap arrays, its timer thread's caches);
+ *    threads x W timers, whatever it retains for cancelled ones.  A
+ *    worker's share covers its W timers at up to 128 bytes each (an
+ *    engine's record per armed timer) and 64 KiB of per-thread structures
+ *    (node caches, a per-thread wheel); the base, what an engine keeps
+ *    whatever the threads (pools, heap arrays, its timer thread's caches);
  *  - still growing: the max over the last third of the run above 1.5 times
  *    the max over the first third plus GROWTH_SLACK (a leak, or a timer
  *    thread that falls behind, shows as a ramp even under the limit);
@@ -33,15 +34,15 @@
  * memory are not the engine's).
  *
  * The thread engine (one OS thread per armed timer) gets a window of
- * W_THREAD instead of W: its figure is its own — threads (max) and RSS are
- * reported beside held_bytes, which counts its records, not its stacks.
+ * W_THREAD instead of W: its figure is its own — threads (max) and
+ * RSS are reported beside held_bytes, which counts its records, not its
+ * stacks.
  */
 #include <pthread.h>
 #include <stdatomic.h>
 
 #include "kit/util.h"
 
-/* Every figure this scenario reports (sk.h: struct sk_metric). */
 static const struct sk_metric sustain_metrics[] = {
 	{"held_bytes", "bytes"}, {"held_nodes", "nodes"}, {"rss_delta_bytes", "bytes"},
 	{"held_bytes_max", "bytes"}, {"held_nodes_max", "nodes"}, {"threads_max", "threads"},
@@ -49,30 +50,10 @@ static const struct sk_metric sustain_metrics[] = {
 	{"held_limit_bytes", "bytes"}, {"violations", "count"}, {NULL, NULL},
 };
 
-static int sustain_run(const struct sk_run *run);
-
-const struct sk_scenario sk_scenario_sustain = {
-	.name = "sustain",
-	.summary = "threads arm+cancel flat out for 60 s (5 s --quick): held bytes/nodes and RSS "
-	           "sampled; held must plateau <= 512 KiB + 192 KiB a thread, exactly once per arm",
-	.correctness = 1,
-	.run = sustain_run,
-	.params = "--threads workers (at most 256) each cycle through 1,024 timers (thread "
-	          "engine: 8) for 60 s (--quick: 5 s): cancel, arm again, 7 in 8 timeouts 1..120 "
-	          "s, 1 in 8 0..100 us; engine-held bytes and nodes and RSS sampled every 250 ms "
-	          "(--quick: 100 ms). --seed draws the timeouts.",
-	.fails_when = "engine-held memory is above 512 KiB + 192 KiB per worker (896 KiB at 2) at "
-	              "any sample, or still growing (the last "
-	              "third's peak above 1.5 x the first third's plus 64 KiB); a timer fired other "
-	              "than exactly once per arm; an arm error other than a capacity refusal; a "
-	              "cancel error; timers pending once every arm was resolved.",
-	.metrics = sustain_metrics,
+static const struct sk_size sustain_sizes[] = {
+	{"duration", 60, 5, "s"}, {"sample", 250, 100, "ms"}, {0},
 };
 
-#define DURATION_FULL (60 * TMO_NSEC_PER_SEC)
-#define DURATION_QUICK (5 * TMO_NSEC_PER_SEC)
-#define SAMPLE_FULL (250 * TMO_NSEC_PER_MSEC)
-#define SAMPLE_QUICK (100 * TMO_NSEC_PER_MSEC)
 #define PRINT_EVERY_NS TMO_NSEC_PER_SEC /* stdout: one line a second */
 #define W 1024
 #define W_THREAD 8
@@ -219,10 +200,10 @@ static int sus_setup(const struct sk_run *run, struct sus_ctx *c)
 	c->nworkers = run->threads < MAX_WORKERS ? run->threads : MAX_WORKERS;
 	c->w = sk_thread_per_timer(run) ? W_THREAD : W;
 	/* TMO_TEST_SCALE (sanitizer runs) shortens the run, to 1 s at least. */
-	c->duration = (int64_t)((double)(run->quick ? DURATION_QUICK : DURATION_FULL) * sk_scale());
+	c->duration = (int64_t)((double)sk_size_ns(run, "duration") * sk_scale());
 	if (c->duration < TMO_NSEC_PER_SEC)
 		c->duration = TMO_NSEC_PER_SEC;
-	c->period = run->quick ? SAMPLE_QUICK : SAMPLE_FULL;
+	c->period = sk_size_ns(run, "sample");
 	c->nsamples_max = (size_t)(c->duration / c->period) + 2;
 	c->ws = calloc((size_t)c->nworkers, sizeof *c->ws);
 	c->slots = calloc((size_t)c->nworkers * c->w, sizeof *c->slots);
@@ -414,6 +395,24 @@ static int sustain_run(const struct sk_run *run)
 	tmo_destroy(&c->e);
 	sus_free(c);
 	free(c);
-	sk_report(run, "violations", "", v, "count");
 	return v;
 }
+
+const struct sk_scenario sk_scenario_sustain = {
+	.name = "sustain",
+	.summary = "threads arm+cancel flat out for 60 s: held bytes/nodes and RSS "
+	           "sampled; held must plateau <= 512 KiB + 192 KiB a thread, exactly once per arm",
+	.correctness = 1,
+	.run = sustain_run,
+	.params = "--threads workers (at most 256) each cycle through 1,024 timers (thread "
+	          "engine: 8) for `duration`: cancel, arm again, 7 in 8 timeouts 1..120 s, 1 in 8 "
+	          "0..100 us; engine-held bytes and nodes and RSS sampled every `sample`. --seed "
+	          "draws the timeouts.",
+	.fails_when = "engine-held memory is above 512 KiB + 192 KiB per worker (896 KiB at 2) at "
+	              "any sample, or still growing (the last "
+	              "third's peak above 1.5 x the first third's plus 64 KiB); a timer fired other "
+	              "than exactly once per arm; an arm error other than a capacity refusal; a "
+	              "cancel error; timers pending once every arm was resolved.",
+	.metrics = sustain_metrics,
+	.sizes = sustain_sizes,
+};

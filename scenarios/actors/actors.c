@@ -35,7 +35,6 @@
 #include "actor.h"
 #include "kit/util.h"
 
-/* Every figure this scenario reports (sk.h: struct sk_metric). */
 static const struct sk_metric actors_metrics[] = {
 	{"wordcount_sequential_ms", "ms"}, {"wordcount_actors_ms", "ms"},
 	{"wordcount_after_ran", "count"}, {"wordcount_count_mismatches", "count"},
@@ -44,24 +43,9 @@ static const struct sk_metric actors_metrics[] = {
 	{"arm_eagain_retries", "count"}, {NULL, NULL},
 };
 
-static int actors_run(const struct sk_run *run);
-
-const struct sk_scenario sk_scenario_actors = {
-	.name = "actors",
-	.summary = "Revactor MapReduce word count: actors (threads) with receive-with-timeout on the "
-	           "engine (scope or marker), sequential vs 50/100/200 actors, message/timeout race, "
-	           "cost per receive",
-	.correctness = 1,
-	.run = actors_run,
-	.params = "The Revactor MapReduce word count: 200 generated documents of 1,000 words "
-	          "(--quick: 200), counted sequentially and by 50, 100, 200 actors (threads with "
-	          "mailboxes and receive-with-timeout, built on a scope and on a marker timer), "
-	          "without and with a simulated fetch latency (5 ms, --quick 2 ms); then messages "
-	          "racing the receive timeout, 2,000 (--quick: 300); then the cost of one "
-	          "receive-with-timeout. --seed generates the corpus.",
-	.fails_when = "a count differs from the sequential result, a message is lost, duplicated or "
-	              "out of order, or a receive returns the wrong thing.",
-	.metrics = actors_metrics,
+static const struct sk_size actors_sizes[] = {
+	{"words", 1000, 200, "per document"}, {"fetch_latency", 5, 2, "ms"},
+	{"race_messages", 2000, 300, ""}, {0},
 };
 
 #define US TMO_NSEC_PER_USEC
@@ -327,7 +311,7 @@ static int actors_run(const struct sk_run *run)
 	int v = 0;
 	ac_eagain = 0;
 	struct corpus corpus;
-	int words = run->quick ? 200 : 1000;
+	int words = (int)sk_size(run, "words");
 	rc = ac_corpus_make(&corpus, run->seed, 200, words, 4000);
 	if (rc != 0) {
 		tmo_destroy(&eng);
@@ -339,7 +323,7 @@ static int actors_run(const struct sk_run *run)
 	       (unsigned long long)corpus.total_words, corpus.nvocab,
 	       (unsigned long long)run->seed);
 	static const int counts[] = {50, 100, 200};
-	int64_t latencies[] = {0, run->quick ? 2 * MS : 5 * MS};
+	int64_t latencies[] = {0, sk_size_ns(run, "fetch_latency")};
 	for (int li = 0; li < 2 && rc >= 0; li++)
 		for (int ci = 0; ci < 3 && rc >= 0; ci++)
 			for (int via = VIA_SCOPE; via <= VIA_MARKER && rc >= 0; via++) {
@@ -350,7 +334,7 @@ static int actors_run(const struct sk_run *run)
 				sk_progress(run, "word count", (li * 6 + ci * 2 + via + 1) / 12.0);
 			}
 	for (int via = VIA_SCOPE; via <= VIA_MARKER && rc >= 0; via++) {
-		rc = race(run, eng, (enum via)via, run->quick ? 300 : 2000);
+		rc = race(run, eng, (enum via)via, (int)sk_size(run, "race_messages"));
 		if (rc > 0)
 			v += rc;
 	}
@@ -371,3 +355,22 @@ static int actors_run(const struct sk_run *run)
 	printf("actors: %d violations\n", v);
 	return v;
 }
+
+const struct sk_scenario sk_scenario_actors = {
+	.name = "actors",
+	.summary = "Revactor MapReduce word count: actors (threads) with receive-with-timeout on the "
+	           "engine (scope or marker), sequential vs 50/100/200 actors, message/timeout race, "
+	           "cost per receive",
+	.correctness = 1,
+	.run = actors_run,
+	.params = "The Revactor MapReduce word count: 200 generated documents of `words` words, "
+	          "counted sequentially and by 50, 100, 200 actors (threads with mailboxes and "
+	          "receive-with-timeout, built on a scope and on a marker timer), without and with "
+	          "a simulated fetch_latency; then race_messages messages racing the receive "
+	          "timeout; then the cost of one receive-with-timeout. --seed generates the "
+	          "corpus.",
+	.fails_when = "a count differs from the sequential result, a message is lost, duplicated or "
+	              "out of order, or a receive returns the wrong thing.",
+	.metrics = actors_metrics,
+	.sizes = actors_sizes,
+};

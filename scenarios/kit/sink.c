@@ -167,6 +167,26 @@ void sk_sink_begin_run(struct sk_sink *r, const struct sk_scenario *scenario, co
 	pthread_mutex_unlock(&r->mu);
 }
 
+/* Append one row of the run in progress; r->mu held. */
+static void add_row(struct sk_sink *r, const char *engine, const char *metric, const char *param,
+                    double value, const char *unit)
+{
+	json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s}", "scenario", r->scenario, "engine", engine,
+	                      "metric", metric, "param", param ? param : "", "unit", unit ? unit : "");
+	/* JSON has no NaN or infinity: a value that is not a number is null. */
+	json_object_set_new(o, "value", isfinite(value) ? json_real(value) : json_null());
+	json_array_append_new(r->rows, o);
+}
+
+/* The scenario declares METRIC with UNIT. */
+static int declared(const struct sk_scenario *s, const char *metric, const char *unit)
+{
+	for (const struct sk_metric *m = s->metrics; m != NULL && m->name != NULL; m++)
+		if (strcmp(m->name, metric) == 0)
+			return strcmp(m->unit, unit ? unit : "") == 0;
+	return 0;
+}
+
 int sk_sink_end_run(struct sk_sink *r, int result, double seconds)
 {
 	pthread_mutex_lock(&r->mu);
@@ -175,6 +195,8 @@ int sk_sink_end_run(struct sk_sink *r, int result, double seconds)
 		fprintf(stderr, "[%s/%s] ... %lld more violations not shown\n", r->scenario, r->engine,
 		        (long long)(r->run_violations - VIOLATIONS_SHOWN));
 	int skipped = result == SK_SKIPPED;
+	if (result >= 0 && declared(r->running, "violations", "count"))
+		add_row(r, r->engine, "violations", "", result, "count");
 	const char *status = skipped ? "skipped" : result < 0 ? "error" : result > 0 ? "violations" : "ok";
 	json_t *o = json_pack("{s:s, s:s, s:s, s:i, s:I, s:f}", "scenario", r->scenario, "engine",
 	                      r->engine, "status", status, "result", result, "violations_reported",
@@ -193,13 +215,48 @@ int sk_sink_end_run(struct sk_sink *r, int result, double seconds)
 	return undeclared;
 }
 
-/* The scenario declares METRIC with UNIT. */
-static int declared(const struct sk_scenario *s, const char *metric, const char *unit)
+const struct sk_size *sk_sink_size(const struct sk_scenario *s, const char *name)
 {
-	for (const struct sk_metric *m = s->metrics; m != NULL && m->name != NULL; m++)
-		if (strcmp(m->name, metric) == 0)
-			return strcmp(m->unit, unit ? unit : "") == 0;
-	return 0;
+	for (const struct sk_size *z = s->sizes; z != NULL && z->name != NULL; z++)
+		if (strcmp(z->name, name) == 0)
+			return z;
+	return NULL;
+}
+
+/* The running scenario's size NAME, or abort: set by sk_sink_begin_run
+ * before the run function is called, so read without the lock. */
+static const struct sk_size *size_or_abort(const struct sk_run *run, const char *name)
+{
+	const struct sk_scenario *s = run->report->running;
+	const struct sk_size *z = s != NULL ? sk_sink_size(s, name) : NULL;
+	if (z == NULL) {
+		fprintf(stderr, "tmo-harness: scenario %s asks for the size %s, which its sizes table "
+		                "does not declare\n",
+		        s != NULL ? s->name : "(none running)", name);
+		abort();
+	}
+	return z;
+}
+
+double sk_size(const struct sk_run *run, const char *name)
+{
+	const struct sk_size *z = size_or_abort(run, name);
+	return run->quick ? z->quick : z->full;
+}
+
+int64_t sk_size_ns(const struct sk_run *run, const char *name)
+{
+	const struct sk_size *z = size_or_abort(run, name);
+	int64_t per = strcmp(z->unit, "s") == 0    ? TMO_NSEC_PER_SEC
+	              : strcmp(z->unit, "ms") == 0 ? TMO_NSEC_PER_MSEC
+	              : strcmp(z->unit, "us") == 0 ? TMO_NSEC_PER_USEC
+	                                           : 0;
+	if (per == 0) {
+		fprintf(stderr, "tmo-harness: scenario %s reads the size %s (%s) as a time\n",
+		        run->report->running->name, name, z->unit);
+		abort();
+	}
+	return (int64_t)((run->quick ? z->quick : z->full) * (double)per);
 }
 
 void sk_report(const struct sk_run *run, const char *metric, const char *param, double value,
@@ -216,12 +273,7 @@ void sk_report(const struct sk_run *run, const char *metric, const char *param, 
 		pthread_mutex_unlock(&r->mu);
 		return;
 	}
-	json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s}", "scenario", r->scenario, "engine",
-	                      run->ops->name, "metric", metric, "param", param ? param : "", "unit",
-	                      unit ? unit : "");
-	/* JSON has no NaN or infinity: a value that is not a number is null. */
-	json_object_set_new(o, "value", isfinite(value) ? json_real(value) : json_null());
-	json_array_append_new(r->rows, o);
+	add_row(r, run->ops->name, metric, param, value, unit);
 	pthread_mutex_unlock(&r->mu);
 }
 

@@ -31,7 +31,8 @@ struct sk_sink *sk_sink_open(const struct sk_sink_opts *opts);
 void sk_sink_close(struct sk_sink *r);
 
 /* A scenario run against one engine starts / ends (the result is what the
- * scenario's run function returned).  sk_report() refuses, with a message, a
+ * scenario's run function returned: end_run adds it as the row
+ * "violations" when it is >= 0 and the scenario declares that metric).  sk_report() refuses, with a message, a
  * row whose metric or unit the scenario does not declare (its metrics
  * table); end_run returns how many it refused in the run (the harness fails
  * the run on any). */
@@ -68,6 +69,9 @@ int sk_sink_write_interrupted(struct sk_sink *r, const char *signal_name);
 size_t sk_sink_runs_done(struct sk_sink *r);
 /* The CSV's path (FILE.json -> FILE.csv), or NULL without --json. */
 const char *sk_sink_csv_path(const struct sk_sink *r);
+
+/* The size NAME that scenario S declares, or NULL. */
+const struct sk_size *sk_sink_size(const struct sk_scenario *s, const char *name);
 
 /* A row's value, looked up by scenario, engine, metric, param.  Returns 1
  * and sets *value when found (the last such row), else 0. */

@@ -4,6 +4,12 @@
  * `const struct sk_scenario sk_scenario_NAME` (the file name with '-'
  * written as '_'); CMake generates the scenario table from the folder, so a
  * scenario is registered by adding its file.
+ *
+ * A scenario's file opens with its tables: its metrics (every figure it
+ * reports: struct sk_metric), the project's targets over them (struct
+ * sk_target) and the sizes its run is made of (struct sk_size).  Its code
+ * follows, and last its struct sk_scenario: the manual (whose params name
+ * those sizes) and the run function, defined above it.
  */
 #ifndef SK_H
 #define SK_H
@@ -15,6 +21,7 @@
 struct sk_sink; /* results sink owned by the harness (JSON + CSV) */
 struct sk_metric;
 struct sk_target;
+struct sk_size;
 struct sk_results;
 
 /* What the harness hands a scenario for one engine. */
@@ -35,16 +42,22 @@ struct sk_scenario {
 	int correctness;
 	/* Run against run->ops.  Returns the number of violations found (0 for
 	 * benchmarks), a negative enum tmo_error if it could not run, or
-	 * SK_SKIPPED (see sk_skip). */
+	 * SK_SKIPPED (see sk_skip).  A scenario that declares the metric
+	 * violations (count) gets that number as its row "violations" (param
+	 * ""), reported by the harness when the run ends. */
 	int (*run)(const struct sk_run *run);
 	/* The manual, kept beside the code it describes: `./harness --help`
-	 * prints both under SCENARIOS and README.md carries that output (a
-	 * ctest compares them).  Plain sentences; the harness wraps them.
-	 *   params      what the run does and with which sizes: full, then
-	 *               --quick, and what --threads and --seed change
+	 * prints both under SCENARIOS, after the sizes, and README.md carries
+	 * that output (a ctest compares them).  Plain sentences; the harness
+	 * wraps them.
+	 *   params      what the run does (its numbers are the sizes below),
+	 *               and what --threads and --seed change
 	 *   fails_when  what makes the run count a violation (exit status 1) */
 	const char *params;
 	const char *fails_when;
+	/* The sizes the run is made of, {NULL}-terminated (NULL: none): the
+	 * code reads them with sk_size(), --help prints them. */
+	const struct sk_size *sizes;
 	/* Every figure the scenario reports, {NULL}-terminated: sk_report()
 	 * refuses a metric (or unit) not declared here, and a target can name
 	 * only a declared metric (the harness checks every table before it runs
@@ -64,6 +77,23 @@ struct sk_metric {
 	const char *name;
 	const char *unit;
 };
+
+/* A size of the run (a count, a duration): its value in full runs and with
+ * --quick, in `unit` ("timers", "s", "ms"; "" for a plain number).  A time
+ * unit (s, ms, us) lets sk_size_ns() convert it. */
+struct sk_size {
+	const char *name;
+	double full, quick;
+	const char *unit;
+};
+
+/* The running scenario's size NAME for this run's mode (full or --quick),
+ * in its declared unit.  Asking for a size the scenario does not declare is
+ * a programming error: the process aborts, naming it. */
+double sk_size(const struct sk_run *run, const char *name);
+/* The same for a time size, in nanoseconds (aborts unless its unit is s,
+ * ms or us). */
+int64_t sk_size_ns(const struct sk_run *run, const char *name);
 
 /* A target: a declared metric of this scenario, for each named engine,
  * compared with a bound.  The figure is the row (engine, metric, param),

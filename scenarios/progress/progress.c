@@ -5,17 +5,17 @@
  * whatever it holds there.  Lock-free engines keep going; lock-based ones
  * block until the park is released.  The verdict is on state, not time: on
  * an engine that declares TMO_CAP_LOCKFREE_ARM the park (and, below, the
- * blocked callback) lasts at least WINDOW and until every worker has
+ * blocked callback) lasts at least park_window and until every worker has
  * finished PROOF_OPS arm+cancel pairs in the phase, at most LIVENESS; a
  * worker that has not by then is BLOCKED, as is one still inside an op it
  * began more than half the phase earlier when the phase ends (a lock-based
- * engine holds every worker for the whole park; its phase is WINDOW).  An
+ * engine holds every worker for the whole park; its phase is park_window).  An
  * op that took longer than BOUND but finished is a STALL: reported, never
  * judged (on a loaded machine a preemption makes stalls; it does not make
  * a worker wait out the park).
  *
- * A third phase, on every engine: one callback blocks (CB_WINDOW: 2 s, 200
- * ms --quick) while the workers keep CB_HELD timers each armed (60 s) and
+ * A third phase, on every engine: one callback blocks (for
+ * callback_window) while the workers keep CB_HELD timers each armed (60 s) and
  * cancel the oldest as they arm a new one, so held arms pile up while the
  * timer thread cannot recycle anything: a lock-free engine's arms and
  * cancels must not block meanwhile (the slowest pair is reported:
@@ -45,7 +45,6 @@
 
 #include "pg.h"
 
-/* Every figure this scenario reports (sk.h: struct sk_metric). */
 static const struct sk_metric progress_metrics[] = {
 	{"callback_max_latency_ns", "ns"}, {"pairs", "count"}, {"pairs_per_s", "pairs/s"},
 	{"latency_ns", "ns"}, {"max_unswitched_ns", "ns"}, {"slow_pairs_preempted", "count"},
@@ -53,7 +52,6 @@ static const struct sk_metric progress_metrics[] = {
 	{"arms_refused", "count"}, {"parkable", "bool"}, {"violations", "count"}, {NULL, NULL},
 };
 
-/* The project's targets over them (sk.h: struct sk_target). */
 static const struct sk_target progress_targets[] = {
 	{.label = "worst arm+cancel while a callback blocks (not switched out): %s",
 	 .engines = "mpsc,wheel", .metric = "callback_max_latency_ns", .scale = 1e-6,
@@ -61,43 +59,13 @@ static const struct sk_target progress_targets[] = {
 	{0},
 };
 
-static int progress_run(const struct sk_run *run);
-
-const struct sk_scenario sk_scenario_progress = {
-	.name = "progress",
-	.summary = "park the timer thread, then block one callback; arm/cancel latency from other threads "
-	           "meanwhile (lock-free engines keep going, lock-based ones block: bounded, counted)",
-	.correctness = 1,
-	.run = progress_run,
-	.params = "--threads workers (at most 64) arm and cancel 1 s timeouts flat out, first "
-	          "with the engine running, then for 500 ms (--quick: 200 ms) with its timer "
-	          "thread parked at its loop's hook (tmo_testing_park), then for 2 s (--quick: 200 ms) "
-	          "while one callback blocks, each worker keeping 4096 timers of 60 s armed (16 on "
-	          "a thread-per-timer engine) and cancelling the oldest as it arms the next. On an "
-	          "engine that declares lockfree-arm the park and the blocked callback last until "
-	          "every worker has also finished 200 pairs in the phase (at most 10 s). Reports "
-	          "pairs/s, latency p50/p99/max, stalled (an op over 100 ms: reported) and "
-	          "blocked workers per phase, the slowest pair of all and the slowest that the worker's "
-	          "thread ran without a context switch (getrusage), and the pairs over 20 us that "
-	          "were preempted or slept.",
-	.fails_when = "an engine that declares lockfree-arm has a worker blocked by the park or "
-	              "by the blocked callback: short of 200 pairs when the phase ends, or inside "
-	              "one pair begun more than half the phase earlier (an engine that does not "
-	              "declare it is reported, not failed); an engine without the park capability "
-	              "does not refuse tmo_testing_park with TMO_EINVAL; an arm or cancel returns an error "
-	              "other than an arm refused at once with TMO_EAGAIN (counted and reported); "
-	              "the blocked callback's timer does not fire.",
-	.metrics = progress_metrics,
-	.targets = progress_targets,
+static const struct sk_size progress_sizes[] = {
+	{"park_window", 500, 200, "ms"}, {"callback_window", 2000, 200, "ms"}, {0},
 };
 
-#define WINDOW_FULL (500 * TMO_NSEC_PER_MSEC)
-#define WINDOW_QUICK (200 * TMO_NSEC_PER_MSEC)
 #define BOUND (100 * TMO_NSEC_PER_MSEC)
 #define PROOF_OPS 200 /* pairs each worker finishes while parked / blocked */
 #define LIVENESS (10 * TMO_NSEC_PER_SEC)
-#define CB_WINDOW_FULL (2 * TMO_NSEC_PER_SEC)
-#define CB_WINDOW_QUICK (200 * TMO_NSEC_PER_MSEC)
 static const char *const ph_name[NPH] = {"running", "parked", "callback"};
 
 struct pg_watch_result {
@@ -371,8 +339,8 @@ static int progress_run(const struct sk_run *run)
 		                                                   : "no park hook");
 	}
 	sk_report(run, "parkable", "", parkable, "bool");
-	int64_t window = run->quick ? WINDOW_QUICK : WINDOW_FULL;
-	int64_t cb_window = run->quick ? CB_WINDOW_QUICK : CB_WINDOW_FULL;
+	int64_t window = sk_size_ns(run, "park_window");
+	int64_t cb_window = sk_size_ns(run, "callback_window");
 	int started = 0;
 	rc = pg_start_workers(run, c, &started);
 	printf("progress: %d workers arm+cancel a 1 s timeout flat out, %.0f ms with the timer thread "
@@ -400,6 +368,34 @@ static int progress_run(const struct sk_run *run)
 		}
 	}
 	v += pg_finish(run, c, started);
-	sk_report(run, "violations", "", v, "count");
 	return rc < 0 ? rc : v;
 }
+
+const struct sk_scenario sk_scenario_progress = {
+	.name = "progress",
+	.summary = "park the timer thread, then block one callback; arm/cancel latency from other threads "
+	           "meanwhile (lock-free engines keep going, lock-based ones block: bounded, counted)",
+	.correctness = 1,
+	.run = progress_run,
+	.params = "--threads workers (at most 64) arm and cancel 1 s timeouts flat out, first "
+	          "with the engine running, then for park_window with its timer thread parked "
+	          "at its loop's hook (tmo_testing_park), then for callback_window while one "
+	          "callback blocks, each worker keeping 4096 timers of 60 s armed (16 on "
+	          "a thread-per-timer engine) and cancelling the oldest as it arms the next. On an "
+	          "engine that declares lockfree-arm the park and the blocked callback last until "
+	          "every worker has also finished 200 pairs in the phase (at most 10 s). Reports "
+	          "pairs/s, latency p50/p99/max, stalled (an op over 100 ms: reported) and "
+	          "blocked workers per phase, the slowest pair of all and the slowest that the worker's "
+	          "thread ran without a context switch (getrusage), and the pairs over 20 us that "
+	          "were preempted or slept.",
+	.fails_when = "an engine that declares lockfree-arm has a worker blocked by the park or "
+	              "by the blocked callback: short of 200 pairs when the phase ends, or inside "
+	              "one pair begun more than half the phase earlier (an engine that does not "
+	              "declare it is reported, not failed); an engine without the park capability "
+	              "does not refuse tmo_testing_park with TMO_EINVAL; an arm or cancel returns an error "
+	              "other than an arm refused at once with TMO_EAGAIN (counted and reported); "
+	              "the blocked callback's timer does not fire.",
+	.metrics = progress_metrics,
+	.sizes = progress_sizes,
+	.targets = progress_targets,
+};

@@ -3,7 +3,7 @@
  * Benchmark (kit/gbench.h), every figure from one process run:
  *
  *  seed    Ruby's `Timeout.timeout(1) { }` in a loop: arm a 1 s timeout,
- *          run an empty block, cancel it.  ROUNDS repetitions of OPS
+ *          run an empty block, cancel it.  `rounds` repetitions of `ops`
  *          arm+cancel pairs on one thread; each round and the median
  *          ns/op.  (Seed 000: the Ruby timeout benchmark.)
  *  empty   the same loop with no engine call: the keep-running loop's own
@@ -32,14 +32,13 @@
  * asserted: the targets table at the end of the harness run compares.
  *
  * Sizes: the thread engine creates an OS thread per arm (~25 us): its seed
- * rounds are OPS_THREAD pairs instead of OPS, and it holds at most
+ * rounds are thread_ops pairs instead of ops, and it holds at most
  * LIVE_THREAD_MAX live timers (more sizes are reported as skipped).
  */
 #include <math.h>
 
 #include "tp.h"
 
-/* Every figure this scenario reports (sk.h: struct sk_metric). */
 static const struct sk_metric throughput_metrics[] = {
 	{"live_capacity", "timers"}, {"seed_instance_ns_per_op", "ns"},
 	{"seed_median_ns_per_op", "ns"}, {"empty_loop_ns_per_op", "ns"}, {"floor_ns_per_op", "ns"},
@@ -48,7 +47,6 @@ static const struct sk_metric throughput_metrics[] = {
 	{"live_ns_per_op", "ns"}, {NULL, NULL},
 };
 
-/* The project's targets over them (sk.h: struct sk_target). */
 static const struct sk_target tp_targets[] = {
 	{.label = "seed 1 thread: wheel ns per arm+cancel", .engines = "wheel",
 	 .metric = "seed_median_ns_per_op", .cmp = SK_AT_MOST, .bound = 15, .unit = " ns"},
@@ -83,42 +81,21 @@ static const struct sk_target tp_targets[] = {
 	{0},
 };
 
-static int throughput_run(const struct sk_run *run);
-static void tp_summary(const struct sk_results *res);
-
-const struct sk_scenario sk_scenario_throughput = {
-	.name = "throughput",
-	.summary = "seed benchmark (arm+cancel a 1 s timeout around an empty block), threads, timers held "
-	           "1 ms, cross-thread, 1e3..1e6 live timers, vs an in-run CAS floor",
-	.correctness = 0,
-	.run = throughput_run,
-	.params = "Seed benchmark: 20 rounds of 10,000 arm+cancel pairs (--quick: 5 of 2,000; "
-	          "thread engine 1,000 / 100) on one thread, beside the loop's own cost and an "
-	          "uncontended CAS pair measured in the same rounds; 1..--threads threads each "
-	          "arming its own timer, and 1..--threads threads each cancelling its arms ~1 ms "
-	          "after making them (min-time runs of 0.3 s, 0.03 s --quick, median of 5 / 3); "
-	          "cross-thread cancel (2 threads); the seed loop with 1e3, 1e5, 1e6 other timers "
-	          "live (thread engine: 1e3 only). --repeat=N: all of it on N fresh engine "
-	          "instances, each figure's median and (stat=min, stat=max) its spread. --seed "
-	          "draws the live timers' timeouts. An arm refused with TMO_EAGAIN is asked again "
-	          "(arms_refused counts them). A benchmark: speed is reported and compared in the "
-	          "targets table, never a failure.",
-	.fails_when = "an arm fails (other than a capacity refusal that clears within 10 s), a "
-	              "cancel of the pending 1 s timeout does not return PREVENTED, a callback "
-	              "runs, or Google Benchmark stops a benchmark with an error.",
-	.metrics = throughput_metrics,
-	.targets = tp_targets,
-	.end_table = tp_summary,
+/* min_time_reps: the repetitions of the min-time benchmarks, their median. */
+static const struct sk_size tp_sizes_table[] = {
+	{"rounds", 20, 5, ""}, {"ops", 10000, 2000, "pairs"}, {"thread_ops", 1000, 100, "pairs"},
+	{"min_time", 0.3, 0.03, "s"}, {"min_time_reps", 5, 3, ""}, {0},
 };
 
 static void tp_sizes(const struct sk_run *run, int *rounds, int *ops, double *min_time)
 {
-	*rounds = run->quick ? ROUNDS_QUICK : ROUNDS_FULL;
-	if (sk_thread_per_timer(run))
-		*ops = run->quick ? OPS_THREAD_QUICK : OPS_THREAD_FULL;
-	else
-		*ops = run->quick ? OPS_QUICK : OPS_FULL;
-	*min_time = run->quick ? MIN_TIME_QUICK : MIN_TIME_FULL;
+	*rounds = (int)sk_size(run, "rounds");
+	if (*rounds > ROUNDS_MAX) {
+		fprintf(stderr, "throughput: rounds %d above ROUNDS_MAX %d\n", *rounds, ROUNDS_MAX);
+		abort();
+	}
+	*ops = (int)sk_size(run, sk_thread_per_timer(run) ? "thread_ops" : "ops");
+	*min_time = sk_size(run, "min_time");
 	/* Under TMO_TEST_SCALE: fewer ops per round, still a multiple of BATCH. */
 	*ops = (int)((sk_scaled((uint64_t)*ops) + BATCH - 1) / BATCH * BATCH);
 }
@@ -134,7 +111,7 @@ static struct sk_gb_bench *tp_register(const struct sk_run *run, const char *wha
 	sk_gb_use_real_time(b);
 	if (min_time > 0) {
 		sk_gb_min_time(b, min_time);
-		sk_gb_repetitions(b, run->quick ? REPS_QUICK : REPS_FULL);
+		sk_gb_repetitions(b, (int)sk_size(run, "min_time_reps"));
 	}
 	return b;
 }
@@ -207,13 +184,13 @@ static void tp_register_all(const struct sk_run *run, struct tp_ctx *c, int roun
 static int tp_collect(const struct sk_run *run, struct tp_ctx *c, const struct sk_gb_result *res,
                       size_t n, int nthreads, struct tp_figs *f)
 {
-	double round_ns[ROUNDS_FULL];
+	double round_ns[ROUNDS_MAX];
 	int nround = 0, violations = 0;
 	char want[200];
 	snprintf(want, sizeof want, "throughput/%s/seed/threads:1", run->ops->name);
 	for (size_t i = 0; i < n; i++) {
 		if (strcmp(res[i].name, want) == 0 && !res[i].error && res[i].repetition >= 0 &&
-		    nround < ROUNDS_FULL)
+		    nround < ROUNDS_MAX)
 			round_ns[nround++] = res[i].real_ns;
 		if (res[i].error) {
 			sk_violation(run, "benchmark %s stopped: %s", res[i].name, res[i].error_message);
@@ -473,3 +450,29 @@ static void tp_summary(const struct sk_results *res)
 	       "run;\n   x vs thread: times faster than the thread engine, - when it was not "
 	       "run)\n");
 }
+
+const struct sk_scenario sk_scenario_throughput = {
+	.name = "throughput",
+	.summary = "seed benchmark (arm+cancel a 1 s timeout around an empty block), threads, timers held "
+	           "1 ms, cross-thread, 1e3..1e6 live timers, vs an in-run CAS floor",
+	.correctness = 0,
+	.run = throughput_run,
+	.params = "Seed benchmark: `rounds` rounds of `ops` arm+cancel pairs (the thread "
+	          "engine: thread_ops) on one thread, beside the loop's own cost and an "
+	          "uncontended CAS pair measured in the same rounds; 1..--threads threads each "
+	          "arming its own timer, and 1..--threads threads each cancelling its arms ~1 ms "
+	          "after making them (min-time runs of min_time, median of min_time_reps); "
+	          "cross-thread cancel (2 threads); the seed loop with 1e3, 1e5, 1e6 other timers "
+	          "live (thread engine: 1e3 only). --repeat=N: all of it on N fresh engine "
+	          "instances, each figure's median and (stat=min, stat=max) its spread. --seed "
+	          "draws the live timers' timeouts. An arm refused with TMO_EAGAIN is asked again "
+	          "(arms_refused counts them). A benchmark: speed is reported and compared in the "
+	          "targets table, never a failure.",
+	.fails_when = "an arm fails (other than a capacity refusal that clears within 10 s), a "
+	              "cancel of the pending 1 s timeout does not return PREVENTED, a callback "
+	              "runs, or Google Benchmark stops a benchmark with an error.",
+	.metrics = throughput_metrics,
+	.sizes = tp_sizes_table,
+	.targets = tp_targets,
+	.end_table = tp_summary,
+};

@@ -10,6 +10,15 @@ if(TARGET tmo-harness)
   set_tests_properties(harness/help PROPERTIES FAIL_REGULAR_EXPRESSION "not documented")
   add_test(NAME harness/help_matches_readme
            COMMAND ${PROJECT_SOURCE_DIR}/scripts/update-readme --check ${h})
+  # Every size a scenario reads is in its sizes table and every declared size
+  # is read (sk_size aborts on an undeclared name, but only on the line that
+  # runs); the fixture shows the check refuses a mismatch.
+  add_test(NAME harness/sizes_declared
+           COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/harness/sizes_declared.py
+                   ${PROJECT_SOURCE_DIR})
+  add_test(NAME harness/sizes_declared_catches
+           COMMAND sh -c "out=$(/usr/bin/python3 \"$0/tests/harness/sizes_declared.py\" \"$0\" \"$0/tests/harness/sizes_fixture\"); rc=$?; echo \"$out\"; test $rc -eq 1 && echo \"$out\" | grep -q 'size count, which its sizes table does not declare'"
+                   ${PROJECT_SOURCE_DIR})
   # Bad command lines exit with status 2 (not 1, which means a violation).
   foreach(case
       "unknown_flag|--bogus"
