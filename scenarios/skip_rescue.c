@@ -159,59 +159,9 @@ static int truth_table(const struct sk_run *run, int reps)
 
 /* ---- nesting ---------------------------------------------------------------- */
 
-struct nest {
-	int inner_mode;
-	int64_t inner_timeout;
-	uint64_t outer, inner; /* scope ids */
-	int inner_rc, inner_returned, rescued, ensure_inner, ensure_outer, after_ok;
-};
-
-static void nest_ens_in(void *arg) { ((struct nest *)arg)->ensure_inner++; }
-static void nest_ens_out(void *arg) { ((struct nest *)arg)->ensure_outer++; }
-static intptr_t nest_rescue(const struct tmo_exc *e, void *arg)
+static int sr_nest_inner(struct sk_nest *n, tmo_block_fn *block)
 {
-	((struct nest *)arg)->rescued++;
-	return 0;
-}
-
-static intptr_t nest_sleep(void *arg)
-{
-	((struct nest *)arg)->inner = tmo_scope_current();
-	tmo_sleep(SR_LONG);
-	return 0;
-}
-
-static intptr_t nest_inner_body(void *arg)
-{
-	intptr_t v = 0;
-	tmo_ensure(nest_sleep, arg, nest_ens_in, arg, &v);
-	return v;
-}
-
-static intptr_t nest_inner_block(void *arg)
-{
-	intptr_t v = 0;
-	tmo_rescue(TMO_RESCUE_STANDARD, nest_inner_body, arg, nest_rescue, arg, &v);
-	return v;
-}
-
-static intptr_t nest_outer_body(void *arg)
-{
-	struct nest *n = arg;
-	n->outer = tmo_scope_current();
-	n->inner_rc = sr_scope(n->inner_timeout, n->inner_mode, nest_inner_block, n,
-	                            NULL, NULL);
-	n->inner_returned = 1;
-	tmo_sleep(2 * MS); /* an interruption point: a late inner interrupt would land here */
-	n->after_ok = 1;
-	return 5;
-}
-
-static intptr_t nest_outer_block(void *arg)
-{
-	intptr_t v = 0;
-	tmo_ensure(nest_outer_body, arg, nest_ens_out, arg, &v);
-	return v;
+	return sr_scope(n->inner_timeout, n->inner_mode, block, n, NULL, NULL);
 }
 
 static int nesting(const struct sk_run *run, int reps)
@@ -225,12 +175,13 @@ static int nesting(const struct sk_run *run, int reps)
 				int bad = 0;
 				char res[64] = "";
 				for (int r = 0; r < reps; r++) {
-					struct nest n = {.inner_mode = im,
-					                 .inner_timeout = reverse ? SR_DEADLINE : SR_FAR};
+					struct sk_nest n = {.run_inner = sr_nest_inner, .inner_mode = im,
+					                    .inner_timeout = reverse ? SR_DEADLINE : SR_FAR,
+					                    .sleep_ns = SR_LONG, .after_sleep_ns = 2 * MS};
 					struct tmo_exc e = {0};
 					intptr_t val = 0;
 					int rc = sr_scope(reverse ? SR_FAR : SR_DEADLINE, om,
-					                       nest_outer_block, &n, &val, &e);
+					                       sk_nest_outer_block, &n, &val, &e);
 					int ok;
 					if (!reverse) {
 						/* The outer interrupt passes the inner boundary untouched;

@@ -1,6 +1,7 @@
 /*
  * Ruby Timeout's cases as data, for timeout scopes (include/tmo/scope.h):
- * Bug #8730's block and truth table, and the edge-of-deadline block.
+ * Bug #8730's block and truth table, the edge-of-deadline block, and nested
+ * scopes.
  * Header-only; the skip-rescue scenario (scenarios/skip_rescue.c) and the
  * scope tests (tests/engine/scope.c) both run them, so each is written once.
  *
@@ -157,6 +158,78 @@ static inline intptr_t sk_edge_block(void *arg)
 			tmo_check();
 	e->finished = 1;
 	return 3;
+}
+
+/* Nested scopes.  The outer block, with an ensure (ensure_outer), runs an
+ * inner scope (through `run_inner`, the caller's way to enter one) around
+ *
+ *   begin; begin; sleep(long); ensure; ensure_inner += 1; end
+ *   rescue => e; rescued += 1; end          # a standard rescue
+ *
+ * then sleeps after_sleep_ns (an interruption point: a late interrupt of
+ * the inner scope would land there), sets after_ok and returns 5.  Each
+ * block records its scope's id. */
+struct sk_nest {
+	int (*run_inner)(struct sk_nest *n, tmo_block_fn *block); /* with inner_timeout, inner_mode */
+	void *ctx;                                               /* the caller's, for run_inner */
+	enum tmo_scope_mode inner_mode;
+	int64_t inner_timeout, sleep_ns, after_sleep_ns;
+	uint64_t outer, inner; /* scope ids */
+	int inner_rc;          /* what the inner scope returned */
+	int inner_returned;    /* the outer block ran on after the inner scope */
+	int after_ok;          /* ... and past its sleep */
+	int rescued, ensure_inner, ensure_outer;
+};
+
+static inline void sk_nest_ensure_inner(void *arg) { ((struct sk_nest *)arg)->ensure_inner++; }
+static inline void sk_nest_ensure_outer(void *arg) { ((struct sk_nest *)arg)->ensure_outer++; }
+
+static inline intptr_t sk_nest_rescued(const struct tmo_exc *e, void *arg)
+{
+	(void)e;
+	((struct sk_nest *)arg)->rescued++;
+	return 0;
+}
+
+static inline intptr_t sk_nest_sleep(void *arg)
+{
+	struct sk_nest *n = arg;
+	n->inner = tmo_scope_current();
+	tmo_sleep(n->sleep_ns);
+	return 0;
+}
+
+static inline intptr_t sk_nest_inner_body(void *arg)
+{
+	intptr_t v = 0;
+	tmo_ensure(sk_nest_sleep, arg, sk_nest_ensure_inner, arg, &v);
+	return v;
+}
+
+static inline intptr_t sk_nest_inner_block(void *arg)
+{
+	intptr_t v = 0;
+	tmo_rescue(TMO_RESCUE_STANDARD, sk_nest_inner_body, arg, sk_nest_rescued, arg, &v);
+	return v;
+}
+
+static inline intptr_t sk_nest_outer_body(void *arg)
+{
+	struct sk_nest *n = arg;
+	n->outer = tmo_scope_current();
+	n->inner_rc = n->run_inner(n, sk_nest_inner_block);
+	n->inner_returned = 1;
+	tmo_sleep(n->after_sleep_ns);
+	n->after_ok = 1;
+	return 5;
+}
+
+/* The outer scope's block. */
+static inline intptr_t sk_nest_outer_block(void *arg)
+{
+	intptr_t v = 0;
+	tmo_ensure(sk_nest_outer_body, arg, sk_nest_ensure_outer, arg, &v);
+	return v;
 }
 
 #endif

@@ -445,65 +445,9 @@ static void test_own_errors_pass(void)
 
 /* ---- nesting by identity -------------------------------------------------- */
 
-struct nest {
-	uint64_t outer, inner; /* scope ids */
-	int inner_returned;   /* code after the inner tmo_scope_run ran */
-	int inner_rc;
-	int rescued;          /* the inner block's standard rescue ran */
-	int ensure_inner, ensure_outer;
-	int after_inner_ok;   /* the outer block ran on after the inner scope */
-	int64_t inner_timeout, outer_sleep_after;
-	enum tmo_scope_mode inner_mode;
-};
-
-static void nest_ensure_inner(void *arg) { ((struct nest *)arg)->ensure_inner++; }
-static void nest_ensure_outer(void *arg) { ((struct nest *)arg)->ensure_outer++; }
-
-static intptr_t nest_rescued(const struct tmo_exc *e, void *arg)
+static int nest_inner(struct sk_nest *n, tmo_block_fn *block)
 {
-	((struct nest *)arg)->rescued++;
-	return 0;
-}
-
-static intptr_t nest_inner_sleep(void *arg)
-{
-	struct nest *n = arg;
-	n->inner = tmo_scope_current();
-	tmo_sleep(LONG_WAIT);
-	return 0;
-}
-
-static intptr_t nest_inner_body(void *arg)
-{
-	intptr_t v;
-	tmo_ensure(nest_inner_sleep, arg, nest_ensure_inner, arg, &v);
-	return v;
-}
-
-static intptr_t nest_inner_block(void *arg)
-{
-	intptr_t v;
-	tmo_rescue(TMO_RESCUE_STANDARD, nest_inner_body, arg, nest_rescued, arg, &v);
-	return v;
-}
-
-static intptr_t nest_outer_body(void *arg)
-{
-	struct nest *n = arg;
-	n->outer = tmo_scope_current();
-	n->inner_rc = tmo_scope_run(eng, n->inner_timeout, n->inner_mode, nest_inner_block, n,
-	                            NULL, NULL);
-	n->inner_returned = 1;
-	tmo_sleep(n->outer_sleep_after); /* no late interrupt of the inner scope */
-	n->after_inner_ok = 1;
-	return 5;
-}
-
-static intptr_t nest_outer_block(void *arg)
-{
-	intptr_t v = 0;
-	tmo_ensure(nest_outer_body, arg, nest_ensure_outer, arg, &v);
-	return v;
+	return tmo_scope_run(eng, n->inner_timeout, n->inner_mode, block, n, NULL, NULL);
 }
 
 static void test_nesting(void)
@@ -511,10 +455,11 @@ static void test_nesting(void)
 	/* Outer expires inside a longer inner scope: the interrupt is the outer
 	 * one's; the inner scope (whatever its mode) passes it untouched. */
 	for (int im = TMO_SCOPE_RAISE; im <= TMO_SCOPE_EXCEPTION; im++) {
-		struct nest n = {.inner_timeout = FAR, .inner_mode = im};
+		struct sk_nest n = {.run_inner = nest_inner, .inner_timeout = FAR, .inner_mode = im,
+		                    .sleep_ns = LONG_WAIT};
 		struct tmo_exc e = {0};
 		int64_t t0 = tmo_now_ns();
-		int rc = tmo_scope_run(eng, DEADLINE, TMO_SCOPE_THROW, nest_outer_block, &n, NULL, &e);
+		int rc = tmo_scope_run(eng, DEADLINE, TMO_SCOPE_THROW, sk_nest_outer_block, &n, NULL, &e);
 		CHECK_EQ(rc, TMO_ETIMEDOUT);
 		CHECK(since(t0) < LONG_WAIT / 2);
 		CHECK(e.scope == n.outer);
@@ -529,24 +474,25 @@ static void test_nesting(void)
 	 * caller (the outer block) gets TMO_ETIMEDOUT and runs on; the outer
 	 * scope returns the block's value. */
 	for (int im = TMO_SCOPE_THROW; im <= TMO_SCOPE_EXCEPTION; im++) {
-		struct nest n = {.inner_timeout = DEADLINE, .inner_mode = im,
-		                 .outer_sleep_after = 20 * MS};
+		struct sk_nest n = {.run_inner = nest_inner, .inner_timeout = DEADLINE, .inner_mode = im,
+		                    .sleep_ns = LONG_WAIT, .after_sleep_ns = 20 * MS};
 		intptr_t v = 0;
-		int rc = tmo_scope_run(eng, FAR, TMO_SCOPE_THROW, nest_outer_block, &n, &v, NULL);
+		int rc = tmo_scope_run(eng, FAR, TMO_SCOPE_THROW, sk_nest_outer_block, &n, &v, NULL);
 		CHECK_EQ(rc, 0);
 		CHECK_EQ(v, 5);
 		CHECK_EQ(n.inner_rc, TMO_ETIMEDOUT);
 		CHECK_EQ(n.inner_returned, 1);
-		CHECK_EQ(n.after_inner_ok, 1);
+		CHECK_EQ(n.after_ok, 1);
 		CHECK_EQ(n.rescued, 0);
 		CHECK_EQ(n.ensure_inner, 1);
 		CHECK_EQ(n.ensure_outer, 1);
 	}
 	/* In raise mode the inner block's standard rescue swallows the inner
 	 * timeout: the inner scope returns 0. */
-	struct nest n = {.inner_timeout = DEADLINE, .inner_mode = TMO_SCOPE_RAISE};
+	struct sk_nest n = {.run_inner = nest_inner, .inner_timeout = DEADLINE,
+	                    .inner_mode = TMO_SCOPE_RAISE, .sleep_ns = LONG_WAIT};
 	intptr_t v = 0;
-	CHECK_EQ(tmo_scope_run(eng, FAR, TMO_SCOPE_THROW, nest_outer_block, &n, &v, NULL), 0);
+	CHECK_EQ(tmo_scope_run(eng, FAR, TMO_SCOPE_THROW, sk_nest_outer_block, &n, &v, NULL), 0);
 	CHECK_EQ(n.inner_rc, 0);
 	CHECK_EQ(n.rescued, 1);
 	CHECK_EQ(n.ensure_inner, 1);
