@@ -116,7 +116,7 @@ static inline struct tmo_timer *timer_of(struct tmo_heap_node *n)
 static void *timer_thread(void *arg)
 {
 	struct tmo *e = arg;
-	tmo__thread_engine = e;
+	tmo__thread_enter(e, "condvar");
 	pthread_mutex_lock(&e->m);
 	for (;;) {
 		tmo__park_point(&e->park); /* holding m */

@@ -164,7 +164,7 @@ static void lev_ctl(evutil_socket_t fd, short what, void *arg)
 static void *lev_main(void *arg)
 {
 	struct tmo *e = arg;
-	tmo__thread_engine = e;
+	tmo__thread_enter(e, "libevent");
 	/* Only the ctl callback breaks the loop (stop set); an error return
 	 * (the backend failed) ends the thread too. */
 	while (!atomic_load(&e->stop))

@@ -103,7 +103,7 @@ static void *rec_thread(void *arg)
 {
 	struct rec *r = arg;
 	struct tmo *e = r->e;
-	tmo__thread_engine = e;
+	tmo__thread_enter(e, "thread");
 	r->tid = gettid();
 	pthread_mutex_lock(&e->m);
 	struct timespec ts = tmo__ts_from_ns(r->deadline);

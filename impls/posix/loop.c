@@ -132,7 +132,7 @@ static struct px_due due_pop(struct px_due *h, int *n)
 void *px_main(void *arg)
 {
 	struct tmo *e = arg;
-	tmo__thread_engine = e;
+	tmo__thread_enter(e, "posix");
 	sigset_t set;
 	sigemptyset(&set);
 	sigaddset(&set, e->signo);

@@ -118,6 +118,10 @@
  * Callback stack: every engine runs callbacks on a stack of at least
  * TMO_CALLBACK_STACK_MIN bytes.
  *
+ * Threads: every thread an engine starts is named "tmo-<engine>" (its
+ * comm, as ps -L, top -H and gdb show it); tmo_stats' `threads` counts
+ * the ones it owns.
+ *
  * Guarantees (checked by tests/ and the harness scenarios)
  * --------------------------------------------------------
  *  1. Exactly once: for every arm that returned 0, either the callback runs

@@ -81,6 +81,11 @@ static inline struct timespec tmo__ts_from_ns(int64_t ns)
  * scope on an engine whose callbacks are serialized on this thread. */
 extern _Thread_local struct tmo *tmo__thread_engine;
 
+/* The first call of every thread an engine starts: marks it as e's
+ * (tmo__thread_engine) and names it "tmo-<engine>" (as ps -L, top -H and
+ * gdb show it; the tests find leftover engine threads by that name). */
+void tmo__thread_enter(struct tmo *e, const char *engine);
+
 /* 1 in a child after fork() for every engine inherited from the parent. */
 static inline int tmo__forked(const struct tmo *e)
 {

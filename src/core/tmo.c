@@ -1,8 +1,10 @@
 /* The checked public entry points and the registry lookup. */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <time.h>
 
 #include "core/internal.h"
@@ -40,6 +42,14 @@ const struct tmo_engine_ops *tmo_engine_find(const char *name)
 /* ---- live engines: ids, fork, the thread marker ----------------------------- */
 
 _Thread_local struct tmo *tmo__thread_engine;
+
+void tmo__thread_enter(struct tmo *e, const char *engine)
+{
+	tmo__thread_engine = e;
+	char name[16]; /* the kernel keeps 15 characters */
+	snprintf(name, sizeof name, "tmo-%s", engine);
+	prctl(PR_SET_NAME, name, 0, 0, 0);
+}
 
 /* Every engine between create and destroy, for the fork handler.  Taken in
  * the prepare handler so that the child never inherits it held. */

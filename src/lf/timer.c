@@ -266,7 +266,7 @@ void *lf_timer_main(void *arg)
 {
 	struct tmo *e = arg;
 	struct lf_tt *tt = e->tt;
-	tmo__thread_engine = e;
+	tmo__thread_enter(e, e->p->ops->name);
 	/* wake-ups are what the resolution is made of: no slack on them */
 	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
 	tt->last_precise = 1;

@@ -1041,6 +1041,10 @@ static void test_stats(void)
 	CHECK_EQ(tmo_stats(e, &st), 0);
 	CHECK_EQ(st.pending, LONG);
 	CHECK(st.threads >= 1);
+	/* Each of them named "tmo-<engine>" once it has started (tmo.h, Threads). */
+	int named = -1;
+	CHECK(ET_WAIT_UNTIL((named = et_engine_threads()) == (int)st.threads, LIVENESS));
+	CHECK_EQ(named, (int)st.threads);
 	for (int i = 0; i < CANCEL; i++)
 		CHECK_EQ(tmo_cancel(e, &s[i].t), TMO_CANCEL_PREVENTED);
 	CHECK_EQ(tmo_stats(e, &st), 0);
@@ -1063,6 +1067,8 @@ static void test_stats(void)
 	/* armed == fired + cancelled + pending */
 	CHECK_EQ(LONG + SHORT, st.fired + st.cancelled + st.pending);
 	destroy_engine(&e);
+	CHECK(ET_WAIT_UNTIL((named = et_engine_threads()) == 0, LIVENESS));
+	CHECK_EQ(named, 0);
 }
 
 /* argv[2], when given, runs only the cases whose names contain it. */

@@ -117,8 +117,8 @@ int et_warm_up(void)
 		tmo_cancel(e, &t);
 	}
 	tmo_destroy(&e);
-	et_sleep_ns(20 * TMO_NSEC_PER_MSEC);
-	return 0;
+	/* Joined threads can stay listed a moment after the join returns. */
+	return ET_WAIT_UNTIL(et_engine_threads() == 0, 10 * TMO_NSEC_PER_SEC) ? 0 : TMO_ETIMEDOUT;
 }
 
 int et_thread_count(void)
@@ -153,6 +153,23 @@ int et_thread_ids(pid_t *out, int max)
 		if (de->d_name[0] != '.')
 			out[n++] = (pid_t)atoi(de->d_name);
 	closedir(d);
+	return n;
+}
+
+int et_engine_threads(void)
+{
+	pid_t ids[1024];
+	int m = et_thread_ids(ids, 1024), n = 0;
+	for (int i = 0; i < m; i++) {
+		char path[64], comm[32] = "";
+		snprintf(path, sizeof path, "/proc/self/task/%d/comm", (int)ids[i]);
+		FILE *f = fopen(path, "re");
+		if (f == NULL)
+			continue; /* gone meanwhile */
+		if (fgets(comm, sizeof comm, f) != NULL && strncmp(comm, "tmo-", 4) == 0)
+			n++;
+		fclose(f);
+	}
 	return n;
 }
 

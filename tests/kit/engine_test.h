@@ -71,10 +71,11 @@ void et_spin_ns(int64_t ns);
 /* Wait until *v >= target or timeout_ns passes; returns 1 if reached. */
 int et_wait_ge(atomic_llong *v, long long target, int64_t timeout_ns);
 
-/* Create the engine, fire one timer, destroy it: afterwards the process has
- * every thread it will keep (a sanitizer's runtime starts its background
- * thread with the first engine), so thread counts taken next are a stable
- * baseline.  Returns 0 or the create error. */
+/* Create the engine, fire one timer, destroy it, and wait until none of its
+ * threads is listed any more: afterwards the process has every thread it
+ * will keep (a sanitizer's runtime starts its background thread with the
+ * first engine), so thread counts taken next are a stable baseline.
+ * Returns 0, the create error, or TMO_ETIMEDOUT. */
 int et_warm_up(void);
 
 /* Wait up to timeout_ns for child `pid` to exit; on timeout kill it.
@@ -83,6 +84,10 @@ int et_wait_child(pid_t pid, int64_t timeout_ns, int *status);
 
 /* Threads in this process (entries of /proc/self/task), -1 if unknown. */
 int et_thread_count(void);
+
+/* Threads of this process named "tmo-<engine>": the engines' own (tmo.h,
+ * Threads). */
+int et_engine_threads(void);
 
 /* The ids of this process's threads, at most `max` into out; returns how
  * many. */
