@@ -78,7 +78,6 @@ const struct tmo_engine_ops tmo_engine_mpsc = {
 	.caps = TMO_CAP_LOCKFREE_ARM | TMO_CAP_NO_SYSCALL | TMO_CAP_NO_ALLOC | TMO_CAP_PARK,
 	.resolution_ns = MPSC_RESOLUTION_NS,
 	.create = mpsc_create,
-	.arm = lf_arm_precise,
 	LF_ENGINE_OPS,
 };
 
@@ -88,7 +87,7 @@ static int mpsc_create(const struct tmo_config *cfg, struct tmo **out)
 		.ops = &tmo_engine_mpsc,
 		.sched = &heap_sched,
 		.resolution_ns = MPSC_RESOLUTION_NS,
-		.tick_ns = 0, /* every arm dated precisely */
+		.tick_ns = 0, /* looks every resolution_ns while arms come */
 		.thread_bases = 0,
 	};
 	return lf_create(&params, cfg, out);

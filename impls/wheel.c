@@ -3,8 +3,7 @@
  * (src/ds/wheel.h): one per thread that arms, and one of the timer thread's.
  *
  * An arm is held in its thread's ring, where the same thread's cancel takes
- * it back with one CAS; it is dated by the tick the timer thread publishes
- * (one load, no clock read).  A ring slot needed while its arm is still
+ * it back with one CAS; it is dated by the TSC (no clock read).  A ring slot needed while its arm is still
  * pending files that arm in the thread's own wheel (a trylock nobody else
  * holds but for a moment), so threads whose timers live long enough to be
  * filed never meet in one structure; the timer thread collects due timers
@@ -81,12 +80,11 @@ static int wheel_create(const struct tmo_config *cfg, struct tmo **out);
 const struct tmo_engine_ops tmo_engine_wheel = {
 	.name = "wheel",
 	.summary = "lock-free arm/cancel (per-thread rings: a thread's cancel takes its own arm "
-	           "back with one CAS), arms dated by a published tick, hierarchical wheels "
+	           "back with one CAS), arms dated by the TSC, hierarchical wheels "
 	           "per thread plus the timer thread's, 1 ms tick (config.resolution_ns)",
 	.caps = TMO_CAP_LOCKFREE_ARM | TMO_CAP_NO_SYSCALL | TMO_CAP_NO_ALLOC | TMO_CAP_PARK,
 	.resolution_ns = WHEEL_TICK_NS,
 	.create = wheel_create,
-	.arm = lf_arm_ticked,
 	LF_ENGINE_OPS,
 };
 

@@ -55,13 +55,12 @@ void tmo_testing_set_fault(tmo_fault_fn *fn, void *ctx);
  * and never waits. */
 void tmo_testing_set_node_cap(uint64_t nodes);
 
-/* With on != 0, the lock-free engines' timer threads act as if they were
- * always scheduled on time: a late tick does not switch arms to precise
- * (TSC) dating, and they keep ticking (never sleep) while arms stop coming.
- * For instruction counts under valgrind (scripts/instructions), which runs
- * one thread at a time, so that every tick is late and the timer thread
- * sees no arms between its looks: it counts the path that a timer thread
- * scheduled natively gives.  Never for real use. */
+/* With on != 0, the lock-free engines' timer threads keep ticking (never
+ * sleep) while arms stop coming.  For instruction counts under valgrind
+ * (scripts/instructions), which runs one thread at a time, so that the
+ * timer thread sees no arms between its looks and would sleep: arms would
+ * then take the path that wakes it, not the one a timer thread scheduled
+ * natively gives.  Never for real use. */
 void tmo_testing_timely_timer(int on);
 
 /* Library allocations currently live (allocated and not yet freed): a leak

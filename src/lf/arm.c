@@ -160,20 +160,19 @@ void lf_base_hand_off(struct tmo *e, struct lf_base *b, int64_t horizon)
 /* The latest tick's clock reading: a `now` no later than now. */
 static inline int64_t coarse_now(struct tmo *e)
 {
-	uint64_t k = atomic_load_explicit(&e->tickw, memory_order_acquire) >> LF_TW_SHIFT;
-	return atomic_load_explicit(&e->tab[k % LF_TICKS].ns, memory_order_relaxed);
+	return atomic_load_explicit(&e->tick_at, memory_order_relaxed);
 }
 
 /* File a node we took out of our ring (QUEUED) in our own base.  With the
  * base busy (the timer thread collecting from it) the node waits on its
  * tofile stack for the next holder: its owner's next filing, or the timer
  * thread, which looks at every such stack. */
-static void file_own_base(struct tmo *e, struct lf_rec *r, struct lf_node *n, int64_t later)
+static void file_own_base(struct tmo *e, struct lf_rec *r, struct lf_node *n)
 {
 	struct lf_base *b = r->base;
 	int64_t wake_at = 0;
 	if (lf_base_trylock(b)) {
-		base_file_locked(e, b, n, later, r);
+		base_file_locked(e, b, n, 0, r);
 		lf_base_tidy(e, b, r);
 		/* While this thread keeps spilling it hands what comes due soon to
 		 * the timer thread itself: that thread need not take the lock
@@ -186,11 +185,9 @@ static void file_own_base(struct tmo *e, struct lf_rec *r, struct lf_node *n, in
 			wake_at = 0;
 		lf_base_unlock(b);
 	} else {
-		/* dated now, while the arm is recent: its next holder may come
-		 * much later */
+		/* dated now: the calibration its next holder finds may be newer */
 		int64_t deadline =
-		    lf_arm_time_upper_before(
-		        e, atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed), later) +
+		    lf_arm_time_upper(e, atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed)) +
 		    atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed);
 		atomic_store_explicit(&n->s.q.timeout, deadline, memory_order_relaxed);
 		atomic_store_explicit(&n->s.q.stamp, LF_STAMP_DEADLINE, memory_order_relaxed);
@@ -202,49 +199,25 @@ static void file_own_base(struct tmo *e, struct lf_rec *r, struct lf_node *n, in
 		lf_wake_for(e, wake_at);
 }
 
-/* Bound slot i's arm w by the clock reading `later` (see lf_rec). */
-static inline void slot_bound(struct lf_rec *r, uint32_t i, uint64_t w, int64_t later)
-{
-	atomic_store_explicit(&r->bound_ns[i], later, memory_order_relaxed);
-	atomic_store_explicit(&r->bound_w[i], w, memory_order_release);
-}
-
-/* Slot i of our ring is needed again (or we detach) while it holds arm w:
+/* A slot of our ring is needed again (or we detach) while it holds arm w:
  * spill the arm if it is still in the ring, reclaim the node if another
  * thread's cancel took the arm back, else (the timer thread stole it)
- * leave it.  Returns the clock reading the spill took (0: none): every arm
- * this thread made so far was made before it. */
-int64_t lf_ring_evict(struct tmo *e, struct lf_rec *r, uint32_t i, uint64_t w)
+ * leave it. */
+void lf_ring_evict(struct tmo *e, struct lf_rec *r, uint64_t w)
 {
-	(void)i;
 	struct lf_node *n = lf_node_at(e, lf_word_idx(w));
 	uint64_t gen = lf_word_gen(w);
 	uint64_t s = lf_st(gen, LF_RING);
-	int64_t later = 0;
 	if (atomic_compare_exchange_strong_explicit(&n->state, &s, lf_st(gen, LF_QUEUED),
 	                                            memory_order_acq_rel, memory_order_acquire)) {
 		lf_bump(&r->spilled);
-		if (r->base != NULL) {
-			/* Coarse dating whose tick has not closed on time: the
-			 * reading that dates this spill bounds the ring's other arms
-			 * too, should the timer thread steal them late. */
-			uint64_t stamp = atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed);
-			if (!(stamp & LF_PRECISE) && !lf_tick_closed_on_time(e, stamp)) {
-				later = tmo_now_ns();
-				for (uint32_t j = 0; j < LF_RING_SLOTS; j++) {
-					uint64_t x = atomic_load_explicit(&r->ring[j], memory_order_relaxed);
-					if (x != 0 && j != i)
-						slot_bound(r, j, x, later);
-				}
-			}
-			file_own_base(e, r, n, later);
-		} else {
+		if (r->base != NULL)
+			file_own_base(e, r, n);
+		else
 			lf_inbox_post(e, n, deadline_lower(e, n));
-		}
 	} else if (s == lf_st(gen, LF_CANCELLED)) {
 		lf_cache_put(e, r, n);
 	}
-	return later;
 }
 
 /* ---- arm -------------------------------------------------------------------------- */
@@ -260,7 +233,7 @@ static int arm_bare(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_
 	               LF_GEN_MASK;
 	n->timer = t;
 	atomic_store_explicit(&n->s.q.timeout, timeout_ns, memory_order_relaxed);
-	atomic_store_explicit(&n->s.q.stamp, lf_stamp_precise(), memory_order_relaxed);
+	atomic_store_explicit(&n->s.q.stamp, lf_stamp(), memory_order_relaxed);
 	t->cb = cb;
 	t->arg = arg;
 	atomic_store_explicit(&n->state, lf_st(gen, LF_QUEUED), memory_order_release);
@@ -309,8 +282,8 @@ static inline void arm_publish(struct tmo *e, struct lf_rec *r, struct lf_node *
 }
 
 /* Every arm the fast path below does not take: a new record, an empty
- * cache, a slot still in use, precise dating, fences, a timer still armed,
- * the timer thread or a thread whose exit hook ran. */
+ * cache, a slot still in use, no TSC, fences, a timer still armed, the
+ * timer thread or a thread whose exit hook ran. */
 static __attribute__((noinline)) int arm_general(struct tmo *e, struct tmo_timer *t,
                                                  int64_t timeout_ns, tmo_callback *cb, void *arg)
 {
@@ -329,7 +302,7 @@ static __attribute__((noinline)) int arm_general(struct tmo *e, struct tmo_timer
 	r->cache = n->free_next;
 	r->cache_n--;
 	uint64_t tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
-	uint64_t stamp = tw & LF_TW_PRECISE ? lf_stamp_precise() : tw >> LF_TW_SHIFT;
+	uint64_t stamp = lf_stamp();
 	uint32_t i = (uint32_t)atomic_load_explicit(&r->head, memory_order_relaxed) &
 	             (LF_RING_SLOTS - 1);
 	uint64_t prev = atomic_load_explicit(&r->ring[i], memory_order_relaxed);
@@ -345,13 +318,9 @@ static __attribute__((noinline)) int arm_general(struct tmo *e, struct tmo_timer
 			lf_ec_wake(&e->wake_ec); /* whatever it sleeps for: drain */
 			return TMO_EAGAIN;
 		}
-		int64_t later = lf_ring_evict(e, r, i, prev);
-		arm_publish(e, r, n, i, t, timeout_ns, stamp, cb, arg);
-		if (later != 0 && !(stamp & LF_PRECISE)) /* this arm's stamp came first */
-			slot_bound(r, i, atomic_load_explicit(&r->ring[i], memory_order_relaxed), later);
-	} else {
-		arm_publish(e, r, n, i, t, timeout_ns, stamp, cb, arg);
+		lf_ring_evict(e, r, prev);
 	}
+	arm_publish(e, r, n, i, t, timeout_ns, stamp, cb, arg);
 	lf_light_barrier(tw);
 	if (atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_SLEEPING)
 		return arm_wake(e, stamp, timeout_ns);
@@ -359,13 +328,13 @@ static __attribute__((noinline)) int arm_general(struct tmo *e, struct tmo_timer
 }
 
 /* The fast path: this thread's record is the hot one, its cache has a node,
- * the next slot is free, the timer thread is awake and no fence is needed.
- * Nothing here calls a function but in tail position, and stores are
- * ordered so that few values stay live: it needs few registers saved.
- * `precise`: a constant, so each caller gets its own copy. */
+ * the next slot is free, the timer thread is awake, no fence is needed and
+ * the TSC dates arms.  Nothing here calls a function but in tail position,
+ * and stores are ordered so that few values stay live: it needs few
+ * registers saved. */
 static inline __attribute__((always_inline)) int arm_fast(struct tmo *e, struct tmo_timer *t,
                                                           int64_t timeout_ns, tmo_callback *cb,
-                                                          void *arg, uint64_t tw, int precise)
+                                                          void *arg)
 {
 	struct lf_rec *r = lf_tls_hot.rec;
 	struct lf_node *n = r->cache;
@@ -381,7 +350,7 @@ static inline __attribute__((always_inline)) int arm_fast(struct tmo *e, struct 
 	r->cache_n--;
 	n->timer = t;
 	atomic_store_explicit(&n->s.q.timeout, timeout_ns, memory_order_relaxed);
-	uint64_t stamp = precise ? LF_PRECISE | __builtin_ia32_rdtsc() : tw >> LF_TW_SHIFT;
+	uint64_t stamp = LF_PRECISE | __builtin_ia32_rdtsc();
 	atomic_store_explicit(&n->s.q.stamp, stamp, memory_order_relaxed);
 	uint64_t st = lf_next_ring(atomic_load_explicit(&n->state, memory_order_relaxed));
 	/* lf_word(index, generation, LF_PENDING): index << 2 is the offset >> 4 */
@@ -398,35 +367,11 @@ static inline __attribute__((always_inline)) int arm_fast(struct tmo *e, struct 
 	return 0;
 }
 
-/* A wheel arm the tick word sends off the coarse path: precise dating
- * (ticks late), or anything arm_general handles. */
-static __attribute__((noinline)) int arm_other(struct tmo *e, struct tmo_timer *t,
-                                               int64_t timeout_ns, tmo_callback *cb, void *arg,
-                                               uint64_t tw)
-{
-	if (lf_tls_hot.id == e->base.id && (tw & (LF_TW_SLEEPING | LF_TW_FENCE)) == 0 && lf_use_tsc)
-		return arm_fast(e, t, timeout_ns, cb, arg, tw, 1);
-	return arm_general(e, t, timeout_ns, cb, arg);
-}
-
-/* mpsc's arm: dated by the TSC always. */
-int lf_arm_precise(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
-                   void *arg)
+int lf_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb, void *arg)
 {
 	uint64_t tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
 	if (LF_UNLIKELY(lf_tls_hot.id != e->base.id || (tw & (LF_TW_SLEEPING | LF_TW_FENCE)) != 0 ||
 	                !lf_use_tsc))
 		return arm_general(e, t, timeout_ns, cb, arg);
-	return arm_fast(e, t, timeout_ns, cb, arg, tw, 1);
-}
-
-/* The wheel's arm: dated by the published tick unless it says precise. */
-int lf_arm_ticked(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
-                  void *arg)
-{
-	uint64_t tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
-	if (LF_UNLIKELY(lf_tls_hot.id != e->base.id ||
-	                (tw & (LF_TW_SLEEPING | LF_TW_FENCE | LF_TW_PRECISE)) != 0))
-		return arm_other(e, t, timeout_ns, cb, arg, tw);
-	return arm_fast(e, t, timeout_ns, cb, arg, tw, 0);
+	return arm_fast(e, t, timeout_ns, cb, arg);
 }

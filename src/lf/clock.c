@@ -1,39 +1,26 @@
 /*
  * The time source of the lock-free core, and the wake-up protocol.
  *
- * Ticks.  While arms keep coming the timer thread publishes a tick every
- * tick_ns: it exchanges the tick word (a full barrier), then reads the
- * clock, so tab[k].ns is later than every load that still saw tick k - 1.
- * An arm stores the tick k it read; it was called before tick k + 1 became
- * visible, hence before tab[k + 1].ns: that reading plus the timeout is a
- * deadline that is never early.  And it was called after tick k was
- * visible, after tab[k - 1].ns was read: a lower bound, used only to decide
- * whether a wake-up or a steal is needed.
+ * Dating.  Every arm stamps the TSC (one rdtsc, no clock read); whoever
+ * files the node converts the stamp into CLOCK_MONOTONIC, rounded up, and
+ * adds the timeout: a deadline never early, and arms keep their order
+ * (guarantee 4) whenever their deadlines are further apart than the margin
+ * below.  The stamp is the arm's own: a timer thread that is not scheduled
+ * (a CPU hog, a real-time task on its CPU) delays filing and firing, never
+ * the dating (tests/engine/starved.c).
  *
- * Order (guarantee 4): two arms' computed deadlines differ from their true
- * ones by at most the gap between two ticks, so arms further apart than the
- * resolution keep their order while every gap is at most the resolution.
- * The timer thread measures each gap; when one is late by more than a
- * quarter of the resolution (a CPU hog, a preempted timer thread) it sets
- * LF_TW_PRECISE for PRECISE_HOLD_NS, and arms stamp the TSC meanwhile.
- * While it sleeps it sets LF_TW_PRECISE too (no tick comes).  An arm made
- * during the late gap itself is dated, besides the late tick, by the first
- * clock reading known to follow it: the spill that takes it out of its
- * ring (its owner reads the clock then), a later spill of the same thread
- * (which bounds every arm still in that ring: lf_rec.bound_*), or the
- * steal.  What stays exposed: arms that no later spill of their thread
- * bounds and that the timer thread steals late may be dated late by up to
- * the gap's lateness, and fire that much later (never early).  Measured:
- * 16 timers 2 ms apart, 4 spinning processes on 2 CPUs, 0 inversions in 900
- * runs (18 in 300 before the spill bound).
+ * Ticks.  Each round of the timer thread (and, while arms keep coming,
+ * each nap of tick_ns) publishes a tick: the tick word's count goes up and
+ * tick_at holds the clock read just after, a `now` that is never ahead of
+ * the clock for those who need one cheaply (a spilling thread's horizon).
  *
- * Precise stamps: the TSC, converted with a rate measured against
- * CLOCK_MONOTONIC since the first engine was created, anchored at a (TSC,
- * clock) pair the timer thread takes at every tick, rounded UP by a margin
- * that covers both pairs' read skew, the rate's error and NTP slew (0.1 %).
- * The margin has a floor (MARGIN_NS, or a twentieth of the resolution), the
+ * Conversion: a rate measured against CLOCK_MONOTONIC since the first
+ * engine was created, anchored at a (TSC, clock) pair the timer thread
+ * takes as its rounds go (lf_cal_update), rounded UP by a margin that
+ * covers both pairs' read skew, the rate's error and NTP slew (0.1 %).  The
+ * margin has a floor (MARGIN_NS, or a twentieth of the resolution), the
  * same for every arm, so arms keep their order.  Without an invariant TSC a
- * precise stamp is CLOCK_MONOTONIC itself.
+ * stamp is CLOCK_MONOTONIC itself (arm reads the clock).
  *
  * Waking the timer thread.  Before it sleeps the timer thread sets
  * LF_TW_SLEEPING, then looks at every ring, base and the inbox; an arm
@@ -142,12 +129,10 @@ static int tsc_invariant(void) { return 0; }
 #define MARGIN_NS 10000
 /* A rate is not used while its relative error may exceed this. */
 #define REL_MAX 0.01
-/* How long arms stay precise after a late tick. */
-#define PRECISE_HOLD_NS (200 * TMO_NSEC_PER_MSEC)
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static int g_use_tsc;
-int lf_use_tsc; /* g_use_tsc, for lf_stamp_precise() */
+int lf_use_tsc; /* g_use_tsc, for lf_stamp() */
 static uint64_t g_cal_tsc, g_cal_width;
 static int64_t g_cal_ns;
 static int g_membarrier; /* 1: registered and working */
@@ -264,10 +249,8 @@ void lf_clock_init(struct tmo *e)
 {
 	pthread_once(&g_once, once_init);
 	unsigned fence = g_membarrier ? 0 : LF_TW_FENCE;
-	/* tick 1 is published by the timer thread's first round; until then
-	 * arms stamp precisely */
-	atomic_store_explicit(&e->tickw, (uint64_t)0 << LF_TW_SHIFT | fence | LF_TW_PRECISE,
-	                      memory_order_relaxed);
+	atomic_store_explicit(&e->tickw, fence, memory_order_relaxed);
+	atomic_store_explicit(&e->tick_at, tmo_now_ns(), memory_order_relaxed);
 	lf_cal_update(e);
 }
 
@@ -275,59 +258,18 @@ int64_t lf_tick_publish(struct tmo *e, unsigned flags)
 {
 	uint64_t tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
 	uint64_t k = (tw >> LF_TW_SHIFT) + 1;
-	struct lf_tick *t = &e->tab[k % LF_TICKS];
-	/* seqlock write of the entry: readers check its tick before and after */
-	atomic_store_explicit(&t->tick, 0, memory_order_relaxed);
-	atomic_thread_fence(memory_order_release);
-	/* A full barrier, so the clock is read after the new tick is visible. */
+	/* A full barrier: the clock is read after the new word is visible. */
 	atomic_exchange_explicit(&e->tickw, k << LF_TW_SHIFT | (tw & LF_TW_FENCE) | flags,
 	                         memory_order_seq_cst);
-	uint64_t tsc = g_use_tsc ? read_tsc() : 0;
 	int64_t ns = tmo_now_ns();
-	atomic_store_explicit(&t->ns, ns, memory_order_relaxed);
-	atomic_store_explicit(&t->tsc, tsc, memory_order_relaxed);
-	atomic_store_explicit(&t->tick, k, memory_order_release);
+	atomic_store_explicit(&e->tick_at, ns, memory_order_relaxed);
 	return ns;
 }
 
-/* The clock reading of tick k, or 0 if the table no longer (or not yet)
- * holds it. */
-static int64_t tick_ns_of(struct tmo *e, uint64_t k)
-{
-	if (k == 0)
-		return 0;
-	struct lf_tick *t = &e->tab[k % LF_TICKS];
-	if (atomic_load_explicit(&t->tick, memory_order_acquire) != k)
-		return 0;
-	int64_t ns = atomic_load_explicit(&t->ns, memory_order_relaxed);
-	atomic_thread_fence(memory_order_acquire);
-	return atomic_load_explicit(&t->tick, memory_order_relaxed) == k ? ns : 0;
-}
-
-int64_t lf_arm_time_upper(struct tmo *e, uint64_t stamp)
-{
-	return lf_arm_time_upper_before(e, stamp, 0);
-}
-
-/* Whether tick k closed on time (its gap within the period plus an eighth
- * of the resolution); *next: the reading of tick k + 1, or 0. */
-static int closed_on_time(struct tmo *e, uint64_t k, int64_t *next)
-{
-	int64_t ns = tick_ns_of(e, k + 1), prev = tick_ns_of(e, k);
-	*next = ns;
-	return ns != 0 && prev != 0 && ns - prev <= e->tick_ns + e->resolution_ns / 8;
-}
-
-int lf_tick_closed_on_time(struct tmo *e, uint64_t k)
-{
-	int64_t next;
-	return closed_on_time(e, k, &next);
-}
-
-/* The bounds of the clock reading behind a precise stamp: the reading
- * itself when arm read the clock (returns 1, exact), else the TSC
- * reading's (0 where unknown). */
-static int precise_bounds(struct tmo *e, uint64_t stamp, int64_t *lo, int64_t *hi)
+/* The bounds of the clock reading behind a stamp: the reading itself when
+ * arm read the clock (returns 1, exact), else the TSC reading's (0 where
+ * there is no calibration yet). */
+static int stamp_bounds(struct tmo *e, uint64_t stamp, int64_t *lo, int64_t *hi)
 {
 	uint64_t st = stamp & ~LF_PRECISE;
 	if (!g_use_tsc) {
@@ -338,46 +280,28 @@ static int precise_bounds(struct tmo *e, uint64_t stamp, int64_t *lo, int64_t *h
 	return 0;
 }
 
+int64_t lf_arm_time_upper(struct tmo *e, uint64_t stamp)
+{
+	return lf_arm_time_upper_before(e, stamp, 0);
+}
+
 int64_t lf_arm_time_upper_before(struct tmo *e, uint64_t stamp, int64_t later_ns)
 {
-	if (stamp & LF_PRECISE) {
-		int64_t lo, hi;
-		if (precise_bounds(e, stamp, &lo, &hi))
-			return hi;
-		/* capped by a clock read after the arm: never early, whatever the
-		 * TSC does */
-		int64_t now = later_ns != 0 ? later_ns : tmo_now_ns();
-		return hi != 0 && hi < now ? hi : now;
-	}
-	/* The next tick's reading bounds the arm; when that tick closed on
-	 * time it is also close to the arm. */
-	int64_t ns;
-	if (closed_on_time(e, stamp, &ns))
-		return ns;
-	/* Not published yet, or late (a hog, a preempted timer thread), or
-	 * overwritten: the caller runs after the arm, so a clock read now is an
-	 * upper bound too, and close when the arm was recent (a spill, a steal
-	 * soon after it); so is every later tick's reading, the oldest the
-	 * tightest.  The least of them. */
-	int64_t now = later_ns != 0 ? later_ns : tmo_now_ns();
-	if (ns == 0) {
-		uint64_t cur = atomic_load_explicit(&e->tickw, memory_order_acquire) >> LF_TW_SHIFT;
-		for (uint64_t k = stamp + 2; ns == 0 && k <= cur && k + LF_TICKS > cur; k++)
-			ns = tick_ns_of(e, k);
-	}
-	return ns != 0 && ns < now ? ns : now;
+	int64_t lo, hi;
+	if (stamp_bounds(e, stamp, &lo, &hi))
+		return hi;
+	if (hi == 0) /* no calibration yet: a clock read after the arm */
+		return later_ns != 0 ? later_ns : tmo_now_ns();
+	return later_ns != 0 && later_ns < hi ? later_ns : hi;
 }
 
 int64_t lf_arm_time_lower(struct tmo *e, uint64_t stamp)
 {
 	if (stamp == LF_STAMP_DEADLINE)
 		return 0;
-	if (stamp & LF_PRECISE) {
-		int64_t lo, hi;
-		precise_bounds(e, stamp, &lo, &hi);
-		return lo > 0 ? lo : 0;
-	}
-	return stamp > 0 ? tick_ns_of(e, stamp - 1) : 0;
+	int64_t lo, hi;
+	stamp_bounds(e, stamp, &lo, &hi);
+	return lo > 0 ? lo : 0;
 }
 
 /* ---- waking the timer thread ------------------------------------------------- */
@@ -404,4 +328,3 @@ void lf_wake_for(struct tmo *e, int64_t deadline_lower)
 	lf_ec_wake(&e->wake_ec);
 }
 
-int64_t lf_precise_hold_ns(void) { return PRECISE_HOLD_NS; }

@@ -226,7 +226,6 @@ void lf_debug(struct tmo *e, struct lf_debug *out)
 	out->stolen = atomic_load_explicit(&e->tt->stolen, memory_order_relaxed);
 	out->inbox = atomic_load_explicit(&e->tt->via_inbox, memory_order_relaxed);
 	out->trims = atomic_load_explicit(&e->pool.trimmed_pages, memory_order_relaxed);
-	out->precise = atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_PRECISE;
 	out->fence = (atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_FENCE) != 0;
 	out->cache_count = lf_my_cache_count(e);
 	pthread_mutex_lock(&e->rec_lock);

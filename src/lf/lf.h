@@ -44,12 +44,9 @@
  * destroy.  A node is recognised by (index, generation): a stale reader
  * (a cancel racing a fire) can only lose a CAS.
  *
- * Time (clock.c): the timer thread publishes a tick while it polls; arm
- * stores the tick it reads (one load), and the deadline is the clock read
- * just after the NEXT tick was published plus the timeout: never early.
- * When the timer thread sleeps, or when its ticks come late (a CPU hog),
- * arms stamp the TSC instead ("precise"), converted the way the old inbox
- * did.  mpsc stamps precisely always (its resolution is finer than a tick).
+ * Time (clock.c): arm stamps the TSC (one instruction, no clock read); the
+ * node's filer converts it, rounded up, and adds the timeout: never early,
+ * and dated by the arm itself, whenever the timer thread gets to run.
  *
  * Memory (pool.c): nodes live in one reserved arena, never unmapped while
  * the engine lives (type-stable: a stale reader never faults); free pages
@@ -175,13 +172,6 @@ struct lf_rec {
 	struct lf_rec *_Atomic next;
 	/* Timer thread only: `head` when it last looked. */
 	uint64_t seen_head;
-	/* A clock reading later than the arm in each slot (bound_w[i] names
-	 * that arm): taken by the owner when it spills with a coarse stamp
-	 * whose tick has not closed on time, so that an arm the timer thread
-	 * steals late is dated by when it was made, not by when it was stolen
-	 * (clock.c, Order).  Owner writes ns, then w (release). */
-	_Alignas(64) _Atomic uint64_t bound_w[LF_RING_SLOTS];
-	_Atomic int64_t bound_ns[LF_RING_SLOTS];
 };
 
 /* ---- engine parameters and the engine ---------------------------------------- */
@@ -190,26 +180,18 @@ struct lf_params {
 	const struct tmo_engine_ops *ops;
 	const struct lf_sched *sched;
 	int64_t resolution_ns;
-	/* Tick period while arms keep coming (and poll period); 0: never
-	 * tick, every arm is stamped precisely. */
+	/* How often the timer thread looks (and ticks) while arms keep
+	 * coming; 0: every resolution_ns. */
 	int64_t tick_ns;
 	/* 1: spilled nodes go to their owner's base (wheel); 0: to the inbox */
 	int thread_bases;
 };
 
-/* clock.c: one published tick's clock reading (after the tick was stored). */
-struct lf_tick {
-	_Atomic uint64_t tick;
-	_Atomic int64_t ns;
-	_Atomic uint64_t tsc;
-};
-#define LF_TICKS 256u
 /* The tick word's low bits. */
-#define LF_TW_PRECISE 1u /* arms stamp the TSC */
 #define LF_TW_SLEEPING 2u /* the timer thread sleeps: wake it if needed */
 #define LF_TW_FENCE 4u /* no membarrier: arms fence before looking */
 #define LF_TW_SHIFT 3
-#define LF_PRECISE (UINT64_C(1) << 63) /* a stamp that is a TSC value */
+#define LF_PRECISE (UINT64_C(1) << 63) /* set in every stamp (clock.c) */
 /* A stamp that says q.timeout already holds the deadline (a node its owner
  * dated when it spilled it, for another holder to file). */
 #define LF_STAMP_DEADLINE UINT64_MAX
@@ -252,7 +234,7 @@ struct tmo {
 
 	/* Read on every arm; written by the timer thread once per tick. */
 	_Alignas(64) _Atomic uint64_t tickw;
-	_Alignas(64) struct lf_tick tab[LF_TICKS];
+	_Atomic int64_t tick_at; /* the clock read just after the latest tick */
 	struct lf_cal cal;
 	_Atomic int64_t sleep_until; /* while SLEEPING: when it wakes itself */
 
@@ -331,10 +313,10 @@ void lf_clock_init(struct tmo *e);
 /* Timer thread: publish the next tick (flags: LF_TW_*); returns its clock
  * reading, taken after the tick is visible. */
 int64_t lf_tick_publish(struct tmo *e, unsigned flags);
-/* A precise stamp (LF_PRECISE | the TSC, or CLOCK_MONOTONIC without an
+/* An arm's stamp (LF_PRECISE | the TSC, or CLOCK_MONOTONIC without an
  * invariant TSC). */
 extern int lf_use_tsc;
-static inline uint64_t lf_stamp_precise(void)
+static inline uint64_t lf_stamp(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
 	if (LF_LIKELY(lf_use_tsc))
@@ -343,17 +325,14 @@ static inline uint64_t lf_stamp_precise(void)
 	return LF_PRECISE | (uint64_t)tmo_now_ns();
 }
 /* Upper bound on the time an arm stamped `stamp` was called: never earlier.
- * Reads the clock when the tables cannot tell (the caller runs after the
- * arm). */
+ * Reads the clock only while there is no calibration yet (the caller runs
+ * after the arm). */
 int64_t lf_arm_time_upper(struct tmo *e, uint64_t stamp);
-/* The same, given a clock reading known to be later than the arm (the
- * timer thread reads one per batch). */
+/* The same, no later than `later_ns` (0: none), a clock reading known to
+ * follow the arm (the timer thread reads one per batch). */
 int64_t lf_arm_time_upper_before(struct tmo *e, uint64_t stamp, int64_t later_ns);
 /* Lower bound on that time; 0 if unknown. */
 int64_t lf_arm_time_lower(struct tmo *e, uint64_t stamp);
-/* 1 when the tick after coarse stamp k was published on time: the upper
- * bound of an arm stamped k is then that tick's reading, tight. */
-int lf_tick_closed_on_time(struct tmo *e, uint64_t k);
 /* Timer thread: refresh the TSC calibration. */
 void lf_cal_update(struct tmo *e);
 /* Sleep / wake (futex event counts through ck_ec). */
@@ -371,8 +350,6 @@ static inline void lf_light_barrier(uint64_t tw)
 	else
 		atomic_signal_fence(memory_order_seq_cst);
 }
-/* How long arms stay precise after a late tick. */
-int64_t lf_precise_hold_ns(void);
 /* Producers: make sure the timer thread will look at work due no earlier
  * than `deadline_lower` (0: as soon as possible). */
 void lf_wake_for(struct tmo *e, int64_t deadline_lower);
@@ -404,17 +381,10 @@ static inline void lf_bump(_Atomic uint64_t *c)
 
 /* ---- arm.c, cancel.c ------------------------------------------------------- */
 
-/* The arm w in slot i of r leaves the ring for its base or the inbox.
- * Returns the clock reading that dated it when it bounds the ring's later
- * arms, else 0. */
-int64_t lf_ring_evict(struct tmo *e, struct lf_rec *r, uint32_t i, uint64_t w);
+/* The arm w in a slot of r's ring leaves it for its base or the inbox. */
+void lf_ring_evict(struct tmo *e, struct lf_rec *r, uint64_t w);
 
-/* arm: mpsc's (every arm dated by the TSC) and the wheel's (dated by the
- * published tick unless it says precise). */
-int lf_arm_precise(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
-                   void *arg);
-int lf_arm_ticked(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
-                  void *arg);
+int lf_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb, void *arg);
 int lf_cancel(struct tmo *e, struct tmo_timer *t);
 struct lf_rec *lf_rec_new(struct tmo *e);
 void lf_recs_free(struct tmo *e);
@@ -453,10 +423,10 @@ void lf_destroy_forked(struct tmo *e);
 int lf_stats(struct tmo *e, struct tmo_stats *out);
 /* Armed, neither fired nor prevented (a sum over every thread's counters). */
 uint64_t lf_pending(struct tmo *e);
-/* What mpsc's and wheel's vtables share: every op but create and arm. */
+/* What mpsc's and wheel's vtables share: every op but create. */
 extern const struct tmo_testing_ops lf_testing_ops;
 #define LF_ENGINE_OPS                                                                    \
-	.destroy = lf_destroy, .cancel = lf_cancel, .stats = lf_stats,                    \
+	.arm = lf_arm, .destroy = lf_destroy, .cancel = lf_cancel, .stats = lf_stats,     \
 	.destroy_forked = lf_destroy_forked, .testing = &lf_testing_ops
 /* The timer thread's own arm (from a callback): filed at once. */
 int lf_arm_on_timer(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
@@ -473,7 +443,6 @@ struct lf_debug {
 	uint64_t inbox;       /* nodes that went through the inbox */
 	uint64_t trims;       /* pages given back */
 	uint64_t cache_count; /* free nodes in the calling thread's cache */
-	uint64_t precise;     /* 1: arms stamp the TSC now */
 	uint64_t fence;       /* 1: arms fence before reading the tick word */
 };
 void lf_debug(struct tmo *e, struct lf_debug *out);

@@ -115,7 +115,7 @@ static void rec_detach(struct tmo *e, struct lf_rec *r)
 	for (uint32_t i = 0; i < LF_RING_SLOTS; i++) {
 		uint64_t w = atomic_load_explicit(&r->ring[i], memory_order_relaxed);
 		if (w != 0)
-			lf_ring_evict(e, r, i, w);
+			lf_ring_evict(e, r, w);
 		atomic_store_explicit(&r->ring[i], 0, memory_order_relaxed);
 	}
 	lf_cache_return(e, r);

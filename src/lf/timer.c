@@ -4,13 +4,13 @@
  * engine.c creates and destroys).
  *
  * One round of the loop:
- *   1. publish a tick (clock.c);
+ *   1. publish a tick (clock.c), refresh the TSC calibration;
  *   2. steal every ring arm that could come due before the next round, and
  *      take the inbox: both are filed in the timer thread's own base;
  *   3. collect what is due from its base and every per-thread base (each
  *      try-locked; a busy one is retried a little later), sort by deadline;
  *   4. run the callbacks, one at a time, stopping at once for destroy;
- *   5. sleep: one tick while arms keep coming; else, after a few idle
+ *   5. sleep: one tick_ns while arms keep coming; else, after a few idle
  *      rounds, set LF_TW_SLEEPING, give back free pages, look everywhere
  *      once more (Dekker with arm, clock.c) and sleep until the earliest
  *      deadline or a wake-up.
@@ -73,7 +73,7 @@ static void retry_unfiled(struct tmo *e)
  * is taken: an arm that lives longer than a tick gains nothing from staying
  * (its cancel then costs a CAS and a trip through the base either way), and
  * the thread never reads a node it has not won.  Returns 1 if it stole. */
-static int steal_one(struct tmo *e, struct lf_rec *r, uint32_t i, uint64_t w)
+static int steal_one(struct tmo *e, uint64_t w)
 {
 	struct lf_node *n = lf_node_at(e, lf_word_idx(w));
 	uint64_t gen = lf_word_gen(w);
@@ -83,12 +83,6 @@ static int steal_one(struct tmo *e, struct lf_rec *r, uint32_t i, uint64_t w)
 	                                             memory_order_acq_rel, memory_order_relaxed))
 		return 0;
 	int64_t later = tmo_now_ns(); /* after the arm */
-	/* or, tighter, a reading its owner took after it (lf_rec) */
-	if (atomic_load_explicit(&r->bound_w[i], memory_order_acquire) == w) {
-		int64_t b = atomic_load_explicit(&r->bound_ns[i], memory_order_relaxed);
-		if (b < later)
-			later = b;
-	}
 	uint64_t stamp = atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed);
 	int64_t timeout = atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed);
 	file_tt(e, n, gen, lf_arm_time_upper_before(e, stamp, later) + timeout);
@@ -110,7 +104,7 @@ static int steal_rings(struct tmo *e)
 		}
 		for (uint32_t i = 0; i < LF_RING_SLOTS; i++) {
 			uint64_t w = atomic_load_explicit(&r->ring[i], memory_order_acquire);
-			if (w != 0 && steal_one(e, r, i, w))
+			if (w != 0 && steal_one(e, w))
 				active |= 2;
 		}
 	}
@@ -177,26 +171,6 @@ static int work_waiting(struct tmo *e, int64_t *wake)
 	return 0;
 }
 
-/* Publish a tick.  A coarse tick opens a nap; the next tick closes it, and
- * its reading bounds the arms made during it.  A nap longer than the period
- * plus a quarter resolution (a hog, a preempted timer thread) means arms
- * made in it may be dated beyond the resolution: arms stay precise for a
- * while.  Everything else the timer thread does runs under a precise
- * tick. */
-static int64_t tt_tick(struct tmo *e, unsigned flags)
-{
-	struct lf_tt *tt = e->tt;
-	int64_t now = tmo_now_ns();
-	if (e->tick_ns > 0 && !tt->last_precise && !tmo__timely_timer() &&
-	    now - tt->last_tick > e->tick_ns + e->resolution_ns / 4)
-		tt->precise_until = now + lf_precise_hold_ns();
-	if (e->tick_ns == 0 || now < tt->precise_until)
-		flags |= LF_TW_PRECISE;
-	tt->last_tick = lf_tick_publish(e, flags);
-	tt->last_precise = (flags & LF_TW_PRECISE) != 0;
-	return tt->last_tick;
-}
-
 /* 4. fire, in deadline order, the due timers (tt->due, not empty) that are
  * due before `hold`; the rest wait in the due array for the next round, and
  * lower *wake to the first one's time.  Returns how many fired. */
@@ -239,7 +213,7 @@ static int announce_sleep(struct tmo *e, int64_t now, int64_t poll, int64_t *wak
 {
 	struct lf_tt *tt = e->tt;
 	atomic_store_explicit(&e->sleep_until, *wake, memory_order_relaxed);
-	tt_tick(e, LF_TW_SLEEPING | LF_TW_PRECISE);
+	lf_tick_publish(e, LF_TW_SLEEPING);
 	/* memory goes back before a long sleep only: a timer thread napping
 	 * between ticks of a stream of fires would walk the depot each time and
 	 * give back pages about to be used */
@@ -269,20 +243,16 @@ void *lf_timer_main(void *arg)
 	tmo__thread_enter(e, e->p->ops->name);
 	/* wake-ups are what the resolution is made of: no slack on them */
 	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
-	tt->last_precise = 1;
 	for (;;) {
 		if (LF_UNLIKELY(tmo__park_requested(&e->park))) {
-			tt_tick(e, LF_TW_PRECISE);
+			lf_tick_publish(e, 0);
 			tmo__park_point(&e->park);
 		}
 		if (LF_UNLIKELY(atomic_load_explicit(&e->stop, memory_order_acquire)))
 			break;
 
-		/* 1, 2. tick, steal, drain.  A round's work may take long
-		 * (collecting a wheel, callbacks): arms made meanwhile are dated
-		 * precisely, and coarse ticks cover only the naps between rounds
-		 * (the tick that ends a nap bounds the arms made during it). */
-		int64_t now = tt_tick(e, LF_TW_PRECISE);
+		/* 1, 2. tick, steal, drain */
+		int64_t now = lf_tick_publish(e, 0);
 		if (now - tt->last_cal >= CAL_EVERY_NS) {
 			lf_cal_update(e);
 			tt->last_cal = now;
@@ -312,11 +282,9 @@ void *lf_timer_main(void *arg)
 		uint32_t v = lf_ec_value(&e->wake_ec);
 		int64_t poll = e->tick_ns > 0 ? e->tick_ns : e->resolution_ns;
 		if (tt->idle < IDLE_ROUNDS) {
-			/* arms keep coming: nap until the next tick, arms dated by
-			 * this one meanwhile */
+			/* arms keep coming: look again in one tick */
 			if (wake > now + poll)
 				wake = now + poll;
-			tt_tick(e, 0);
 		} else if (!announce_sleep(e, now, poll, &wake)) {
 			continue;
 		}

@@ -27,8 +27,7 @@ struct lf_tt {
 	size_t due_n, due_cap;
 	size_t sorted; /* due[0..sorted) is in deadline order */
 	struct lf_node *unfiled; /* QUEUED nodes its base could not take yet */
-	int64_t last_tick, precise_until, last_cal;
-	int last_precise; /* the last tick made arms precise */
+	int64_t last_cal;
 	int idle;
 	/* bytes it holds beyond its fixed size (stats) */
 	_Atomic uint64_t bytes;

@@ -156,21 +156,27 @@ int et_thread_ids(pid_t *out, int max)
 	return n;
 }
 
-int et_engine_threads(void)
+int et_engine_thread_ids(pid_t *out, int max)
 {
 	pid_t ids[1024];
 	int m = et_thread_ids(ids, 1024), n = 0;
-	for (int i = 0; i < m; i++) {
+	for (int i = 0; i < m && n < max; i++) {
 		char path[64], comm[32] = "";
 		snprintf(path, sizeof path, "/proc/self/task/%d/comm", (int)ids[i]);
 		FILE *f = fopen(path, "re");
 		if (f == NULL)
 			continue; /* gone meanwhile */
 		if (fgets(comm, sizeof comm, f) != NULL && strncmp(comm, "tmo-", 4) == 0)
-			n++;
+			out[n++] = ids[i];
 		fclose(f);
 	}
 	return n;
+}
+
+int et_engine_threads(void)
+{
+	pid_t ids[1024];
+	return et_engine_thread_ids(ids, 1024);
 }
 
 pid_t et_new_thread(const pid_t *before, int n)

@@ -85,8 +85,9 @@ int et_wait_child(pid_t pid, int64_t timeout_ns, int *status);
 /* Threads in this process (entries of /proc/self/task), -1 if unknown. */
 int et_thread_count(void);
 
-/* Threads of this process named "tmo-<engine>": the engines' own (tmo.h,
- * Threads). */
+/* Threads of this process named "tmo-<engine>", the engines' own (tmo.h,
+ * Threads): their ids, at most `max` into out, and how many. */
+int et_engine_thread_ids(pid_t *out, int max);
 int et_engine_threads(void);
 
 /* The ids of this process's threads, at most `max` into out; returns how

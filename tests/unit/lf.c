@@ -15,8 +15,7 @@
  *  - arm and cancel from thread-exit destructors (pthread keys made before
  *    and after the engine's own, C11 tss) work and leave the engine whole;
  *  - the node cap answers TMO_EAGAIN at once and recovers;
- *  - a corrupted timer word is refused, never spun on;
- *  - arms made while the timer thread is parked are dated precisely.
+ *  - a corrupted timer word is refused, never spun on.
  * Every wait is on state, bounded by a deadline far beyond need.
  */
 #include <pthread.h>
@@ -398,28 +397,6 @@ static void test_corrupted_word(void)
 	CHECK_EQ(tmo_destroy(&e), 0);
 }
 
-/* ---- dating while parked ---------------------------------------------------------------------- */
-
-static void test_precise_while_parked(void)
-{
-	struct tmo *e = make();
-	struct lf_debug d;
-	CHECK_EQ(tmo_testing_park(e, 1), 0);
-	lf_debug(e, &d);
-	CHECK_EQ(d.precise, 1); /* no tick comes while parked */
-	struct tmo_timer t = TMO_TIMER_INIT;
-	atomic_store(&fired, 0);
-	int64_t t0 = tmo_now_ns();
-	CHECK_EQ(tmo_arm(e, &t, 2 * MS, count_cb, NULL), 0);
-	/* stay parked well past its deadline (a state of the clock) */
-	while (tmo_now_ns() < t0 + 20 * MS)
-		et_sleep_ns(MS);
-	CHECK_EQ(tmo_testing_park(e, 0), 0);
-	CHECK(et_wait_ge(&fired, 1, WAIT));
-	CHECK_EQ(et_cancel_settled(e, &t), TMO_CANCEL_FIRED);
-	CHECK_EQ(tmo_destroy(&e), 0);
-}
-
 int main(int argc, char **argv)
 {
 	(void)argc;
@@ -439,7 +416,6 @@ int main(int argc, char **argv)
 		RUN(test_thread_exit);
 		RUN(test_node_cap);
 		RUN(test_corrupted_word);
-		RUN(test_precise_while_parked);
 	}
 	return TEST_EXIT();
 }
