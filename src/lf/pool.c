@@ -433,9 +433,11 @@ static uint32_t release_run(struct tmo *e, uint32_t first, uint32_t end, struct 
 	run->gen_floor = (floor + 1) & LF_GEN_MASK;
 	madvise(p->arena + ((size_t)first * PAGE_BYTES), (size_t)run->count * PAGE_BYTES,
 	        MADV_DONTNEED);
-	atomic_fetch_sub_explicit(&p->populated_pages, run->count, memory_order_relaxed);
+	uint32_t pages = run->count;
+	atomic_fetch_sub_explicit(&p->populated_pages, pages, memory_order_relaxed);
+	/* once pushed the run is a producer's: it may shrink and free it */
 	ck_stack_push_upmc(&p->released, &run->link);
-	return run->count;
+	return pages;
 }
 
 void lf_pool_trim(struct tmo *e)
