@@ -6,9 +6,8 @@
  * stale reader -- a cancel that read a timer's word just before its arm
  * fired and its node was freed -- may still load and CAS the node's state
  * word: it only loses the CAS.  Why not ck_epoch or QSBR: both cost the arm
- * or cancel path a store pair per call, and the fast path here has no
- * other shared write to hide it behind; a type-stable arena costs it
- * nothing.
+ * or cancel path a store pair per call, and the fast path here has no other
+ * shared write to hide it behind; a type-stable arena costs it nothing.
  *
  * Pages (64 nodes each) are populated on demand by producers, which never
  * wait for each other there: fresh pages are claimed by a CAS on the
@@ -433,9 +432,8 @@ static uint32_t release_run(struct tmo *e, uint32_t first, uint32_t end, struct 
 	run->gen_floor = (floor + 1) & LF_GEN_MASK;
 	madvise(p->arena + ((size_t)first * PAGE_BYTES), (size_t)run->count * PAGE_BYTES,
 	        MADV_DONTNEED);
-	uint32_t pages = run->count;
+	uint32_t pages = run->count; /* once pushed, a producer may shrink and free it */
 	atomic_fetch_sub_explicit(&p->populated_pages, pages, memory_order_relaxed);
-	/* once pushed the run is a producer's: it may shrink and free it */
 	ck_stack_push_upmc(&p->released, &run->link);
 	return pages;
 }
