@@ -230,7 +230,7 @@ void tmo_timer_init(struct tmo_timer *t);
 /* Capabilities: what an engine does beyond, or short of, the base contract.
  * A declared capability is a promise a test checks for every engine that
  * declares it: LOCKFREE_ARM the progress scenario, NO_SYSCALL and NO_ALLOC
- * tests/engine/faults.c, PARK tests/engine/lifecycle.c (and the progress
+ * tests/engine/caps.c, PARK tests/engine/lifecycle.c (and the progress
  * scenario), CONCURRENT_CALLBACKS tests/unit/thread.c. */
 enum tmo_cap {
 	/* arm and cancel never wait for the timer thread or a callback: they
