@@ -230,8 +230,8 @@ void tmo_timer_init(struct tmo_timer *t);
 /* Capabilities: what an engine does beyond, or short of, the base contract.
  * A declared capability is a promise a test checks for every engine that
  * declares it: LOCKFREE_ARM the progress scenario, NO_SYSCALL and NO_ALLOC
- * tests/engine/faults.c, PARK tests/engine/lifecycle.c (and the progress
- * scenario), CONCURRENT_CALLBACKS tests/unit/thread.c. */
+ * tests/engine/caps.c, PARK tests/engine/lifecycle.c (and the progress
+ * scenario), CONCURRENT_CALLBACKS tests/unit/thread_callbacks.c. */
 enum tmo_cap {
 	/* arm and cancel never wait for the timer thread or a callback: they
 	 * take no lock the timer thread holds while it runs its loop or a

@@ -6,7 +6,7 @@
 # the honest wrapper must pass, so the failures are the bugs'.
 set(tmo_fx_src ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/broken_engines.c
                ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/wrap.c)
-foreach(t contract badinput faults destroy)
+foreach(t contract badinput faults caps destroy)
   add_executable(test_engine_${t}_fixtures ${CMAKE_CURRENT_SOURCE_DIR}/engine/${t}.c ${tmo_fx_src})
   target_link_libraries(test_engine_${t}_fixtures PRIVATE tmo_testkit)
   target_include_directories(test_engine_${t}_fixtures PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/fixtures)
@@ -22,8 +22,9 @@ foreach(row
     "badinput_lax|badinput|fx-lax||1"
     "faults_honest|faults|fx-honest||0"
     "faults_faultlossy|faults|fx-faultlossy||1"
-    "faults_allocating|faults|fx-allocating|caps|1"
-    "faults_syscalling|faults|fx-syscalling|caps|1"
+    "caps_honest|caps|fx-honest||0"
+    "caps_allocating|caps|fx-allocating||1"
+    "caps_syscalling|caps|fx-syscalling||1"
     "destroy_honest|destroy|fx-honest|20000|0"
     "destroy_leaky|destroy|fx-leaky|20000|1")
   string(REPLACE "|" ";" f "${row}")

@@ -1,5 +1,5 @@
 # Fuzzing the data structures (src/ds/heap.c, src/ds/wheel.c) and the lock-free
-# core (src/lf/, the mpsc and wheel engines): tests/fuzz_<t>.c each define
+# core (src/lf/, the mpsc and wheel engines): tests/fuzz/<t>.c each define
 # LLVMFuzzerTestOneInput, which decodes bytes into timer operations and
 # aborts on any mismatch with a reference model (heap, wheel: on a virtual
 # clock; lf: on a live engine whose timer thread it parks and settles).
@@ -39,13 +39,18 @@ set(tmo_fuzz_src_lf ${tmo_lf_core}
     ${PROJECT_SOURCE_DIR}/impls/mpsc.c ${PROJECT_SOURCE_DIR}/impls/wheel.c
     ${CMAKE_CURRENT_BINARY_DIR}/generated/lf_registry.c)
 set(tmo_fuzz_libs_lf PkgConfig::CK rt)
+# The parts a target's <t>.c is built with, in every build of it (the
+# replay, the libFuzzer binary, the planted variants): lf's model, pool
+# audit and threads (tests/fuzz/lf_fuzz.h).
+set(tmo_fuzz_parts_lf ${CMAKE_CURRENT_LIST_DIR}/lf_model.c ${CMAKE_CURRENT_LIST_DIR}/lf_pool.c
+                      ${CMAKE_CURRENT_LIST_DIR}/lf_threads.c)
 
 if(TMO_FUZZ AND NOT CMAKE_C_COMPILER_ID MATCHES "Clang")
   message(FATAL_ERROR "TMO_FUZZ needs clang (libFuzzer); use the 'fuzz' preset")
 endif()
 
 foreach(t IN LISTS TMO_FUZZ_TARGETS)
-  add_executable(fuzz_replay_${t} ${CMAKE_CURRENT_LIST_DIR}/${t}.c
+  add_executable(fuzz_replay_${t} ${CMAKE_CURRENT_LIST_DIR}/${t}.c ${tmo_fuzz_parts_${t}}
                                   ${CMAKE_CURRENT_LIST_DIR}/replay.c)
   target_include_directories(fuzz_replay_${t} PRIVATE ${CMAKE_CURRENT_LIST_DIR}
                                                       ${PROJECT_SOURCE_DIR}/src)
@@ -59,7 +64,8 @@ foreach(t IN LISTS TMO_FUZZ_TARGETS)
   set_tests_properties(fuzz-replay/${t} PROPERTIES TIMEOUT ${TMO_TEST_TIMEOUT})
 
   if(TMO_FUZZ)
-    add_executable(fuzz_${t} ${CMAKE_CURRENT_LIST_DIR}/${t}.c ${tmo_fuzz_src_${t}})
+    add_executable(fuzz_${t} ${CMAKE_CURRENT_LIST_DIR}/${t}.c ${tmo_fuzz_parts_${t}}
+                             ${tmo_fuzz_src_${t}})
     target_include_directories(fuzz_${t} PRIVATE ${CMAKE_CURRENT_LIST_DIR}
                                                  ${PROJECT_SOURCE_DIR}/src
                                                  ${PROJECT_SOURCE_DIR}/include)
@@ -131,7 +137,7 @@ function(tmo_lf_planted name file pattern replacement regex)
   configure_file(${out}.tmp ${out} COPYONLY)
   set(sources ${tmo_fuzz_src_lf})
   list(REMOVE_ITEM sources ${src})
-  add_executable(fuzz_replay_${name} ${CMAKE_CURRENT_LIST_DIR}/lf.c
+  add_executable(fuzz_replay_${name} ${CMAKE_CURRENT_LIST_DIR}/lf.c ${tmo_fuzz_parts_lf}
                                      ${CMAKE_CURRENT_LIST_DIR}/replay.c ${sources} ${out})
   target_include_directories(fuzz_replay_${name} PRIVATE ${CMAKE_CURRENT_LIST_DIR}
                              ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/src/lf

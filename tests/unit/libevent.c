@@ -16,7 +16,7 @@
  *    base lock; or a callback that outlasts the fork handler's bound): the
  *    child's destroy leaves libevent's base alone and returns, and the
  *    parent's engine is unharmed.  (The quiesced case, with every
- *    descriptor accounted for: tests/engine/lifecycle.c.)
+ *    descriptor accounted for: tests/engine/lifecycle_fork.c.)
  *
  * Synchronised on state, never on a sleep: a callback's progress is a flag
  * it sets, "this thread is blocked" is its state in /proc/self/task.
