@@ -3,7 +3,8 @@
  * Bug #8730's block and truth table, the edge-of-deadline block, and nested
  * scopes.
  * Header-only; the skip-rescue scenario (scenarios/skip_rescue.c) and the
- * scope tests (tests/engine/scope.c) both run them, so each is written once.
+ * scope tests (tests/engine/scope_delivery.c, scope_nesting.c) both run them,
+ * so each is written once.
  *
  * Bug #8730: the block Ruby's test_skip_rescue runs, and what a caller of
  * each timeout-scope mode must see under each inner handler (CONTRACT.md

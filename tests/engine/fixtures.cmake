@@ -6,7 +6,7 @@
 # the honest wrapper must pass, so the failures are the bugs'.
 set(tmo_fx_src ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/broken_engines.c
                ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/wrap.c)
-foreach(t contract badinput faults caps destroy)
+foreach(t contract contract_cancel contract_lifetime badinput faults caps destroy)
   add_executable(test_engine_${t}_fixtures ${CMAKE_CURRENT_SOURCE_DIR}/engine/${t}.c ${tmo_fx_src})
   target_link_libraries(test_engine_${t}_fixtures PRIVATE tmo_testkit)
   target_include_directories(test_engine_${t}_fixtures PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/fixtures)
@@ -18,6 +18,8 @@ foreach(row
     "contract_early|contract|fx-early|never_early|1"
     "contract_liar|contract|fx-liar|exactly_once|1"
     "contract_lossy|contract|fx-lossy|exactly_once|1"
+    "contract_cancel_honest|contract_cancel|fx-honest||0"
+    "contract_lifetime_honest|contract_lifetime|fx-honest||0"
     "badinput_honest|badinput|fx-honest||0"
     "badinput_lax|badinput|fx-lax||1"
     "faults_honest|faults|fx-honest||0"

@@ -1,0 +1,208 @@
+/*
+ * The engine contract (include/tmo/tmo.h), letting go of timers and of the
+ * engine, checked on one engine: `test_engine_contract_lifetime ENGINE
+ * [CASE]`.  A timer may be freed as soon as its cancel returns, or by its
+ * own callback, and the engine never touches it again; destroy with timers
+ * pending cancels them (none fires), waits for the running callback, runs
+ * none after it returns, and gives back every thread and allocation.  How
+ * every case is built: tests/kit/contract_test.h.
+ */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cases.h"
+#include "check.h"
+#include "contract_test.h"
+#include "engine_test.h"
+
+/* ---- freeing timers: right after cancel, and inside the callback --------- */
+
+/* Heap-allocated, so AddressSanitizer reports any engine access after the
+ * caller was allowed to free it. */
+struct heap_rec {
+	struct tmo_timer t;
+	int id;
+	int payload;
+};
+static atomic_int *hr_fires;
+static atomic_llong hr_total;
+static atomic_int hr_bad_arg;
+
+static void hr_cb(struct tmo_timer *t, void *arg)
+{
+	struct heap_rec *r = tmo_container_of(t, struct heap_rec, t);
+	if (arg != r)
+		atomic_fetch_add(&hr_bad_arg, 1);
+	r->payload++;
+	atomic_fetch_add(&hr_fires[r->id], 1);
+	atomic_fetch_add(&hr_total, 1);
+}
+
+static void hr_free_cb(struct tmo_timer *t, void *arg)
+{
+	struct heap_rec *r = tmo_container_of(t, struct heap_rec, t);
+	atomic_fetch_add(&hr_fires[r->id], 1);
+	atomic_fetch_add(&hr_total, 1);
+	memset(r, 0xdb, sizeof *r);
+	free(r);
+}
+
+static void test_free_after_cancel(void)
+{
+	int n = (int)et_scaled(et_thread_per_timer() ? 300 : 1000, 50);
+	hr_fires = calloc((size_t)n, sizeof *hr_fires);
+	char *prevented = calloc((size_t)n, 1);
+	struct tmo *e = ct_new_engine();
+	if (!e)
+		return;
+	struct et_rng rng;
+	et_rng_seed(&rng, 11);
+	atomic_store(&hr_total, 0);
+	int bad = 0;
+	for (int i = 0; i < n; i++) {
+		struct heap_rec *r = malloc(sizeof *r);
+		tmo_timer_init(&r->t);
+		r->id = i;
+		r->payload = 0;
+		static const int64_t choice[] = {0, 20 * US, 300 * US, 100 * MS};
+		CHECK_EQ(ct_arm(e, &r->t, choice[et_below(&rng, 4)], hr_cb, r), 0);
+		if (et_below(&rng, 4) == 0)
+			et_sleep_ns((int64_t)et_below(&rng, 500 * US));
+		int rc = tmo_cancel(e, &r->t);
+		if (rc == TMO_CANCEL_PREVENTED)
+			prevented[i] = 1;
+		else if (!ct_is_resolved(rc))
+			bad++;
+		memset(r, 0xa5, sizeof *r);
+		free(r);
+	}
+	et_sleep_ns(120 * MS);
+	int wrong = 0;
+	for (int i = 0; i < n; i++)
+		wrong += atomic_load(&hr_fires[i]) + prevented[i] != 1;
+	printf("  free-after-cancel: %d timers freed on cancel's return, %lld fired, %d wrong\n",
+	       n, (long long)atomic_load(&hr_total), wrong);
+	CHECK_EQ(bad, 0);
+	CHECK_EQ(wrong, 0);
+	CHECK_EQ(atomic_load(&hr_bad_arg), 0);
+	ct_destroy_engine(&e);
+	free(hr_fires);
+	free(prevented);
+}
+
+static void test_callback_frees_timer(void)
+{
+	int n = (int)et_scaled(et_thread_per_timer() ? 200 : 1000, 50);
+	hr_fires = calloc((size_t)n, sizeof *hr_fires);
+	struct tmo *e = ct_new_engine();
+	if (!e)
+		return;
+	struct et_rng rng;
+	et_rng_seed(&rng, 12);
+	atomic_store(&hr_total, 0);
+	for (int i = 0; i < n; i++) {
+		struct heap_rec *r = malloc(sizeof *r);
+		tmo_timer_init(&r->t);
+		r->id = i;
+		CHECK_EQ(ct_arm(e, &r->t, (int64_t)et_below(&rng, 2 * MS), hr_free_cb, r), 0);
+	}
+	CHECK(et_wait_ge(&hr_total, n, LIVENESS));
+	et_sleep_ns(10 * MS);
+	int wrong = 0;
+	for (int i = 0; i < n; i++)
+		wrong += atomic_load(&hr_fires[i]) != 1;
+	printf("  callback-frees-timer: %d timers, %d wrong\n", n, wrong);
+	CHECK_EQ(wrong, 0);
+	ct_destroy_engine(&e);
+	free(hr_fires);
+}
+
+/* ---- destroy with pending timers ----------------------------------------- */
+
+static atomic_int dp_destroyed, dp_late, dp_inflight, dp_slow_started, dp_slow_returned;
+static atomic_llong dp_fires, dp_long_fires;
+#define DP_LONG ((void *)1) /* arg of a timer due in 1 s or more */
+
+static void dp_cb(struct tmo_timer *t, void *arg)
+{
+	atomic_fetch_add(&dp_inflight, 1);
+	if (atomic_load(&dp_destroyed))
+		atomic_fetch_add(&dp_late, 1);
+	if (arg == DP_LONG)
+		atomic_fetch_add(&dp_long_fires, 1); /* destroy must cancel, not fire */
+	atomic_fetch_add(&dp_fires, 1);
+	atomic_fetch_sub(&dp_inflight, 1);
+}
+
+static void dp_slow_cb(struct tmo_timer *t, void *arg)
+{
+	atomic_fetch_add(&dp_inflight, 1);
+	atomic_store(&dp_slow_started, 1);
+	et_sleep_ns(30 * MS);
+	atomic_store(&dp_slow_returned, 1);
+	atomic_fetch_sub(&dp_inflight, 1);
+}
+
+static void test_destroy_pending(void)
+{
+	int n = (int)et_scaled(et_thread_per_timer() ? 200 : 2000, 50);
+	struct tmo_timer *t = calloc((size_t)n + 1, sizeof *t);
+	int64_t live0 = tmo_testing_live_allocs();
+	int threads0 = et_thread_count();
+	atomic_store(&dp_destroyed, 0);
+	atomic_store(&dp_late, 0);
+	atomic_store(&dp_fires, 0);
+	atomic_store(&dp_long_fires, 0);
+	atomic_store(&dp_slow_started, 0);
+	atomic_store(&dp_slow_returned, 0);
+	struct tmo *e = ct_new_engine();
+	if (!e)
+		return;
+	struct et_rng rng;
+	et_rng_seed(&rng, 13);
+	/* a callback that is running when destroy is called */
+	CHECK_EQ(ct_arm(e, &t[n], 0, dp_slow_cb, NULL), 0);
+	for (int i = 0; i < n; i++) {
+		/* a tenth may fire before destroy, the rest are pending */
+		int64_t to = i % 10 == 0 ? (int64_t)et_below(&rng, 2 * MS)
+		                         : TMO_NSEC_PER_SEC + (int64_t)et_below(&rng, 10 * TMO_NSEC_PER_SEC);
+		CHECK_EQ(ct_arm(e, &t[i], to, dp_cb, i % 10 == 0 ? NULL : DP_LONG), 0);
+	}
+	CHECK(ET_WAIT_UNTIL(atomic_load(&dp_slow_started), LIVENESS));
+	struct tmo_stats st;
+	CHECK_EQ(tmo_stats(e, &st), 0);
+	long long fired_before = atomic_load(&dp_fires);
+	int64_t t0 = tmo_now_ns();
+	ct_destroy_engine(&e);
+	int64_t dt = tmo_now_ns() - t0;
+	atomic_store(&dp_destroyed, 1);
+	int inflight = atomic_load(&dp_inflight);
+	int slow_done = atomic_load(&dp_slow_returned);
+	et_sleep_ns(50 * MS);
+	int threads1 = et_wait_thread_count(threads0, LIVENESS);
+	printf("  destroy-pending: %llu pending destroyed in %lld us, %lld fired before, %lld "
+	       "long ones fired; late %d, in flight at return %d, threads %d -> %d, live allocs "
+	       "%lld -> %lld\n",
+	       (unsigned long long)st.pending, (long long)(dt / US), fired_before,
+	       (long long)atomic_load(&dp_long_fires), atomic_load(&dp_late), inflight, threads0,
+	       threads1, (long long)live0, (long long)tmo_testing_live_allocs());
+	CHECK_EQ(atomic_load(&dp_late), 0);
+	CHECK_EQ(atomic_load(&dp_long_fires), 0);
+	CHECK_EQ(inflight, 0);
+	CHECK_EQ(slow_done, 1);
+	CHECK_EQ(tmo_testing_live_allocs(), live0);
+	CHECK_EQ(threads1, threads0);
+	free(t);
+}
+
+int main(int argc, char **argv)
+{
+	et_init(argc, argv, "engine_contract_lifetime");
+	static const struct et_case cases[] = {
+		ET_CASE(test_free_after_cancel), ET_CASE(test_callback_frees_timer),
+		ET_CASE(test_destroy_pending),
+	};
+	return ct_run(argc, argv, cases, ET_NCASES(cases));
+}

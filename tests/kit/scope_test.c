@@ -1,0 +1,28 @@
+#include "scope_test.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "engine_test.h"
+#include "tmo/testing.h"
+
+int64_t sc_since(int64_t t0) { return tmo_now_ns() - t0; }
+
+intptr_t sc_sleep_then(void *arg)
+{
+	tmo_sleep(*(int64_t *)arg);
+	return 7;
+}
+
+int sc_run(int argc, char **argv, struct tmo **eng, const struct et_case *cases, int n)
+{
+	int64_t allocs0 = tmo_testing_live_allocs();
+	int rc = tmo_create(et_name, NULL, eng);
+	if (rc != 0) {
+		fprintf(stderr, "engine %s: %s\n", et_name, tmo_strerror(rc));
+		exit(1);
+	}
+	et_run_cases(argc, argv, cases, n);
+	tmo_destroy(eng);
+	return et_main_end(allocs0);
+}
