@@ -1,5 +1,5 @@
 # The tree's shape (scripts/shape): layers include only downward, no
-# function over 80 lines and no file over 500 outside tests/.  The same
+# function over 80 lines outside tests/ and no file over 500 anywhere.  The same
 # check must fail on a scratch tree with one violation of each kind.
 add_test(NAME repo/shape COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/scripts/shape
                                  ${PROJECT_SOURCE_DIR})

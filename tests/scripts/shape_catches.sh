@@ -13,6 +13,7 @@ printf '/* b */\n' > impls/b/b.h
 { echo 'int long_one(void)'; echo '{'; for i in $(seq 80); do echo '	;'; done; echo '}'; } > cli/long.c
 for i in $(seq 501); do echo "/* $i */"; done > cli/big.h
 { echo 'int long_test(void)'; echo '{'; for i in $(seq 200); do echo '	;'; done; echo '}'; } > tests/ok.c
+for i in $(seq 501); do echo "/* $i */"; done > tests/big.c
 set +e
 out=$(/usr/bin/python3 "$root/scripts/shape" "$dir")
 rc=$?
@@ -25,6 +26,7 @@ grep -q '^layer src/core/client.c:1: src/core/ includes tmo/scope.h' <<<"$out" |
 grep -q '^layer impls/a/other.c:1: ' <<<"$out" || fail "an engine part including another engine's not named"
 grep -q '^function cli/long.c:2: long_one is 82 lines' <<<"$out" || fail "82-line function not named"
 grep -q '^file cli/big.h: 501 lines' <<<"$out" || fail "501-line file not named"
+grep -q '^file tests/big.c: 501 lines' <<<"$out" || fail "501-line file in tests/ not named"
 ! grep -q 'tests/ok.c' <<<"$out" || fail "a long function in tests/ was named"
-grep -q '^shape: 7 files, 5 violations$' <<<"$out" || fail "wrong count"
+grep -q '^shape: 8 files, 6 violations$' <<<"$out" || fail "wrong count"
 echo "shape_catches: every planted violation named"
