@@ -49,23 +49,37 @@ static void hr_free_cb(struct tmo_timer *t, void *arg)
 	free(r);
 }
 
+/* A case's start: n fire counters at 0, its random stream, a fresh engine
+ * (NULL: the check failed). */
+static struct tmo *hr_start(int n, struct et_rng *rng, uint64_t stream)
+{
+	hr_fires = calloc((size_t)n, sizeof *hr_fires);
+	atomic_store(&hr_total, 0);
+	et_rng_seed(rng, stream);
+	return ct_new_engine();
+}
+
+/* Timer number i, on the heap. */
+static struct heap_rec *hr_new(int i)
+{
+	struct heap_rec *r = malloc(sizeof *r);
+	tmo_timer_init(&r->t);
+	r->id = i;
+	r->payload = 0;
+	return r;
+}
+
 static void test_free_after_cancel(void)
 {
 	int n = (int)et_scaled(et_thread_per_timer() ? 300 : 1000, 50);
-	hr_fires = calloc((size_t)n, sizeof *hr_fires);
 	char *prevented = calloc((size_t)n, 1);
-	struct tmo *e = ct_new_engine();
+	struct et_rng rng;
+	struct tmo *e = hr_start(n, &rng, 11);
 	if (!e)
 		return;
-	struct et_rng rng;
-	et_rng_seed(&rng, 11);
-	atomic_store(&hr_total, 0);
 	int bad = 0;
 	for (int i = 0; i < n; i++) {
-		struct heap_rec *r = malloc(sizeof *r);
-		tmo_timer_init(&r->t);
-		r->id = i;
-		r->payload = 0;
+		struct heap_rec *r = hr_new(i);
 		static const int64_t choice[] = {0, 20 * US, 300 * US, 100 * MS};
 		CHECK_EQ(ct_arm(e, &r->t, choice[et_below(&rng, 4)], hr_cb, r), 0);
 		if (et_below(&rng, 4) == 0)
@@ -95,17 +109,12 @@ static void test_free_after_cancel(void)
 static void test_callback_frees_timer(void)
 {
 	int n = (int)et_scaled(et_thread_per_timer() ? 200 : 1000, 50);
-	hr_fires = calloc((size_t)n, sizeof *hr_fires);
-	struct tmo *e = ct_new_engine();
+	struct et_rng rng;
+	struct tmo *e = hr_start(n, &rng, 12);
 	if (!e)
 		return;
-	struct et_rng rng;
-	et_rng_seed(&rng, 12);
-	atomic_store(&hr_total, 0);
 	for (int i = 0; i < n; i++) {
-		struct heap_rec *r = malloc(sizeof *r);
-		tmo_timer_init(&r->t);
-		r->id = i;
+		struct heap_rec *r = hr_new(i);
 		CHECK_EQ(ct_arm(e, &r->t, (int64_t)et_below(&rng, 2 * MS), hr_free_cb, r), 0);
 	}
 	CHECK(et_wait_ge(&hr_total, n, LIVENESS));
