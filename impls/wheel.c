@@ -3,8 +3,9 @@
  * (src/ds/wheel.h): one per thread that arms, and one of the timer thread's.
  *
  * An arm is held in its thread's ring, where the same thread's cancel takes
- * it back with one CAS; it is dated by the TSC (no clock read).  A ring slot needed while its arm is still
- * pending files that arm in the thread's own wheel (a trylock nobody else
+ * it back with one CAS; it is dated by the TSC (no clock read).  A ring
+ * slot needed while its arm is still pending files that arm in the
+ * thread's own wheel (a trylock nobody else
  * holds but for a moment), so threads whose timers live long enough to be
  * filed never meet in one structure; the timer thread collects due timers
  * from every wheel and runs them in deadline order.  Deadlines are rounded

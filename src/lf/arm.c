@@ -350,7 +350,7 @@ static inline __attribute__((always_inline)) int arm_fast(struct tmo *e, struct 
 	r->cache_n--;
 	n->timer = t;
 	atomic_store_explicit(&n->s.q.timeout, timeout_ns, memory_order_relaxed);
-	uint64_t stamp = LF_PRECISE | __builtin_ia32_rdtsc();
+	uint64_t stamp = __builtin_ia32_rdtsc();
 	atomic_store_explicit(&n->s.q.stamp, stamp, memory_order_relaxed);
 	uint64_t st = lf_next_ring(atomic_load_explicit(&n->state, memory_order_relaxed));
 	/* lf_word(index, generation, LF_PENDING): index << 2 is the offset >> 4 */
@@ -367,6 +367,7 @@ static inline __attribute__((always_inline)) int arm_fast(struct tmo *e, struct 
 	return 0;
 }
 
+/* mpsc's and the wheel's arm. */
 int lf_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb, void *arg)
 {
 	uint64_t tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);

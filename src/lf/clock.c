@@ -271,12 +271,11 @@ int64_t lf_tick_publish(struct tmo *e, unsigned flags)
  * there is no calibration yet). */
 static int stamp_bounds(struct tmo *e, uint64_t stamp, int64_t *lo, int64_t *hi)
 {
-	uint64_t st = stamp & ~LF_PRECISE;
 	if (!g_use_tsc) {
-		*lo = *hi = (int64_t)st;
+		*lo = *hi = (int64_t)stamp;
 		return 1;
 	}
-	tsc_bounds(e, st, lo, hi);
+	tsc_bounds(e, stamp, lo, hi);
 	return 0;
 }
 

@@ -191,7 +191,6 @@ struct lf_params {
 #define LF_TW_SLEEPING 2u /* the timer thread sleeps: wake it if needed */
 #define LF_TW_FENCE 4u /* no membarrier: arms fence before looking */
 #define LF_TW_SHIFT 3
-#define LF_PRECISE (UINT64_C(1) << 63) /* set in every stamp (clock.c) */
 /* A stamp that says q.timeout already holds the deadline (a node its owner
  * dated when it spilled it, for another holder to file). */
 #define LF_STAMP_DEADLINE UINT64_MAX
@@ -313,16 +312,15 @@ void lf_clock_init(struct tmo *e);
 /* Timer thread: publish the next tick (flags: LF_TW_*); returns its clock
  * reading, taken after the tick is visible. */
 int64_t lf_tick_publish(struct tmo *e, unsigned flags);
-/* An arm's stamp (LF_PRECISE | the TSC, or CLOCK_MONOTONIC without an
- * invariant TSC). */
+/* An arm's stamp: the TSC, or CLOCK_MONOTONIC without an invariant TSC. */
 extern int lf_use_tsc;
 static inline uint64_t lf_stamp(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
 	if (LF_LIKELY(lf_use_tsc))
-		return LF_PRECISE | __builtin_ia32_rdtsc();
+		return __builtin_ia32_rdtsc();
 #endif
-	return LF_PRECISE | (uint64_t)tmo_now_ns();
+	return (uint64_t)tmo_now_ns();
 }
 /* Upper bound on the time an arm stamped `stamp` was called: never earlier.
  * Reads the clock only while there is no calibration yet (the caller runs

@@ -94,7 +94,7 @@ struct lf_node {
 	union {
 		struct {
 			_Atomic int64_t timeout;
-			_Atomic uint64_t stamp; /* clock.c: a tick, or LF_PRECISE | TSC */
+			_Atomic uint64_t stamp; /* clock.c: the TSC at arm */
 		} q;                            /* RING, QUEUED */
 		struct tmo_heap_node heap;      /* IN_STRUCT (mpsc) */
 		struct tmo_wheel_node wheel;    /* IN_STRUCT (wheel) */
