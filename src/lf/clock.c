@@ -3,9 +3,8 @@
  *
  * Dating.  Every arm stamps the TSC (one rdtsc, no clock read); whoever
  * files the node converts the stamp into CLOCK_MONOTONIC, rounded up, and
- * adds the timeout: a deadline never early, and arms keep their order
- * (guarantee 4) whenever their deadlines are further apart than the margin
- * below.  The stamp is the arm's own: a timer thread that is not scheduled
+ * adds the timeout, capped by a clock read taken after the arm: a
+ * deadline never early, and arms keep their order (guarantee 4).  The stamp is the arm's own: a timer thread that is not scheduled
  * (a CPU hog, a real-time task on its CPU) delays filing and firing, never
  * the dating (tests/engine/starved.c).
  *
@@ -284,14 +283,15 @@ int64_t lf_arm_time_upper(struct tmo *e, uint64_t stamp)
 	return lf_arm_time_upper_before(e, stamp, 0);
 }
 
+/* The converted stamp, capped by a clock read taken after the arm (the
+ * caller's, or one now): never early, and never later than that read. */
 int64_t lf_arm_time_upper_before(struct tmo *e, uint64_t stamp, int64_t later_ns)
 {
 	int64_t lo, hi;
 	if (stamp_bounds(e, stamp, &lo, &hi))
 		return hi;
-	if (hi == 0) /* no calibration yet: a clock read after the arm */
-		return later_ns != 0 ? later_ns : tmo_now_ns();
-	return later_ns != 0 && later_ns < hi ? later_ns : hi;
+	int64_t now = later_ns != 0 ? later_ns : tmo_now_ns();
+	return hi != 0 && hi < now ? hi : now;
 }
 
 int64_t lf_arm_time_lower(struct tmo *e, uint64_t stamp)

@@ -323,8 +323,7 @@ static inline uint64_t lf_stamp(void)
 	return (uint64_t)tmo_now_ns();
 }
 /* Upper bound on the time an arm stamped `stamp` was called: never earlier.
- * Reads the clock only while there is no calibration yet (the caller runs
- * after the arm). */
+ * Reads the clock (the caller runs after the arm) to cap the conversion. */
 int64_t lf_arm_time_upper(struct tmo *e, uint64_t stamp);
 /* The same, no later than `later_ns` (0: none), a clock reading known to
  * follow the arm (the timer thread reads one per batch). */
