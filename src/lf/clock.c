@@ -1,25 +1,26 @@
 /*
  * The time source of the lock-free core, and the wake-up protocol.
  *
- * Dating.  Every arm stamps the TSC (one rdtsc, no clock read); whoever
- * files the node converts the stamp into CLOCK_MONOTONIC, rounded up, and
- * adds the timeout, capped by a clock read taken after the arm: a
- * deadline never early, and arms keep their order (guarantee 4).  The stamp is the arm's own: a timer thread that is not scheduled
- * (a CPU hog, a real-time task on its CPU) delays filing and firing, never
- * the dating (tests/engine/starved.c).
+ * Dating.  Every arm stamps the TSC (one rdtsc, no clock read).  Whoever
+ * files the node converts the stamp into CLOCK_MONOTONIC, rounded up, caps
+ * it by a clock read taken after the arm (its own, or the batch's), and
+ * adds the timeout: a deadline never early, and arms keep their order
+ * (guarantee 4).  The stamp is the arm's own: a timer thread that is not
+ * scheduled (a CPU hog, a real-time task on its CPU) delays filing and
+ * firing, never the dating (tests/engine/starved.c).
  *
- * Ticks.  Each round of the timer thread (and, while arms keep coming,
- * each nap of tick_ns) publishes a tick: the tick word's count goes up and
- * tick_at holds the clock read just after, a `now` that is never ahead of
- * the clock for those who need one cheaply (a spilling thread's horizon).
+ * Ticks.  Each round of the timer thread publishes a tick (so do its
+ * announcement of a long sleep and its park): the tick word's count goes
+ * up and tick_at holds the clock read just after, a `now` that is never
+ * ahead of the clock for those who need one cheaply (a spilling thread's
+ * horizon).
  *
  * Conversion: a rate measured against CLOCK_MONOTONIC since the first
  * engine was created, anchored at a (TSC, clock) pair the timer thread
  * takes as its rounds go (lf_cal_update), rounded UP by a margin that
- * covers both pairs' read skew, the rate's error and NTP slew (0.1 %).  The
- * margin has a floor (MARGIN_NS, or a twentieth of the resolution), the
- * same for every arm, so arms keep their order.  Without an invariant TSC a
- * stamp is CLOCK_MONOTONIC itself (arm reads the clock).
+ * covers both pairs' read skew, the rate's error and NTP slew (0.1 %), with
+ * a floor (MARGIN_NS, or a twentieth of the resolution).  Without an
+ * invariant TSC a stamp is CLOCK_MONOTONIC itself (arm reads the clock).
  *
  * Waking the timer thread.  Before it sleeps the timer thread sets
  * LF_TW_SLEEPING, then looks at every ring, base and the inbox; an arm
