@@ -1,5 +1,6 @@
 # The scenario runs in tests/harness/runs.txt whose `where` names ctest:
-# one ctest "harness-<scenario>/<engine>" per engine.  The other rows are
+# one ctest "harness-<scenario>/<engine>" per engine (per engine of
+# --impl=LIST, when the row's ARGS name one).  The other rows are
 # scripts/check's; every row's scenario must be registered (TMO_SCENARIOS,
 # cli/CMakeLists.txt), or configure stops here.
 if(TARGET tmo-harness)
@@ -34,7 +35,19 @@ if(TARGET tmo-harness)
     if(scen STREQUAL "*")
       message(FATAL_ERROR "tests/harness/runs.txt: '${row}': ctest runs name their scenario")
     endif()
-    foreach(engine IN LISTS TMO_ENGINES)
+    # --impl=LIST among the ARGS: tests for those engines only.
+    set(engines "${TMO_ENGINES}")
+    list(FILTER args EXCLUDE REGEX "^--impl=")
+    if(row MATCHES "[ \t]--impl=([^ \t]+)")
+      string(REPLACE "," ";" engines "${CMAKE_MATCH_1}")
+      foreach(engine IN LISTS engines)
+        if(NOT engine IN_LIST TMO_ENGINES)
+          message(FATAL_ERROR "tests/harness/runs.txt: '${row}': no engine named '${engine}' "
+                              "(built: ${TMO_ENGINES})")
+        endif()
+      endforeach()
+    endif()
+    foreach(engine IN LISTS engines)
       add_test(NAME harness-${scen}/${engine}
                COMMAND $<TARGET_FILE:tmo-harness> --impl=${engine} --scenario=${scen} ${args})
       set_tests_properties(harness-${scen}/${engine} PROPERTIES TIMEOUT ${TMO_TEST_TIMEOUT})
