@@ -7,7 +7,12 @@
  * adds the timeout: a deadline never early, and arms keep their order
  * (guarantee 4).  The stamp is the arm's own: a timer thread that is not
  * scheduled (a CPU hog, a real-time task on its CPU) delays filing and
- * firing, never the dating (tests/engine/starved.c).
+ * firing, never the dating (tests/engine/starved.c).  The cap is what keeps
+ * the order: the conversion's margin grows with the calibration's age, and
+ * a timer thread asleep renews nothing, so two arms converted against
+ * calibrations of different ages are rounded up by different amounts (2 ms
+ * apart after a 2 s sleep, tests/unit/lf_dating.c); capped, each is late by
+ * at most the time from its arm to its filer's clock read.
  *
  * Ticks.  Each round of the timer thread publishes a tick (so do its
  * announcement of a long sleep and its park): the tick word's count goes
@@ -18,9 +23,10 @@
  * Conversion: a rate measured against CLOCK_MONOTONIC since the first
  * engine was created, anchored at a (TSC, clock) pair the timer thread
  * takes as its rounds go (lf_cal_update), rounded UP by a margin that
- * covers both pairs' read skew, the rate's error and NTP slew (0.1 %), with
- * a floor (MARGIN_NS, or a twentieth of the resolution).  Without an
- * invariant TSC a stamp is CLOCK_MONOTONIC itself (arm reads the clock).
+ * covers both pairs' read skew, the rate's error and NTP slew (0.1 % of the
+ * stamp's distance from the anchor), with a floor (MARGIN_NS, or a
+ * twentieth of the resolution).  Without an invariant TSC a stamp is
+ * CLOCK_MONOTONIC itself (arm reads the clock).
  *
  * Waking the timer thread.  Before it sleeps the timer thread sets
  * LF_TW_SLEEPING, then looks at every ring, base and the inbox; an arm
