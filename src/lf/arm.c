@@ -47,8 +47,8 @@ void lf_inbox_post(struct tmo *e, struct lf_node *n, int64_t deadline_lower)
 
 static int64_t deadline_lower(struct tmo *e, struct lf_node *n)
 {
-	int64_t lo = lf_arm_time_lower(e, atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed));
-	return lo > 0 ? lo + atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed) : 0;
+	return lf_node_deadline_lower(e, atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed),
+	                              atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed));
 }
 
 static void free_to(struct tmo *e, struct lf_rec *r, struct lf_node *n)
@@ -68,10 +68,7 @@ static void base_file_locked(struct tmo *e, struct lf_base *b, struct lf_node *n
 	const struct lf_sched *sc = e->p->sched;
 	uint64_t s = atomic_load_explicit(&n->state, memory_order_acquire);
 	if (lf_st_of(s) == LF_QUEUED) {
-		uint64_t stamp = atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed);
-		int64_t deadline = atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed);
-		if (stamp != LF_STAMP_DEADLINE)
-			deadline += lf_arm_time_upper_before(e, stamp, later);
+		int64_t deadline = lf_node_deadline(e, n, later);
 		atomic_store_explicit(&n->aux, (uintptr_t)b | LF_IN_THREAD, memory_order_relaxed);
 		sc->insert(lf_sched_of(b), n, deadline); /* a wheel never refuses */
 		if (atomic_compare_exchange_strong_explicit(&n->state, &s,
@@ -186,9 +183,7 @@ static void file_own_base(struct tmo *e, struct lf_rec *r, struct lf_node *n)
 		lf_base_unlock(b);
 	} else {
 		/* dated now: the calibration its next holder finds may be newer */
-		int64_t deadline =
-		    lf_arm_time_upper(e, atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed)) +
-		    atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed);
+		int64_t deadline = lf_node_deadline(e, n, 0);
 		atomic_store_explicit(&n->s.q.timeout, deadline, memory_order_relaxed);
 		atomic_store_explicit(&n->s.q.stamp, LF_STAMP_DEADLINE, memory_order_relaxed);
 		ck_stack_push_upmc(&b->tofile, &n->link);
@@ -232,8 +227,8 @@ static int arm_bare(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_
 	uint64_t gen = (lf_gen_of(atomic_load_explicit(&n->state, memory_order_relaxed)) + 1) &
 	               LF_GEN_MASK;
 	n->timer = t;
-	atomic_store_explicit(&n->s.q.timeout, timeout_ns, memory_order_relaxed);
-	atomic_store_explicit(&n->s.q.stamp, lf_stamp(), memory_order_relaxed);
+	atomic_store_explicit(&n->s.q.timeout, tmo_now_ns() + timeout_ns, memory_order_relaxed);
+	atomic_store_explicit(&n->s.q.stamp, LF_STAMP_DEADLINE, memory_order_relaxed);
 	t->cb = cb;
 	t->arg = arg;
 	atomic_store_explicit(&n->state, lf_st(gen, LF_QUEUED), memory_order_release);
@@ -256,8 +251,7 @@ static __attribute__((noinline)) int arm_slow(struct tmo *e, struct tmo_timer *t
  * and filed, and its fields rewritten.  Returns 0 (arm's result). */
 static __attribute__((noinline)) int arm_wake(struct tmo *e, uint64_t stamp, int64_t timeout_ns)
 {
-	int64_t lo = lf_arm_time_lower(e, stamp);
-	lf_wake_for(e, lo > 0 ? lo + timeout_ns : 0);
+	lf_wake_for(e, lf_node_deadline_lower(e, stamp, timeout_ns));
 	return 0;
 }
 
@@ -303,6 +297,10 @@ static __attribute__((noinline)) int arm_general(struct tmo *e, struct tmo_timer
 	r->cache_n--;
 	uint64_t tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
 	uint64_t stamp = lf_stamp();
+	if (!lf_stamp_fresh(e, stamp)) { /* the calibration is old (clock.c, Dating) */
+		stamp = LF_STAMP_DEADLINE;
+		timeout_ns += tmo_now_ns();
+	}
 	uint32_t i = (uint32_t)atomic_load_explicit(&r->head, memory_order_relaxed) &
 	             (LF_RING_SLOTS - 1);
 	uint64_t prev = atomic_load_explicit(&r->ring[i], memory_order_relaxed);
@@ -329,9 +327,9 @@ static __attribute__((noinline)) int arm_general(struct tmo *e, struct tmo_timer
 
 /* The fast path: this thread's record is the hot one, its cache has a node,
  * the next slot is free, the timer thread is awake, no fence is needed and
- * the TSC dates arms.  Nothing here calls a function but in tail position,
- * and stores are ordered so that few values stay live: it needs few
- * registers saved. */
+ * the TSC dates arms (the calibration is fresh).  Nothing here calls a
+ * function but in tail position, and stores are ordered so that few values
+ * stay live: it needs few registers saved. */
 static inline __attribute__((always_inline)) int arm_fast(struct tmo *e, struct tmo_timer *t,
                                                           int64_t timeout_ns, tmo_callback *cb,
                                                           void *arg)
@@ -341,8 +339,10 @@ static inline __attribute__((always_inline)) int arm_fast(struct tmo *e, struct 
 	uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
 	_Atomic uint64_t *slot = &r->ring[head & (LF_RING_SLOTS - 1)];
 	_Atomic uint64_t *word = lf_timer_word(t);
+	uint64_t stamp = __builtin_ia32_rdtsc();
 	if (LF_UNLIKELY(n == NULL || atomic_load_explicit(slot, memory_order_relaxed) != 0 ||
-	                lf_word_out(atomic_load_explicit(word, memory_order_relaxed)) == LF_PENDING))
+	                lf_word_out(atomic_load_explicit(word, memory_order_relaxed)) == LF_PENDING ||
+	                stamp > atomic_load_explicit(&e->fresh_until, memory_order_relaxed)))
 		return arm_general(e, t, timeout_ns, cb, arg);
 	t->cb = cb;
 	t->arg = arg;
@@ -350,7 +350,6 @@ static inline __attribute__((always_inline)) int arm_fast(struct tmo *e, struct 
 	r->cache_n--;
 	n->timer = t;
 	atomic_store_explicit(&n->s.q.timeout, timeout_ns, memory_order_relaxed);
-	uint64_t stamp = __builtin_ia32_rdtsc();
 	atomic_store_explicit(&n->s.q.stamp, stamp, memory_order_relaxed);
 	uint64_t st = lf_next_ring(atomic_load_explicit(&n->state, memory_order_relaxed));
 	/* lf_word(index, generation, LF_PENDING): index << 2 is the offset >> 4 */

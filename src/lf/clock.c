@@ -1,18 +1,21 @@
 /*
  * The time source of the lock-free core, and the wake-up protocol.
  *
- * Dating.  Every arm stamps the TSC (one rdtsc, no clock read).  Whoever
- * files the node converts the stamp into CLOCK_MONOTONIC, rounded up, caps
- * it by a clock read taken after the arm (its own, or the batch's), and
- * adds the timeout: a deadline never early, and arms keep their order
- * (guarantee 4).  The stamp is the arm's own: a timer thread that is not
- * scheduled (a CPU hog, a real-time task on its CPU) delays filing and
- * firing, never the dating (tests/engine/starved.c).  The cap is what keeps
- * the order: the conversion's margin grows with the calibration's age, and
- * a timer thread asleep renews nothing, so two arms converted against
- * calibrations of different ages are rounded up by different amounts (2 ms
- * apart after a 2 s sleep, tests/unit/lf_dating.c); capped, each is late by
- * at most the time from its arm to its filer's clock read.
+ * Dating.  An arm stamps the TSC (one rdtsc, no clock read) while the
+ * timer thread's calibration is fresh: at most lf_fresh_ns() old (the time
+ * its slew allowance takes to reach the margin's floor: 10 ms for mpsc,
+ * 50 ms for the wheel).  A later arm (the timer thread asleep, parked,
+ * starved or in a long round) reads the clock and holds its deadline
+ * (LF_STAMP_DEADLINE).  Whoever files a stamped node converts it into
+ * CLOCK_MONOTONIC, rounded up, capped by a clock read taken after the arm,
+ * and adds the timeout, from the newer of the calibration's two latest
+ * pairs that is not after the stamp.  Every ring arm is stolen and every
+ * inbox node taken in the timer thread's next round, so at most one
+ * calibration comes between a stamp and its filing: it is converted from
+ * the pair it was made under, within lf_fresh_ns() of it, however late it
+ * is filed.  A deadline is never early, and arms keep their order
+ * (guarantee 4) whenever they were made and filed (tests/unit/lf_dating.c,
+ * tests/engine/starved.c).
  *
  * Ticks.  Each round of the timer thread publishes a tick (so do its
  * announcement of a long sleep and its park): the tick word's count goes
@@ -23,8 +26,8 @@
  * Conversion: a rate measured against CLOCK_MONOTONIC since the first
  * engine was created, anchored at a (TSC, clock) pair the timer thread
  * takes as its rounds go (lf_cal_update), rounded UP by a margin that
- * covers both pairs' read skew, the rate's error and NTP slew (0.1 % of the
- * stamp's distance from the anchor), with a floor (MARGIN_NS, or a
+ * covers both pairs' read skew, the rate's error and NTP slew (LF_SLEW_PPM
+ * of the stamp's distance from the pair), with a floor (MARGIN_NS, or a
  * twentieth of the resolution).  Without an invariant TSC a stamp is
  * CLOCK_MONOTONIC itself (arm reads the clock).
  *
@@ -201,7 +204,7 @@ void lf_cal_update(struct tmo *e)
 	if (tsc > g_cal_tsc + g_cal_width + w && ns > g_cal_ns) {
 		rate = (double)(ns - g_cal_ns) / (double)(tsc - g_cal_tsc);
 		/* each pair's clock read lies somewhere within its TSC reads */
-		rel = (double)(g_cal_width + w) / (double)(tsc - g_cal_tsc) + 1e-3;
+		rel = (double)(g_cal_width + w) / (double)(tsc - g_cal_tsc) + LF_SLEW_PPM * 1e-6;
 		err = (double)w * rate * (1.0 + rel);
 		if (rel > REL_MAX)
 			rate = 0;
@@ -210,19 +213,33 @@ void lf_cal_update(struct tmo *e)
 	uint32_t s = atomic_load_explicit(&c->seq, memory_order_relaxed);
 	atomic_store_explicit(&c->seq, s + 1, memory_order_relaxed);
 	atomic_thread_fence(memory_order_release);
+	struct lf_cal_prev *p = &e->cal_prev;
+	atomic_store_explicit(&p->tsc, atomic_load_explicit(&c->tsc, memory_order_relaxed),
+	                      memory_order_relaxed);
+	atomic_store_explicit(&p->ns, atomic_load_explicit(&c->ns, memory_order_relaxed),
+	                      memory_order_relaxed);
+	atomic_store_explicit(&p->err_bits, atomic_load_explicit(&c->err_bits, memory_order_relaxed),
+	                      memory_order_relaxed);
 	atomic_store_explicit(&c->tsc, tsc, memory_order_relaxed);
 	atomic_store_explicit(&c->ns, ns, memory_order_relaxed);
 	atomic_store_explicit(&c->rate_bits, d_bits(rate), memory_order_relaxed);
 	atomic_store_explicit(&c->rel_bits, d_bits(rel), memory_order_relaxed);
 	atomic_store_explicit(&c->err_bits, d_bits(err), memory_order_relaxed);
 	atomic_store_explicit(&c->seq, s + 2, memory_order_release);
+	/* after the pair: an arm that sees the new bound finds the pair */
+	uint64_t fresh = rate <= 0               ? 0
+	                 : tmo__timely_timer() ? UINT64_MAX /* testing.h */
+	                                       : tsc + (uint64_t)((double)lf_fresh_ns(e) / rate);
+	atomic_store_explicit(&e->fresh_until, fresh, memory_order_release);
 }
 
-/* Bounds on the time of a TSC stamp from the published calibration; 0
- * (both) when there is none yet. */
+/* Bounds on the time of a TSC stamp from the published calibration, from
+ * the newer of its two pairs that is not after the stamp (else the older);
+ * 0 (both) when there is none yet. */
 static void tsc_bounds(struct tmo *e, uint64_t st, int64_t *lo, int64_t *hi)
 {
 	struct lf_cal *c = &e->cal;
+	struct lf_cal_prev *p = &e->cal_prev;
 	uint64_t tsc, rb, eb, lb;
 	int64_t ns;
 	uint32_t s0, s1;
@@ -230,9 +247,14 @@ static void tsc_bounds(struct tmo *e, uint64_t st, int64_t *lo, int64_t *hi)
 		s0 = atomic_load_explicit(&c->seq, memory_order_acquire);
 		tsc = atomic_load_explicit(&c->tsc, memory_order_relaxed);
 		ns = atomic_load_explicit(&c->ns, memory_order_relaxed);
+		eb = atomic_load_explicit(&c->err_bits, memory_order_relaxed);
 		rb = atomic_load_explicit(&c->rate_bits, memory_order_relaxed);
 		lb = atomic_load_explicit(&c->rel_bits, memory_order_relaxed);
-		eb = atomic_load_explicit(&c->err_bits, memory_order_relaxed);
+		if (st < tsc && atomic_load_explicit(&p->tsc, memory_order_relaxed) != 0) {
+			tsc = atomic_load_explicit(&p->tsc, memory_order_relaxed);
+			ns = atomic_load_explicit(&p->ns, memory_order_relaxed);
+			eb = atomic_load_explicit(&p->err_bits, memory_order_relaxed);
+		}
 		atomic_thread_fence(memory_order_acquire);
 		s1 = atomic_load_explicit(&c->seq, memory_order_relaxed);
 	} while ((s0 & 1) || s0 != s1);
@@ -285,29 +307,27 @@ static int stamp_bounds(struct tmo *e, uint64_t stamp, int64_t *lo, int64_t *hi)
 	return 0;
 }
 
-int64_t lf_arm_time_upper(struct tmo *e, uint64_t stamp)
+int64_t lf_node_deadline(struct tmo *e, const struct lf_node *n, int64_t later_ns)
 {
-	return lf_arm_time_upper_before(e, stamp, 0);
-}
-
-/* The converted stamp, capped by a clock read taken after the arm (the
- * caller's, or one now): never early, and never later than that read. */
-int64_t lf_arm_time_upper_before(struct tmo *e, uint64_t stamp, int64_t later_ns)
-{
+	uint64_t stamp = atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed);
+	int64_t timeout = atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed);
+	if (stamp == LF_STAMP_DEADLINE)
+		return timeout;
 	int64_t lo, hi;
 	if (stamp_bounds(e, stamp, &lo, &hi))
-		return hi;
+		return hi + timeout;
+	/* capped by a clock read taken after the arm: never later than that */
 	int64_t now = later_ns != 0 ? later_ns : tmo_now_ns();
-	return hi != 0 && hi < now ? hi : now;
+	return (hi != 0 && hi < now ? hi : now) + timeout;
 }
 
-int64_t lf_arm_time_lower(struct tmo *e, uint64_t stamp)
+int64_t lf_node_deadline_lower(struct tmo *e, uint64_t stamp, int64_t timeout_ns)
 {
 	if (stamp == LF_STAMP_DEADLINE)
-		return 0;
+		return timeout_ns;
 	int64_t lo, hi;
 	stamp_bounds(e, stamp, &lo, &hi);
-	return lo > 0 ? lo : 0;
+	return lo > 0 ? lo + timeout_ns : 0;
 }
 
 /* ---- waking the timer thread ------------------------------------------------- */

@@ -44,9 +44,11 @@
  * destroy.  A node is recognised by (index, generation): a stale reader
  * (a cancel racing a fire) can only lose a CAS.
  *
- * Time (clock.c): arm stamps the TSC (one instruction, no clock read); the
- * node's filer converts it, rounded up, and adds the timeout: never early,
- * and dated by the arm itself, whenever the timer thread gets to run.
+ * Time (clock.c): arm stamps the TSC (one instruction, no clock read) while
+ * the timer thread's calibration is fresh, else reads the clock; the node's
+ * filer converts a stamp, rounded up, from the calibration pair it was made
+ * under, and adds the timeout: never early, and dated by the arm itself,
+ * whenever the timer thread gets to run.
  *
  * Memory (pool.c): nodes live in one reserved arena, never unmapped while
  * the engine lives (type-stable: a stale reader never faults); free pages
@@ -191,17 +193,29 @@ struct lf_params {
 #define LF_TW_SLEEPING 2u /* the timer thread sleeps: wake it if needed */
 #define LF_TW_FENCE 4u /* no membarrier: arms fence before looking */
 #define LF_TW_SHIFT 3
-/* A stamp that says q.timeout already holds the deadline (a node its owner
- * dated when it spilled it, for another holder to file). */
+/* A stamp that says q.timeout already holds the deadline: an arm made when
+ * the calibration was old, or a node its owner dated when it spilled it,
+ * for another holder to file (clock.c, Dating). */
 #define LF_STAMP_DEADLINE UINT64_MAX
+/* The NTP slew a conversion allows for, in parts per million: CLOCK_MONOTONIC
+ * may run this much faster than the measured rate between a pair and a
+ * stamp (clock.c). */
+#define LF_SLEW_PPM 1000
 
 /* TSC -> CLOCK_MONOTONIC conversion, published by the timer thread under a
  * sequence count (clock.c). */
 struct lf_cal {
 	_Atomic uint32_t seq;
+	/* the latest (TSC, clock) pair, with the error of its clock read */
 	_Atomic uint64_t tsc;
 	_Atomic int64_t ns;
 	_Atomic uint64_t rate_bits, err_bits, rel_bits; /* doubles, as bits */
+};
+/* The pair before it, under the same sequence count. */
+struct lf_cal_prev {
+	_Atomic uint64_t tsc;
+	_Atomic int64_t ns;
+	_Atomic uint64_t err_bits;
 };
 
 struct lf_run;
@@ -231,10 +245,15 @@ struct tmo {
 	int64_t resolution_ns, tick_ns, margin_ns;
 	int64_t origin_ns; /* every base's tick grid starts here */
 
-	/* Read on every arm; written by the timer thread once per tick. */
+	/* Read on every arm (and the calibration on every filing); written by
+	 * the timer thread once per tick. */
 	_Alignas(64) _Atomic uint64_t tickw;
-	_Atomic int64_t tick_at; /* the clock read just after the latest tick */
+	/* a TSC past this, lf_fresh_ns() after the latest calibration, dates
+	 * an arm by the clock instead (clock.c, Dating) */
+	_Atomic uint64_t fresh_until;
 	struct lf_cal cal;
+	_Alignas(64) struct lf_cal_prev cal_prev;
+	_Atomic int64_t tick_at; /* the clock read just after the latest tick */
 	_Atomic int64_t sleep_until; /* while SLEEPING: when it wakes itself */
 
 	/* Producers -> timer thread: the inbox, and how many nodes were ever
@@ -322,14 +341,26 @@ static inline uint64_t lf_stamp(void)
 #endif
 	return (uint64_t)tmo_now_ns();
 }
-/* Upper bound on the time an arm stamped `stamp` was called: never earlier.
- * Reads the clock (the caller runs after the arm) to cap the conversion. */
-int64_t lf_arm_time_upper(struct tmo *e, uint64_t stamp);
-/* The same, no later than `later_ns` (0: none), a clock reading known to
- * follow the arm (the timer thread reads one per batch). */
-int64_t lf_arm_time_upper_before(struct tmo *e, uint64_t stamp, int64_t later_ns);
-/* Lower bound on that time; 0 if unknown. */
-int64_t lf_arm_time_lower(struct tmo *e, uint64_t stamp);
+/* How long a calibration dates arms: while the slew allowed for a stamp
+ * after it stays within the margin's floor. */
+static inline int64_t lf_fresh_ns(const struct tmo *e)
+{
+	return e->margin_ns * (1000000 / LF_SLEW_PPM);
+}
+/* 1 if an arm stamped `stamp` is dated by it: the calibration is at most
+ * lf_fresh_ns() old, or there is no TSC (the stamp is the clock).  Else the
+ * arm reads the clock and holds its deadline (LF_STAMP_DEADLINE). */
+static inline int lf_stamp_fresh(struct tmo *e, uint64_t stamp)
+{
+	return !lf_use_tsc || stamp <= atomic_load_explicit(&e->fresh_until, memory_order_relaxed);
+}
+/* The deadline of a node in a ring or in transit (RING, QUEUED): the time
+ * of its arm (its stamp converted, never early, no later than `later_ns`,
+ * a clock reading after the arm, or one now if 0) plus its timeout, or
+ * the deadline it holds (LF_STAMP_DEADLINE). */
+int64_t lf_node_deadline(struct tmo *e, const struct lf_node *n, int64_t later_ns);
+/* Lower bound on that deadline, for waking the timer thread; 0 if unknown. */
+int64_t lf_node_deadline_lower(struct tmo *e, uint64_t stamp, int64_t timeout_ns);
 /* Timer thread: refresh the TSC calibration. */
 void lf_cal_update(struct tmo *e);
 /* Sleep / wake (futex event counts through ck_ec). */

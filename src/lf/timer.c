@@ -82,10 +82,7 @@ static int steal_one(struct tmo *e, uint64_t w)
 	    !atomic_compare_exchange_strong_explicit(&n->state, &s, lf_st(gen, LF_QUEUED),
 	                                             memory_order_acq_rel, memory_order_relaxed))
 		return 0;
-	int64_t later = tmo_now_ns(); /* after the arm */
-	uint64_t stamp = atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed);
-	int64_t timeout = atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed);
-	file_tt(e, n, gen, lf_arm_time_upper_before(e, stamp, later) + timeout);
+	file_tt(e, n, gen, lf_node_deadline(e, n, tmo_now_ns() /* after the arm */));
 	atomic_fetch_add_explicit(&e->tt->stolen, 1, memory_order_relaxed);
 	return 1;
 }
@@ -139,9 +136,7 @@ static int drain_inbox(struct tmo *e)
 			lf_cache_put(e, e->tt_rec, n);
 			continue;
 		}
-		uint64_t stamp = atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed);
-		int64_t timeout = atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed);
-		file_tt(e, n, lf_gen_of(s), lf_arm_time_upper_before(e, stamp, later) + timeout);
+		file_tt(e, n, lf_gen_of(s), lf_node_deadline(e, n, later));
 		atomic_fetch_add_explicit(&e->tt->via_inbox, 1, memory_order_relaxed);
 	}
 	return 1;
