@@ -69,15 +69,17 @@ static void base_file_locked(struct tmo *e, struct lf_base *b, struct lf_node *n
 	uint64_t s = atomic_load_explicit(&n->state, memory_order_acquire);
 	if (lf_st_of(s) == LF_QUEUED) {
 		int64_t deadline = lf_node_deadline(e, n, later);
+		/* `next` first: a timer thread that finds the base busy holds back
+		 * what is due after `next`, which may be earlier than the base's
+		 * first deadline, never later */
+		if (deadline < atomic_load_explicit(&b->next, memory_order_relaxed))
+			atomic_store_explicit(&b->next, deadline, memory_order_release);
 		atomic_store_explicit(&n->aux, (uintptr_t)b | LF_IN_THREAD, memory_order_relaxed);
 		sc->insert(lf_sched_of(b), n, deadline); /* a wheel never refuses */
 		if (atomic_compare_exchange_strong_explicit(&n->state, &s,
 		                                            lf_st(lf_gen_of(s), LF_IN_STRUCT),
-		                                            memory_order_acq_rel, memory_order_acquire)) {
-			if (deadline < atomic_load_explicit(&b->next, memory_order_relaxed))
-				atomic_store_explicit(&b->next, deadline, memory_order_release);
+		                                            memory_order_acq_rel, memory_order_acquire))
 			return;
-		}
 		sc->remove(lf_sched_of(b), n);
 	}
 	free_to(e, r, n); /* DROPPED on the way: the holder frees it */

@@ -174,9 +174,13 @@ int64_t lf_collect_all(struct tmo *e, int64_t now, int64_t *wake)
 			} else {
 				/* Its owner holds it and has not handed over what is due
 				 * (it is preempted inside, or its horizon is short): hold
-				 * back what is due after that, look again soon. */
+				 * back what is due after that, look again soon.  Nodes
+				 * on its tofile stack may be due before anything: hold
+				 * back everything. */
 				if (next <= now && next < hold)
 					hold = next;
+				if (ck_pr_load_ptr(&b->tofile.head) != NULL)
+					hold = INT64_MIN;
 				next = now + e->tick_ns / RETRY_DIV;
 			}
 		}
