@@ -10,7 +10,11 @@
  * Each probe first shows it counts (create's allocations; 100 getppid
  * calls); engines that do not declare the capability print their figure.
  * A declared NO_SYSCALL where no seccomp listener can be installed fails:
- * a declared promise must be checked.
+ * a declared promise must be checked.  Under TSan system calls are not
+ * counted (the test says so): its runtime makes its own on the measured
+ * thread, and one made before that thread has published the listener, or
+ * while the runtime holds a lock the supervisor's instrumented code needs,
+ * never returns.  The release and ASan builds count them.
  */
 #include <errno.h>
 #include <linux/filter.h>
@@ -27,6 +31,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "core/internal.h"
 #include "engine_test.h"
 
 #define PAIRS 10000
@@ -47,6 +52,7 @@ struct probe {
 	atomic_long syscalls; /* counted by the supervisor */
 	long allocs, probe_calls, calls, bad;
 	int sc_errno; /* why no filter (0: it was installed) */
+	int tsan;     /* not installed: a TSan build */
 };
 
 /* The timer's group total (et_counted_init): each pair's cancel must prevent its fire. */
@@ -81,6 +87,11 @@ static void *measured(void *arg)
 	long a0 = thread_allocs;
 	p->bad += run_pairs(p->e, &r, PAIRS);
 	p->allocs = thread_allocs - a0;
+#ifdef TMO__UNDER_TSAN
+	p->tsan = 1;
+	atomic_store(&p->fd, -2);
+	return NULL;
+#endif
 	int fd = install_filter();
 	p->sc_errno = fd < 0 ? errno : 0;
 	atomic_store(&p->fd, fd < 0 ? -2 : fd);
@@ -154,6 +165,11 @@ static void check_caps(void)
 	CHECK_EQ(p.bad, 0);
 	if (no_alloc)
 		CHECK_EQ(p.allocs, 0);
+	if (p.tsan) {
+		printf("caps: TSan build: system calls not counted (the release and ASan builds "
+		       "count them)\n");
+		return;
+	}
 	if (p.sc_errno != 0) {
 		printf("caps: no seccomp listener here (%s): system calls not counted\n",
 		       strerror(p.sc_errno));
