@@ -163,6 +163,20 @@ static int asleep_round(const char *eng)
 	return round_end(&r);
 }
 
+/* Hold the timer thread at its park hook; returns its calibrations so far. */
+static uint32_t park(struct round *r)
+{
+	CHECK_EQ(tmo_testing_park(r->e, 1), 0);
+	return calibrations(r->e);
+}
+
+/* Release it, and wait until it has calibrated again (after `cal`). */
+static void unpark(struct round *r, uint32_t cal)
+{
+	CHECK_EQ(tmo_testing_park(r->e, 0), 0);
+	CHECK(ET_WAIT_UNTIL(calibrations(r->e) != cal, WAIT));
+}
+
 /* The timer thread parked (not asleep: arms take the fast path) for 2 s,
  * and for LEAD / 2 more after the early timers: they are dated by the
  * clock. */
@@ -170,14 +184,12 @@ static int parked_round(const char *eng)
 {
 	static struct round r;
 	round_begin(&r, eng, "parked");
-	CHECK_EQ(tmo_testing_park(r.e, 1), 0);
-	uint32_t cal = calibrations(r.e);
+	uint32_t cal = park(&r);
 	et_sleep_ns(AGE);
 	arm_early(&r, 2 * LEAD);
 	r.exposed = r.aged >= AGE - LEAD;
 	et_sleep_ns(LEAD / 2);
-	CHECK_EQ(tmo_testing_park(r.e, 0), 0);
-	CHECK(ET_WAIT_UNTIL(calibrations(r.e) != cal, WAIT));
+	unpark(&r, cal);
 	return round_end(&r);
 }
 
@@ -188,18 +200,12 @@ static int held_round(const char *eng)
 {
 	static struct round r;
 	round_begin(&r, eng, "held");
-	/* parked right after a calibration: a round runs between the two parks */
-	CHECK_EQ(tmo_testing_park(r.e, 1), 0);
-	uint32_t cal = calibrations(r.e);
-	CHECK_EQ(tmo_testing_park(r.e, 0), 0);
-	CHECK(ET_WAIT_UNTIL(calibrations(r.e) != cal, WAIT));
-	CHECK_EQ(tmo_testing_park(r.e, 1), 0);
-	cal = calibrations(r.e);
+	unpark(&r, park(&r)); /* a round, so a calibration, just before the park */
+	uint32_t cal = park(&r);
 	arm_early(&r, AGE + LEAD);
 	r.exposed = r.aged < lf_fresh_ns(r.e) / 2;
 	et_sleep_ns(AGE);
-	CHECK_EQ(tmo_testing_park(r.e, 0), 0);
-	CHECK(ET_WAIT_UNTIL(calibrations(r.e) != cal, WAIT));
+	unpark(&r, cal);
 	return round_end(&r);
 }
 
