@@ -29,7 +29,7 @@
  * read); converting from the latest pair only, held failed the same way.
  *
  * A round is judged if its arms were made as it says (2 s past the
- * calibration; under half lf_fresh_ns() after it) and the late timer could
+ * calibration; within lf_fresh_ns() less 1 ms of it) and the late timer could
  * be armed well before they were due; an unjudged round is retried, and at
  * least one must be judged.  The 2 s sleeps are the workload, not waits
  * for state.  Where the timer thread polls every tick (LF_TW_FENCE: no
@@ -203,7 +203,7 @@ static int held_round(const char *eng)
 	unpark(&r, park(&r)); /* a round, so a calibration, just before the park */
 	uint32_t cal = park(&r);
 	arm_early(&r, AGE + LEAD);
-	r.exposed = r.aged < lf_fresh_ns(r.e) / 2;
+	r.exposed = r.aged + MS < lf_fresh_ns(r.e); /* all 32 stamp the TSC */
 	et_sleep_ns(AGE);
 	unpark(&r, cal);
 	return round_end(&r);
