@@ -82,7 +82,7 @@ static int steal_one(struct tmo *e, uint64_t w)
 	    !atomic_compare_exchange_strong_explicit(&n->state, &s, lf_st(gen, LF_QUEUED),
 	                                             memory_order_acq_rel, memory_order_relaxed))
 		return 0;
-	file_tt(e, n, gen, lf_node_deadline(e, n, tmo_now_ns() /* after the arm */));
+	file_tt(e, n, gen, lf_node_deadline(e, n, 0)); /* reads the clock only for a stamp */
 	atomic_fetch_add_explicit(&e->tt->stolen, 1, memory_order_relaxed);
 	return 1;
 }
