@@ -2,26 +2,31 @@
  * Hierarchical timing wheel, see wheel.h.
  *
  * Placement.  Time is counted in ticks from origin_ns; `now_tick` (T below)
- * is the first tick not yet processed.  A node due at tick e >= T lives at
- * the level of the highest 6-bit digit in which e differs from T, in the
- * slot given by e's digit at that level:
+ * is the first tick not yet processed.  The block of a tick e at level L
+ * is B_L(e) = e >> 6(L + 1): the 64 level-L slots that one level-(L + 1)
+ * slot spans.  A node due at tick e >= T lives at the lowest level L whose
+ * block is T's or the next one, in the slot given by e's digit at L and
+ * the parity of its block:
  *
- *     level(e) = (index of the highest set bit of e ^ T) / 6   (0 if e == T)
- *     slot(e)  = (e >> 6 * level) & 63
+ *     level(e) = min { L : B_L(e) - B_L(T) <= 1 }
+ *     slot(e)  = (e >> 6 * level) & 127
  *
- * So a node at level L shares every digit above L with T, and its digit at
- * L is greater than T's (at level 0: greater or equal).  Two consequences
- * the code relies on:
- *   - slot indices never wrap around: the first occupied slot of a level
- *     (find-first-set of its bitmap) is its earliest, and every node of a
- *     lower level is due before every node of a higher one, so the first
- *     occupied slot of the lowest non-empty level bounds the next due tick;
- *   - when T moves forward to some T' that is still <= every node's tick,
- *     a node keeps its placement unless its digit at its level now equals
- *     T''s: exactly one slot per level (T''s digit) must be re-filed
- *     ("cascaded"), nothing else moves.  (A number between T and e shares
- *     every digit that T and e share.)
- * Nodes whose highest differing digit is above the top level wait on the
+ * The two halves of a level's 128 slots are a ring of two blocks: the
+ * current one and the next.  Two consequences the code relies on:
+ *   - every node of a level is due before every node of a higher one, and
+ *     within a level the current block's half comes before the next
+ *     block's, so the first occupied slot of the lowest non-empty level
+ *     bounds the next due tick;
+ *   - when T enters a new block at level L, the nodes of the block after it
+ *     (which placement now puts at level L) are exactly one slot of level
+ *     L + 1.  That slot is taken whole onto pending[L] and moved down a
+ *     share at each tick T passes, so that it is empty by the time T enters
+ *     the last level-L slot of its block (`deadline` below), when the level
+ *     below needs its first slot.  The share is what is left (bounded by
+ *     `placed`, counted as nodes are put in the slot) over the ticks left.
+ *     A jump of T past a whole block (nothing was due in it) files what it
+ *     skipped at once.
+ * Nodes whose block at the top level is beyond the next wait on the
  * overflow list; it is re-filed whenever T enters a new top-level epoch.
  * A node added with a tick already processed (e < T) waits on `expired`
  * and is handed out by the next advance().
@@ -29,12 +34,18 @@
  * Costs.  add/del O(1).  advance() jumps over empty stretches with the
  * bitmaps (a jump of 2^40 ticks costs as little as a jump of 1), and each
  * node is re-filed at most once per level on its way down, plus once per
- * top-level epoch while on the overflow list.
+ * top-level epoch while on the overflow list; while T steps tick by tick,
+ * a tick's share of that is what is pending over the ticks left for it.
  */
 #include "ds/wheel.h"
 
 #define LEVEL_SHIFT(l) ((unsigned)(l) * TMO_WHEEL_BITS)
 #define SLOT_MASK ((uint64_t)TMO_WHEEL_SLOTS - 1)
+#define RING (2u * TMO_WHEEL_SLOTS)
+#define RING_MASK ((uint64_t)RING - 1)
+/* Levels with a pending list: all but the top, whose next block comes from
+ * the overflow list. */
+#define PACED (TMO_WHEEL_LEVELS - 1)
 /* next_expiry() reads at most this many nodes of a higher-level slot to
  * return an exact time (bounded: it must stay cheap). */
 #define NEXT_EXPIRY_SCAN 16u
@@ -43,6 +54,7 @@
 
 _Static_assert(TMO_WHEEL_SLOTS == 64, "one uint64_t bitmap per level");
 _Static_assert(EPOCH_SHIFT < 64, "levels must leave room for the epoch");
+_Static_assert(RING == 128, "a level's slot: its digit and its block's parity");
 
 int tmo_wheel_init(struct tmo_wheel *w, int64_t resolution_ns, int64_t now_ns)
 {
@@ -53,10 +65,17 @@ int tmo_wheel_init(struct tmo_wheel *w, int64_t resolution_ns, int64_t now_ns)
 	w->origin_ns = now_ns;
 	w->now_tick = 0;
 	w->count = 0;
+	w->refiled = 0;
 	for (unsigned l = 0; l < TMO_WHEEL_LEVELS; l++) {
-		w->occupied[l] = 0;
-		for (unsigned s = 0; s < TMO_WHEEL_SLOTS; s++)
+		w->occupied[l][0] = w->occupied[l][1] = 0;
+		for (unsigned s = 0; s < RING; s++)
 			w->slot[l][s].head = NULL;
+	}
+	for (unsigned l = 0; l < PACED; l++) {
+		for (unsigned s = 0; s < RING; s++)
+			w->placed[l][s] = 0;
+		w->pending[l].head = NULL;
+		w->pending_left[l] = 0;
 	}
 	w->overflow.head = NULL;
 	w->overflow_min = UINT64_MAX;
@@ -129,6 +148,22 @@ static inline struct tmo_wheel_node *list_take(struct tmo_wheel_list *l)
 
 /* ---- placement -------------------------------------------------------------- */
 
+/* The block of tick t at level l: t's digits above l. */
+static inline uint64_t block_of(uint64_t t, unsigned l) { return t >> LEVEL_SHIFT(l + 1); }
+
+/* First tick of block b of level l, or UINT64_MAX when it lies beyond the
+ * last tick (then no node can be in it). */
+static inline uint64_t block_start(uint64_t b, unsigned l)
+{
+	unsigned sh = LEVEL_SHIFT(l + 1);
+	return b > (UINT64_MAX >> sh) ? UINT64_MAX : b << sh;
+}
+
+static inline void slot_mark(struct tmo_wheel *w, unsigned l, unsigned s)
+{
+	w->occupied[l][s >> TMO_WHEEL_BITS] |= UINT64_C(1) << (s & SLOT_MASK);
+}
+
 /* Put n where its tick belongs (see Placement at the top): on `expired` when
  * already processed, on `overflow` beyond the top level, else in its slot. */
 static void place(struct tmo_wheel *w, struct tmo_wheel_node *n)
@@ -138,17 +173,19 @@ static void place(struct tmo_wheel *w, struct tmo_wheel_node *n)
 		list_push(&w->expired, n);
 		return;
 	}
-	uint64_t x = e ^ t;
-	unsigned level = x ? (unsigned)(63 - __builtin_clzll(x)) / TMO_WHEEL_BITS : 0;
-	if (level >= TMO_WHEEL_LEVELS) {
-		list_push(&w->overflow, n);
-		if (e < w->overflow_min)
-			w->overflow_min = e;
+	for (unsigned l = 0; l < TMO_WHEEL_LEVELS; l++) {
+		if (block_of(e, l) - block_of(t, l) > 1)
+			continue;
+		unsigned s = (unsigned)((e >> LEVEL_SHIFT(l)) & RING_MASK);
+		list_push(&w->slot[l][s], n);
+		slot_mark(w, l, s);
+		if (l > 0 && w->placed[l - 1][s] != UINT32_MAX)
+			w->placed[l - 1][s]++;
 		return;
 	}
-	unsigned s = (unsigned)((e >> LEVEL_SHIFT(level)) & SLOT_MASK);
-	list_push(&w->slot[level][s], n);
-	w->occupied[level] |= UINT64_C(1) << s;
+	list_push(&w->overflow, n);
+	if (e < w->overflow_min)
+		w->overflow_min = e;
 }
 
 static void refile_chain(struct tmo_wheel *w, struct tmo_wheel_node *n)
@@ -156,6 +193,7 @@ static void refile_chain(struct tmo_wheel *w, struct tmo_wheel_node *n)
 	while (n) {
 		struct tmo_wheel_node *next = n->next;
 		place(w, n);
+		w->refiled++;
 		n = next;
 	}
 }
@@ -181,7 +219,10 @@ void tmo_wheel_del(struct tmo_wheel *w, struct tmo_wheel_node *n)
 		uintptr_t p = (uintptr_t)pprev, base = (uintptr_t)&w->slot[0][0];
 		if (p >= base && p < base + sizeof w->slot) {
 			size_t i = (p - base) / sizeof(struct tmo_wheel_list);
-			w->occupied[i / TMO_WHEEL_SLOTS] &= ~(UINT64_C(1) << (i % TMO_WHEEL_SLOTS));
+			unsigned l = (unsigned)(i / RING), s = (unsigned)(i % RING);
+			w->occupied[l][s >> TMO_WHEEL_BITS] &= ~(UINT64_C(1) << (s & SLOT_MASK));
+			if (l > 0)
+				w->placed[l - 1][s] = 0;
 		}
 	}
 	n->next = NULL;
@@ -189,34 +230,137 @@ void tmo_wheel_del(struct tmo_wheel *w, struct tmo_wheel_node *n)
 	w->count--;
 }
 
-/* Lower bound on the tick of every node in the wheel proper (slots and
- * overflow, not `expired`); UINT64_MAX when they are all empty.  *level_out
- * tells where it came from: a level, or TMO_WHEEL_LEVELS for the overflow. */
-static uint64_t next_tick(const struct tmo_wheel *w, unsigned *level_out)
+/* ---- time passing ---------------------------------------------------------- */
+
+/* Take slot s of level l whole (its nodes keep stale pprev values until
+ * re-linked). */
+static struct tmo_wheel_node *slot_take(struct tmo_wheel *w, unsigned l, unsigned s)
+{
+	w->occupied[l][s >> TMO_WHEEL_BITS] &= ~(UINT64_C(1) << (s & SLOT_MASK));
+	if (l > 0)
+		w->placed[l - 1][s] = 0;
+	return list_take(&w->slot[l][s]);
+}
+
+/* File up to k nodes of pending[l] where they now belong. */
+static void pending_move(struct tmo_wheel *w, unsigned l, uint64_t k)
+{
+	struct tmo_wheel_list *p = &w->pending[l];
+	for (; k > 0 && p->head != NULL; k--) {
+		struct tmo_wheel_node *n = p->head;
+		p->head = n->next;
+		if (n->next)
+			n->next->pprev = &p->head;
+		place(w, n);
+		w->refiled++;
+		if (w->pending_left[l] > 0)
+			w->pending_left[l]--;
+	}
+}
+
+/* T has entered a new block at level l: the next block's slot of level
+ * l + 1 becomes pending[l], which must be empty. */
+static void pending_start(struct tmo_wheel *w, unsigned l)
+{
+	unsigned s = (unsigned)((block_of(w->now_tick, l) + 1) & RING_MASK);
+	uint32_t placed = w->placed[l][s];
+	struct tmo_wheel_node *h = slot_take(w, l + 1, s);
+	w->pending[l].head = h;
+	if (h)
+		h->pprev = &w->pending[l].head;
+	w->pending_left[l] = h ? placed : 0;
+}
+
+/* Move T forward to t, which must be <= the tick of every node still in
+ * the slots, the pending lists and the overflow list; restore Placement
+ * (see the top of the file), then move each pending list's share. */
+static void rebase(struct tmo_wheel *w, uint64_t t)
+{
+	uint64_t old = w->now_tick;
+	w->now_tick = t;
+	if ((t >> EPOCH_SHIFT) != (old >> EPOCH_SHIFT) && w->overflow.head) {
+		w->overflow_min = UINT64_MAX;
+		refile_chain(w, list_take(&w->overflow));
+	}
+	for (unsigned l = PACED; l-- > 0;) {
+		uint64_t bo = block_of(old, l), bn = block_of(t, l);
+		if (bn == bo)
+			continue;
+		pending_move(w, l, UINT64_MAX); /* block bo + 1: now current or passed */
+		if (bn - bo > 1) /* jumped past the next block: its successor was not pending */
+			refile_chain(w, slot_take(w, l + 1, (unsigned)(bn & RING_MASK)));
+		/* the next block's slot is the first of l + 1's next block: that
+		 * level's pending list may still hold some of it */
+		if (l + 1 < PACED && ((bn + 1) >> TMO_WHEEL_BITS) != (bn >> TMO_WHEEL_BITS))
+			pending_move(w, l + 1, UINT64_MAX);
+		pending_start(w, l);
+	}
+	for (unsigned l = 0; l < PACED; l++) {
+		if (w->pending[l].head == NULL)
+			continue;
+		/* empty once T enters the last level-l slot of its block */
+		uint64_t deadline = block_start(block_of(t, l) + 1, l) - (UINT64_C(1) << LEVEL_SHIFT(l));
+		uint64_t ticks = deadline > t ? deadline - t : 0, left = w->pending_left[l];
+		pending_move(w, l, ticks == 0 ? UINT64_MAX : left / (ticks + 1) + 1);
+	}
+}
+
+/* Lower bound on the tick of every node in the wheel proper (slots, pending
+ * lists and overflow, not `expired`); UINT64_MAX when they are all empty.
+ * *level_out tells where it came from: a level, or TMO_WHEEL_LEVELS for the
+ * overflow; *list_out the list whose nodes start there, or NULL for a
+ * level-0 slot (exact). */
+static uint64_t next_tick(const struct tmo_wheel *w, unsigned *level_out,
+                          const struct tmo_wheel_list **list_out)
 {
 	uint64_t t = w->now_tick;
 	for (unsigned l = 0; l < TMO_WHEEL_LEVELS; l++) {
-		uint64_t occ = w->occupied[l];
-		if (occ == 0)
-			continue;
-		unsigned s = (unsigned)__builtin_ctzll(occ);
-		unsigned above = LEVEL_SHIFT(l + 1);
-		uint64_t prefix = above >= 64 ? 0 : (t >> above) << above;
-		*level_out = l;
-		return prefix | ((uint64_t)s << LEVEL_SHIFT(l));
+		uint64_t b = block_of(t, l);
+		for (uint64_t k = 0; k < 2; k++) { /* this block, then the next */
+			uint64_t start = block_start(b + k, l);
+			if (start == UINT64_MAX)
+				break;
+			if (k == 1 && l < PACED && w->pending[l].head) {
+				*level_out = l;
+				*list_out = &w->pending[l];
+				return start;
+			}
+			uint64_t occ = w->occupied[l][(b + k) & 1];
+			if (occ == 0)
+				continue;
+			unsigned s = (unsigned)__builtin_ctzll(occ);
+			*level_out = l;
+			*list_out = l == 0 ? NULL : &w->slot[l][((b + k) & 1) << TMO_WHEEL_BITS | s];
+			return start | (uint64_t)s << LEVEL_SHIFT(l);
+		}
 	}
 	if (w->overflow.head) {
 		*level_out = TMO_WHEEL_LEVELS;
-		/* Every overflow node differs from T above the top level and is
-		 * later than T, so it is not before the next epoch; nor before the
-		 * epoch of overflow_min (a lower bound kept by place(); del() leaves
-		 * it low, which costs at most one early re-filing).  Jumping to
-		 * the start of that epoch re-files the list into the levels. */
-		uint64_t next_epoch = ((t >> EPOCH_SHIFT) + 1) << EPOCH_SHIFT;
+		*list_out = &w->overflow;
+		/* Every overflow node is at least two epochs past T; nor before
+		 * the epoch of overflow_min (a lower bound kept by place(); del()
+		 * leaves it low, which costs at most one early re-filing).
+		 * Jumping to the start of that epoch re-files the list into the
+		 * levels. */
+		uint64_t e = (t >> EPOCH_SHIFT) + 2;
+		uint64_t first = e > (UINT64_MAX >> EPOCH_SHIFT) ? UINT64_MAX : e << EPOCH_SHIFT;
 		uint64_t min_epoch = (w->overflow_min >> EPOCH_SHIFT) << EPOCH_SHIFT;
-		return min_epoch > next_epoch ? min_epoch : next_epoch;
+		return min_epoch > first ? min_epoch : first;
 	}
 	return UINT64_MAX;
+}
+
+/* The earliest tick in a list of at most NEXT_EXPIRY_SCAN nodes, else
+ * UINT64_MAX. */
+static uint64_t list_min(const struct tmo_wheel_list *l)
+{
+	uint64_t min = UINT64_MAX;
+	unsigned k = 0;
+	const struct tmo_wheel_node *n = l->head;
+	for (; n != NULL && k < NEXT_EXPIRY_SCAN; n = n->next, k++)
+		if (n->expires < min)
+			min = n->expires;
+	return n == NULL ? min : UINT64_MAX;
 }
 
 int64_t tmo_wheel_next_expiry(const struct tmo_wheel *w)
@@ -226,7 +370,8 @@ int64_t tmo_wheel_next_expiry(const struct tmo_wheel *w)
 		 * caller has already passed to advance(). */
 		return tick_ns(w, w->now_tick - 1);
 	unsigned level;
-	uint64_t t = next_tick(w, &level);
+	const struct tmo_wheel_list *list = NULL;
+	uint64_t t = next_tick(w, &level, &list);
 	if (t == UINT64_MAX)
 		return INT64_MAX;
 	if (level == TMO_WHEEL_LEVELS) {
@@ -234,43 +379,31 @@ int64_t tmo_wheel_next_expiry(const struct tmo_wheel *w)
 		 * exact unless its node was deleted. */
 		if (w->overflow_min > t)
 			t = w->overflow_min;
-	} else if (level > 0) {
-		/* The earliest node is in this slot (slots and levels are
-		 * ordered).  A short slot is scanned for the exact tick, so an
-		 * engine with a few far timers wakes once, not once per level on
-		 * the way down; a long one costs a cascade step instead. */
-		const struct tmo_wheel_node *n =
-		    w->slot[level][(t >> LEVEL_SHIFT(level)) & SLOT_MASK].head;
-		uint64_t min = UINT64_MAX;
-		unsigned k = 0;
-		for (; n != NULL && k < NEXT_EXPIRY_SCAN; n = n->next, k++)
-			if (n->expires < min)
-				min = n->expires;
-		if (n == NULL)
+	} else if (list != NULL) {
+		/* The earliest node is in this list (a slot, or a pending list
+		 * before its level's next block).  A short one is scanned for the
+		 * exact tick, so an engine with a few far timers wakes once, not
+		 * once per level on the way down; a long one costs a step. */
+		uint64_t min = list_min(list);
+		if (min != UINT64_MAX && list == &w->pending[level]) {
+			/* the next block's slots at this level: their first one's
+			 * earliest tick, or its start when it is long */
+			uint64_t b = block_of(w->now_tick, level) + 1, occ = w->occupied[level][b & 1];
+			if (occ != 0) {
+				unsigned s = (unsigned)__builtin_ctzll(occ);
+				uint64_t start = block_start(b, level) | (uint64_t)s << LEVEL_SHIFT(level);
+				uint64_t in_slot =
+				    level == 0 ? start : list_min(&w->slot[level][(b & 1) << TMO_WHEEL_BITS | s]);
+				if (in_slot == UINT64_MAX)
+					in_slot = start;
+				if (in_slot < min)
+					min = in_slot;
+			}
+		}
+		if (min != UINT64_MAX)
 			t = min;
 	}
 	return tick_ns(w, t);
-}
-
-/* Move T forward to t, which must be <= the tick of every node still in the
- * slots and the overflow list; restore the placement invariant by cascading
- * T's digit slot at each level (see the top of the file). */
-static void rebase(struct tmo_wheel *w, uint64_t t)
-{
-	uint64_t old = w->now_tick;
-	w->now_tick = t;
-	for (unsigned l = 1; l < TMO_WHEEL_LEVELS; l++) {
-		unsigned s = (unsigned)((t >> LEVEL_SHIFT(l)) & SLOT_MASK);
-		uint64_t bit = UINT64_C(1) << s;
-		if (w->occupied[l] & bit) {
-			w->occupied[l] &= ~bit;
-			refile_chain(w, list_take(&w->slot[l][s]));
-		}
-	}
-	if ((t >> EPOCH_SHIFT) != (old >> EPOCH_SHIFT) && w->overflow.head) {
-		w->overflow_min = UINT64_MAX;
-		refile_chain(w, list_take(&w->overflow));
-	}
 }
 
 /* Append a chain (linked by next) to the due list behind *tail; returns how
@@ -311,29 +444,28 @@ size_t tmo_wheel_advance(struct tmo_wheel *w, int64_t now, struct tmo_wheel_list
 			last--;
 		while (w->now_tick <= last) {
 			unsigned level;
-			uint64_t t = next_tick(w, &level);
+			const struct tmo_wheel_list *list;
+			uint64_t t = next_tick(w, &level, &list);
 			if (t > last) {
 				rebase(w, last + 1);
 				break;
 			}
-			if (level == 0) {
+			if (list == NULL) {
 				/* Level 0 slots hold exactly one tick each: all due. */
-				unsigned s = (unsigned)(t & SLOT_MASK);
-				w->occupied[0] &= ~(UINT64_C(1) << s);
-				k += hand_out(&tail, list_take(&w->slot[0][s]));
+				k += hand_out(&tail, slot_take(w, 0, (unsigned)(t & RING_MASK)));
 				rebase(w, t + 1);
 			} else {
-				/* Jump to the start of the earliest non-empty slot;
-				 * rebase cascades it to lower levels. */
+				/* Jump to the start of the earliest list; rebase
+				 * files it to lower levels. */
 				rebase(w, t);
 			}
 		}
+		unsigned top = (unsigned)(UINT64_MAX & RING_MASK);
 		if (final_tick && w->now_tick == UINT64_MAX &&
-		    (w->occupied[0] & (UINT64_C(1) << (UINT64_MAX & SLOT_MASK)))) {
+		    (w->occupied[0][top >> TMO_WHEEL_BITS] & (UINT64_C(1) << (top & SLOT_MASK)))) {
 			/* T stays at UINT64_MAX: a node filed for it later lands in
 			 * this same slot and is handed out by the next advance. */
-			w->occupied[0] &= ~(UINT64_C(1) << (UINT64_MAX & SLOT_MASK));
-			k += hand_out(&tail, list_take(&w->slot[0][UINT64_MAX & SLOT_MASK]));
+			k += hand_out(&tail, slot_take(w, 0, top));
 		}
 	}
 	w->count -= k;

@@ -3,11 +3,14 @@
  * supplies `now` (virtual clock in tests and fuzzers), nothing here reads a
  * clock or locks.
  *
- * Levels of 64 slots with a 64-bit occupancy bitmap each; level L slots span
- * 64^L ticks.  add/del are O(1); advance() cascades higher levels down as
- * time passes.  A deadline is rounded UP to a tick boundary, so a node never
- * becomes due before its deadline.  Deadlines beyond the top level wait on an
- * overflow list and are re-filed as the wheel turns: none is lost.
+ * Levels of 64 slots, each kept twice (the block of 64 slots the current
+ * tick is in, and the next); level L slots span 64^L ticks.  add/del are
+ * O(1).  As time passes each level's next block is filled from the level
+ * above a share per tick, so advance() never re-files a whole slot at once
+ * while ticks go by one by one.  A deadline is rounded UP to a tick
+ * boundary, so a node never becomes due before its deadline.  Deadlines
+ * beyond the top level wait on an overflow list and are re-filed as the
+ * wheel turns: none is lost.
  *
  * Synchronization: none; the owner serializes every call.
  */
@@ -41,8 +44,18 @@ struct tmo_wheel {
 	int64_t origin_ns;  /* ns of tick 0 */
 	uint64_t now_tick;  /* every tick < now_tick has been processed */
 	uint64_t count;     /* nodes in the wheel */
-	uint64_t occupied[TMO_WHEEL_LEVELS];
-	struct tmo_wheel_list slot[TMO_WHEEL_LEVELS][TMO_WHEEL_SLOTS];
+	uint64_t refiled;   /* nodes moved to another list, in all */
+	/* Level L, slot (tick >> 6L) & 127: the two halves hold two
+	 * consecutive blocks of 64 (wheel.c, Placement). */
+	uint64_t occupied[TMO_WHEEL_LEVELS][2];
+	struct tmo_wheel_list slot[TMO_WHEEL_LEVELS][2 * TMO_WHEEL_SLOTS];
+	/* placed[L - 1][s]: nodes put in slot s of level L since it was last
+	 * taken (del does not count down: an upper bound on its length) */
+	uint32_t placed[TMO_WHEEL_LEVELS - 1][2 * TMO_WHEEL_SLOTS];
+	/* pending[L]: the next block of level L, taken from level L + 1 and
+	 * moved down a share per tick; pending_left bounds its length */
+	struct tmo_wheel_list pending[TMO_WHEEL_LEVELS - 1];
+	uint64_t pending_left[TMO_WHEEL_LEVELS - 1];
 	struct tmo_wheel_list overflow; /* beyond the top level, re-filed later */
 	uint64_t overflow_min;          /* <= the tick of every overflow node */
 	struct tmo_wheel_list expired;  /* added after their tick was processed */
@@ -54,6 +67,9 @@ int tmo_wheel_init(struct tmo_wheel *w, int64_t resolution_ns, int64_t now_ns);
 static inline void tmo_wheel_node_init(struct tmo_wheel_node *n) { n->pprev = NULL; }
 static inline int tmo_wheel_contains(const struct tmo_wheel_node *n) { return n->pprev != NULL; }
 static inline uint64_t tmo_wheel_count(const struct tmo_wheel *w) { return w->count; }
+/* How many times a node has been moved from one list to another by
+ * advance() (a level down, or off the overflow list): the work time costs. */
+static inline uint64_t tmo_wheel_refiled(const struct tmo_wheel *w) { return w->refiled; }
 
 /* Insert a node that is not in the wheel; deadline in ns on the caller's
  * clock (may be in the past: the node is then due at the next advance).
@@ -65,12 +81,13 @@ void tmo_wheel_del(struct tmo_wheel *w, struct tmo_wheel_node *n);
 /* Earliest time (ns) at which advance() may find a due node; INT64_MAX
  * when the wheel is empty (or the time is beyond INT64_MAX).  A lower bound
  * on the next due time (a deadline rounded up to its tick): never later.
- * Exact when the earliest occupied slot holds at most 16 nodes (it is
- * scanned); otherwise that slot's start, and an advance() to it cascades
- * the slot, so calling next_expiry() again gives a later, tighter time: at
- * most TMO_WHEEL_LEVELS + 1 such steps reach a due node.  When a node is
- * already due it is <= the last `now` advanced to.  Cost: one find-first-
- * set per empty level, plus at most 16 nodes read. */
+ * Exact when the earliest nodes are in a slot of level 0, or in a list of
+ * at most 16 nodes (it is scanned); otherwise that list's start, and an
+ * advance() to it files the list a level down, so calling next_expiry()
+ * again gives a later, tighter time: at most TMO_WHEEL_LEVELS + 1 such
+ * steps reach a due node.  When a node is already due it is <= the last
+ * `now` advanced to.  Cost: a few find-first-sets per empty level, plus at
+ * most 32 nodes read. */
 int64_t tmo_wheel_next_expiry(const struct tmo_wheel *w);
 /* Advance to `now`, moving every due node out of the wheel onto the end of
  * *due, ordered by tick (nodes of one tick in no particular order).
@@ -83,7 +100,10 @@ int64_t tmo_wheel_next_expiry(const struct tmo_wheel *w);
  * Nodes on *due are linked through `next` and are out of the wheel
  * (tmo_wheel_contains() is false): read `next` before re-adding a node.
  * A `now` earlier than a previous one, or than the `now_ns` given to init
- * (the origin), processes nothing. */
+ * (the origin), processes nothing.  Cost: the nodes handed out, plus, for
+ * each tick passed, a share of the next blocks' nodes filed a level down
+ * (about 64/63 of the nodes due per tick, per level; a jump past ticks
+ * where nothing was due files what it skipped at once). */
 size_t tmo_wheel_advance(struct tmo_wheel *w, int64_t now, struct tmo_wheel_list *due);
 
 #endif

@@ -379,6 +379,50 @@ static void test_extreme_range(void)
 	}
 }
 
+/* Time passing by one tick at a time re-files a share per tick, never a
+ * whole slot: 200,000 nodes due over 20,000 ticks (10 a tick, across
+ * level-1 and level-2 boundaries), stepped tick by tick.  Each pending list
+ * moves what it has left over the ticks left before it must be empty, about
+ * 64/63 of the density per level, so no step may move more than
+ * 2 x levels x (density + 1) nodes; filing a whole level-1 slot at its
+ * boundary moves 640, a level-2 slot up to 41,000.  Order and count are
+ * checked on the way. */
+static void test_refiling_is_spread(void)
+{
+	enum { N = 200000, SPAN = 20000, START = 3000 };
+	static struct tmo_wheel_node n[N];
+	static struct tmo_wheel w;
+	struct tmo_wheel_list due = {NULL};
+	tmo_wheel_init(&w, 1, 0);
+	tmo_wheel_advance(&w, START, &due);
+	uint64_t x = 88172645463325252u;
+	for (int i = 0; i < N; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		add_new(&w, &n[i], START + 50 + (int64_t)(x % SPAN));
+	}
+	const uint64_t bound = 2 * TMO_WHEEL_LEVELS * (N / SPAN + 1);
+	uint64_t worst = 0, fired = 0;
+	int64_t worst_at = 0, prev = INT64_MIN;
+	for (int64_t t = START + 1; t <= START + 50 + SPAN; t++) {
+		uint64_t before = tmo_wheel_refiled(&w);
+		due.head = NULL;
+		fired += tmo_wheel_advance(&w, t, &due);
+		for (struct tmo_wheel_node *d = due.head; d; d = d->next) {
+			CHECK(d->deadline <= t && d->deadline >= prev);
+			prev = d->deadline;
+		}
+		uint64_t moved = tmo_wheel_refiled(&w) - before;
+		if (moved > worst)
+			worst = moved, worst_at = t;
+	}
+	if (worst > bound)
+		fprintf(stderr, "advance to tick %lld re-filed %llu nodes (bound %llu)\n",
+		        (long long)worst_at, (unsigned long long)worst, (unsigned long long)bound);
+	CHECK(worst <= bound);
+	CHECK_EQ(fired, (uint64_t)N);
+	CHECK_EQ(tmo_wheel_count(&w), 0);
+}
+
 int main(void)
 {
 	RUN(test_init_rejects_bad_resolution);
@@ -390,5 +434,6 @@ int main(void)
 	RUN(test_next_expiry_exact_when_sparse);
 	RUN(test_extreme_range);
 	RUN(test_random_against_model);
+	RUN(test_refiling_is_spread);
 	return TEST_EXIT();
 }
