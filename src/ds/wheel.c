@@ -179,7 +179,7 @@ static void place(struct tmo_wheel *w, struct tmo_wheel_node *n)
 		unsigned s = (unsigned)((e >> LEVEL_SHIFT(l)) & RING_MASK);
 		list_push(&w->slot[l][s], n);
 		slot_mark(w, l, s);
-		if (l > 0 && w->placed[l - 1][s] != UINT32_MAX)
+		if (l > 0 && w->placed[l - 1][s] != UINT16_MAX)
 			w->placed[l - 1][s]++;
 		return;
 	}
@@ -263,12 +263,13 @@ static void pending_move(struct tmo_wheel *w, unsigned l, uint64_t k)
 static void pending_start(struct tmo_wheel *w, unsigned l)
 {
 	unsigned s = (unsigned)((block_of(w->now_tick, l) + 1) & RING_MASK);
-	uint32_t placed = w->placed[l][s];
+	uint64_t placed = w->placed[l][s];
 	struct tmo_wheel_node *h = slot_take(w, l + 1, s);
 	w->pending[l].head = h;
 	if (h)
 		h->pprev = &w->pending[l].head;
-	w->pending_left[l] = h ? placed : 0;
+	/* a count that stuck at its top: the wheel's count bounds it too */
+	w->pending_left[l] = h == NULL ? 0 : placed == UINT16_MAX ? w->count : placed;
 }
 
 /* Move T forward to t, which must be <= the tick of every node still in

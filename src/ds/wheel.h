@@ -50,8 +50,9 @@ struct tmo_wheel {
 	uint64_t occupied[TMO_WHEEL_LEVELS][2];
 	struct tmo_wheel_list slot[TMO_WHEEL_LEVELS][2 * TMO_WHEEL_SLOTS];
 	/* placed[L - 1][s]: nodes put in slot s of level L since it was last
-	 * taken (del does not count down: an upper bound on its length) */
-	uint32_t placed[TMO_WHEEL_LEVELS - 1][2 * TMO_WHEEL_SLOTS];
+	 * taken (del does not count down: an upper bound on its length;
+	 * UINT16_MAX: at least that many) */
+	uint16_t placed[TMO_WHEEL_LEVELS - 1][2 * TMO_WHEEL_SLOTS];
 	/* pending[L]: the next block of level L, taken from level L + 1 and
 	 * moved down a share per tick; pending_left bounds its length */
 	struct tmo_wheel_list pending[TMO_WHEEL_LEVELS - 1];

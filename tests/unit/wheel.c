@@ -380,30 +380,32 @@ static void test_extreme_range(void)
 }
 
 /* Time passing by one tick at a time re-files a share per tick, never a
- * whole slot: 200,000 nodes due over 20,000 ticks (10 a tick, across
- * level-1 and level-2 boundaries), stepped tick by tick.  Each pending list
- * moves what it has left over the ticks left before it must be empty, about
- * 64/63 of the density per level, so no step may move more than
- * 2 x levels x (density + 1) nodes; filing a whole level-1 slot at its
- * boundary moves 640, a level-2 slot up to 41,000.  Order and count are
- * checked on the way. */
-static void test_refiling_is_spread(void)
+ * whole slot: n nodes due over `span` ticks (across level-1 and level-2
+ * boundaries), stepped tick by tick.  Each pending list moves what it has
+ * left over the ticks left before it must be empty, about 64/63 of the
+ * density per level, so no step may move more than 2 x levels x (density
+ * + 1) nodes; filing a whole slot at its boundary moves 64 x density (a
+ * level-1 slot) or up to 4,096 x density (level 2).  At 100 a tick a
+ * level-2 slot holds over 65,535 nodes, where its count sticks and the
+ * wheel's count paces it instead.  Order and count are checked on the
+ * way. */
+static void refiling_is_spread(int n, int64_t span)
 {
-	enum { N = 200000, SPAN = 20000, START = 3000 };
-	static struct tmo_wheel_node n[N];
+	static struct tmo_wheel_node node[1000000];
 	static struct tmo_wheel w;
 	struct tmo_wheel_list due = {NULL};
+	const int64_t start = 3000;
 	tmo_wheel_init(&w, 1, 0);
-	tmo_wheel_advance(&w, START, &due);
+	tmo_wheel_advance(&w, start, &due);
 	uint64_t x = 88172645463325252u;
-	for (int i = 0; i < N; i++) {
+	for (int i = 0; i < n; i++) {
 		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-		add_new(&w, &n[i], START + 50 + (int64_t)(x % SPAN));
+		add_new(&w, &node[i], start + 50 + (int64_t)(x % (uint64_t)span));
 	}
-	const uint64_t bound = 2 * TMO_WHEEL_LEVELS * (N / SPAN + 1);
+	const uint64_t bound = 2 * TMO_WHEEL_LEVELS * ((uint64_t)n / (uint64_t)span + 1);
 	uint64_t worst = 0, fired = 0;
 	int64_t worst_at = 0, prev = INT64_MIN;
-	for (int64_t t = START + 1; t <= START + 50 + SPAN; t++) {
+	for (int64_t t = start + 1; t <= start + 50 + span; t++) {
 		uint64_t before = tmo_wheel_refiled(&w);
 		due.head = NULL;
 		fired += tmo_wheel_advance(&w, t, &due);
@@ -416,11 +418,18 @@ static void test_refiling_is_spread(void)
 			worst = moved, worst_at = t;
 	}
 	if (worst > bound)
-		fprintf(stderr, "advance to tick %lld re-filed %llu nodes (bound %llu)\n",
-		        (long long)worst_at, (unsigned long long)worst, (unsigned long long)bound);
+		fprintf(stderr, "%d over %lld ticks: advance to tick %lld re-filed %llu nodes (bound %llu)\n",
+		        n, (long long)span, (long long)worst_at, (unsigned long long)worst,
+		        (unsigned long long)bound);
 	CHECK(worst <= bound);
-	CHECK_EQ(fired, (uint64_t)N);
+	CHECK_EQ(fired, (uint64_t)n);
 	CHECK_EQ(tmo_wheel_count(&w), 0);
+}
+
+static void test_refiling_is_spread(void)
+{
+	refiling_is_spread(200000, 20000);
+	refiling_is_spread(1000000, 10000);
 }
 
 int main(void)
