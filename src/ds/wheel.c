@@ -164,6 +164,14 @@ static inline void slot_mark(struct tmo_wheel *w, unsigned l, unsigned s)
 	w->occupied[l][s >> TMO_WHEEL_BITS] |= UINT64_C(1) << (s & SLOT_MASK);
 }
 
+/* Slot s of level l is empty, or about to be taken whole. */
+static inline void slot_unmark(struct tmo_wheel *w, unsigned l, unsigned s)
+{
+	w->occupied[l][s >> TMO_WHEEL_BITS] &= ~(UINT64_C(1) << (s & SLOT_MASK));
+	if (l > 0)
+		w->placed[l - 1][s] = 0;
+}
+
 /* Put n where its tick belongs (see Placement at the top): on `expired` when
  * already processed, on `overflow` beyond the top level, else in its slot. */
 static void place(struct tmo_wheel *w, struct tmo_wheel_node *n)
@@ -219,10 +227,7 @@ void tmo_wheel_del(struct tmo_wheel *w, struct tmo_wheel_node *n)
 		uintptr_t p = (uintptr_t)pprev, base = (uintptr_t)&w->slot[0][0];
 		if (p >= base && p < base + sizeof w->slot) {
 			size_t i = (p - base) / sizeof(struct tmo_wheel_list);
-			unsigned l = (unsigned)(i / RING), s = (unsigned)(i % RING);
-			w->occupied[l][s >> TMO_WHEEL_BITS] &= ~(UINT64_C(1) << (s & SLOT_MASK));
-			if (l > 0)
-				w->placed[l - 1][s] = 0;
+			slot_unmark(w, (unsigned)(i / RING), (unsigned)(i % RING));
 		}
 	}
 	n->next = NULL;
@@ -236,9 +241,7 @@ void tmo_wheel_del(struct tmo_wheel *w, struct tmo_wheel_node *n)
  * re-linked). */
 static struct tmo_wheel_node *slot_take(struct tmo_wheel *w, unsigned l, unsigned s)
 {
-	w->occupied[l][s >> TMO_WHEEL_BITS] &= ~(UINT64_C(1) << (s & SLOT_MASK));
-	if (l > 0)
-		w->placed[l - 1][s] = 0;
+	slot_unmark(w, l, s);
 	return list_take(&w->slot[l][s]);
 }
 
