@@ -309,6 +309,19 @@ static void rebase(struct tmo_wheel *w, uint64_t t)
 	}
 }
 
+/* The first tick of the first occupied slot of block b at level l, and
+ * that slot in *slot; UINT64_MAX when the block has none. */
+static uint64_t first_slot(const struct tmo_wheel *w, unsigned l, uint64_t b,
+                           const struct tmo_wheel_list **slot)
+{
+	uint64_t start = block_start(b, l), occ = w->occupied[l][b & 1];
+	if (start == UINT64_MAX || occ == 0)
+		return UINT64_MAX;
+	unsigned s = (unsigned)__builtin_ctzll(occ);
+	*slot = &w->slot[l][(b & 1) << TMO_WHEEL_BITS | s];
+	return start | (uint64_t)s << LEVEL_SHIFT(l);
+}
+
 /* Lower bound on the tick of every node in the wheel proper (slots, pending
  * lists and overflow, not `expired`); UINT64_MAX when they are all empty.
  * *level_out tells where it came from: a level, or TMO_WHEEL_LEVELS for the
@@ -321,21 +334,18 @@ static uint64_t next_tick(const struct tmo_wheel *w, unsigned *level_out,
 	for (unsigned l = 0; l < TMO_WHEEL_LEVELS; l++) {
 		uint64_t b = block_of(t, l);
 		for (uint64_t k = 0; k < 2; k++) { /* this block, then the next */
-			uint64_t start = block_start(b + k, l);
-			if (start == UINT64_MAX)
-				break;
+			const struct tmo_wheel_list *slot;
 			if (k == 1 && l < PACED && w->pending[l].head) {
 				*level_out = l;
 				*list_out = &w->pending[l];
-				return start;
+				return block_start(b + 1, l);
 			}
-			uint64_t occ = w->occupied[l][(b + k) & 1];
-			if (occ == 0)
+			uint64_t first = first_slot(w, l, b + k, &slot);
+			if (first == UINT64_MAX)
 				continue;
-			unsigned s = (unsigned)__builtin_ctzll(occ);
 			*level_out = l;
-			*list_out = l == 0 ? NULL : &w->slot[l][((b + k) & 1) << TMO_WHEEL_BITS | s];
-			return start | (uint64_t)s << LEVEL_SHIFT(l);
+			*list_out = l == 0 ? NULL : slot;
+			return first;
 		}
 	}
 	if (w->overflow.head) {
@@ -392,17 +402,13 @@ int64_t tmo_wheel_next_expiry(const struct tmo_wheel *w)
 		if (min != UINT64_MAX && list == &w->pending[level]) {
 			/* the next block's slots at this level: their first one's
 			 * earliest tick, or its start when it is long */
-			uint64_t b = block_of(w->now_tick, level) + 1, occ = w->occupied[level][b & 1];
-			if (occ != 0) {
-				unsigned s = (unsigned)__builtin_ctzll(occ);
-				uint64_t start = block_start(b, level) | (uint64_t)s << LEVEL_SHIFT(level);
-				uint64_t in_slot =
-				    level == 0 ? start : list_min(&w->slot[level][(b & 1) << TMO_WHEEL_BITS | s]);
-				if (in_slot == UINT64_MAX)
-					in_slot = start;
-				if (in_slot < min)
-					min = in_slot;
-			}
+			const struct tmo_wheel_list *slot;
+			uint64_t start = first_slot(w, level, block_of(w->now_tick, level) + 1, &slot);
+			uint64_t in_slot = level == 0 || start == UINT64_MAX ? start : list_min(slot);
+			if (in_slot == UINT64_MAX)
+				in_slot = start;
+			if (in_slot < min)
+				min = in_slot;
 		}
 		if (min != UINT64_MAX)
 			t = min;
