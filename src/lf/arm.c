@@ -205,16 +205,23 @@ void lf_ring_evict(struct tmo *e, struct lf_rec *r, uint64_t w)
 	struct lf_node *n = lf_node_at(e, lf_word_idx(w));
 	uint64_t gen = lf_word_gen(w);
 	uint64_t s = lf_st(gen, LF_RING);
+	/* Announced before the CAS (timer.c, Order): a timer thread that finds
+	 * the CAS done finds this too.  Read before the CAS, the node's fields
+	 * are ours only if the CAS wins; the bound is then right. */
+	int64_t lower = deadline_lower(e, n);
+	atomic_store_explicit(&r->transit, lower > 0 ? lower : 1, memory_order_relaxed);
 	if (atomic_compare_exchange_strong_explicit(&n->state, &s, lf_st(gen, LF_QUEUED),
 	                                            memory_order_acq_rel, memory_order_acquire)) {
 		lf_bump(&r->spilled);
 		if (r->base != NULL)
 			file_own_base(e, r, n);
 		else
-			lf_inbox_post(e, n, deadline_lower(e, n));
+			lf_inbox_post(e, n, lower);
 	} else if (s == lf_st(gen, LF_CANCELLED)) {
 		lf_cache_put(e, r, n);
 	}
+	/* after the push or the filing: seeing 0, the timer thread sees them */
+	atomic_store_explicit(&r->transit, 0, memory_order_release);
 }
 
 /* ---- arm -------------------------------------------------------------------------- */

@@ -163,6 +163,12 @@ struct lf_rec {
 	/* every arm made through this record: its next ring slot, and the
 	 * arms counter stats read (relaxed; only the owner writes it) */
 	_Alignas(64) _Atomic uint64_t head;
+	/* While its owner holds a node it took out of the ring (from just
+	 * before the CAS RING -> QUEUED until the node is in the inbox or a
+	 * base): a lower bound on that node's deadline (1 if unknown), else 0.
+	 * Read by the timer thread, which fires nothing due at or after it
+	 * meanwhile (timer.c, Order). */
+	_Atomic int64_t transit;
 	uint32_t cache_n;
 	struct lf_node *cache; /* free nodes, linked through free_next */
 	_Atomic uint64_t prevented, spilled;
