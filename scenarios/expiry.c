@@ -99,6 +99,15 @@ static uint64_t ex_wait(const struct sk_run *run, struct ex_ctx *c, uint64_t wan
 	}
 }
 
+/* After a wait gave up: cancel what has not fired, so that no callback runs
+ * into the timers' memory once the caller frees it (a cancel that finds a
+ * callback running waits for it). */
+static void ex_cancel_rest(struct tmo *e, struct ex_timer *ts, size_t armed)
+{
+	for (size_t i = 0; i < armed; i++)
+		(void)tmo_cancel(e, &ts[i].t);
+}
+
 static int cmp_deadline(const void *a, const void *b)
 {
 	const struct ex_timer *x = *(struct ex_timer *const *)a, *y = *(struct ex_timer *const *)b;
@@ -277,6 +286,8 @@ static int spread(const struct sk_run *run, struct tmo *e, struct ex_timer *ts, 
 		if (ts[i].deadline > last_deadline)
 			last_deadline = ts[i].deadline;
 	uint64_t got = ex_wait(run, &c, t.armed, last_deadline, "spread: waiting for callbacks");
+	if (got < t.armed)
+		ex_cancel_rest(e, ts, t.armed);
 	sk_sleep_ns(20 * TMO_NSEC_PER_MSEC); /* let a double fire show */
 
 	size_t cap = t.armed ? t.armed : 1;
@@ -324,6 +335,8 @@ static int burst(const struct sk_run *run, struct tmo *e, struct ex_timer *ts, s
 	}
 	int overran = sk_now_ns() > at;
 	uint64_t got = ex_wait(run, &c, armed, at, "burst: waiting for callbacks");
+	if (got < armed)
+		ex_cancel_rest(e, ts, armed);
 	int64_t first = INT64_MAX, last = 0;
 	for (size_t i = 0; i < armed; i++) {
 		if (!atomic_load_explicit(&ts[i].fired, memory_order_acquire))

@@ -129,7 +129,9 @@
  *  2. Never early: the callback never starts before arm-time + timeout.
  *  3. Bounded lateness: `resolution_ns` is the engine's own granularity;
  *     lateness is measured (expiry scenario), not assumed.
- *  4. Order: deadlines further apart than the resolution fire in order.
+ *  4. Order: deadlines further apart than the resolution fire in order,
+ *     however late the engine's threads run: a timer thread starved of CPU
+ *     fires late (lateness grows, and is reported), never out of order.
  *  5. Independence: cancelling one timer never affects another.
  *  6. No retention: a cancelled timer's engine-side state is released within
  *     a bounded time that does not grow with its timeout.

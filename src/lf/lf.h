@@ -20,6 +20,9 @@
  * The timer thread owns one base of its own (the heap, or a wheel) for what
  * it steals, what the inbox brings and what callbacks arm; it collects due
  * nodes from every base, sorts them by deadline and runs the callbacks.
+ * A round fires only what was due when it began, and nothing due after a
+ * node an owner holds in transit (lf_rec.transit): order holds however
+ * late the timer thread runs (timer.c, Order).
  * An owner that spills an arm due within LF_SOON_NS hands it to the timer
  * thread instead (its base's soon list, taken without the lock), so a due
  * timer never waits behind a base lock held by a preempted owner.
