@@ -206,12 +206,14 @@ void lf_ring_evict(struct tmo *e, struct lf_rec *r, uint64_t w)
 	uint64_t gen = lf_word_gen(w);
 	uint64_t s = lf_st(gen, LF_RING);
 	/* Announced before the CAS (timer.c, Order): a timer thread that finds
-	 * the CAS done finds this too.  Read before the CAS, the node's fields
-	 * are ours only if the CAS wins; the bound is then right. */
-	int64_t lower = deadline_lower(e, n);
-	atomic_store_explicit(&r->transit, lower > 0 ? lower : 1, memory_order_relaxed);
+	 * the CAS done finds this too.  Its deadline (1: unknown yet) once the
+	 * CAS won: the node may have moved on before. */
+	atomic_store_explicit(&r->transit, 1, memory_order_relaxed);
 	if (atomic_compare_exchange_strong_explicit(&n->state, &s, lf_st(gen, LF_QUEUED),
 	                                            memory_order_acq_rel, memory_order_acquire)) {
+		int64_t lower = deadline_lower(e, n);
+		if (lower > 0)
+			atomic_store_explicit(&r->transit, lower, memory_order_relaxed);
 		lf_bump(&r->spilled);
 		if (r->base != NULL)
 			file_own_base(e, r, n);
