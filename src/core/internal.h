@@ -86,6 +86,40 @@ extern _Thread_local struct tmo *tmo__thread_engine;
  * gdb show it; the tests find leftover engine threads by that name). */
 void tmo__thread_enter(struct tmo *e, const char *engine);
 
+/* ---- waits for callbacks across engines (src/core/waitfor.c) ---------------
+ * A cancel that would wait for a callback whose thread is itself waiting,
+ * directly or through a chain of engines, for the callback that runs on the
+ * cancelling thread, is refused with TMO_EDEADLK instead (tmo.h).  Every
+ * engine whose cancel can wait for a running callback takes part, in three
+ * places; an engine built on the callback gate (core/gate.h) gets all three
+ * from the gate and has nothing to add.
+ *
+ *  1. The thread that runs a callback brackets it:
+ *         ref = tmo__cb_begin();   ... cb(t, arg); ...   tmo__cb_end();
+ *     and stores `ref` where a cancel that finds this callback running
+ *     reads it (under the engine's lock, or before the store that shows the
+ *     callback as running, with release).  cb_begin comes before the
+ *     callback is visible as running, cb_end after it returned, on the
+ *     same thread.
+ *  2. A cancel on another thread, having found that callback running and
+ *     read its `ref`, and before it changes anything (nothing prevented,
+ *     nothing held):
+ *         if (tmo__wait_begin(ref) != 0) return TMO_EDEADLK;  (unlock first)
+ *     then waits as it always did.  One ref per wait: before each further
+ *     wait (another invocation), call it again with that one's ref.
+ *  3. When the waiting is over (every return path after a 0 from
+ *     tmo__wait_begin): tmo__wait_end();
+ * A ref read when the callback may already have returned is harmless (its
+ * generation no longer matches, it closes no cycle); one read before
+ * cb_begin's store is a missed refusal: hence the order in 1.  All three
+ * are a few instructions, lock-free, and never allocate but on a thread's
+ * first callback. */
+typedef uint64_t tmo__cbref; /* an invocation of a callback; 0: unknown */
+tmo__cbref tmo__cb_begin(void);
+void tmo__cb_end(void);
+int tmo__wait_begin(tmo__cbref ref); /* 0: wait; TMO_EDEADLK: do not */
+void tmo__wait_end(void);
+
 /* 1 in a child after fork() for every engine inherited from the parent. */
 static inline int tmo__forked(const struct tmo *e)
 {

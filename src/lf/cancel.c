@@ -18,30 +18,63 @@ static void count_prevented(struct tmo *e)
 		atomic_fetch_add_explicit(&e->prevented_bare, 1, memory_order_relaxed);
 }
 
-/* Wait until the callback of (n, gen) has returned. */
-static void wait_firing(struct tmo *e, struct lf_node *n, uint64_t gen)
+/* Waits for a callback on the timer thread check first, across engines,
+ * whether the wait would deadlock (core/internal.h): cb_ref is read after
+ * FIRING or `running` was seen (the timer thread stores it before either,
+ * with release) and the state is looked at again after it, so the ref is
+ * the invocation waited for or a later one of the same timer.  A refusal
+ * (TMO_EDEADLK) comes before the cancel changed anything; cancel_slow
+ * withdraws what was published when it returns. */
+
+/* Wait until the callback of (n, gen) has returned; 0 or TMO_EDEADLK. */
+static int wait_firing(struct tmo *e, struct lf_node *n, uint64_t gen)
 {
 	for (;;) {
 		uint32_t v = lf_ec_value(&e->done_ec);
+		uint64_t ref = atomic_load_explicit(&e->cb_ref, memory_order_acquire);
 		if (atomic_load_explicit(&n->state, memory_order_acquire) != lf_st(gen, LF_FIRING))
-			return;
+			return 0;
+		if (tmo__wait_begin(ref) != 0)
+			return TMO_EDEADLK;
 		lf_ec_wait(&e->done_ec, v, INT64_MAX);
 	}
 }
 
+/* Wait until t's callback (`running`) has returned; 0, or TMO_EDEADLK when
+ * `check` (a wait already checked for this invocation passes at once). */
+static int wait_running(struct tmo *e, struct tmo_timer *t, bool check)
+{
+	for (;;) {
+		uint32_t v = lf_ec_value(&e->done_ec);
+		uint64_t ref = atomic_load_explicit(&e->cb_ref, memory_order_acquire);
+		if (atomic_load_explicit(&e->running, memory_order_acquire) != t)
+			return 0;
+		if (check && tmo__wait_begin(ref) != 0)
+			return TMO_EDEADLK;
+		lf_ec_wait(&e->done_ec, v, INT64_MAX);
+	}
+}
+
+/* Check, without waiting yet, the wait for t's running callback: 0 (what
+ * was published stays until cancel_slow returns) or TMO_EDEADLK. */
+static int check_running(struct tmo *e, struct tmo_timer *t)
+{
+	uint64_t ref = atomic_load_explicit(&e->cb_ref, memory_order_acquire);
+	if (atomic_load_explicit(&e->running, memory_order_acquire) != t)
+		return 0;
+	return tmo__wait_begin(ref);
+}
+
 /* A cancel that prevented an arm its own callback made (a re-arm, filed by
- * the timer thread) returns only after that callback returned [3]. */
+ * the timer thread) returns only after that callback returned [3].  The
+ * wait was checked before the arm was prevented (cancel_slow), and the
+ * running invocation cannot change meanwhile (the arm it would fire is the
+ * one prevented): it waits unchecked. */
 static int prevented_return(struct tmo *e, struct tmo_timer *t)
 {
 	if (LF_UNLIKELY(atomic_load_explicit(&e->running, memory_order_acquire) == t) &&
-	    tmo__thread_engine != e) {
-		for (;;) {
-			uint32_t v = lf_ec_value(&e->done_ec);
-			if (atomic_load_explicit(&e->running, memory_order_acquire) != t)
-				break;
-			lf_ec_wait(&e->done_ec, v, INT64_MAX);
-		}
-	}
+	    tmo__thread_engine != e)
+		wait_running(e, t, false);
 	return TMO_CANCEL_PREVENTED;
 }
 
@@ -76,8 +109,7 @@ static void unfile(struct tmo *e, struct lf_node *n)
 
 static void ring_take_back(struct tmo *e, uint64_t w, struct lf_node *n);
 
-static __attribute__((noinline)) int cancel_slow(struct tmo *e, struct tmo_timer *t,
-                                                 uint64_t w)
+static int cancel_loop(struct tmo *e, struct tmo_timer *t, uint64_t w)
 {
 	_Atomic uint64_t *word = lf_timer_word(t);
 	int waited = 0;
@@ -117,6 +149,12 @@ static __attribute__((noinline)) int cancel_slow(struct tmo *e, struct tmo_timer
 				return TMO_CANCEL_PREVENTED;
 			}
 			if (st == LF_IN_STRUCT) {
+				/* A re-arm by a callback that still runs: check the
+				 * wait (prevented_return) before preventing it. */
+				if (LF_UNLIKELY(atomic_load_explicit(&e->running, memory_order_acquire) ==
+				                t) &&
+				    tmo__thread_engine != e && check_running(e, t) != 0)
+					return TMO_EDEADLK;
 				if (!atomic_compare_exchange_strong_explicit(
 				        &n->state, &s, lf_st(gen, LF_CANCEL_PENDING),
 				        memory_order_acq_rel, memory_order_acquire))
@@ -132,7 +170,8 @@ static __attribute__((noinline)) int cancel_slow(struct tmo *e, struct tmo_timer
 		if (st == LF_FIRING) {
 			if (tmo__thread_engine == e)
 				return TMO_CANCEL_SELF; /* one callback at a time: ours */
-			wait_firing(e, n, gen);
+			if (wait_firing(e, n, gen) != 0)
+				return TMO_EDEADLK;
 			waited = 1;
 			continue; /* the callback may have re-armed the timer */
 		}
@@ -145,7 +184,8 @@ static __attribute__((noinline)) int cancel_slow(struct tmo *e, struct tmo_timer
 		if (atomic_load_explicit(&e->running, memory_order_acquire) == t) {
 			if (tmo__thread_engine == e)
 				return TMO_CANCEL_SELF;
-			prevented_return(e, t); /* waits until it is not running */
+			if (wait_running(e, t, true) != 0)
+				return TMO_EDEADLK;
 			waited = 1;
 			continue;
 		}
@@ -153,6 +193,14 @@ static __attribute__((noinline)) int cancel_slow(struct tmo *e, struct tmo_timer
 			continue;
 		return waited ? TMO_CANCEL_WAITED : TMO_CANCEL_FIRED;
 	}
+}
+
+static __attribute__((noinline)) int cancel_slow(struct tmo *e, struct tmo_timer *t,
+                                                 uint64_t w)
+{
+	int rc = cancel_loop(e, t, w);
+	tmo__wait_end(); /* whatever a wait published (none: a TLS test) */
+	return rc;
 }
 
 /* The slot of our ring that holds arm w, or -1: the last arm's slot first

@@ -1,0 +1,241 @@
+/*
+ * Waits for callbacks, across engines: the refusal of a cancel that would
+ * deadlock (include/tmo/tmo.h, TMO_EDEADLK; the API is in core/internal.h).
+ *
+ * The graph
+ * ---------
+ * A node is a thread that runs callbacks (an engine's thread).  It has a
+ * generation `gen`, odd while a callback runs on it (tmo__cb_begin and
+ * tmo__cb_end bump it), so (node, gen) names one invocation of a callback:
+ * a tmo__cbref.  An edge is a thread's `edge` word: the invocation that
+ * thread waits for in a cancel (0: none).  Only a thread that runs a
+ * callback can be waited for, so only a thread inside a callback can close
+ * a cycle: a cancel from any other thread never publishes, never walks and
+ * is never refused.
+ *
+ * The check (tmo__wait_begin), by a thread C inside invocation c that is
+ * about to wait for invocation (R, g):
+ *   1. publish C.edge = (R, g) (seq_cst);
+ *   2. walk: at node X with expected generation x, read X.gen, X.edge,
+ *      X.gen again; if either read is not x, invocation x has returned
+ *      (and whoever waited for it is being released): no cycle through
+ *      here.  An empty edge ends the chain: no cycle.  An edge to (C, c)
+ *      closes the cycle: withdraw C.edge and refuse.  Else follow it.
+ * An edge read between two equal reads of X.gen was published inside
+ * invocation x: a thread publishes only inside its callback and withdraws
+ * before that callback returns, and gen is stored with release and read
+ * with acquire, so an edge of a later invocation would show the later gen
+ * on the second read.
+ *
+ * Why a real cycle is always refused (Dekker).  Take the cancels of a cycle
+ * that would deadlock, and among their publications (step 1, seq_cst) the
+ * last in the single total order of seq_cst operations, by thread P.  P's
+ * walk (step 2, seq_cst loads, after its publication) sees every other
+ * edge of the cycle published, none withdrawn (a waiter withdraws only when
+ * its wait ends, and in a deadlock none ends, or when it is refused, and
+ * then there is no deadlock), and every invocation on it still running (each
+ * is blocked in its own cancel): P finds the cycle and is refused.  Two (or
+ * more) members closing a cycle at the same moment may both be refused:
+ * each saw the other's edge, and had the other not been refused too, its
+ * own wait would have deadlocked.  A refusal is never given otherwise: along
+ * the chain C -> R1 -> ... -> Rk -> C, Rk waits for C's own running
+ * invocation and cannot stop waiting (but by its own refusal), so Rk stays
+ * in its invocation, so R(k-1)'s wait cannot end, and so on back to R1: at
+ * the moment C reads Rk's edge, every edge it read is still there.
+ *
+ * Threads that exit.  Nodes live in chunks that are never freed, so a
+ * stale edge can always be read.  A thread's node goes back to a free list
+ * when the thread exits (a pthread key's destructor), and its gen keeps
+ * counting when another thread takes it: an edge to an invocation of a
+ * thread that has gone never matches again.  The gen in a ref has 40 bits
+ * (2^39 callbacks per node before one could match by wrapping); the node
+ * index 24 (16 M threads running callbacks at once).
+ *
+ * A cycle the canceller is not part of (waits that never check: an engine
+ * not wired yet) would make the walk go round forever: it stops after as
+ * many steps as there are nodes, a path no simple chain is longer than.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "core/internal.h"
+
+#define GEN_BITS 40
+#define GEN_MASK ((UINT64_C(1) << GEN_BITS) - 1)
+#define CHUNK_NODES 1024u
+#define MAX_CHUNKS 16383u /* (MAX_CHUNKS * CHUNK_NODES + 1) < 2^24 */
+
+struct node {
+	_Atomic uint64_t gen;  /* odd inside a callback; written by its thread */
+	_Atomic uint64_t edge; /* the tmo__cbref it waits for, 0 for none */
+	_Atomic uint32_t next_free; /* the free list's link (id, 0: end) */
+	uint32_t id;                /* its index + 1 */
+};
+
+static _Atomic(struct node *) chunks[MAX_CHUNKS];
+static _Atomic uint32_t nnodes; /* nodes handed out in all (the walk's bound) */
+/* Takes nodes (pops of the free list, growth); held across fork() so that a
+ * child's threads can take nodes too. */
+static pthread_mutex_t nodes_mu = PTHREAD_MUTEX_INITIALIZER;
+/* The free list (ids, 0: empty): pushed without a lock (an exiting thread,
+ * also a child's after fork), popped under nodes_mu only, so no pop can
+ * see a node leave and come back (no ABA). */
+static _Atomic uint32_t free_head;
+static pthread_key_t exit_key;
+static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+static atomic_int check_off; /* tmo_testing_deadlock_check(0) */
+
+/* This thread's node (NULL until its first callback) and its index + 1. */
+static _Thread_local struct node *self;
+static _Thread_local uint32_t self_id;
+static _Thread_local bool published;
+
+static struct node *node_at(uint32_t id) /* id = index + 1 */
+{
+	uint32_t i = id - 1;
+	struct node *c = atomic_load_explicit(&chunks[i / CHUNK_NODES], memory_order_acquire);
+	return c == NULL ? NULL : &c[i % CHUNK_NODES];
+}
+
+static tmo__cbref ref_of(uint32_t id, uint64_t gen)
+{
+	return (uint64_t)id << GEN_BITS | (gen & GEN_MASK);
+}
+
+/* A thread that ran callbacks exits: its node goes back, outside any
+ * callback (a callback that ended its thread leaves gen odd: made even). */
+static void node_push(struct node *n)
+{
+	uint32_t h = atomic_load_explicit(&free_head, memory_order_relaxed);
+	do
+		atomic_store_explicit(&n->next_free, h, memory_order_relaxed);
+	while (!atomic_compare_exchange_weak_explicit(&free_head, &h, n->id, memory_order_release,
+	                                              memory_order_relaxed));
+}
+
+static void node_release(void *arg)
+{
+	struct node *n = arg;
+	uint64_t g = atomic_load_explicit(&n->gen, memory_order_relaxed);
+	if (g & 1)
+		atomic_store_explicit(&n->gen, g + 1, memory_order_release);
+	atomic_store(&n->edge, 0);
+	self = NULL;
+	self_id = 0;
+	node_push(n);
+}
+
+static void fork_lock(void) { pthread_mutex_lock(&nodes_mu); }
+static void fork_unlock(void) { pthread_mutex_unlock(&nodes_mu); }
+static void key_init(void)
+{
+	(void)pthread_key_create(&exit_key, node_release);
+	pthread_atfork(fork_lock, fork_unlock, fork_unlock);
+}
+
+/* This thread's first callback: take a node.  NULL when the table is full
+ * or out of memory: this thread's callbacks are then never waited for with
+ * a check (the old behaviour), and nothing else changes. */
+static __attribute__((noinline)) struct node *node_take(void)
+{
+	pthread_once(&key_once, key_init);
+	pthread_mutex_lock(&nodes_mu);
+	uint32_t id = atomic_load_explicit(&free_head, memory_order_acquire);
+	while (id != 0 && !atomic_compare_exchange_weak_explicit(
+	                      &free_head, &id,
+	                      atomic_load_explicit(&node_at(id)->next_free, memory_order_relaxed),
+	                      memory_order_acquire, memory_order_acquire))
+		;
+	if (id == 0) {
+		uint32_t n = atomic_load_explicit(&nnodes, memory_order_relaxed);
+		if (n % CHUNK_NODES == 0) {
+			struct node *c = n / CHUNK_NODES < MAX_CHUNKS ? calloc(CHUNK_NODES, sizeof *c)
+			                                              : NULL;
+			if (c == NULL) {
+				pthread_mutex_unlock(&nodes_mu);
+				return NULL;
+			}
+			for (uint32_t i = 0; i < CHUNK_NODES; i++)
+				c[i].id = n + i + 1;
+			atomic_store_explicit(&chunks[n / CHUNK_NODES], c, memory_order_release);
+		}
+		atomic_store_explicit(&nnodes, n + 1, memory_order_relaxed);
+		id = n + 1;
+	}
+	pthread_mutex_unlock(&nodes_mu);
+	if (pthread_setspecific(exit_key, node_at(id)) != 0) {
+		node_push(node_at(id)); /* never released at exit: give it back */
+		return NULL;
+	}
+	self_id = id;
+	return self = node_at(id);
+}
+
+tmo__cbref tmo__cb_begin(void)
+{
+	struct node *n = self;
+	if (__builtin_expect(n == NULL, 0) && (n = node_take()) == NULL)
+		return 0;
+	uint64_t g = atomic_load_explicit(&n->gen, memory_order_relaxed) + 1;
+	atomic_store_explicit(&n->gen, g, memory_order_release);
+	return ref_of(self_id, g);
+}
+
+void tmo__cb_end(void)
+{
+	struct node *n = self;
+	if (n != NULL)
+		atomic_store_explicit(&n->gen, atomic_load_explicit(&n->gen, memory_order_relaxed) + 1,
+		                      memory_order_release);
+}
+
+/* Step 2: whether the chain from `ref` comes back to `me` (this thread's
+ * running invocation). */
+static bool chain_reaches(tmo__cbref ref, tmo__cbref me)
+{
+	uint32_t bound = atomic_load_explicit(&nnodes, memory_order_relaxed) + 1;
+	for (uint32_t hop = 0; hop < bound; hop++) {
+		if (ref == me)
+			return true;
+		struct node *x = node_at((uint32_t)(ref >> GEN_BITS));
+		if (x == NULL)
+			return false;
+		uint64_t want = ref & GEN_MASK;
+		if ((atomic_load(&x->gen) & GEN_MASK) != want)
+			return false; /* that invocation returned: its waiters go on */
+		tmo__cbref next = atomic_load(&x->edge);
+		if ((atomic_load(&x->gen) & GEN_MASK) != want || next == 0)
+			return false;
+		ref = next;
+	}
+	return false; /* a cycle without us (waits that never check) */
+}
+
+int tmo__wait_begin(tmo__cbref ref)
+{
+	struct node *n = self;
+	if (n == NULL || ref == 0 || atomic_load_explicit(&check_off, memory_order_relaxed))
+		return 0; /* not inside a callback: nobody can be waiting for us */
+	uint64_t g = atomic_load_explicit(&n->gen, memory_order_relaxed);
+	if (!(g & 1))
+		return 0;
+	if (published && atomic_load_explicit(&n->edge, memory_order_relaxed) == ref)
+		return 0; /* checked, and published ever since: nothing to look at again */
+	atomic_store(&n->edge, ref); /* step 1: seq_cst, before the walk's loads */
+	published = true;
+	if (!chain_reaches(ref, ref_of(self_id, g)))
+		return 0;
+	tmo__wait_end();
+	return TMO_EDEADLK;
+}
+
+void tmo__wait_end(void)
+{
+	if (published) {
+		published = false;
+		atomic_store_explicit(&self->edge, 0, memory_order_release);
+	}
+}
+
+void tmo_testing_deadlock_check(int on) { atomic_store(&check_off, on == 0); }
