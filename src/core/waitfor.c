@@ -69,24 +69,23 @@
 struct node {
 	_Atomic uint64_t gen;  /* odd inside a callback; written by its thread */
 	_Atomic uint64_t edge; /* the tmo__cbref it waits for, 0 for none */
-	_Atomic uint32_t next_free; /* the free list's link (id, 0: end) */
+	_Atomic uint32_t next_free; /* the free list's link (id, 0: the end) */
 	uint32_t id;                /* its index + 1 */
 };
 
 static _Atomic(struct node *) chunks[MAX_CHUNKS];
-static _Atomic uint32_t nnodes; /* nodes handed out in all (the walk's bound) */
-/* Takes nodes (pops of the free list, growth); held across fork() so that a
- * child's threads can take nodes too. */
-static pthread_mutex_t nodes_mu = PTHREAD_MUTEX_INITIALIZER;
-/* The free list (ids, 0: empty): pushed without a lock (an exiting thread,
- * also a child's after fork), popped under nodes_mu only, so no pop can
- * see a node leave and come back (no ABA). */
-static _Atomic uint32_t free_head;
+static _Atomic uint32_t nnodes; /* node ids handed out in all (the walk's bound) */
+/* The free list: (tag << 32 | id), id 0 for empty; every push and pop bumps
+ * the tag, so a pop never succeeds on a head that left and came back (ABA).
+ * No lock anywhere: a node is taken under an engine's mutex (the callback
+ * gate's begin) and given back by an exiting thread, also in a child after
+ * fork(), and a lock here would be one more for fork handlers to order. */
+static _Atomic uint64_t free_head;
 static pthread_key_t exit_key;
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 static atomic_int check_off; /* tmo_testing_deadlock_check(0) */
 
-/* This thread's node (NULL until its first callback) and its index + 1. */
+/* This thread's node (NULL until its first callback) and its id. */
 static _Thread_local struct node *self;
 static _Thread_local uint32_t self_id;
 static _Thread_local bool published;
@@ -103,17 +102,60 @@ static tmo__cbref ref_of(uint32_t id, uint64_t gen)
 	return (uint64_t)id << GEN_BITS | (gen & GEN_MASK);
 }
 
-/* A thread that ran callbacks exits: its node goes back, outside any
- * callback (a callback that ended its thread leaves gen odd: made even). */
 static void node_push(struct node *n)
 {
-	uint32_t h = atomic_load_explicit(&free_head, memory_order_relaxed);
-	do
-		atomic_store_explicit(&n->next_free, h, memory_order_relaxed);
-	while (!atomic_compare_exchange_weak_explicit(&free_head, &h, n->id, memory_order_release,
-	                                              memory_order_relaxed));
+	uint64_t h = atomic_load_explicit(&free_head, memory_order_relaxed);
+	uint64_t to;
+	do {
+		atomic_store_explicit(&n->next_free, (uint32_t)h, memory_order_relaxed);
+		to = ((h >> 32) + 1) << 32 | n->id;
+	} while (!atomic_compare_exchange_weak_explicit(&free_head, &h, to, memory_order_release,
+	                                                memory_order_relaxed));
 }
 
+/* A node off the free list, or NULL when it is empty.  Nodes are never
+ * freed, so reading a popped node's link is always safe. */
+static struct node *node_pop(void)
+{
+	uint64_t h = atomic_load_explicit(&free_head, memory_order_acquire);
+	while ((uint32_t)h != 0) {
+		struct node *n = node_at((uint32_t)h);
+		if (n == NULL)
+			return NULL; /* never: a pushed id's chunk is in */
+		uint64_t to = ((h >> 32) + 1) << 32 |
+		              atomic_load_explicit(&n->next_free, memory_order_relaxed);
+		if (atomic_compare_exchange_weak_explicit(&free_head, &h, to, memory_order_acquire,
+		                                          memory_order_acquire))
+			return n;
+	}
+	return NULL;
+}
+
+/* A node never used: the next id, its chunk allocated by whoever gets
+ * there first.  NULL when out of ids or memory. */
+static struct node *node_new(void)
+{
+	uint32_t id = atomic_fetch_add_explicit(&nnodes, 1, memory_order_relaxed) + 1;
+	uint32_t c = (id - 1) / CHUNK_NODES;
+	if (c >= MAX_CHUNKS)
+		return NULL;
+	if (atomic_load_explicit(&chunks[c], memory_order_acquire) == NULL) {
+		struct node *mem = calloc(CHUNK_NODES, sizeof *mem);
+		if (mem == NULL)
+			return NULL; /* that id is never used */
+		for (uint32_t i = 0; i < CHUNK_NODES; i++)
+			mem[i].id = c * CHUNK_NODES + i + 1;
+		struct node *none = NULL;
+		if (!atomic_compare_exchange_strong_explicit(&chunks[c], &none, mem,
+		                                             memory_order_acq_rel,
+		                                             memory_order_acquire))
+			free(mem); /* another thread's chunk is in */
+	}
+	return node_at(id);
+}
+
+/* A thread that ran callbacks exits: its node goes back, outside any
+ * callback (a callback that ended its thread leaves gen odd: made even). */
 static void node_release(void *arg)
 {
 	struct node *n = arg;
@@ -126,50 +168,23 @@ static void node_release(void *arg)
 	node_push(n);
 }
 
-static void fork_lock(void) { pthread_mutex_lock(&nodes_mu); }
-static void fork_unlock(void) { pthread_mutex_unlock(&nodes_mu); }
-static void key_init(void)
-{
-	(void)pthread_key_create(&exit_key, node_release);
-	pthread_atfork(fork_lock, fork_unlock, fork_unlock);
-}
+static void key_init(void) { (void)pthread_key_create(&exit_key, node_release); }
 
-/* This thread's first callback: take a node.  NULL when the table is full
- * or out of memory: this thread's callbacks are then never waited for with
- * a check (the old behaviour), and nothing else changes. */
+/* This thread's first callback: take a node.  NULL when out of ids or
+ * memory: this thread's callbacks are then waited for unchecked (as before
+ * the check existed), and nothing else changes. */
 static __attribute__((noinline)) struct node *node_take(void)
 {
 	pthread_once(&key_once, key_init);
-	pthread_mutex_lock(&nodes_mu);
-	uint32_t id = atomic_load_explicit(&free_head, memory_order_acquire);
-	while (id != 0 && !atomic_compare_exchange_weak_explicit(
-	                      &free_head, &id,
-	                      atomic_load_explicit(&node_at(id)->next_free, memory_order_relaxed),
-	                      memory_order_acquire, memory_order_acquire))
-		;
-	if (id == 0) {
-		uint32_t n = atomic_load_explicit(&nnodes, memory_order_relaxed);
-		if (n % CHUNK_NODES == 0) {
-			struct node *c = n / CHUNK_NODES < MAX_CHUNKS ? calloc(CHUNK_NODES, sizeof *c)
-			                                              : NULL;
-			if (c == NULL) {
-				pthread_mutex_unlock(&nodes_mu);
-				return NULL;
-			}
-			for (uint32_t i = 0; i < CHUNK_NODES; i++)
-				c[i].id = n + i + 1;
-			atomic_store_explicit(&chunks[n / CHUNK_NODES], c, memory_order_release);
-		}
-		atomic_store_explicit(&nnodes, n + 1, memory_order_relaxed);
-		id = n + 1;
-	}
-	pthread_mutex_unlock(&nodes_mu);
-	if (pthread_setspecific(exit_key, node_at(id)) != 0) {
-		node_push(node_at(id)); /* never released at exit: give it back */
+	struct node *n = node_pop();
+	if (n == NULL && (n = node_new()) == NULL)
+		return NULL;
+	if (pthread_setspecific(exit_key, n) != 0) {
+		node_push(n); /* never released at exit: give it back */
 		return NULL;
 	}
-	self_id = id;
-	return self = node_at(id);
+	self_id = n->id;
+	return self = n;
 }
 
 tmo__cbref tmo__cb_begin(void)

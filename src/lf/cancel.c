@@ -55,10 +55,14 @@ static int wait_running(struct tmo *e, struct tmo_timer *t, bool check)
 	}
 }
 
-/* Check, without waiting yet, the wait for t's running callback: 0 (what
- * was published stays until cancel_slow returns) or TMO_EDEADLK. */
+/* Check, without waiting yet, the wait prevented_return will make for t's
+ * callback if it runs on the timer thread (and we are not that thread): 0
+ * (what was published stays until cancel_slow returns) or TMO_EDEADLK. */
 static int check_running(struct tmo *e, struct tmo_timer *t)
 {
+	if (LF_LIKELY(atomic_load_explicit(&e->running, memory_order_acquire) != t) ||
+	    tmo__thread_engine == e)
+		return 0;
 	uint64_t ref = atomic_load_explicit(&e->cb_ref, memory_order_acquire);
 	if (atomic_load_explicit(&e->running, memory_order_acquire) != t)
 		return 0;
@@ -149,11 +153,7 @@ static int cancel_loop(struct tmo *e, struct tmo_timer *t, uint64_t w)
 				return TMO_CANCEL_PREVENTED;
 			}
 			if (st == LF_IN_STRUCT) {
-				/* A re-arm by a callback that still runs: check the
-				 * wait (prevented_return) before preventing it. */
-				if (LF_UNLIKELY(atomic_load_explicit(&e->running, memory_order_acquire) ==
-				                t) &&
-				    tmo__thread_engine != e && check_running(e, t) != 0)
+				if (check_running(e, t) != 0) /* before preventing */
 					return TMO_EDEADLK;
 				if (!atomic_compare_exchange_strong_explicit(
 				        &n->state, &s, lf_st(gen, LF_CANCEL_PENDING),
