@@ -15,6 +15,9 @@
  *           B's C's, C's A's): ENGINE and the next two of the registry.
  *  shared   engines whose callbacks run concurrently
  *           (TMO_CAP_CONCURRENT_CALLBACKS): two timers of ONE engine.
+ *  race     ENGINE's pair again and again, each callback spinning until
+ *           both started, so the two cancels check at the same moment:
+ *           every round refuses at least one (sometimes both).
  *  nocycle  no false refusal: A's callback cancels B's timer while B's
  *           callback runs but waits for nothing (it returns once A's
  *           thread is seen blocked): A's cancel waits (WAITED, or FIRED
@@ -32,6 +35,7 @@
  */
 #include <stdatomic.h>
 #include <stddef.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +68,7 @@ struct ring {
 	atomic_int started;  /* callbacks that announced they started */
 	int wait_for_others; /* each callback waits until every one started */
 	int nocycle;         /* side 1 returns once side 0's thread is blocked */
+	int tight;           /* wait for the others spinning: cancels at once */
 	atomic_int bad;      /* a callback's own bounded wait gave up */
 };
 
@@ -85,8 +90,16 @@ static void side_cb(struct tmo_timer *t, void *arg)
 		atomic_store(&me->done, 1);
 		return;
 	}
-	if (r->wait_for_others && !ET_WAIT_UNTIL_EVERY(all_started(r), watchdog_ns, 20000))
+	if (r->tight) {
+		int64_t end = tmo_now_ns() + watchdog_ns;
+		while (!all_started(r) && tmo_now_ns() < end)
+			sched_yield();
+		if (!all_started(r))
+			atomic_fetch_add(&r->bad, 1);
+	} else if (r->wait_for_others &&
+	           !ET_WAIT_UNTIL_EVERY(all_started(r), watchdog_ns, 20000)) {
 		atomic_fetch_add(&r->bad, 1);
+	}
 	me->rc = me->victim != NULL ? tmo_cancel(me->victim->e, &me->victim->t) : 0;
 	atomic_store(&me->done, 1);
 }
@@ -100,11 +113,12 @@ static int count(struct ring *r, size_t field)
 }
 
 /* Every callback done, or the watchdog: print the hang and exit 1. */
-static void await_ring(struct ring *r, const char *name)
+static void await_ring(struct ring *r, const char *name, int say)
 {
 	int64_t t0 = tmo_now_ns();
 	if (ET_WAIT_UNTIL_EVERY(count(r, offsetof(struct side, done)) == r->n, watchdog_ns, 50000)) {
-		printf("  %s: every cancel returned %.3f ms after the arms\n", name,
+		if (say)
+			printf("  %s: every cancel returned %.3f ms after the arms\n", name,
 		       (double)(tmo_now_ns() - t0) / 1e6);
 		return;
 	}
@@ -117,7 +131,7 @@ static void await_ring(struct ring *r, const char *name)
 }
 
 /* Arm every side at once (timeout 0) and wait for the outcome. */
-static int run_ring(struct ring *r, const char *name)
+static int run_ring(struct ring *r, const char *name, int say)
 {
 	for (int i = 0; i < r->n; i++) {
 		r->s[i].ring = r;
@@ -129,7 +143,7 @@ static int run_ring(struct ring *r, const char *name)
 		if (rc != 0)
 			return -1;
 	}
-	await_ring(r, name);
+	await_ring(r, name, say);
 	CHECK_EQ(atomic_load(&r->bad), 0);
 	return 0;
 }
@@ -153,29 +167,33 @@ static void check_conserved(struct ring *r)
 	}
 }
 
-/* A cycle of n sides: at least one refusal, every other cancel WAITED. */
-static void cycle_case(const char *name, struct tmo **engines, int n)
+/* A cycle of n sides: at least one refusal, every other cancel WAITED.
+ * Returns how many were refused. */
+static int cycle_case(const char *name, struct tmo **engines, int n, int tight)
 {
 	struct ring r;
 	memset(&r, 0, sizeof r);
 	r.n = n;
 	r.wait_for_others = 1;
+	r.tight = tight;
 	for (int i = 0; i < n; i++) {
 		r.s[i].e = engines[i];
 		r.s[i].victim = &r.s[(i + 1) % n];
 	}
-	if (run_ring(&r, name) != 0)
-		return;
+	if (run_ring(&r, name, !tight) != 0)
+		return 0;
 	int refused = 0;
 	for (int i = 0; i < n; i++) {
 		int rc = r.s[i].rc;
-		printf("  %s: side %d (%s) cancel: %s\n", name, i, tmo_ops(r.s[i].e)->name,
-		       et_result_name(rc));
+		if (!tight || (rc != TMO_EDEADLK && rc != TMO_CANCEL_WAITED))
+			printf("  %s: side %d (%s) cancel: %s\n", name, i, tmo_ops(r.s[i].e)->name,
+			       et_result_name(rc));
 		refused += rc == TMO_EDEADLK;
 		CHECK(rc == TMO_EDEADLK || rc == TMO_CANCEL_WAITED);
 	}
 	CHECK(refused >= 1);
 	check_conserved(&r);
+	return refused;
 }
 
 /* No cycle: a cancel that waits for a callback waiting for nothing. */
@@ -188,7 +206,7 @@ static void nocycle_case(const char *name, struct tmo *a, struct tmo *b)
 	r.s[0].e = a, r.s[0].victim = &r.s[1];
 	r.s[1].e = b;
 	r.wait_for_others = 1;
-	if (run_ring(&r, name) != 0)
+	if (run_ring(&r, name, 1) != 0)
 		return;
 	printf("  %s: cancel: %s\n", name, et_result_name(r.s[0].rc));
 	CHECK(r.s[0].rc == TMO_CANCEL_WAITED || r.s[0].rc == TMO_CANCEL_FIRED);
@@ -227,7 +245,7 @@ static void test_pairs(void)
 		snprintf(name, sizeof name, "pair %s/%s", et_name, (*o)->name);
 		struct tmo *e[2] = {et_create_or_skip(et_ops, name), et_create_or_skip(*o, name)};
 		if (e[0] != NULL && e[1] != NULL)
-			cycle_case(name, e, 2);
+			cycle_case(name, e, 2, 0);
 		destroy_all(e, 2);
 	}
 }
@@ -239,7 +257,7 @@ static void test_pairs_one(void)
 	snprintf(name, sizeof name, "pair %s/%s, check off", et_name, et_name);
 	struct tmo *e[2] = {et_create_or_skip(et_ops, name), et_create_or_skip(et_ops, name)};
 	if (e[0] != NULL && e[1] != NULL)
-		cycle_case(name, e, 2);
+		cycle_case(name, e, 2, 0);
 	destroy_all(e, 2);
 }
 
@@ -253,7 +271,7 @@ static void test_cycle3(void)
 	for (int i = 0; i < 3; i++)
 		e[i] = et_create_or_skip(ops[i], name);
 	if (e[0] != NULL && e[1] != NULL && e[2] != NULL)
-		cycle_case(name, e, 3);
+		cycle_case(name, e, 3, 0);
 	destroy_all(e, 3);
 }
 
@@ -270,8 +288,31 @@ static void test_shared(void)
 	if (e == NULL)
 		return;
 	struct tmo *both[2] = {e, e};
-	cycle_case("shared (one engine, two timers)", both, 2);
+	cycle_case("shared (one engine, two timers)", both, 2, 0);
 	destroy_all(&e, 1);
+}
+
+/* Both cancels at the same moment (each callback spins until both started),
+ * many times: every round at least one refusal (the Dekker argument in
+ * src/core/waitfor.c), sometimes both. */
+static void test_race(void)
+{
+	long rounds = et_scaled(200, 20);
+	long both = 0, one = 0;
+	struct tmo *e[2] = {et_create_or_skip(et_ops, "race"), et_create_or_skip(et_ops, "race")};
+	for (long i = 0; i < rounds && e[0] != NULL && e[1] != NULL; i++) {
+		int failures = tmo_test_failures;
+		int refused = cycle_case("race", e, 2, 1);
+		both += refused == 2, one += refused == 1;
+		destroy_all(e, 2);
+		if (tmo_test_failures != failures)
+			break;
+		e[0] = et_create_or_skip(et_ops, "race"), e[1] = et_create_or_skip(et_ops, "race");
+	}
+	printf("  race %s/%s: %ld rounds, one cancel refused in %ld, both in %ld\n", et_name,
+	       et_name, rounds, one, both);
+	CHECK_EQ(one + both, rounds);
+	destroy_all(e, 2);
 }
 
 static void test_nocycle(void)
@@ -306,6 +347,7 @@ int main(int argc, char **argv)
 	RUN(test_pairs);
 	RUN(test_cycle3);
 	RUN(test_shared);
+	RUN(test_race);
 	RUN(test_nocycle);
 	return TEST_EXIT();
 }
