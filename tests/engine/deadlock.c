@@ -11,6 +11,11 @@
  *           callbacks complete, and nothing is lost: each engine fired its
  *           one timer and cancelled none, and a cancel afterwards finds
  *           each FIRED.
+ *  rearm    the pairs again, each callback re-arming its own timer (1 h)
+ *           before it announces itself: the refused cancel changed
+ *           nothing (its victim's re-arm is still pending, and cancelled
+ *           afterwards), the other prevented the re-arm after waiting
+ *           (PREVENTED); one fire and one cancel per timer.
  *  cycle    the same with three engines (A's callback cancels B's timer,
  *           B's C's, C's A's): ENGINE and the next two of the registry.
  *  shared   engines whose callbacks run concurrently
@@ -69,8 +74,12 @@ struct ring {
 	int wait_for_others; /* each callback waits until every one started */
 	int nocycle;         /* side 1 returns once side 0's thread is blocked */
 	int tight;           /* wait for the others spinning: cancels at once */
+	int rearm;           /* each callback first re-arms its own timer (1 h) */
 	atomic_int bad;      /* a callback's own bounded wait gave up */
 };
+
+static atomic_int late; /* a re-arm (1 h) fired: never */
+static void never_cb(struct tmo_timer *t, void *arg) { (void)t, (void)arg, atomic_fetch_add(&late, 1); }
 
 static int all_started(struct ring *r) { return atomic_load(&r->started) == r->n; }
 
@@ -80,6 +89,8 @@ static void side_cb(struct tmo_timer *t, void *arg)
 	struct ring *r = me->ring;
 	(void)t;
 	atomic_store(&me->tid, (int)gettid());
+	if (r->rearm && tmo_arm(me->e, t, 3600 * TMO_NSEC_PER_SEC, never_cb, NULL) != 0)
+		atomic_fetch_add(&r->bad, 1);
 	atomic_store(&me->started, 1);
 	atomic_fetch_add(&r->started, 1);
 	if (r->nocycle && me == &r->s[1]) {
@@ -167,15 +178,43 @@ static void check_conserved(struct ring *r)
 	}
 }
 
-/* A cycle of n sides: at least one refusal, every other cancel WAITED.
+/* With re-arms: a refused cancel left its victim's re-arm pending (nothing
+ * changed), so it is cancelled now; every other re-arm was prevented by the
+ * callback's cancel.  Per engine: one fire and one cancel per timer. */
+static void check_rearmed(struct ring *r)
+{
+	for (int i = 0; i < r->n; i++) {
+		int by = r->s[(i + r->n - 1) % r->n].rc; /* the cancel that aimed at i */
+		if (by == TMO_EDEADLK)
+			CHECK_EQ(tmo_cancel(r->s[i].e, &r->s[i].t), TMO_CANCEL_PREVENTED);
+	}
+	for (int i = 0; i < r->n; i++) {
+		int timers = 0;
+		for (int j = 0; j < r->n; j++)
+			timers += r->s[j].e == r->s[i].e;
+		struct tmo_stats st;
+		CHECK_EQ(tmo_stats(r->s[i].e, &st), 0);
+		CHECK_EQ(st.pending, 0);
+		CHECK_EQ(st.fired, timers);
+		CHECK_EQ(st.fired + st.cancelled, 2 * timers);
+	}
+	CHECK_EQ(atomic_load(&late), 0);
+}
+
+enum { TIGHT = 1, REARM = 2 };
+
+/* A cycle of n sides: at least one refusal, every other cancel WAITED (with
+ * REARM: PREVENTED, the re-arm made by the callback it waited for).
  * Returns how many were refused. */
-static int cycle_case(const char *name, struct tmo **engines, int n, int tight)
+static int cycle_case(const char *name, struct tmo **engines, int n, int how)
 {
 	struct ring r;
 	memset(&r, 0, sizeof r);
 	r.n = n;
 	r.wait_for_others = 1;
-	r.tight = tight;
+	int tight = r.tight = (how & TIGHT) != 0;
+	r.rearm = (how & REARM) != 0;
+	int waited = r.rearm ? TMO_CANCEL_PREVENTED : TMO_CANCEL_WAITED;
 	for (int i = 0; i < n; i++) {
 		r.s[i].e = engines[i];
 		r.s[i].victim = &r.s[(i + 1) % n];
@@ -185,14 +224,17 @@ static int cycle_case(const char *name, struct tmo **engines, int n, int tight)
 	int refused = 0;
 	for (int i = 0; i < n; i++) {
 		int rc = r.s[i].rc;
-		if (!tight || (rc != TMO_EDEADLK && rc != TMO_CANCEL_WAITED))
+		if (!tight || (rc != TMO_EDEADLK && rc != waited))
 			printf("  %s: side %d (%s) cancel: %s\n", name, i, tmo_ops(r.s[i].e)->name,
 			       et_result_name(rc));
 		refused += rc == TMO_EDEADLK;
-		CHECK(rc == TMO_EDEADLK || rc == TMO_CANCEL_WAITED);
+		CHECK(rc == TMO_EDEADLK || rc == waited);
 	}
 	CHECK(refused >= 1);
-	check_conserved(&r);
+	if (r.rearm)
+		check_rearmed(&r);
+	else
+		check_conserved(&r);
 	return refused;
 }
 
@@ -261,6 +303,20 @@ static void test_pairs_one(void)
 	destroy_all(e, 2);
 }
 
+/* ENGINE with every engine, each callback re-arming its own timer first:
+ * the refused cancel leaves that re-arm pending. */
+static void test_rearm(void)
+{
+	for (const struct tmo_engine_ops *const *o = tmo_engines(); *o != NULL; o++) {
+		char name[96];
+		snprintf(name, sizeof name, "rearm %s/%s", et_name, (*o)->name);
+		struct tmo *e[2] = {et_create_or_skip(et_ops, name), et_create_or_skip(*o, name)};
+		if (e[0] != NULL && e[1] != NULL)
+			cycle_case(name, e, 2, REARM);
+		destroy_all(e, 2);
+	}
+}
+
 static void test_cycle3(void)
 {
 	int k = index_of(et_ops);
@@ -302,7 +358,7 @@ static void test_race(void)
 	struct tmo *e[2] = {et_create_or_skip(et_ops, "race"), et_create_or_skip(et_ops, "race")};
 	for (long i = 0; i < rounds && e[0] != NULL && e[1] != NULL; i++) {
 		int failures = tmo_test_failures;
-		int refused = cycle_case("race", e, 2, 1);
+		int refused = cycle_case("race", e, 2, TIGHT);
 		both += refused == 2, one += refused == 1;
 		destroy_all(e, 2);
 		if (tmo_test_failures != failures)
@@ -345,6 +401,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	RUN(test_pairs);
+	RUN(test_rearm);
 	RUN(test_cycle3);
 	RUN(test_shared);
 	RUN(test_race);
