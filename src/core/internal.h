@@ -118,7 +118,15 @@ typedef uint64_t tmo__cbref; /* an invocation of a callback; 0: unknown */
 tmo__cbref tmo__cb_begin(void);
 void tmo__cb_end(void);
 int tmo__wait_begin(tmo__cbref ref); /* 0: wait; TMO_EDEADLK: do not */
-void tmo__wait_end(void);
+/* tmo__wait_end is inline: one thread-local test when nothing was published
+ * (a cancel from outside any callback, or one that did not wait). */
+extern _Thread_local bool tmo__wait_published;
+void tmo__wait_withdraw(void);
+static inline void tmo__wait_end(void)
+{
+	if (__builtin_expect(tmo__wait_published, 0))
+		tmo__wait_withdraw();
+}
 
 /* 1 in a child after fork() for every engine inherited from the parent. */
 static inline int tmo__forked(const struct tmo *e)

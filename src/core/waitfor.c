@@ -88,7 +88,7 @@ static atomic_int check_off; /* tmo_testing_deadlock_check(0) */
 /* This thread's node (NULL until its first callback) and its id. */
 static _Thread_local struct node *self;
 static _Thread_local uint32_t self_id;
-static _Thread_local bool published;
+_Thread_local bool tmo__wait_published; /* this thread's edge is up */
 
 static struct node *node_at(uint32_t id) /* id = index + 1 */
 {
@@ -235,22 +235,20 @@ int tmo__wait_begin(tmo__cbref ref)
 	uint64_t g = atomic_load_explicit(&n->gen, memory_order_relaxed);
 	if (!(g & 1))
 		return 0;
-	if (published && atomic_load_explicit(&n->edge, memory_order_relaxed) == ref)
+	if (tmo__wait_published && atomic_load_explicit(&n->edge, memory_order_relaxed) == ref)
 		return 0; /* checked, and published ever since: nothing to look at again */
 	atomic_store(&n->edge, ref); /* step 1: seq_cst, before the walk's loads */
-	published = true;
+	tmo__wait_published = true;
 	if (!chain_reaches(ref, ref_of(self_id, g)))
 		return 0;
 	tmo__wait_end();
 	return TMO_EDEADLK;
 }
 
-void tmo__wait_end(void)
+void tmo__wait_withdraw(void)
 {
-	if (published) {
-		published = false;
-		atomic_store_explicit(&self->edge, 0, memory_order_release);
-	}
+	tmo__wait_published = false;
+	atomic_store_explicit(&self->edge, 0, memory_order_release);
 }
 
 void tmo_testing_deadlock_check(int on) { atomic_store(&check_off, on == 0); }

@@ -26,9 +26,12 @@ static void count_prevented(struct tmo *e)
  * (TMO_EDEADLK) comes before the cancel changed anything; cancel_slow
  * withdraws what was published when it returns. */
 
-/* Wait until the callback of (n, gen) has returned; 0 or TMO_EDEADLK. */
+/* Wait until the callback of (n, gen) has returned: 0, TMO_EDEADLK, or
+ * TMO_CANCEL_SELF on the timer thread (one callback at a time: ours). */
 static int wait_firing(struct tmo *e, struct lf_node *n, uint64_t gen)
 {
+	if (tmo__thread_engine == e)
+		return TMO_CANCEL_SELF;
 	for (;;) {
 		uint32_t v = lf_ec_value(&e->done_ec);
 		uint64_t ref = atomic_load_explicit(&e->cb_ref, memory_order_acquire);
@@ -55,9 +58,13 @@ static int wait_running(struct tmo *e, struct tmo_timer *t, bool check)
 	}
 }
 
-/* Check, without waiting yet, the wait prevented_return will make for t's
- * callback if it runs on the timer thread (and we are not that thread): 0
- * (what was published stays until cancel_slow returns) or TMO_EDEADLK. */
+/* Before a filed arm is prevented: does t's callback still run on the timer
+ * thread (it made this arm, a re-arm), so that prevented_return must wait
+ * for it?  The word was read with acquire, and the callback's `running`
+ * store precedes its arm's word store: `running` != t now means that
+ * callback has returned.  1 (it runs, and the wait was checked: what was
+ * published stays until cancel_slow returns), 0 (no wait), or TMO_EDEADLK
+ * (the wait would deadlock: prevent nothing). */
 static int check_running(struct tmo *e, struct tmo_timer *t)
 {
 	if (LF_LIKELY(atomic_load_explicit(&e->running, memory_order_acquire) != t) ||
@@ -66,18 +73,17 @@ static int check_running(struct tmo *e, struct tmo_timer *t)
 	uint64_t ref = atomic_load_explicit(&e->cb_ref, memory_order_acquire);
 	if (atomic_load_explicit(&e->running, memory_order_acquire) != t)
 		return 0;
-	return tmo__wait_begin(ref);
+	return tmo__wait_begin(ref) != 0 ? TMO_EDEADLK : 1;
 }
 
 /* A cancel that prevented an arm its own callback made (a re-arm, filed by
- * the timer thread) returns only after that callback returned [3].  The
- * wait was checked before the arm was prevented (cancel_slow), and the
- * running invocation cannot change meanwhile (the arm it would fire is the
- * one prevented): it waits unchecked. */
-static int prevented_return(struct tmo *e, struct tmo_timer *t)
+ * the timer thread) returns only after that callback returned [3]: `run`,
+ * from check_running.  The wait was checked there, and the running
+ * invocation cannot change meanwhile (the arm it would fire is the one
+ * prevented): it waits unchecked. */
+static int prevented_return(struct tmo *e, struct tmo_timer *t, int run)
 {
-	if (LF_UNLIKELY(atomic_load_explicit(&e->running, memory_order_acquire) == t) &&
-	    tmo__thread_engine != e)
+	if (LF_UNLIKELY(run))
 		wait_running(e, t, false);
 	return TMO_CANCEL_PREVENTED;
 }
@@ -153,8 +159,9 @@ static int cancel_loop(struct tmo *e, struct tmo_timer *t, uint64_t w)
 				return TMO_CANCEL_PREVENTED;
 			}
 			if (st == LF_IN_STRUCT) {
-				if (check_running(e, t) != 0) /* before preventing */
-					return TMO_EDEADLK;
+				int run = check_running(e, t); /* before preventing */
+				if (run < 0)
+					return run;
 				if (!atomic_compare_exchange_strong_explicit(
 				        &n->state, &s, lf_st(gen, LF_CANCEL_PENDING),
 				        memory_order_acq_rel, memory_order_acquire))
@@ -162,16 +169,15 @@ static int cancel_loop(struct tmo *e, struct tmo_timer *t, uint64_t w)
 				atomic_store_explicit(word, cancelled, memory_order_release);
 				count_prevented(e);
 				unfile(e, n);
-				return prevented_return(e, t);
+				return prevented_return(e, t, run);
 			}
 			if (st == LF_CANCELLED || st == LF_CANCEL_PENDING || st == LF_DROPPED)
 				return TMO_ENOTARMED; /* a concurrent cancel won */
 		}
 		if (st == LF_FIRING) {
-			if (tmo__thread_engine == e)
-				return TMO_CANCEL_SELF; /* one callback at a time: ours */
-			if (wait_firing(e, n, gen) != 0)
-				return TMO_EDEADLK;
+			int rc = wait_firing(e, n, gen); /* SELF, TMO_EDEADLK or 0: waited */
+			if (rc != 0)
+				return rc;
 			waited = 1;
 			continue; /* the callback may have re-armed the timer */
 		}
