@@ -85,9 +85,10 @@ static pthread_key_t exit_key;
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 static atomic_int check_off; /* tmo_testing_deadlock_check(0) */
 
-/* This thread's node (NULL until its first callback) and its id. */
+/* This thread's node (NULL until its first callback): one thread-local
+ * word, its id inside it (each access to a thread-local costs a call in a
+ * position-independent build: two per callback in all). */
 static _Thread_local struct node *self;
-static _Thread_local uint32_t self_id;
 _Thread_local bool tmo__wait_published; /* this thread's edge is up */
 
 static struct node *node_at(uint32_t id) /* id = index + 1 */
@@ -164,7 +165,6 @@ static void node_release(void *arg)
 		atomic_store_explicit(&n->gen, g + 1, memory_order_release);
 	atomic_store(&n->edge, 0);
 	self = NULL;
-	self_id = 0;
 	node_push(n);
 }
 
@@ -183,7 +183,6 @@ static __attribute__((noinline)) struct node *node_take(void)
 		node_push(n); /* never released at exit: give it back */
 		return NULL;
 	}
-	self_id = n->id;
 	return self = n;
 }
 
@@ -194,7 +193,7 @@ tmo__cbref tmo__cb_begin(void)
 		return 0;
 	uint64_t g = atomic_load_explicit(&n->gen, memory_order_relaxed) + 1;
 	atomic_store_explicit(&n->gen, g, memory_order_release);
-	return ref_of(self_id, g);
+	return ref_of(n->id, g);
 }
 
 void tmo__cb_end(void)
@@ -239,7 +238,7 @@ int tmo__wait_begin(tmo__cbref ref)
 		return 0; /* checked, and published ever since: nothing to look at again */
 	atomic_store(&n->edge, ref); /* step 1: seq_cst, before the walk's loads */
 	tmo__wait_published = true;
-	if (!chain_reaches(ref, ref_of(self_id, g)))
+	if (!chain_reaches(ref, ref_of(n->id, g)))
 		return 0;
 	tmo__wait_end();
 	return TMO_EDEADLK;
