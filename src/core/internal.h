@@ -6,6 +6,7 @@
 #define TMO_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -115,8 +116,33 @@ void tmo__thread_enter(struct tmo *e, const char *engine);
  * are a few instructions, lock-free, and never allocate but on a thread's
  * first callback. */
 typedef uint64_t tmo__cbref; /* an invocation of a callback; 0: unknown */
-tmo__cbref tmo__cb_begin(void);
-void tmo__cb_end(void);
+/* Inline, as they run around every callback: a thread-local read, a load
+ * and a release store each (the node: src/core/waitfor.c). */
+struct tmo__wf_node {
+	_Atomic uint64_t gen;  /* odd inside a callback; written by its thread */
+	_Atomic uint64_t edge; /* the tmo__cbref it waits for, 0 for none */
+	_Atomic uint32_t next_free; /* the free list's link (id, 0: the end) */
+	uint32_t id;                /* its index + 1 */
+};
+#define TMO__WF_GEN_BITS 40
+extern _Thread_local struct tmo__wf_node *tmo__wf_self;
+tmo__cbref tmo__cb_begin_first(void); /* a thread's first: takes its node */
+static inline tmo__cbref tmo__cb_begin(void)
+{
+	struct tmo__wf_node *n = tmo__wf_self;
+	if (__builtin_expect(n == NULL, 0))
+		return tmo__cb_begin_first();
+	uint64_t g = atomic_load_explicit(&n->gen, memory_order_relaxed) + 1;
+	atomic_store_explicit(&n->gen, g, memory_order_release);
+	return (uint64_t)n->id << TMO__WF_GEN_BITS | (g & ((UINT64_C(1) << TMO__WF_GEN_BITS) - 1));
+}
+static inline void tmo__cb_end(void)
+{
+	struct tmo__wf_node *n = tmo__wf_self;
+	if (n != NULL)
+		atomic_store_explicit(&n->gen, atomic_load_explicit(&n->gen, memory_order_relaxed) + 1,
+		                      memory_order_release);
+}
 int tmo__wait_begin(tmo__cbref ref); /* 0: wait; TMO_EDEADLK: do not */
 /* tmo__wait_end is inline: one thread-local test when nothing was published
  * (a cancel from outside any callback, or one that did not wait). */

@@ -61,19 +61,12 @@
 
 #include "core/internal.h"
 
-#define GEN_BITS 40
+#define GEN_BITS TMO__WF_GEN_BITS
 #define GEN_MASK ((UINT64_C(1) << GEN_BITS) - 1)
 #define CHUNK_NODES 1024u
 #define MAX_CHUNKS 16383u /* (MAX_CHUNKS * CHUNK_NODES + 1) < 2^24 */
 
-struct node {
-	_Atomic uint64_t gen;  /* odd inside a callback; written by its thread */
-	_Atomic uint64_t edge; /* the tmo__cbref it waits for, 0 for none */
-	_Atomic uint32_t next_free; /* the free list's link (id, 0: the end) */
-	uint32_t id;                /* its index + 1 */
-};
-
-static _Atomic(struct node *) chunks[MAX_CHUNKS];
+static _Atomic(struct tmo__wf_node *) chunks[MAX_CHUNKS];
 static _Atomic uint32_t nnodes; /* node ids handed out in all (the walk's bound) */
 /* The free list: (tag << 32 | id), id 0 for empty; every push and pop bumps
  * the tag, so a pop never succeeds on a head that left and came back (ABA).
@@ -87,14 +80,14 @@ static atomic_int check_off; /* tmo_testing_deadlock_check(0) */
 
 /* This thread's node (NULL until its first callback): one thread-local
  * word, its id inside it (each access to a thread-local costs a call in a
- * position-independent build: two per callback in all). */
-static _Thread_local struct node *self;
+ * position-independent build). */
+_Thread_local struct tmo__wf_node *tmo__wf_self;
 _Thread_local bool tmo__wait_published; /* this thread's edge is up */
 
-static struct node *node_at(uint32_t id) /* id = index + 1 */
+static struct tmo__wf_node *node_at(uint32_t id) /* id = index + 1 */
 {
 	uint32_t i = id - 1;
-	struct node *c = atomic_load_explicit(&chunks[i / CHUNK_NODES], memory_order_acquire);
+	struct tmo__wf_node *c = atomic_load_explicit(&chunks[i / CHUNK_NODES], memory_order_acquire);
 	return c == NULL ? NULL : &c[i % CHUNK_NODES];
 }
 
@@ -103,7 +96,7 @@ static tmo__cbref ref_of(uint32_t id, uint64_t gen)
 	return (uint64_t)id << GEN_BITS | (gen & GEN_MASK);
 }
 
-static void node_push(struct node *n)
+static void node_push(struct tmo__wf_node *n)
 {
 	uint64_t h = atomic_load_explicit(&free_head, memory_order_relaxed);
 	uint64_t to;
@@ -116,11 +109,11 @@ static void node_push(struct node *n)
 
 /* A node off the free list, or NULL when it is empty.  Nodes are never
  * freed, so reading a popped node's link is always safe. */
-static struct node *node_pop(void)
+static struct tmo__wf_node *node_pop(void)
 {
 	uint64_t h = atomic_load_explicit(&free_head, memory_order_acquire);
 	while ((uint32_t)h != 0) {
-		struct node *n = node_at((uint32_t)h);
+		struct tmo__wf_node *n = node_at((uint32_t)h);
 		if (n == NULL)
 			return NULL; /* never: a pushed id's chunk is in */
 		uint64_t to = ((h >> 32) + 1) << 32 |
@@ -134,19 +127,19 @@ static struct node *node_pop(void)
 
 /* A node never used: the next id, its chunk allocated by whoever gets
  * there first.  NULL when out of ids or memory. */
-static struct node *node_new(void)
+static struct tmo__wf_node *node_new(void)
 {
 	uint32_t id = atomic_fetch_add_explicit(&nnodes, 1, memory_order_relaxed) + 1;
 	uint32_t c = (id - 1) / CHUNK_NODES;
 	if (c >= MAX_CHUNKS)
 		return NULL;
 	if (atomic_load_explicit(&chunks[c], memory_order_acquire) == NULL) {
-		struct node *mem = calloc(CHUNK_NODES, sizeof *mem);
+		struct tmo__wf_node *mem = calloc(CHUNK_NODES, sizeof *mem);
 		if (mem == NULL)
 			return NULL; /* that id is never used */
 		for (uint32_t i = 0; i < CHUNK_NODES; i++)
 			mem[i].id = c * CHUNK_NODES + i + 1;
-		struct node *none = NULL;
+		struct tmo__wf_node *none = NULL;
 		if (!atomic_compare_exchange_strong_explicit(&chunks[c], &none, mem,
 		                                             memory_order_acq_rel,
 		                                             memory_order_acquire))
@@ -159,12 +152,12 @@ static struct node *node_new(void)
  * callback (a callback that ended its thread leaves gen odd: made even). */
 static void node_release(void *arg)
 {
-	struct node *n = arg;
+	struct tmo__wf_node *n = arg;
 	uint64_t g = atomic_load_explicit(&n->gen, memory_order_relaxed);
 	if (g & 1)
 		atomic_store_explicit(&n->gen, g + 1, memory_order_release);
 	atomic_store(&n->edge, 0);
-	self = NULL;
+	tmo__wf_self = NULL;
 	node_push(n);
 }
 
@@ -173,35 +166,22 @@ static void key_init(void) { (void)pthread_key_create(&exit_key, node_release); 
 /* This thread's first callback: take a node.  NULL when out of ids or
  * memory: this thread's callbacks are then waited for unchecked (as before
  * the check existed), and nothing else changes. */
-static __attribute__((noinline)) struct node *node_take(void)
+static __attribute__((noinline)) struct tmo__wf_node *node_take(void)
 {
 	pthread_once(&key_once, key_init);
-	struct node *n = node_pop();
+	struct tmo__wf_node *n = node_pop();
 	if (n == NULL && (n = node_new()) == NULL)
 		return NULL;
 	if (pthread_setspecific(exit_key, n) != 0) {
 		node_push(n); /* never released at exit: give it back */
 		return NULL;
 	}
-	return self = n;
+	return tmo__wf_self = n;
 }
 
-tmo__cbref tmo__cb_begin(void)
+tmo__cbref tmo__cb_begin_first(void)
 {
-	struct node *n = self;
-	if (__builtin_expect(n == NULL, 0) && (n = node_take()) == NULL)
-		return 0;
-	uint64_t g = atomic_load_explicit(&n->gen, memory_order_relaxed) + 1;
-	atomic_store_explicit(&n->gen, g, memory_order_release);
-	return ref_of(n->id, g);
-}
-
-void tmo__cb_end(void)
-{
-	struct node *n = self;
-	if (n != NULL)
-		atomic_store_explicit(&n->gen, atomic_load_explicit(&n->gen, memory_order_relaxed) + 1,
-		                      memory_order_release);
+	return node_take() == NULL ? 0 : tmo__cb_begin();
 }
 
 /* Step 2: whether the chain from `ref` comes back to `me` (this thread's
@@ -212,7 +192,7 @@ static bool chain_reaches(tmo__cbref ref, tmo__cbref me)
 	for (uint32_t hop = 0; hop < bound; hop++) {
 		if (ref == me)
 			return true;
-		struct node *x = node_at((uint32_t)(ref >> GEN_BITS));
+		struct tmo__wf_node *x = node_at((uint32_t)(ref >> GEN_BITS));
 		if (x == NULL)
 			return false;
 		uint64_t want = ref & GEN_MASK;
@@ -228,7 +208,7 @@ static bool chain_reaches(tmo__cbref ref, tmo__cbref me)
 
 int tmo__wait_begin(tmo__cbref ref)
 {
-	struct node *n = self;
+	struct tmo__wf_node *n = tmo__wf_self;
 	if (n == NULL || ref == 0 || atomic_load_explicit(&check_off, memory_order_relaxed))
 		return 0; /* not inside a callback: nobody can be waiting for us */
 	uint64_t g = atomic_load_explicit(&n->gen, memory_order_relaxed);
@@ -247,7 +227,7 @@ int tmo__wait_begin(tmo__cbref ref)
 void tmo__wait_withdraw(void)
 {
 	tmo__wait_published = false;
-	atomic_store_explicit(&self->edge, 0, memory_order_release);
+	atomic_store_explicit(&tmo__wf_self->edge, 0, memory_order_release);
 }
 
 void tmo_testing_deadlock_check(int on) { atomic_store(&check_off, on == 0); }
