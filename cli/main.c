@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "digits.h"
 #include "kit/gbench.h"
 #include "kit/sk.h"
 #include "targets.h"
@@ -43,19 +44,6 @@ static int value_follows(const char *arg)
 	for (const struct option *o = longopts; o->name != NULL; o++)
 		if (o->has_arg == required_argument && strncmp(o->name, arg + 2, strlen(arg + 2)) == 0)
 			return 1;
-	return 0;
-}
-
-static int parse_u64(const char *s, uint64_t max, uint64_t *out)
-{
-	if (s == NULL || *s == '\0' || *s == '-')
-		return -1;
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno != 0 || *end != '\0' || v > max)
-		return -1;
-	*out = v;
 	return 0;
 }
 
@@ -106,17 +94,16 @@ static int split_args(int argc, char **argv, struct opts *o)
 	return 0;
 }
 
-/* An option with a number: its value, or the exit status of a bad one. */
+/* An option with a number (digits only, cli/digits.h): its value, or the
+ * exit status of a bad one, named: "--seed=' -1': not a number ...". */
 static int number(const char *name, uint64_t min, uint64_t max, uint64_t *out)
 {
-	if (parse_u64(optarg, max, out) == 0 && *out >= min)
+	enum cli_num r = cli_parse_u64(optarg, min, max, out);
+	if (r == CLI_NUM_OK)
 		return 0;
-	char fmt[96];
-	if (max == UINT64_MAX)
-		snprintf(fmt, sizeof fmt, "--%s=%%s: want a non-negative integer", name);
-	else
-		snprintf(fmt, sizeof fmt, "--%s=%%s: want an integer %llu..%llu", name,
-		         (unsigned long long)min, (unsigned long long)max);
+	char fmt[224];
+	snprintf(fmt, sizeof fmt, "--%s='%%s': %s: want an integer %llu..%llu", name,
+	         cli_num_words(r), (unsigned long long)min, (unsigned long long)max);
 	return cli_usage_error(fmt, optarg);
 }
 

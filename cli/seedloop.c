@@ -13,9 +13,12 @@
  * out).  Exit status 1 when an arm or a cancel returns what the seed loop
  * does not expect.
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "digits.h"
 
 #include "tmo/testing.h"
 #include "tmo/tmo.h"
@@ -42,13 +45,19 @@ static long loop(struct tmo *e, struct tmo_timer *t, long pairs)
 
 int main(int argc, char **argv)
 {
-	char *end = NULL;
 	int timely = argc == 4 && strcmp(argv[3], "--timely") == 0;
-	long pairs = argc == 3 || timely ? strtol(argv[2], &end, 10) : -1;
-	if (end == NULL || *end != '\0' || pairs < 0) {
+	if (argc != 3 && !timely) {
 		fprintf(stderr, "usage: tmo-seedloop ENGINE PAIRS [--timely]\n");
 		return 2;
 	}
+	uint64_t n = 0;
+	enum cli_num r = cli_parse_u64(argv[2], 0, LONG_MAX - WARMUP, &n);
+	if (r != CLI_NUM_OK) {
+		fprintf(stderr, "tmo-seedloop: PAIRS '%s': %s: want an integer 0..%ld\n", argv[2],
+		        cli_num_words(r), LONG_MAX - WARMUP);
+		return 2;
+	}
+	long pairs = (long)n;
 	if (timely)
 		tmo_testing_timely_timer(1);
 	if (strcmp(argv[1], "-") == 0) {

@@ -65,6 +65,13 @@ void tmo_testing_set_node_cap(uint64_t nodes);
  * natively gives.  Never for real use. */
 void tmo_testing_timely_timer(int on);
 
+/* With on == 0, a cancel no longer checks, before it waits for a running
+ * callback, whether that wait would deadlock (tmo.h, TMO_EDEADLK): the
+ * engines wait as they would without the check, and two callbacks that
+ * cancel each other's timers hang.  For the test that shows the check is
+ * what prevents the hang (tests/engine/deadlock.c).  Default on. */
+void tmo_testing_deadlock_check(int on);
+
 /* Library allocations currently live (allocated and not yet freed): a leak
  * check that works without a sanitizer. */
 int64_t tmo_testing_live_allocs(void);

@@ -58,12 +58,18 @@
  * Different engines are fully independent of each other, with one
  * exception that is the waiting cancel's nature (as with Linux's
  * timer_delete_sync()): when a callback of engine A cancels a timer of
- * engine B while a callback of B cancels a timer of A, each waits for the
- * other's callback and both threads deadlock (no error can be returned:
- * each cancel is a legal call on its own).  Arm and cancel such timers from
- * outside the callbacks, or have the callbacks only arm; the same holds for
- * any chain of engines whose callbacks cancel each other's timers in a
- * cycle.
+ * engine B while a callback of B cancels a timer of A, each would wait for
+ * the other's callback forever.  tmo refuses that wait: before a cancel
+ * waits for a running callback it looks whether the thread running that
+ * callback is itself waiting, directly or through a chain of engines (or of
+ * one engine's concurrent callbacks), for the callback running on the
+ * calling thread; if so the cancel returns TMO_EDEADLK at once (Cancel's
+ * Return list, below).  When two such cancels start at the same moment at
+ * least one is refused, possibly both.  A cancel from a thread that runs no
+ * callback can close no cycle and is never refused.  Waits that are not
+ * cancels (destroy of another engine from a callback, a lock the other
+ * callback holds) are not checked: never wait in a callback for something
+ * that waits for this callback.
  *
  * Ownership: a timer belongs to the engine of its first successful arm
  * (tmo_timer.owner holds that engine's id) until tmo_timer_init().
@@ -171,7 +177,10 @@ enum tmo_error {
 	TMO_ESYS = -12,        /* an unexpected system call failure */
 	TMO_EDEADLK = -13,     /* the call would wait for the calling thread
 	                          itself: destroy, park or a scope from a thread
-	                          the engine owns (inside one of its callbacks) */
+	                          the engine owns (inside one of its callbacks);
+	                          or a cancel from inside a callback would wait
+	                          for a callback that, directly or through a
+	                          chain, waits for this one (tmo_cancel) */
 	TMO_EFORKED = -14,     /* the engine was created before fork() in the
 	                          parent process: create a new one in the child */
 	/* The scope runtime's outcomes (tmo/scope.h). */
@@ -320,10 +329,11 @@ struct tmo_engine_ops {
 	 *
 	 * Synchronization: callable from any thread and from any callback.  The
 	 * caller must not hold a lock that the timer's callback takes (cancel
-	 * may wait for that callback).  For the same reason, on engines whose
-	 * callbacks run concurrently (TMO_CAP_CONCURRENT_CALLBACKS), two
-	 * callbacks that cancel each other's timers while both run deadlock,
-	 * as with Linux's timer_delete_sync().
+	 * may wait for that callback).  Two callbacks (of two engines, or two
+	 * concurrent ones of one engine: TMO_CAP_CONCURRENT_CALLBACKS) that
+	 * cancel each other's timers while both run would wait for each other,
+	 * as with Linux's timer_delete_sync(): tmo refuses such a wait with
+	 * TMO_EDEADLK instead (also for a longer cycle of callbacks).
 	 *
 	 * On return the engine holds no reference to @timer: it may be freed or
 	 * armed again at once (unless TMO_CANCEL_SELF: then the callback itself
@@ -335,6 +345,20 @@ struct tmo_engine_ops {
 	 *  TMO_CANCEL_WAITED    - the callback was running on another thread;
 	 *                         cancel returned only after it returned;
 	 *  TMO_CANCEL_SELF      - called from inside that callback;
+	 *  TMO_EDEADLK          - called from inside a callback, the timer's
+	 *                         callback is running on another thread, and
+	 *                         that thread waits (in a cancel, directly or
+	 *                         through a chain) for the callback this call is
+	 *                         made from: waiting would deadlock, so cancel
+	 *                         returned at once and changed nothing.  The
+	 *                         timer is NOT cancelled: its callback is still
+	 *                         running and will return (it owns the timer: do
+	 *                         not free or re-arm it now), and an arm it made
+	 *                         stays pending and fires as usual.  Nothing is
+	 *                         lost (every arm is still fired or cancelled
+	 *                         once).  Return from this callback rather than
+	 *                         retry in a loop (the other side waits for it);
+	 *                         cancel again from elsewhere if still needed;
 	 *  TMO_ENULLTIMER, TMO_ENOTARMED, TMO_EWRONGENGINE on bad input.
 	 */
 	int (*cancel)(struct tmo *self, struct tmo_timer *timer);

@@ -283,14 +283,30 @@ def measure(d, plan):
 # ---- main ---------------------------------------------------------------------------------
 
 
+def number(name, fraction):
+    """A numeric option's parser: digits only (int() and float() would take
+    ' -1', '+1', '1_0', ' 5 ', 'nan' or '1e3'), with a '.' and more digits
+    for seconds; the error names the option and what is wrong."""
+    pattern = r"[0-9]+(\.[0-9]+)?" if fraction else r"[0-9]+"
+
+    def parse(v):
+        if re.fullmatch(pattern, v, re.ASCII) is None:
+            why = "empty" if v == "" else (
+                "not a number (digits only%s: no blank, sign or other character)"
+                % (", with an optional .fraction" if fraction else ""))
+            raise argparse.ArgumentTypeError("--%s='%s': %s" % (name, v, why))
+        return float(v) if fraction else int(v)
+    return parse
+
+
 def parse(argv):
     ap = argparse.ArgumentParser(prog=PROG, add_help=False, allow_abbrev=False)
-    ap.add_argument("--max", type=int)
+    ap.add_argument("--max", type=number("max", False))
     ap.add_argument("--impl")
     ap.add_argument("--out")
-    ap.add_argument("--repeat", type=int)
-    ap.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S)
-    ap.add_argument("--sustain-s", type=float)
+    ap.add_argument("--repeat", type=number("repeat", False))
+    ap.add_argument("--budget-s", type=number("budget-s", True), default=DEFAULT_BUDGET_S)
+    ap.add_argument("--sustain-s", type=number("sustain-s", True))
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--plan", action="store_true")
     ap.add_argument("--harness")

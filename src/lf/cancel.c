@@ -18,30 +18,73 @@ static void count_prevented(struct tmo *e)
 		atomic_fetch_add_explicit(&e->prevented_bare, 1, memory_order_relaxed);
 }
 
-/* Wait until the callback of (n, gen) has returned. */
-static void wait_firing(struct tmo *e, struct lf_node *n, uint64_t gen)
+/* Waits for a callback on the timer thread check first, across engines,
+ * whether the wait would deadlock (core/internal.h): cb_ref is read after
+ * FIRING or `running` was seen (the timer thread stores it before either,
+ * with release) and the state is looked at again after it, so the ref is
+ * the invocation waited for or a later one of the same timer.  A refusal
+ * (TMO_EDEADLK) comes before the cancel changed anything; cancel_slow
+ * withdraws what was published when it returns. */
+
+/* Wait until the callback of (n, gen) has returned: 0, TMO_EDEADLK, or
+ * TMO_CANCEL_SELF on the timer thread (one callback at a time: ours). */
+static int wait_firing(struct tmo *e, struct lf_node *n, uint64_t gen)
 {
+	if (tmo__thread_engine == e)
+		return TMO_CANCEL_SELF;
 	for (;;) {
 		uint32_t v = lf_ec_value(&e->done_ec);
+		uint64_t ref = atomic_load_explicit(&e->cb_ref, memory_order_acquire);
 		if (atomic_load_explicit(&n->state, memory_order_acquire) != lf_st(gen, LF_FIRING))
-			return;
+			return 0;
+		if (tmo__wait_begin(ref) != 0)
+			return TMO_EDEADLK;
 		lf_ec_wait(&e->done_ec, v, INT64_MAX);
 	}
 }
 
-/* A cancel that prevented an arm its own callback made (a re-arm, filed by
- * the timer thread) returns only after that callback returned [3]. */
-static int prevented_return(struct tmo *e, struct tmo_timer *t)
+/* Wait until t's callback (`running`) has returned; 0, or TMO_EDEADLK when
+ * `check` (a wait already checked for this invocation passes at once). */
+static int wait_running(struct tmo *e, struct tmo_timer *t, bool check)
 {
-	if (LF_UNLIKELY(atomic_load_explicit(&e->running, memory_order_acquire) == t) &&
-	    tmo__thread_engine != e) {
-		for (;;) {
-			uint32_t v = lf_ec_value(&e->done_ec);
-			if (atomic_load_explicit(&e->running, memory_order_acquire) != t)
-				break;
-			lf_ec_wait(&e->done_ec, v, INT64_MAX);
-		}
+	for (;;) {
+		uint32_t v = lf_ec_value(&e->done_ec);
+		uint64_t ref = atomic_load_explicit(&e->cb_ref, memory_order_acquire);
+		if (atomic_load_explicit(&e->running, memory_order_acquire) != t)
+			return 0;
+		if (check && tmo__wait_begin(ref) != 0)
+			return TMO_EDEADLK;
+		lf_ec_wait(&e->done_ec, v, INT64_MAX);
 	}
+}
+
+/* Before a filed arm is prevented: does t's callback still run on the timer
+ * thread (it made this arm, a re-arm), so that prevented_return must wait
+ * for it?  The word was read with acquire, and the callback's `running`
+ * store precedes its arm's word store: `running` != t now means that
+ * callback has returned.  1 (it runs, and the wait was checked: what was
+ * published stays until cancel_slow returns), 0 (no wait), or TMO_EDEADLK
+ * (the wait would deadlock: prevent nothing). */
+static int check_running(struct tmo *e, struct tmo_timer *t)
+{
+	if (LF_LIKELY(atomic_load_explicit(&e->running, memory_order_acquire) != t) ||
+	    tmo__thread_engine == e)
+		return 0;
+	uint64_t ref = atomic_load_explicit(&e->cb_ref, memory_order_acquire);
+	if (atomic_load_explicit(&e->running, memory_order_acquire) != t)
+		return 0;
+	return tmo__wait_begin(ref) != 0 ? TMO_EDEADLK : 1;
+}
+
+/* A cancel that prevented an arm its own callback made (a re-arm, filed by
+ * the timer thread) returns only after that callback returned [3]: `run`,
+ * from check_running.  The wait was checked there, and the running
+ * invocation cannot change meanwhile (the arm it would fire is the one
+ * prevented): it waits unchecked. */
+static int prevented_return(struct tmo *e, struct tmo_timer *t, int run)
+{
+	if (LF_UNLIKELY(run))
+		wait_running(e, t, false);
 	return TMO_CANCEL_PREVENTED;
 }
 
@@ -76,8 +119,7 @@ static void unfile(struct tmo *e, struct lf_node *n)
 
 static void ring_take_back(struct tmo *e, uint64_t w, struct lf_node *n);
 
-static __attribute__((noinline)) int cancel_slow(struct tmo *e, struct tmo_timer *t,
-                                                 uint64_t w)
+static int cancel_loop(struct tmo *e, struct tmo_timer *t, uint64_t w)
 {
 	_Atomic uint64_t *word = lf_timer_word(t);
 	int waited = 0;
@@ -117,6 +159,9 @@ static __attribute__((noinline)) int cancel_slow(struct tmo *e, struct tmo_timer
 				return TMO_CANCEL_PREVENTED;
 			}
 			if (st == LF_IN_STRUCT) {
+				int run = check_running(e, t); /* before preventing */
+				if (run < 0)
+					return run;
 				if (!atomic_compare_exchange_strong_explicit(
 				        &n->state, &s, lf_st(gen, LF_CANCEL_PENDING),
 				        memory_order_acq_rel, memory_order_acquire))
@@ -124,15 +169,15 @@ static __attribute__((noinline)) int cancel_slow(struct tmo *e, struct tmo_timer
 				atomic_store_explicit(word, cancelled, memory_order_release);
 				count_prevented(e);
 				unfile(e, n);
-				return prevented_return(e, t);
+				return prevented_return(e, t, run);
 			}
 			if (st == LF_CANCELLED || st == LF_CANCEL_PENDING || st == LF_DROPPED)
 				return TMO_ENOTARMED; /* a concurrent cancel won */
 		}
 		if (st == LF_FIRING) {
-			if (tmo__thread_engine == e)
-				return TMO_CANCEL_SELF; /* one callback at a time: ours */
-			wait_firing(e, n, gen);
+			int rc = wait_firing(e, n, gen); /* SELF, TMO_EDEADLK or 0: waited */
+			if (rc != 0)
+				return rc;
 			waited = 1;
 			continue; /* the callback may have re-armed the timer */
 		}
@@ -145,7 +190,8 @@ static __attribute__((noinline)) int cancel_slow(struct tmo *e, struct tmo_timer
 		if (atomic_load_explicit(&e->running, memory_order_acquire) == t) {
 			if (tmo__thread_engine == e)
 				return TMO_CANCEL_SELF;
-			prevented_return(e, t); /* waits until it is not running */
+			if (wait_running(e, t, true) != 0)
+				return TMO_EDEADLK;
 			waited = 1;
 			continue;
 		}
@@ -153,6 +199,14 @@ static __attribute__((noinline)) int cancel_slow(struct tmo *e, struct tmo_timer
 			continue;
 		return waited ? TMO_CANCEL_WAITED : TMO_CANCEL_FIRED;
 	}
+}
+
+static __attribute__((noinline)) int cancel_slow(struct tmo *e, struct tmo_timer *t,
+                                                 uint64_t w)
+{
+	int rc = cancel_loop(e, t, w);
+	tmo__wait_end(); /* whatever a wait published (none: a TLS test) */
+	return rc;
 }
 
 /* The slot of our ring that holds arm w, or -1: the last arm's slot first

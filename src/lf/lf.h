@@ -275,6 +275,10 @@ struct tmo {
 	/* Timer thread -> cancels waiting for a callback. */
 	_Alignas(64) struct ck_ec32 done_ec;
 	_Atomic(struct tmo_timer *) running;
+	/* The running callback's invocation (core/internal.h), stored with
+	 * release before its node turns FIRING and before `running` names it:
+	 * a cancel that saw either reads this one or a later one. */
+	_Atomic uint64_t cb_ref;
 	_Atomic uint64_t fired;
 
 	/* Threads' records. */

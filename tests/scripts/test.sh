@@ -38,6 +38,7 @@
 #                    engines (lockfree-arm and no-syscall, and condvar) and
 #                    thread counts, a 16-thread plan inside the default
 #                    budget, a budget too small refused, bad options exit 2
+#                    (numeric ones: digits only, each refusal named)
 #   scale_catches    the stand-in unbroken: exit 0, the thread counts the
 #                    filter chose; then each SCALE_PLANT (a row dropped, a
 #                    null figure, min above the median, a run at the wrong
@@ -252,6 +253,18 @@ scale_plan)
     plan ${bad%%|*}
     [ "$rc" -eq 2 ] || fail "${bad%%|*}: exit $rc, want 2"
     grep -qF -- "${bad#*|}" "$dir/out" || fail "${bad%%|*}: no message '${bad#*|}'"
+  done
+  # numeric options take digits only (seconds: and a .fraction), named
+  for bad in "--max= 4|--max=' 4': not a number" "--max=-4|--max='-4': not a number" \
+             "--max=|--max='': empty" "--repeat=+3|--repeat='+3': not a number" \
+             "--repeat=3.0|--repeat='3.0': not a number" \
+             "--budget-s= 60|--budget-s=' 60': not a number" \
+             "--budget-s=nan|--budget-s='nan': not a number" \
+             "--budget-s=1e3|--budget-s='1e3': not a number" \
+             "--sustain-s=-1|--sustain-s='-1': not a number"; do
+    plan "${bad%%|*}"
+    [ "$rc" -eq 2 ] || fail "'${bad%%|*}': exit $rc, want 2"
+    grep -qF -- "${bad#*|}" "$dir/out" || fail "'${bad%%|*}': no message '${bad#*|}'"
   done
   "$root/scripts/scale" --harness="$dir/none" --plan >"$dir/out" 2>&1
   rc=$?
