@@ -90,6 +90,7 @@
 #include "core/park.h"
 #include "tmo/testing.h"
 #include "ds/wheel.h"
+#include "cpu.h"
 #include "node.h"
 
 #define LF_LIKELY(x) __builtin_expect(!!(x), 1)
@@ -331,14 +332,13 @@ void lf_clock_init(struct tmo *e);
 /* Timer thread: publish the next tick (flags: LF_TW_*); returns its clock
  * reading, taken after the tick is visible. */
 int64_t lf_tick_publish(struct tmo *e, unsigned flags);
-/* An arm's stamp: the TSC, or CLOCK_MONOTONIC without an invariant TSC. */
+/* An arm's stamp: the TSC (cpu.h: arm64's virtual counter too), or
+ * CLOCK_MONOTONIC where there is none that is invariant and cheap. */
 extern int lf_use_tsc;
 static inline uint64_t lf_stamp(void)
 {
-#if defined(__x86_64__) || defined(__i386__)
 	if (LF_LIKELY(lf_use_tsc))
-		return __builtin_ia32_rdtsc();
-#endif
+		return lf_tsc();
 	return (uint64_t)tmo_now_ns();
 }
 /* How long a calibration dates arms: while the slew allowed for a stamp
