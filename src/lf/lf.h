@@ -71,7 +71,8 @@
  * from the thread's cache or the lock-free depot; only a producer that
  * grows the pool takes a mutex, which no timer thread or callback holds.
  * Flow control without waiting: past a bound (pool.c, and mpsc's inbox
- * backlog, arm.c) arm answers TMO_EAGAIN at once.
+ * backlog, arm.c) arm answers TMO_EAGAIN at once.  The memory order of
+ * every atomic here, and why: src/lf/memory-order.md (arm64-reviewed).
  */
 #ifndef TMO_LF_H
 #define TMO_LF_H
@@ -352,7 +353,9 @@ static inline int64_t lf_fresh_ns(const struct tmo *e)
  * arm reads the clock and holds its deadline (LF_STAMP_DEADLINE). */
 static inline int lf_stamp_fresh(struct tmo *e, uint64_t stamp)
 {
-	return !lf_use_tsc || stamp <= atomic_load_explicit(&e->fresh_until, memory_order_relaxed);
+	/* acquire: the pair behind the bound is then visible to this thread,
+	 * which may file the arm itself (src/lf/memory-order.md) */
+	return !lf_use_tsc || stamp <= atomic_load_explicit(&e->fresh_until, memory_order_acquire);
 }
 /* The deadline of a node in a ring or in transit (RING, QUEUED): the time
  * of its arm (its stamp converted, never early, no later than `later_ns`,
