@@ -31,6 +31,11 @@ if(NOT EXISTS ${TMO_ARM64_SYSROOT}/.tmo-packages)
   endif()
 endif()
 
+# An x86 builtin reached on arm64 (__builtin_ia32_pause, ...) is to gcc an
+# undeclared function: a warning, and a shared library links with the
+# symbol undefined.  Here it is an error, so the arm64 build catches it.
+set(CMAKE_C_FLAGS_INIT "-Werror=implicit-function-declaration")
+
 set(_tmo_libs ${TMO_ARM64_SYSROOT}/usr/lib/aarch64-linux-gnu)
 set(CMAKE_FIND_ROOT_PATH ${TMO_ARM64_SYSROOT} /usr/aarch64-linux-gnu)
 set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
