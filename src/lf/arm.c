@@ -350,10 +350,10 @@ static inline __attribute__((always_inline)) int arm_fast(struct tmo *e, struct 
 	uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
 	_Atomic uint64_t *slot = &r->ring[head & (LF_RING_SLOTS - 1)];
 	_Atomic uint64_t *word = lf_timer_word(t);
-	uint64_t stamp = __builtin_ia32_rdtsc();
+	uint64_t stamp = lf_tsc();
 	if (LF_UNLIKELY(n == NULL || atomic_load_explicit(slot, memory_order_relaxed) != 0 ||
 	                lf_word_out(atomic_load_explicit(word, memory_order_relaxed)) == LF_PENDING ||
-	                stamp > atomic_load_explicit(&e->fresh_until, memory_order_relaxed)))
+	                stamp > atomic_load_explicit(&e->fresh_until, memory_order_acquire)))
 		return arm_general(e, t, timeout_ns, cb, arg);
 	t->cb = cb;
 	t->arg = arg;

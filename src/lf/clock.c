@@ -118,22 +118,46 @@ uint32_t lf_ec_value(struct ck_ec32 *ec) { return ck_ec32_value(ec); }
 
 /* ---- the TSC ---------------------------------------------------------------- */
 
+/* Pairs whose two TSC reads are further apart than this are discarded
+ * (x86; arm64's counter runs at CNTFRQ_EL0, 1-1000 MHz: tsc_usable()
+ * scales it to the same 8 us). */
+#define PAIR_MAX_TICKS 20000u
+static uint64_t g_pair_max = PAIR_MAX_TICKS;
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
-#include <x86intrin.h>
-static inline uint64_t read_tsc(void) { return __rdtsc(); }
-static int tsc_invariant(void)
+static int tsc_usable(void)
 {
 	unsigned a, b, c, d;
 	return __get_cpuid(0x80000007u, &a, &b, &c, &d) && (d & (1u << 8)) != 0;
 }
+#elif defined(__aarch64__)
+/* The generic timer's counter is invariant by the architecture (one
+ * system-wide count at CNTFRQ_EL0); it is used where it is set, advances,
+ * and costs less to read than the clock, measured: a kernel that traps EL0
+ * reads (an erratum workaround) makes each one a trap. */
+static int tsc_usable(void)
+{
+	uint64_t hz = lf_tsc_hz();
+	if (hz == 0)
+		return 0;
+	enum { READS = 256 };
+	uint64_t c0 = lf_tsc(), c1 = c0;
+	int64_t t0 = tmo_now_ns();
+	for (int i = 0; i < READS; i++)
+		c1 = lf_tsc();
+	int64_t t1 = tmo_now_ns();
+	for (int i = 0; i < READS; i++)
+		(void)tmo_now_ns();
+	int64_t t2 = tmo_now_ns();
+	g_pair_max = hz / 125000 > 16 ? hz / 125000 : 16;
+	return c1 > c0 && t1 - t0 <= t2 - t1;
+}
 #else
-static inline uint64_t read_tsc(void) { return 0; }
-static int tsc_invariant(void) { return 0; }
+static int tsc_usable(void) { return 0; }
 #endif
+static inline uint64_t read_tsc(void) { return lf_tsc(); }
 
-/* Pairs whose two TSC reads are further apart than this are discarded. */
-#define PAIR_MAX_TICKS 20000u
 /* The least margin added to a converted arm time. */
 #define MARGIN_NS 10000
 /* A rate is not used while its relative error may exceed this. */
@@ -152,7 +176,7 @@ static void tsc_pair(uint64_t *tsc, int64_t *ns, uint64_t *width)
 		uint64_t a = read_tsc();
 		int64_t t = tmo_now_ns();
 		uint64_t b = read_tsc();
-		if (b - a <= PAIR_MAX_TICKS || i == 4) {
+		if (b - a <= g_pair_max || i == 4) {
 			*tsc = a + (b - a) / 2;
 			*ns = t;
 			*width = b - a;
@@ -163,7 +187,7 @@ static void tsc_pair(uint64_t *tsc, int64_t *ns, uint64_t *width)
 
 static void once_init(void)
 {
-	g_use_tsc = tsc_invariant();
+	g_use_tsc = tsc_usable();
 	lf_use_tsc = g_use_tsc;
 	if (g_use_tsc)
 		tsc_pair(&g_cal_tsc, &g_cal_ns, &g_cal_width);

@@ -102,7 +102,7 @@ static int base_lock_spin(struct lf_base *b)
 	for (int i = 0; i < BASE_SPINS; i++) {
 		if (lf_base_trylock(b))
 			return 1;
-		__builtin_ia32_pause();
+		lf_cpu_relax();
 	}
 	return 0;
 }

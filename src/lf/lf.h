@@ -74,7 +74,8 @@
  * from the thread's cache or the lock-free depot; only a producer that
  * grows the pool takes a mutex, which no timer thread or callback holds.
  * Flow control without waiting: past a bound (pool.c, and mpsc's inbox
- * backlog, arm.c) arm answers TMO_EAGAIN at once.
+ * backlog, arm.c) arm answers TMO_EAGAIN at once.  The memory order of
+ * every atomic here, and why: src/lf/memory-order.md (arm64-reviewed).
  */
 #ifndef TMO_LF_H
 #define TMO_LF_H
@@ -93,6 +94,7 @@
 #include "core/park.h"
 #include "tmo/testing.h"
 #include "ds/wheel.h"
+#include "cpu.h"
 #include "node.h"
 
 #define LF_LIKELY(x) __builtin_expect(!!(x), 1)
@@ -344,14 +346,13 @@ void lf_clock_init(struct tmo *e);
 /* Timer thread: publish the next tick (flags: LF_TW_*); returns its clock
  * reading, taken after the tick is visible. */
 int64_t lf_tick_publish(struct tmo *e, unsigned flags);
-/* An arm's stamp: the TSC, or CLOCK_MONOTONIC without an invariant TSC. */
+/* An arm's stamp: the TSC (cpu.h: arm64's virtual counter too), or
+ * CLOCK_MONOTONIC where there is none that is invariant and cheap. */
 extern int lf_use_tsc;
 static inline uint64_t lf_stamp(void)
 {
-#if defined(__x86_64__) || defined(__i386__)
 	if (LF_LIKELY(lf_use_tsc))
-		return __builtin_ia32_rdtsc();
-#endif
+		return lf_tsc();
 	return (uint64_t)tmo_now_ns();
 }
 /* How long a calibration dates arms: while the slew allowed for a stamp
@@ -365,7 +366,9 @@ static inline int64_t lf_fresh_ns(const struct tmo *e)
  * arm reads the clock and holds its deadline (LF_STAMP_DEADLINE). */
 static inline int lf_stamp_fresh(struct tmo *e, uint64_t stamp)
 {
-	return !lf_use_tsc || stamp <= atomic_load_explicit(&e->fresh_until, memory_order_relaxed);
+	/* acquire: the pair behind the bound is then visible to this thread,
+	 * which may file the arm itself (src/lf/memory-order.md) */
+	return !lf_use_tsc || stamp <= atomic_load_explicit(&e->fresh_until, memory_order_acquire);
 }
 /* The deadline of a node in a ring or in transit (RING, QUEUED): the time
  * of its arm (its stamp converted, never early, no later than `later_ns`,
