@@ -245,6 +245,8 @@ struct lf_pool {
 	 * moves them to the depot */
 	ck_stack_t loose;
 	_Atomic uint64_t trimmed_pages;
+	/* 1: a producer woke the sleeping timer thread to trim (pool.c) */
+	_Atomic int trim_asked;
 };
 
 struct tmo {

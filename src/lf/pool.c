@@ -53,6 +53,9 @@
 #define LF_SOFT_NODES 4096u
 /* Free nodes trim leaves in the depot. */
 #define TRIM_KEEP (2u * PAGE_NODES)
+/* Free nodes in the depot at which a sleeping timer thread is woken to
+ * trim (lf_cache_spill). */
+#define TRIM_WAKE (4u * PAGE_NODES)
 
 /* Pages given back, waiting to be populated again. */
 struct lf_run {
@@ -322,17 +325,38 @@ struct lf_node *lf_cache_refill(struct tmo *e, struct lf_rec *r, int *err)
 	return c;
 }
 
-/* Split LF_CHAIN nodes off r's cache into the depot. */
+/* r's cache grew past LF_CACHE_MAX: its oldest nodes go to the depot, in
+ * whole chains, and the newest (hot) stay.  Oldest, not newest: a cache
+ * whose bottom never moved would keep a few nodes of early pages for as
+ * long as the thread lives, and pin those pages (pool.c's trim gives back
+ * only wholly free pages). */
 void lf_cache_spill(struct tmo *e, struct lf_rec *r)
 {
-	while (r->cache_n > LF_CACHE_MAX - LF_CHAIN) {
-		struct lf_node *head = r->cache, *tail = head;
+	uint32_t out = (r->cache_n - LF_CHAIN) / LF_CHAIN * LF_CHAIN, keep = r->cache_n - out;
+	struct lf_node *tail = r->cache;
+	for (uint32_t i = 1; i < keep; i++)
+		tail = tail->free_next;
+	struct lf_node *old = tail->free_next;
+	tail->free_next = NULL;
+	r->cache_n = keep;
+	while (old != NULL) {
+		struct lf_node *head = old, *t = head;
 		for (uint32_t i = 1; i < LF_CHAIN; i++)
-			tail = tail->free_next;
-		r->cache = tail->free_next;
-		tail->free_next = NULL;
-		r->cache_n -= LF_CHAIN;
+			t = t->free_next;
+		old = t->free_next;
+		t->free_next = NULL;
 		depot_push(e, head, LF_CHAIN);
+	}
+	/* The timer thread gives pages back when it goes to sleep: frees made
+	 * while it sleeps (the cancels of timers it never had to look at)
+	 * would wait for its next wake-up, a timeout away (guarantee 6).  Past
+	 * TRIM_WAKE free nodes it is woken, once until it has trimmed. */
+	struct lf_pool *p = &e->pool;
+	if (LF_UNLIKELY(atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_SLEEPING) &&
+	    atomic_load_explicit(&p->depot_nodes, memory_order_relaxed) > TRIM_WAKE &&
+	    !atomic_load_explicit(&p->trim_asked, memory_order_relaxed)) {
+		atomic_store_explicit(&p->trim_asked, 1, memory_order_relaxed);
+		lf_wake_for(e, 0);
 	}
 }
 
@@ -441,6 +465,7 @@ static uint32_t release_run(struct tmo *e, uint32_t first, uint32_t end, struct 
 void lf_pool_trim(struct tmo *e)
 {
 	struct lf_pool *p = &e->pool;
+	atomic_store_explicit(&p->trim_asked, 0, memory_order_relaxed);
 	loose_collect(e);
 	lf_cache_return(e, e->tt_rec);
 	if (atomic_load_explicit(&p->depot_nodes, memory_order_relaxed) <= TRIM_KEEP)
@@ -458,16 +483,17 @@ void lf_pool_trim(struct tmo *e)
 	uint64_t taken = bucket_by_page(e, hwm, free_in, by_page, &late, &late_n);
 	atomic_fetch_sub_explicit(&p->depot_nodes, taken, memory_order_relaxed);
 
-	/* Give back runs of wholly free pages; chain the rest page by page. */
+	/* Give back runs of wholly free pages; chain the rest page by page,
+	 * pushed from the highest page down, so that the lowest pages are
+	 * taken first: live nodes, and the free nodes caches keep (which pin
+	 * their pages), gather in few low pages, and the pages above them come
+	 * free together for the next trim. */
 	uint64_t kept = 0, gave = 0;
 	if (late != NULL)
 		depot_push(e, late, late_n); /* may exceed LF_CHAIN: fine */
 	for (uint32_t pg = 0; pg < hwm;) {
 		if (free_in[pg] != PAGE_NODES || kept < TRIM_KEEP) {
-			if (by_page[pg] != NULL) {
-				depot_push(e, by_page[pg], free_in[pg]);
-				kept += free_in[pg];
-			}
+			kept += free_in[pg];
 			pg++;
 			continue;
 		}
@@ -475,7 +501,12 @@ void lf_pool_trim(struct tmo *e)
 		while (pg < hwm && free_in[pg] == PAGE_NODES)
 			pg++;
 		gave += release_run(e, first, pg, by_page);
+		for (uint32_t q = first; q < pg; q++) /* given back, or pushed */
+			by_page[q] = NULL;
 	}
+	for (uint32_t pg = hwm; pg-- > 0;)
+		if (by_page[pg] != NULL)
+			depot_push(e, by_page[pg], free_in[pg]);
 	atomic_fetch_add_explicit(&p->trimmed_pages, gave, memory_order_relaxed);
 	tmo__free(free_in);
 	tmo__free(by_page);
