@@ -170,7 +170,8 @@ static inline int64_t coarse_now(struct tmo *e)
  * thread, and say when the base wants it to look (0: at once). */
 static int64_t own_base_release(struct tmo *e, struct lf_base *b, struct lf_rec *r)
 {
-	lf_base_tidy(e, b, r);
+	if (ck_pr_load_ptr(&b->cancels.head) != NULL || ck_pr_load_ptr(&b->tofile.head) != NULL)
+		lf_base_tidy(e, b, r);
 	/* While this thread keeps spilling it hands what comes due soon to
 	 * the timer thread itself: that thread need not take the lock
 	 * (which would send our spills the long way meanwhile). */
@@ -223,15 +224,15 @@ static void file_own_base(struct tmo *e, struct lf_rec *r, struct lf_node *n)
 static int file_from_ring(struct tmo *e, struct lf_rec *r, struct lf_node *n, uint64_t *s)
 {
 	struct lf_base *b = r->base;
-	const struct lf_sched *sc = e->p->sched;
 	if (!atomic_compare_exchange_strong_explicit(&n->state, s,
 	                                             lf_st(lf_gen_of(*s), LF_IN_STRUCT),
 	                                             memory_order_acq_rel, memory_order_acquire))
 		return 0;
-	int64_t deadline = lf_node_deadline(e, n, 0); /* we own the fields until the insert */
+	/* we own the fields until the insert */
+	int64_t deadline = lf_node_deadline_own(e, r, n);
 	if (deadline < atomic_load_explicit(&b->next, memory_order_relaxed))
 		atomic_store_explicit(&b->next, deadline, memory_order_release);
-	sc->insert(lf_sched_of(b), n, deadline); /* a wheel never refuses */
+	tmo_wheel_add(lf_own_wheel(b), &n->s.wheel, deadline);
 	return 1;
 }
 

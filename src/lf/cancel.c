@@ -198,7 +198,17 @@ static __attribute__((noinline)) int cancel_filed(struct tmo *e, struct tmo_time
 	atomic_store_explicit(lf_timer_word(t), (w & ~(uint64_t)3) | LF_CANCELLED_OUT,
 	                      memory_order_release);
 	lf_bump(&r->prevented);
-	unfile(e, n, r);
+	struct lf_base *b = r->base;
+	if (atomic_load_explicit(&n->aux, memory_order_relaxed) == ((uintptr_t)b | LF_IN_THREAD) &&
+	    b != NULL && lf_base_trylock(b)) {
+		/* in our own base (unfile's case, without its look-ups) */
+		if (tmo_wheel_contains(&n->s.wheel))
+			tmo_wheel_del(lf_own_wheel(b), &n->s.wheel);
+		lf_base_unlock(b);
+		lf_cache_put(e, r, n);
+	} else {
+		unfile(e, n, r);
+	}
 	return prevented_return(e, t);
 }
 

@@ -119,6 +119,10 @@ struct lf_sched {
 	int64_t (*deadline)(const struct lf_node *n);
 	/* 1: collect() hands out exact deadline order (no sort needed) */
 	int ordered;
+	/* 1: the state is a struct tmo_wheel whose nodes are s.wheel; required
+	 * with lf_params.thread_bases: an owner's filing and cancel call the
+	 * wheel directly (lf_own_wheel) */
+	int wheel;
 };
 
 /* A base: a structure and who may touch it. */
@@ -174,6 +178,11 @@ struct lf_rec {
 	struct lf_rec *_Atomic next;
 	/* Timer thread only: `head` when it last looked. */
 	uint64_t seen_head;
+	/* Owner only: a clock reading, and a TSC read just before it; a stamp
+	 * below cap_tsc was made before cap_ns was read (clock.c,
+	 * lf_node_deadline_own). */
+	uint64_t cap_tsc;
+	int64_t cap_ns;
 };
 
 /* ---- engine parameters and the engine ---------------------------------------- */
@@ -369,6 +378,9 @@ static inline int lf_stamp_fresh(struct tmo *e, uint64_t stamp)
  * a clock reading after the arm, or one now if 0) plus its timeout, or
  * the deadline it holds (LF_STAMP_DEADLINE). */
 int64_t lf_node_deadline(struct tmo *e, const struct lf_node *n, int64_t later_ns);
+/* The same, by r's owner for a node of r's ring: a cap it needs is r's
+ * last clock reading when that came after the arm. */
+int64_t lf_node_deadline_own(struct tmo *e, struct lf_rec *r, const struct lf_node *n);
 /* Lower bound on that deadline, for waking the timer thread; 0 if unknown. */
 int64_t lf_node_deadline_lower(struct tmo *e, uint64_t stamp, int64_t timeout_ns);
 /* Timer thread: refresh the TSC calibration. */
@@ -472,6 +484,11 @@ int lf_arm_on_timer(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_
 struct lf_base *lf_base_new(struct tmo *e);
 void lf_base_free(struct tmo *e, struct lf_base *b);
 static inline void *lf_sched_of(struct lf_base *b) { return b->sched; }
+/* A per-thread base's wheel (lf_sched.wheel). */
+static inline struct tmo_wheel *lf_own_wheel(struct lf_base *b)
+{
+	return (struct tmo_wheel *)(void *)b->sched;
+}
 
 /* Test view (tests/unit/lf.c). */
 struct lf_debug {
