@@ -29,8 +29,12 @@
 
 /* ---- publishing: inbox and bases ------------------------------------------------ */
 
-void lf_inbox_post(struct tmo *e, struct lf_node *n, int64_t deadline_lower)
+void lf_inbox_post(struct tmo *e, struct lf_node *n)
 {
+	/* read before the push: once in the inbox the node may be filed, and
+	 * these fields written over */
+	uint64_t stamp = atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed);
+	int64_t timeout = atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed);
 	ck_stack_push_upmc(&e->inbox, &n->link);
 	uint64_t in = atomic_fetch_add_explicit(&e->inbox_in, 1, memory_order_relaxed) + 1;
 	uint64_t tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
@@ -38,17 +42,13 @@ void lf_inbox_post(struct tmo *e, struct lf_node *n, int64_t deadline_lower)
 	if (atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_SLEEPING) {
 		/* A sleeping timer thread need not wake for a late deadline, but
 		 * a backlog it has not taken holds nodes (and nears INBOX_MAX,
-		 * where arms are refused): past INBOX_WAKE it wakes anyway. */
-		if (in - atomic_load_explicit(&e->inbox_out, memory_order_relaxed) >= INBOX_WAKE)
-			deadline_lower = 0;
+		 * where arms are refused): past INBOX_WAKE it wakes anyway.  The
+		 * deadline's bound is worked out here only (a conversion). */
+		int64_t deadline_lower = 0;
+		if (in - atomic_load_explicit(&e->inbox_out, memory_order_relaxed) < INBOX_WAKE)
+			deadline_lower = lf_node_deadline_lower(e, stamp, timeout);
 		lf_wake_for(e, deadline_lower);
 	}
-}
-
-static int64_t deadline_lower(struct tmo *e, struct lf_node *n)
-{
-	return lf_node_deadline_lower(e, atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed),
-	                              atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed));
 }
 
 static void free_to(struct tmo *e, struct lf_rec *r, struct lf_node *n)
@@ -259,7 +259,7 @@ void lf_ring_evict(struct tmo *e, struct lf_rec *r, uint64_t w)
 		if (r->base != NULL)
 			file_own_base(e, r, n);
 		else
-			lf_inbox_post(e, n, deadline_lower(e, n));
+			lf_inbox_post(e, n);
 		return;
 	}
 	if (s == lf_st(gen, LF_CANCELLED))
@@ -286,7 +286,7 @@ static int arm_bare(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_
 	atomic_store_explicit(lf_timer_word(t), lf_word(lf_idx_of(e, n), gen, LF_PENDING),
 	                      memory_order_release);
 	atomic_fetch_add_explicit(&e->armed_bare, 1, memory_order_relaxed);
-	lf_inbox_post(e, n, deadline_lower(e, n));
+	lf_inbox_post(e, n);
 	return 0;
 }
 

@@ -439,7 +439,7 @@ int lf_cancel(struct tmo *e, struct tmo_timer *t);
 struct lf_rec *lf_rec_new(struct tmo *e);
 void lf_recs_free(struct tmo *e);
 /* Put a QUEUED node in the inbox and wake the timer thread if needed. */
-void lf_inbox_post(struct tmo *e, struct lf_node *n, int64_t deadline_lower);
+void lf_inbox_post(struct tmo *e, struct lf_node *n);
 /* Base lock (trylock only, except the owner of a dying record). */
 static inline int lf_base_trylock(struct lf_base *b)
 {
