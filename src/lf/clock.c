@@ -355,26 +355,32 @@ int64_t lf_node_deadline(struct tmo *e, const struct lf_node *n, int64_t later_n
 	return (hi != 0 && hi < now ? hi : now) + timeout;
 }
 
+/* lf_node_deadline_own's stamp that is not near the latest pair. */
+static __attribute__((noinline)) int64_t deadline_far(struct tmo *e, struct lf_rec *r,
+                                                       const struct lf_node *n, uint64_t stamp)
+{
+	/* A cap: r's last clock reading, if it came after this arm.  Its TSC
+	 * read completes before the clock's own (fenced) read, and an arm
+	 * later in program order reads the TSC after that: a stamp below
+	 * cap_tsc was made before cap_ns was read.  r's arms are filed eight
+	 * arms after they were made, so one reading serves the eight arms
+	 * before it. */
+	if (stamp >= r->cap_tsc) {
+		r->cap_tsc = read_tsc();
+		r->cap_ns = tmo_now_ns();
+	}
+	return lf_node_deadline(e, n, r->cap_ns);
+}
+
 int64_t lf_node_deadline_own(struct tmo *e, struct lf_rec *r, const struct lf_node *n)
 {
 	uint64_t stamp = atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed);
-	if (stamp != LF_STAMP_DEADLINE && g_use_tsc) {
-		int64_t hi = near_bound(e, stamp);
-		if (LF_LIKELY(hi != 0))
-			return hi + atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed);
-		/* A cap: r's last clock reading, if it came after this arm.  Its
-		 * TSC read completes before the clock's own (fenced) read, and an
-		 * arm later in program order reads the TSC after that: a stamp
-		 * below cap_tsc was made before cap_ns was read.  r's arms are
-		 * filed eight arms after they were made, so one reading serves
-		 * the eight arms before it. */
-		if (stamp >= r->cap_tsc) {
-			r->cap_tsc = read_tsc();
-			r->cap_ns = tmo_now_ns();
-		}
-		return lf_node_deadline(e, n, r->cap_ns);
-	}
-	return lf_node_deadline(e, n, 0);
+	if (LF_UNLIKELY(stamp == LF_STAMP_DEADLINE || !g_use_tsc))
+		return lf_node_deadline(e, n, 0);
+	int64_t hi = near_bound(e, stamp);
+	if (LF_UNLIKELY(hi == 0))
+		return deadline_far(e, r, n, stamp);
+	return hi + atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed);
 }
 
 int64_t lf_node_deadline_lower(struct tmo *e, uint64_t stamp, int64_t timeout_ns)
