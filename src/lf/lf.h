@@ -60,8 +60,8 @@
  * and filing into a base they hold), cancel.c and rec.c (their records);
  * the timer thread runs timer.c (its loop, stealing, draining) and fire.c
  * (collect, order, fire); engine.c is the engine's life (create, destroy,
- * stats, park); pool.c is memory, clock.c the time source and the wake-up
- * protocol; node.h is the node model (state word, timer word, node).
+ * stats, park); pool.c is memory (trim.c gives it back), clock.c the time
+ * source and the wake-up protocol; node.h the node model.
  *
  * Synchronization: as in include/tmo/tmo.h.  arm and cancel never wait for
  * the timer thread or a callback (TMO_CAP_LOCKFREE_ARM): bases are taken
@@ -119,9 +119,8 @@ struct lf_sched {
 	int64_t (*deadline)(const struct lf_node *n);
 	/* 1: collect() hands out exact deadline order (no sort needed) */
 	int ordered;
-	/* 1: the state is a struct tmo_wheel whose nodes are s.wheel; required
-	 * with lf_params.thread_bases: an owner's filing and cancel call the
-	 * wheel directly (lf_own_wheel) */
+	/* 1: a struct tmo_wheel of s.wheel nodes; thread_bases requires it
+	 * (an owner's filing and cancel call the wheel: lf_own_wheel) */
 	int wheel;
 };
 
@@ -178,9 +177,8 @@ struct lf_rec {
 	struct lf_rec *_Atomic next;
 	/* Timer thread only: `head` when it last looked. */
 	uint64_t seen_head;
-	/* Owner only: a clock reading, and a TSC read just before it; a stamp
-	 * below cap_tsc was made before cap_ns was read (clock.c,
-	 * lf_node_deadline_own). */
+	/* Owner only: a clock reading and a TSC read just before it (clock.c,
+	 * lf_node_deadline_own) */
 	uint64_t cap_tsc;
 	int64_t cap_ns;
 };
@@ -485,10 +483,7 @@ struct lf_base *lf_base_new(struct tmo *e);
 void lf_base_free(struct tmo *e, struct lf_base *b);
 static inline void *lf_sched_of(struct lf_base *b) { return b->sched; }
 /* A per-thread base's wheel (lf_sched.wheel). */
-static inline struct tmo_wheel *lf_own_wheel(struct lf_base *b)
-{
-	return (struct tmo_wheel *)(void *)b->sched;
-}
+static inline struct tmo_wheel *lf_own_wheel(struct lf_base *b) { return (void *)b->sched; }
 
 /* Test view (tests/unit/lf.c). */
 struct lf_debug {
