@@ -66,6 +66,7 @@ static const struct lf_sched wheel_sched = {
 	.count = w_count,
 	.deadline = w_deadline,
 	.ordered = 0, /* one tick's nodes come out in no particular order */
+	.wheel = 1,
 };
 
 /* Default tick, chosen by measurement on the 2-core dev machine (2000

@@ -93,12 +93,11 @@ static int prevented_return(struct tmo *e, struct tmo_timer *t, int run)
  * or the timer thread at its next look) removes and frees it from the
  * base's cancel stack.  Never trylock another thread's base: its lock line
  * would travel between the two cores on every cross-thread cancel. */
-static void unfile(struct tmo *e, struct lf_node *n)
+static void unfile(struct tmo *e, struct lf_node *n, struct lf_rec *r)
 {
 	uintptr_t aux = atomic_load_explicit(&n->aux, memory_order_relaxed);
 	struct lf_base *b = (aux & 3u) == LF_IN_THREAD ? (struct lf_base *)(aux & ~(uintptr_t)3)
 	                                                : e->tt_base;
-	struct lf_rec *r = lf_rec_get(e);
 	if (r != NULL && r->base == b && lf_base_trylock(b)) {
 		const struct lf_sched *sc = e->p->sched;
 		if (sc->contains(n))
@@ -168,7 +167,7 @@ static int cancel_loop(struct tmo *e, struct tmo_timer *t, uint64_t w)
 					continue;
 				atomic_store_explicit(word, cancelled, memory_order_release);
 				count_prevented(e);
-				unfile(e, n);
+				unfile(e, n, lf_rec_get(e));
 				return prevented_return(e, t, run);
 			}
 			if (st == LF_CANCELLED || st == LF_CANCEL_PENDING || st == LF_DROPPED)
@@ -236,11 +235,38 @@ static void ring_take_back(struct tmo *e, uint64_t w, struct lf_node *n)
 	lf_cache_put(e, r, n);
 }
 
-static __attribute__((noinline)) int cancel_ring_other(struct tmo *e, uint64_t w,
-                                                       struct lf_node *n)
+/* The arm w of this thread's hot record r is not its ring's last: most
+ * often it outlived the ring and was filed (IN_STRUCT, in r's own base).
+ * Dispatched on its state, read first: a CAS that expects RING would fail
+ * here on every such cancel. */
+static __attribute__((noinline)) int cancel_filed(struct tmo *e, struct tmo_timer *t, uint64_t w,
+                                                  struct lf_rec *r)
 {
-	count_prevented(e);
-	ring_take_back(e, w, n);
+	struct lf_node *n = lf_node_at(e, lf_word_idx(w));
+	uint64_t s = lf_st(lf_word_gen(w), LF_IN_STRUCT);
+	/* t's own callback still running (it made this arm, a re-arm): the
+	 * slow path checks and waits.  Not running now, it has returned: its
+	 * `running` store precedes its arm's word store, read with acquire. */
+	if (atomic_load_explicit(&n->state, memory_order_relaxed) != s ||
+	    LF_UNLIKELY(atomic_load_explicit(&e->running, memory_order_acquire) == t) ||
+	    !atomic_compare_exchange_strong_explicit(&n->state, &s, s + (LF_CANCEL_PENDING -
+	                                                                 LF_IN_STRUCT),
+	                                             memory_order_acq_rel, memory_order_relaxed))
+		return cancel_slow(e, t, w);
+	atomic_store_explicit(lf_timer_word(t), (w & ~(uint64_t)3) | LF_CANCELLED_OUT,
+	                      memory_order_release);
+	lf_bump(&r->prevented);
+	struct lf_base *b = r->base;
+	if (atomic_load_explicit(&n->aux, memory_order_relaxed) == ((uintptr_t)b | LF_IN_THREAD) &&
+	    b != NULL && lf_base_trylock(b)) {
+		/* in our own base (unfile's case, without its look-ups) */
+		if (tmo_wheel_contains(&n->s.wheel))
+			tmo_wheel_del(lf_own_wheel(b), &n->s.wheel);
+		lf_base_unlock(b);
+		lf_cache_put(e, r, n);
+	} else {
+		unfile(e, n, r);
+	}
 	return TMO_CANCEL_PREVENTED;
 }
 
@@ -250,8 +276,13 @@ int lf_cancel(struct tmo *e, struct tmo_timer *t)
 {
 	_Atomic uint64_t *word = lf_timer_word(t);
 	uint64_t w = atomic_load_explicit(word, memory_order_acquire);
-	if (LF_UNLIKELY(lf_word_out(w) != LF_PENDING))
+	if (LF_UNLIKELY(lf_word_out(w) != LF_PENDING || lf_tls_hot.id != e->base.id))
 		return cancel_slow(e, t, w);
+	struct lf_rec *r = lf_tls_hot.rec;
+	uint32_t k = (uint32_t)(atomic_load_explicit(&r->head, memory_order_relaxed) - 1) &
+	             (LF_RING_SLOTS - 1);
+	if (atomic_load_explicit(&r->ring[k], memory_order_relaxed) != w)
+		return cancel_filed(e, t, w, r);
 	struct lf_node *n = lf_node_at(e, lf_word_idx(w));
 	/* the arm's RING state is its word without the index */
 	uint64_t s = w & ~((uint64_t)((1u << LF_IDX_BITS) - 1) << 2);
@@ -259,21 +290,13 @@ int lf_cancel(struct tmo *e, struct tmo_timer *t)
 	                                                         s + (LF_CANCELLED - LF_RING),
 	                                                         memory_order_acq_rel,
 	                                                         memory_order_relaxed)))
-		return cancel_slow(e, t, w);
-	/* won: taken back before anyone else looked */
+		return cancel_slow(e, t, w); /* stolen, or another thread's cancel won */
+	/* won: taken back before anyone else looked; from our own ring: it
+	 * never left this thread.  Its node goes back to the cache it came
+	 * from unchecked: the cache is at most LF_CACHE_MAX after any other
+	 * path, and only the arms still in the ring come back this way, so it
+	 * never exceeds LF_CACHE_MAX + LF_RING_SLOTS. */
 	atomic_store_explicit(word, w | LF_CANCELLED_OUT, memory_order_release);
-	if (LF_UNLIKELY(lf_tls_hot.id != e->base.id))
-		return cancel_ring_other(e, w, n);
-	struct lf_rec *r = lf_tls_hot.rec;
-	uint32_t k = (uint32_t)(atomic_load_explicit(&r->head, memory_order_relaxed) - 1) &
-	             (LF_RING_SLOTS - 1);
-	if (LF_UNLIKELY(atomic_load_explicit(&r->ring[k], memory_order_relaxed) != w))
-		return cancel_ring_other(e, w, n);
-	/* from our own ring: it never left this thread.  Its node goes back
-	 * to the cache it came from unchecked: the cache is at most
-	 * LF_CACHE_MAX after any other path, and only the arms still in the
-	 * ring come back this way, so it never exceeds LF_CACHE_MAX +
-	 * LF_RING_SLOTS. */
 	atomic_store_explicit(&r->ring[k], 0, memory_order_relaxed);
 	lf_bump(&r->prevented);
 	n->free_next = r->cache;

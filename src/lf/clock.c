@@ -7,9 +7,10 @@
  * 50 ms for the wheel).  A later arm (the timer thread asleep, parked,
  * starved or in a long round) reads the clock and holds its deadline
  * (LF_STAMP_DEADLINE).  Whoever files a stamped node converts it into
- * CLOCK_MONOTONIC, rounded up, capped by a clock read taken after the arm,
- * and adds the timeout, from the newer of the calibration's two latest
- * pairs that is not after the stamp.  Every ring arm is stolen and every
+ * CLOCK_MONOTONIC, rounded up, and adds the timeout, from the newer of the
+ * calibration's two latest pairs that is not after the stamp; a stamp whose
+ * margin grew past the floor is also capped by a clock read taken after
+ * the arm (lf_node_deadline).  Every ring arm is stolen and every
  * inbox node taken in the timer thread's next round, so at most one
  * calibration comes between a stamp and its filing: it is converted from
  * the pair it was made under, within lf_fresh_ns() of it, however late it
@@ -204,17 +205,18 @@ static void once_init(void)
 }
 
 
-static double bits_d(uint64_t b)
+/* x * fx >> 32, for a 32.32 fixed-point fx. */
+static inline uint64_t fx_mul(uint64_t x, uint64_t fx)
 {
-	double d;
-	memcpy(&d, &b, sizeof d);
-	return d;
+	return (uint64_t)(((unsigned __int128)x * fx) >> 32);
 }
-static uint64_t d_bits(double d)
+
+/* v * 2^32 rounded up, as a 32.32 fixed-point value (v >= 0, small). */
+static uint64_t fx_of(double v)
 {
-	uint64_t b;
-	memcpy(&b, &d, sizeof b);
-	return b;
+	double f = v * 4294967296.0;
+	uint64_t u = (uint64_t)f;
+	return (double)u < f ? u + 1 : u;
 }
 
 void lf_cal_update(struct tmo *e)
@@ -242,13 +244,19 @@ void lf_cal_update(struct tmo *e)
 	                      memory_order_relaxed);
 	atomic_store_explicit(&p->ns, atomic_load_explicit(&c->ns, memory_order_relaxed),
 	                      memory_order_relaxed);
-	atomic_store_explicit(&p->err_bits, atomic_load_explicit(&c->err_bits, memory_order_relaxed),
+	atomic_store_explicit(&p->err, atomic_load_explicit(&c->err, memory_order_relaxed),
 	                      memory_order_relaxed);
 	atomic_store_explicit(&c->tsc, tsc, memory_order_relaxed);
 	atomic_store_explicit(&c->ns, ns, memory_order_relaxed);
-	atomic_store_explicit(&c->rate_bits, d_bits(rate), memory_order_relaxed);
-	atomic_store_explicit(&c->rel_bits, d_bits(rel), memory_order_relaxed);
-	atomic_store_explicit(&c->err_bits, d_bits(err), memory_order_relaxed);
+	atomic_store_explicit(&c->rate_fx, rate > 0 ? fx_of(rate) : 0, memory_order_relaxed);
+	atomic_store_explicit(&c->rel_fx, fx_of(rel), memory_order_relaxed);
+	atomic_store_explicit(&c->err, (int64_t)err + 1, memory_order_relaxed);
+	/* the margin err + 1000 + d * rel stays within the floor while d, the
+	 * stamp's distance in ns, is below (floor - err - 1000) / rel: in
+	 * ticks, that over the rate (a hundredth less, for the roundings) */
+	double room = (double)e->margin_ns - err - 1001.0;
+	uint64_t near = rate > 0 && room > 0 ? (uint64_t)(room * 0.99 / (rel * rate)) : 0;
+	atomic_store_explicit(&c->near_ticks, near, memory_order_relaxed);
 	atomic_store_explicit(&c->seq, s + 2, memory_order_release);
 	/* after the pair: an arm that sees the new bound finds the pair */
 	uint64_t fresh = rate <= 0               ? 0
@@ -259,40 +267,43 @@ void lf_cal_update(struct tmo *e)
 
 /* Bounds on the time of a TSC stamp from the published calibration, from
  * the newer of its two pairs that is not after the stamp (else the older);
- * 0 (both) when there is none yet. */
-static void tsc_bounds(struct tmo *e, uint64_t st, int64_t *lo, int64_t *hi)
+ * 0 (both) when there is none yet.  Returns the margin: the bounds are
+ * [t - margin, t + max(margin, the floor)] around the converted time t.
+ * Integer arithmetic: the rate is rounded up, which moves t by less than
+ * 2^-32 of the distance (far below the slew allowance) and the products
+ * are rounded down by under 1 ns each (the margin's 1000 ns cover both). */
+static int64_t tsc_bounds(struct tmo *e, uint64_t st, int64_t *lo, int64_t *hi)
 {
 	struct lf_cal *c = &e->cal;
 	struct lf_cal_prev *p = &e->cal_prev;
-	uint64_t tsc, rb, eb, lb;
-	int64_t ns;
+	uint64_t tsc, rate, rel;
+	int64_t ns, err;
 	uint32_t s0, s1;
 	do {
 		s0 = atomic_load_explicit(&c->seq, memory_order_acquire);
 		tsc = atomic_load_explicit(&c->tsc, memory_order_relaxed);
 		ns = atomic_load_explicit(&c->ns, memory_order_relaxed);
-		eb = atomic_load_explicit(&c->err_bits, memory_order_relaxed);
-		rb = atomic_load_explicit(&c->rate_bits, memory_order_relaxed);
-		lb = atomic_load_explicit(&c->rel_bits, memory_order_relaxed);
+		err = atomic_load_explicit(&c->err, memory_order_relaxed);
+		rate = atomic_load_explicit(&c->rate_fx, memory_order_relaxed);
+		rel = atomic_load_explicit(&c->rel_fx, memory_order_relaxed);
 		if (st < tsc && atomic_load_explicit(&p->tsc, memory_order_relaxed) != 0) {
 			tsc = atomic_load_explicit(&p->tsc, memory_order_relaxed);
 			ns = atomic_load_explicit(&p->ns, memory_order_relaxed);
-			eb = atomic_load_explicit(&p->err_bits, memory_order_relaxed);
+			err = atomic_load_explicit(&p->err, memory_order_relaxed);
 		}
 		atomic_thread_fence(memory_order_acquire);
 		s1 = atomic_load_explicit(&c->seq, memory_order_relaxed);
 	} while ((s0 & 1) || s0 != s1);
-	double rate = bits_d(rb), rel = bits_d(lb), err = bits_d(eb);
-	if (rate <= 0) {
+	if (rate == 0) {
 		*lo = *hi = 0;
-		return;
+		return 0;
 	}
-	double d = tsc >= st ? -(double)(tsc - st) * rate : (double)(st - tsc) * rate;
-	double margin = err + 1000.0 + (d < 0 ? -d : d) * rel;
-	double floor_ns = (double)e->margin_ns;
-	double t = (double)ns + d;
-	*hi = (int64_t)(t + (margin > floor_ns ? margin : floor_ns));
-	*lo = (int64_t)(t - margin);
+	int64_t d = (int64_t)fx_mul(st >= tsc ? st - tsc : tsc - st, rate);
+	int64_t margin = err + 1000 + (int64_t)fx_mul((uint64_t)d, rel);
+	int64_t t = st >= tsc ? ns + d : ns - d;
+	*hi = t + (margin > e->margin_ns ? margin : e->margin_ns);
+	*lo = t - margin;
+	return margin;
 }
 
 /* ---- ticks ------------------------------------------------------------------- */
@@ -318,17 +329,29 @@ int64_t lf_tick_publish(struct tmo *e, unsigned flags)
 	return ns;
 }
 
-/* The bounds of the clock reading behind a stamp: the reading itself when
- * arm read the clock (returns 1, exact), else the TSC reading's (0 where
- * there is no calibration yet). */
-static int stamp_bounds(struct tmo *e, uint64_t stamp, int64_t *lo, int64_t *hi)
+/* A stamp's upper bound when it lies within lf_cal.near_ticks of the
+ * latest pair, either side (its margin is within the floor), else 0: the
+ * common case, cheaply.  A stamp before that pair is converted back from
+ * it, as tsc_bounds converts one before both pairs: the margin covers the
+ * distance either way. */
+static inline int64_t near_bound(struct tmo *e, uint64_t st)
 {
-	if (!g_use_tsc) {
-		*lo = *hi = (int64_t)stamp;
-		return 1;
-	}
-	tsc_bounds(e, stamp, lo, hi);
-	return 0;
+	struct lf_cal *c = &e->cal;
+	uint64_t tsc, rate, near;
+	int64_t ns;
+	uint32_t s0, s1;
+	do {
+		s0 = atomic_load_explicit(&c->seq, memory_order_acquire);
+		tsc = atomic_load_explicit(&c->tsc, memory_order_relaxed);
+		ns = atomic_load_explicit(&c->ns, memory_order_relaxed);
+		rate = atomic_load_explicit(&c->rate_fx, memory_order_relaxed);
+		near = atomic_load_explicit(&c->near_ticks, memory_order_relaxed);
+		atomic_thread_fence(memory_order_acquire);
+		s1 = atomic_load_explicit(&c->seq, memory_order_relaxed);
+	} while (LF_UNLIKELY((s0 & 1) || s0 != s1));
+	if (st >= tsc)
+		return st - tsc <= near ? ns + (int64_t)fx_mul(st - tsc, rate) + e->margin_ns : 0;
+	return tsc - st <= near ? ns - (int64_t)fx_mul(tsc - st, rate) + e->margin_ns : 0;
 }
 
 int64_t lf_node_deadline(struct tmo *e, const struct lf_node *n, int64_t later_ns)
@@ -337,20 +360,61 @@ int64_t lf_node_deadline(struct tmo *e, const struct lf_node *n, int64_t later_n
 	int64_t timeout = atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed);
 	if (stamp == LF_STAMP_DEADLINE)
 		return timeout;
-	int64_t lo, hi;
-	if (stamp_bounds(e, stamp, &lo, &hi))
+	if (!g_use_tsc) /* the stamp is the clock reading itself */
+		return (int64_t)stamp + timeout;
+	int64_t lo, hi = near_bound(e, stamp);
+	if (LF_LIKELY(hi != 0))
 		return hi + timeout;
-	/* capped by a clock read taken after the arm: never later than that */
+	/* Within the floor (a stamp near its pair, as a stamp of a fresh
+	 * calibration filed in time is) the arm lies in [hi - 2 floors, hi]:
+	 * dated at most two floors (e->margin_ns: a twentieth of the
+	 * resolution, at least 10 us) late, no later than a capped stamp may
+	 * be (a cap only lowers it), so arms keep their order beyond the
+	 * resolution without a clock read.  Further away the margin grows
+	 * (0.1 % of the distance), and a clock read taken after the arm caps
+	 * it: never later than that. */
+	if (tsc_bounds(e, stamp, &lo, &hi) <= e->margin_ns && hi != 0)
+		return hi + timeout;
 	int64_t now = later_ns != 0 ? later_ns : tmo_now_ns();
 	return (hi != 0 && hi < now ? hi : now) + timeout;
+}
+
+/* lf_node_deadline_own's stamp that is not near the latest pair. */
+static __attribute__((noinline)) int64_t deadline_far(struct tmo *e, struct lf_rec *r,
+                                                       const struct lf_node *n, uint64_t stamp)
+{
+	/* A cap: r's last clock reading, if it came after this arm.  Its TSC
+	 * read completes before the clock's own (fenced) read, and an arm
+	 * later in program order reads the TSC after that: a stamp below
+	 * cap_tsc was made before cap_ns was read.  r's arms are filed eight
+	 * arms after they were made, so one reading serves the eight arms
+	 * before it. */
+	if (stamp >= r->cap_tsc) {
+		r->cap_tsc = read_tsc();
+		r->cap_ns = tmo_now_ns();
+	}
+	return lf_node_deadline(e, n, r->cap_ns);
+}
+
+int64_t lf_node_deadline_own(struct tmo *e, struct lf_rec *r, const struct lf_node *n)
+{
+	uint64_t stamp = atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed);
+	if (LF_UNLIKELY(stamp == LF_STAMP_DEADLINE || !g_use_tsc))
+		return lf_node_deadline(e, n, 0);
+	int64_t hi = near_bound(e, stamp);
+	if (LF_UNLIKELY(hi == 0))
+		return deadline_far(e, r, n, stamp);
+	return hi + atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed);
 }
 
 int64_t lf_node_deadline_lower(struct tmo *e, uint64_t stamp, int64_t timeout_ns)
 {
 	if (stamp == LF_STAMP_DEADLINE)
 		return timeout_ns;
+	if (!g_use_tsc)
+		return (int64_t)stamp + timeout_ns;
 	int64_t lo, hi;
-	stamp_bounds(e, stamp, &lo, &hi);
+	tsc_bounds(e, stamp, &lo, &hi);
 	return lo > 0 ? lo + timeout_ns : 0;
 }
 

@@ -54,6 +54,8 @@ static void engine_free(struct tmo *e)
 
 int lf_create(const struct lf_params *p, const struct tmo_config *cfg, struct tmo **out)
 {
+	if (p->thread_bases && !p->sched->wheel)
+		return TMO_EINVAL; /* per-thread bases are wheels (lf_own_wheel) */
 	struct tmo *e = tmo__aligned_alloc(64, sizeof *e);
 	if (e == NULL)
 		return TMO_ENOMEM;

@@ -63,8 +63,8 @@
  * and filing into a base they hold), cancel.c and rec.c (their records);
  * the timer thread runs timer.c (its loop, stealing, draining) and fire.c
  * (collect, order, fire); engine.c is the engine's life (create, destroy,
- * stats, park); pool.c is memory, clock.c the time source and the wake-up
- * protocol; node.h is the node model (state word, timer word, node).
+ * stats, park); pool.c is memory (trim.c gives it back), clock.c the time
+ * source and the wake-up protocol; node.h the node model.
  *
  * Synchronization: as in include/tmo/tmo.h.  arm and cancel never wait for
  * the timer thread or a callback (TMO_CAP_LOCKFREE_ARM): bases are taken
@@ -124,6 +124,9 @@ struct lf_sched {
 	int64_t (*deadline)(const struct lf_node *n);
 	/* 1: collect() hands out exact deadline order (no sort needed) */
 	int ordered;
+	/* 1: a struct tmo_wheel of s.wheel nodes; thread_bases requires it
+	 * (an owner's filing and cancel call the wheel: lf_own_wheel) */
+	int wheel;
 };
 
 /* A base: a structure and who may touch it. */
@@ -185,6 +188,10 @@ struct lf_rec {
 	struct lf_rec *_Atomic next;
 	/* Timer thread only: `head` when it last looked. */
 	uint64_t seen_head;
+	/* Owner only: a clock reading and a TSC read just before it (clock.c,
+	 * lf_node_deadline_own) */
+	uint64_t cap_tsc;
+	int64_t cap_ns;
 };
 
 /* ---- engine parameters and the engine ---------------------------------------- */
@@ -214,19 +221,27 @@ struct lf_params {
 #define LF_SLEW_PPM 1000
 
 /* TSC -> CLOCK_MONOTONIC conversion, published by the timer thread under a
- * sequence count (clock.c). */
+ * sequence count (clock.c).  Integers, so that a filing converts a stamp
+ * with two multiplies: rate and relative error as 32.32 fixed point,
+ * rounded up; 0 rate: no conversion (no calibration yet, or too coarse). */
 struct lf_cal {
 	_Atomic uint32_t seq;
-	/* the latest (TSC, clock) pair, with the error of its clock read */
+	/* the latest (TSC, clock) pair, with the error of its clock read (ns,
+	 * rounded up) */
 	_Atomic uint64_t tsc;
 	_Atomic int64_t ns;
-	_Atomic uint64_t rate_bits, err_bits, rel_bits; /* doubles, as bits */
+	_Atomic uint64_t rate_fx, rel_fx; /* ns per tick, relative error: << 32 */
+	_Atomic int64_t err;
+	/* a stamp at most near_ticks away from tsc, either side, has a margin
+	 * within the floor (e->margin_ns): it converts to ns + rate * (stamp -
+	 * tsc) + the floor (clock.c, lf_node_deadline) */
+	_Atomic uint64_t near_ticks;
 };
 /* The pair before it, under the same sequence count. */
 struct lf_cal_prev {
 	_Atomic uint64_t tsc;
 	_Atomic int64_t ns;
-	_Atomic uint64_t err_bits;
+	_Atomic int64_t err;
 };
 
 struct lf_run;
@@ -248,6 +263,8 @@ struct lf_pool {
 	 * moves them to the depot */
 	ck_stack_t loose;
 	_Atomic uint64_t trimmed_pages;
+	/* 1: a producer woke the sleeping timer thread to trim (pool.c) */
+	_Atomic int trim_asked;
 };
 
 struct tmo {
@@ -375,6 +392,9 @@ static inline int lf_stamp_fresh(struct tmo *e, uint64_t stamp)
  * a clock reading after the arm, or one now if 0) plus its timeout, or
  * the deadline it holds (LF_STAMP_DEADLINE). */
 int64_t lf_node_deadline(struct tmo *e, const struct lf_node *n, int64_t later_ns);
+/* The same, by r's owner for a node of r's ring: a cap it needs is r's
+ * last clock reading when that came after the arm. */
+int64_t lf_node_deadline_own(struct tmo *e, struct lf_rec *r, const struct lf_node *n);
 /* Lower bound on that deadline, for waking the timer thread; 0 if unknown. */
 int64_t lf_node_deadline_lower(struct tmo *e, uint64_t stamp, int64_t timeout_ns);
 /* Timer thread: refresh the TSC calibration. */
@@ -433,7 +453,7 @@ int lf_cancel(struct tmo *e, struct tmo_timer *t);
 struct lf_rec *lf_rec_new(struct tmo *e);
 void lf_recs_free(struct tmo *e);
 /* Put a QUEUED node in the inbox and wake the timer thread if needed. */
-void lf_inbox_post(struct tmo *e, struct lf_node *n, int64_t deadline_lower);
+void lf_inbox_post(struct tmo *e, struct lf_node *n);
 /* Base lock (trylock only, except the owner of a dying record). */
 static inline int lf_base_trylock(struct lf_base *b)
 {
@@ -478,6 +498,8 @@ int lf_arm_on_timer(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_
 struct lf_base *lf_base_new(struct tmo *e);
 void lf_base_free(struct tmo *e, struct lf_base *b);
 static inline void *lf_sched_of(struct lf_base *b) { return b->sched; }
+/* A per-thread base's wheel (lf_sched.wheel). */
+static inline struct tmo_wheel *lf_own_wheel(struct lf_base *b) { return (void *)b->sched; }
 
 /* Test view (tests/unit/lf.c). */
 struct lf_debug {

@@ -26,45 +26,20 @@
  * one timer thread files every arm that outlives its ring) arm answers
  * TMO_EAGAIN at once, as it does when the reservation is used up.
  *
- * Giving memory back: when the timer thread is about to sleep, it returns
- * its own cache to the depot (a free node in a cache pins its page), and
- * when the depot holds more than TRIM_KEEP nodes it takes it, counts free
- * nodes per page, returns every page whose 64 nodes are all free with
- * madvise(MADV_DONTNEED), and puts the rest back as chains of one page
- * each.  A given-back page reads as zeros; when it is populated again its
- * nodes start at a generation floor above every generation they used, so
- * no stale (index, generation) matches a new arm.
+ * Giving memory back: when the timer thread is about to sleep (or a
+ * cache spill wakes it, lf_cache_spill), it returns its own cache to the
+ * depot (a free node in a cache pins its page), and when the depot holds
+ * more than TRIM_KEEP nodes it takes it, returns every page whose 64 nodes
+ * are all free with madvise(MADV_DONTNEED), and puts the rest back as
+ * chains of one page each, lowest on top.  A given-back page reads as
+ * zeros; populated again, its nodes start at a generation floor above
+ * every generation they used: no stale (index, generation) matches.
  */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
-#include "lf.h"
-
-#define NODE_SHIFT 6
-#define PAGE_NODES 64u
-#define PAGE_BYTES (PAGE_NODES << NODE_SHIFT)
-/* The reservation tried first, and the least accepted. */
-#define ARENA_MAX ((size_t)1 << (LF_IDX_BITS + NODE_SHIFT))
-#define ARENA_MIN ((size_t)16 << 20)
-/* Pages a growth step populates at most. */
-#define GROW_PAGES 4u
-/* Nodes the pool may hold whatever the pending count (256 KiB). */
-#define LF_SOFT_NODES 4096u
-/* Free nodes trim leaves in the depot. */
-#define TRIM_KEEP (2u * PAGE_NODES)
-
-/* Pages given back, waiting to be populated again. */
-struct lf_run {
-	ck_stack_entry_t link;
-	uint32_t first, count; /* pages */
-	uint64_t gen_floor;    /* above every generation these pages used */
-};
-
-static inline uint32_t page_of(const struct tmo *e, const struct lf_node *n)
-{
-	return lf_idx_of(e, n) / PAGE_NODES;
-}
+#include "pool.h"
 
 int lf_pool_init(struct tmo *e)
 {
@@ -223,11 +198,6 @@ static struct lf_node *grow(struct tmo *e, uint32_t *count, int *err)
 
 #define DEPOT_TAG ((uint64_t)1 << 32)
 
-static struct lf_node *chain_next(struct lf_node *head)
-{
-	return (struct lf_node *)atomic_load_explicit(&head->aux, memory_order_relaxed);
-}
-
 static inline uint64_t depot_word(const struct tmo *e, uint64_t old, struct lf_node *top)
 {
 	return ((old & ~(DEPOT_TAG - 1)) + DEPOT_TAG) | (top != NULL ? lf_idx_of(e, top) + 1u : 0u);
@@ -235,7 +205,7 @@ static inline uint64_t depot_word(const struct tmo *e, uint64_t old, struct lf_n
 
 /* Push a chain of count nodes.  The count is added first, so depot_nodes
  * never reads below what the stack holds. */
-static void depot_push(struct tmo *e, struct lf_node *head, uint32_t count)
+void lf_depot_push(struct tmo *e, struct lf_node *head, uint32_t count)
 {
 	struct lf_pool *p = &e->pool;
 	head->s.chain_n = count;
@@ -260,7 +230,7 @@ static struct lf_node *depot_pop(struct tmo *e, uint32_t *count)
 			return NULL;
 		c = lf_node_at(e, (uint32_t)w - 1);
 	} while (!atomic_compare_exchange_weak_explicit(&p->depot, &w,
-	                                                depot_word(e, w, chain_next(c)),
+	                                                depot_word(e, w, lf_chain_next(c)),
 	                                                memory_order_acquire,
 	                                                memory_order_acquire));
 	*count = c->s.chain_n;
@@ -269,7 +239,7 @@ static struct lf_node *depot_pop(struct tmo *e, uint32_t *count)
 }
 
 /* Every chain at once (the trimmer); the caller subtracts what it counts. */
-static struct lf_node *depot_take_all(struct tmo *e)
+struct lf_node *lf_depot_take_all(struct tmo *e)
 {
 	struct lf_pool *p = &e->pool;
 	uint64_t w = atomic_load_explicit(&p->depot, memory_order_acquire);
@@ -278,6 +248,21 @@ static struct lf_node *depot_take_all(struct tmo *e)
 	                                              memory_order_acquire))
 		;
 	return (uint32_t)w != 0 ? lf_node_at(e, (uint32_t)w - 1) : NULL;
+}
+
+/* Push a list (linked by free_next, NULL-ended) to the depot in chains of
+ * at most LF_CHAIN nodes. */
+static void depot_push_list(struct tmo *e, struct lf_node *list)
+{
+	while (list != NULL) {
+		struct lf_node *head = list, *tail = head;
+		uint32_t k = 1;
+		for (; k < LF_CHAIN && tail->free_next != NULL; k++)
+			tail = tail->free_next;
+		list = tail->free_next;
+		tail->free_next = NULL;
+		lf_depot_push(e, head, k);
+	}
 }
 
 /* Keep the first LF_CHAIN nodes of chain c (count nodes); the rest go to
@@ -292,16 +277,7 @@ static uint32_t chain_trim(struct tmo *e, struct lf_node *c, uint32_t count)
 		tail = tail->free_next;
 	struct lf_node *rest = tail->free_next;
 	tail->free_next = NULL;
-	for (uint32_t left = count - LF_CHAIN; left > 0;) {
-		uint32_t k = left < LF_CHAIN ? left : LF_CHAIN;
-		struct lf_node *head = rest, *t = head;
-		for (uint32_t i = 1; i < k; i++)
-			t = t->free_next;
-		rest = t->free_next;
-		t->free_next = NULL;
-		depot_push(e, head, k);
-		left -= k;
-	}
+	depot_push_list(e, rest);
 	return LF_CHAIN;
 }
 
@@ -322,33 +298,36 @@ struct lf_node *lf_cache_refill(struct tmo *e, struct lf_rec *r, int *err)
 	return c;
 }
 
-/* Split LF_CHAIN nodes off r's cache into the depot. */
+/* r's cache grew past LF_CACHE_MAX: its oldest nodes go to the depot in
+ * chains, the newest (hot) stay.  A cache whose bottom never moved would
+ * pin a few early pages for the thread's life (trim gives back only
+ * wholly free pages). */
 void lf_cache_spill(struct tmo *e, struct lf_rec *r)
 {
-	while (r->cache_n > LF_CACHE_MAX - LF_CHAIN) {
-		struct lf_node *head = r->cache, *tail = head;
-		for (uint32_t i = 1; i < LF_CHAIN; i++)
-			tail = tail->free_next;
-		r->cache = tail->free_next;
-		tail->free_next = NULL;
-		r->cache_n -= LF_CHAIN;
-		depot_push(e, head, LF_CHAIN);
+	uint32_t keep = r->cache_n - (r->cache_n - LF_CHAIN) / LF_CHAIN * LF_CHAIN;
+	struct lf_node *tail = r->cache;
+	for (uint32_t i = 1; i < keep; i++)
+		tail = tail->free_next;
+	struct lf_node *old = tail->free_next;
+	tail->free_next = NULL;
+	r->cache_n = keep;
+	depot_push_list(e, old);
+	/* Trim runs as the timer thread goes to sleep: frees made while it
+	 * sleeps would wait a timeout for it (guarantee 6).  Past TRIM_WAKE
+	 * free nodes it is woken, once until it has trimmed. */
+	struct lf_pool *p = &e->pool;
+	if (LF_UNLIKELY(atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_SLEEPING) &&
+	    atomic_load_explicit(&p->depot_nodes, memory_order_relaxed) > TRIM_WAKE &&
+	    !atomic_load_explicit(&p->trim_asked, memory_order_relaxed)) {
+		atomic_store_explicit(&p->trim_asked, 1, memory_order_relaxed);
+		lf_wake_for(e, 0);
 	}
 }
 
 void lf_cache_return(struct tmo *e, struct lf_rec *r)
 {
-	while (r->cache != NULL) {
-		struct lf_node *head = r->cache, *tail = head;
-		uint32_t k = 1;
-		while (k < LF_CHAIN && tail->free_next != NULL) {
-			tail = tail->free_next;
-			k++;
-		}
-		r->cache = tail->free_next;
-		tail->free_next = NULL;
-		depot_push(e, head, k);
-	}
+	depot_push_list(e, r->cache);
+	r->cache = NULL;
 	r->cache_n = 0;
 }
 
@@ -364,121 +343,9 @@ struct lf_node *lf_alloc_bare(struct tmo *e, int *err)
 	if (c == NULL && (c = grow(e, &count, err)) == NULL)
 		return NULL;
 	if (count > 1)
-		depot_push(e, c->free_next, count - 1);
+		lf_depot_push(e, c->free_next, count - 1);
 	c->free_next = NULL;
 	return c;
-}
-
-/* ---- giving memory back (timer thread) ----------------------------------------- */
-
-/* Chains of single nodes freed by threads without a record join the depot. */
-static void loose_collect(struct tmo *e)
-{
-	ck_stack_entry_t *l = ck_stack_batch_pop_upmc(&e->pool.loose);
-	while (l != NULL) {
-		ck_stack_entry_t *next = l->next;
-		lf_cache_put(e, e->tt_rec, lf_node_of_link(l));
-		l = next;
-	}
-}
-
-/* Empty the depot into buckets by page: by_page[pg] lists page pg's free
- * nodes, free_in[pg] of them; nodes of pages populated after hwm was read go
- * to *late (*late_n of them).  Returns the number of nodes taken. */
-static uint64_t bucket_by_page(struct tmo *e, uint32_t hwm, uint8_t *free_in,
-                               struct lf_node **by_page, struct lf_node **late, uint32_t *late_n)
-{
-	uint64_t taken = 0;
-	for (struct lf_node *c = depot_take_all(e), *next_chain; c != NULL; c = next_chain) {
-		next_chain = chain_next(c);
-		for (struct lf_node *n = c, *next; n != NULL; n = next, taken++) {
-			next = n->free_next;
-			uint32_t pg = page_of(e, n);
-			struct lf_node **list = pg < hwm ? &by_page[pg] : late;
-			n->free_next = *list;
-			*list = n;
-			if (pg < hwm)
-				free_in[pg]++;
-			else
-				(*late_n)++;
-		}
-	}
-	return taken;
-}
-
-/* Give pages [first, end), all of whose nodes are free, back to the kernel;
- * the run waits on `released` to be populated again.  Returns the pages given
- * back: 0 when the run's record could not be allocated (the nodes are kept). */
-static uint32_t release_run(struct tmo *e, uint32_t first, uint32_t end, struct lf_node **by_page)
-{
-	struct lf_pool *p = &e->pool;
-	uint64_t floor = 0;
-	for (uint32_t pg = first; pg < end; pg++)
-		for (uint32_t i = 0; i < PAGE_NODES; i++) {
-			uint64_t g = lf_gen_of(atomic_load_explicit(
-			    &lf_node_at(e, pg * PAGE_NODES + i)->state, memory_order_relaxed));
-			if (g > floor)
-				floor = g;
-		}
-	struct lf_run *run = tmo__malloc(sizeof *run);
-	if (run == NULL) { /* keep them */
-		for (uint32_t q = first; q < end; q++)
-			depot_push(e, by_page[q], PAGE_NODES);
-		return 0;
-	}
-	run->first = first;
-	run->count = end - first;
-	/* floor + 1 > every generation used; LF_GEN_MASK wraps after 2^38 */
-	run->gen_floor = (floor + 1) & LF_GEN_MASK;
-	madvise(p->arena + ((size_t)first * PAGE_BYTES), (size_t)run->count * PAGE_BYTES,
-	        MADV_DONTNEED);
-	uint32_t pages = run->count; /* once pushed, a producer may shrink and free it */
-	atomic_fetch_sub_explicit(&p->populated_pages, pages, memory_order_relaxed);
-	ck_stack_push_upmc(&p->released, &run->link);
-	return pages;
-}
-
-void lf_pool_trim(struct tmo *e)
-{
-	struct lf_pool *p = &e->pool;
-	loose_collect(e);
-	lf_cache_return(e, e->tt_rec);
-	if (atomic_load_explicit(&p->depot_nodes, memory_order_relaxed) <= TRIM_KEEP)
-		return;
-	uint32_t hwm = atomic_load_explicit(&p->hwm_pages, memory_order_acquire);
-	uint8_t *free_in = tmo__calloc(hwm, 1);
-	struct lf_node **by_page = tmo__calloc(hwm, sizeof *by_page);
-	if (free_in == NULL || by_page == NULL) {
-		tmo__free(free_in);
-		tmo__free(by_page);
-		return; /* try again next time */
-	}
-	struct lf_node *late = NULL;
-	uint32_t late_n = 0;
-	uint64_t taken = bucket_by_page(e, hwm, free_in, by_page, &late, &late_n);
-	atomic_fetch_sub_explicit(&p->depot_nodes, taken, memory_order_relaxed);
-
-	/* Give back runs of wholly free pages; chain the rest page by page. */
-	uint64_t kept = 0, gave = 0;
-	if (late != NULL)
-		depot_push(e, late, late_n); /* may exceed LF_CHAIN: fine */
-	for (uint32_t pg = 0; pg < hwm;) {
-		if (free_in[pg] != PAGE_NODES || kept < TRIM_KEEP) {
-			if (by_page[pg] != NULL) {
-				depot_push(e, by_page[pg], free_in[pg]);
-				kept += free_in[pg];
-			}
-			pg++;
-			continue;
-		}
-		uint32_t first = pg;
-		while (pg < hwm && free_in[pg] == PAGE_NODES)
-			pg++;
-		gave += release_run(e, first, pg, by_page);
-	}
-	atomic_fetch_add_explicit(&p->trimmed_pages, gave, memory_order_relaxed);
-	tmo__free(free_in);
-	tmo__free(by_page);
 }
 
 uint64_t lf_pool_nodes(const struct tmo *e)

@@ -1,0 +1,124 @@
+/*
+ * Giving the pool's memory back (pool.c has the pool and its design): the
+ * timer thread, as it goes to sleep, returns wholly free pages.
+ */
+#include <stdlib.h>
+#include <sys/mman.h>
+
+#include "pool.h"
+
+/* Chains of single nodes freed by threads without a record join the depot. */
+static void loose_collect(struct tmo *e)
+{
+	ck_stack_entry_t *l = ck_stack_batch_pop_upmc(&e->pool.loose);
+	while (l != NULL) {
+		ck_stack_entry_t *next = l->next;
+		lf_cache_put(e, e->tt_rec, lf_node_of_link(l));
+		l = next;
+	}
+}
+
+/* Empty the depot into buckets by page: by_page[pg] lists page pg's free
+ * nodes, free_in[pg] of them; nodes of pages populated after hwm was read go
+ * to *late (*late_n of them).  Returns the number of nodes taken. */
+static uint64_t bucket_by_page(struct tmo *e, uint32_t hwm, uint8_t *free_in,
+                               struct lf_node **by_page, struct lf_node **late, uint32_t *late_n)
+{
+	uint64_t taken = 0;
+	for (struct lf_node *c = lf_depot_take_all(e), *next_chain; c != NULL; c = next_chain) {
+		next_chain = lf_chain_next(c);
+		for (struct lf_node *n = c, *next; n != NULL; n = next, taken++) {
+			next = n->free_next;
+			uint32_t pg = page_of(e, n);
+			struct lf_node **list = pg < hwm ? &by_page[pg] : late;
+			n->free_next = *list;
+			*list = n;
+			if (pg < hwm)
+				free_in[pg]++;
+			else
+				(*late_n)++;
+		}
+	}
+	return taken;
+}
+
+/* Give pages [first, end), all of whose nodes are free, back to the kernel;
+ * the run waits on `released` to be populated again.  Returns the pages given
+ * back: 0 when the run's record could not be allocated (the nodes are kept). */
+static uint32_t release_run(struct tmo *e, uint32_t first, uint32_t end, struct lf_node **by_page)
+{
+	struct lf_pool *p = &e->pool;
+	uint64_t floor = 0;
+	for (uint32_t pg = first; pg < end; pg++)
+		for (uint32_t i = 0; i < PAGE_NODES; i++) {
+			uint64_t g = lf_gen_of(atomic_load_explicit(
+			    &lf_node_at(e, pg * PAGE_NODES + i)->state, memory_order_relaxed));
+			if (g > floor)
+				floor = g;
+		}
+	struct lf_run *run = tmo__malloc(sizeof *run);
+	if (run == NULL) { /* keep them */
+		for (uint32_t q = first; q < end; q++)
+			lf_depot_push(e, by_page[q], PAGE_NODES);
+		return 0;
+	}
+	run->first = first;
+	run->count = end - first;
+	/* floor + 1 > every generation used; LF_GEN_MASK wraps after 2^38 */
+	run->gen_floor = (floor + 1) & LF_GEN_MASK;
+	madvise(p->arena + ((size_t)first * PAGE_BYTES), (size_t)run->count * PAGE_BYTES,
+	        MADV_DONTNEED);
+	uint32_t pages = run->count; /* once pushed, a producer may shrink and free it */
+	atomic_fetch_sub_explicit(&p->populated_pages, pages, memory_order_relaxed);
+	ck_stack_push_upmc(&p->released, &run->link);
+	return pages;
+}
+
+void lf_pool_trim(struct tmo *e)
+{
+	struct lf_pool *p = &e->pool;
+	atomic_store_explicit(&p->trim_asked, 0, memory_order_relaxed);
+	loose_collect(e);
+	lf_cache_return(e, e->tt_rec);
+	if (atomic_load_explicit(&p->depot_nodes, memory_order_relaxed) <= TRIM_KEEP)
+		return;
+	uint32_t hwm = atomic_load_explicit(&p->hwm_pages, memory_order_acquire);
+	uint8_t *free_in = tmo__calloc(hwm, 1);
+	struct lf_node **by_page = tmo__calloc(hwm, sizeof *by_page);
+	if (free_in == NULL || by_page == NULL) {
+		tmo__free(free_in);
+		tmo__free(by_page);
+		return; /* try again next time */
+	}
+	struct lf_node *late = NULL;
+	uint32_t late_n = 0;
+	uint64_t taken = bucket_by_page(e, hwm, free_in, by_page, &late, &late_n);
+	atomic_fetch_sub_explicit(&p->depot_nodes, taken, memory_order_relaxed);
+
+	/* Give back runs of wholly free pages; chain the rest page by page,
+	 * highest first, so the lowest are taken first: live and cached nodes
+	 * gather in low pages, and the pages above come free together. */
+	uint64_t kept = 0, gave = 0;
+	if (late != NULL)
+		lf_depot_push(e, late, late_n); /* may exceed LF_CHAIN: fine */
+	for (uint32_t pg = 0; pg < hwm;) {
+		if (free_in[pg] != PAGE_NODES || kept < TRIM_KEEP) {
+			kept += free_in[pg];
+			pg++;
+			continue;
+		}
+		uint32_t first = pg;
+		while (pg < hwm && free_in[pg] == PAGE_NODES)
+			pg++;
+		gave += release_run(e, first, pg, by_page);
+		for (uint32_t q = first; q < pg; q++) /* given back, or pushed */
+			by_page[q] = NULL;
+	}
+	for (uint32_t pg = hwm; pg-- > 0;)
+		if (by_page[pg] != NULL)
+			lf_depot_push(e, by_page[pg], free_in[pg]);
+	atomic_fetch_add_explicit(&p->trimmed_pages, gave, memory_order_relaxed);
+	tmo__free(free_in);
+	tmo__free(by_page);
+}
+
