@@ -33,7 +33,7 @@
 #include "watcher.h"
 
 static VALUE eError, eExit, default_message;
-static ID id_zero_p, id_gt, id_pending_interrupt_p, id_handle_interrupt, id_immediate;
+static ID id_zero_p, id_gt, id_handle_interrupt, id_immediate;
 /* TMO_RUBY_PLANT=late: a planted defect for the tests (the caller never
  * withdraws a fired handoff), which the deadline race must catch. */
 static int plant_late;
@@ -154,24 +154,27 @@ static VALUE unmask_and_pass(VALUE cls)
 
 /* The watcher committed to raise r's exception in this thread, and the block
  * is over.  Take that interrupt back: wait for Thread#raise to be done, then
- * let it in (unmasked for its class only) and drop it.  Done when it came,
- * or when none of its class is pending any more (the block rescued it).
- * Another interrupt that comes first is kept and raised afterwards: it would
- * have come anyway (a third at the same instant is lost); a kill passes on
- * at once. */
+ * let interrupts of its class in (whatever the caller's masks) and drop it.
+ * Once Thread#raise is done, one pass that brings nothing means it is not
+ * pending any more (the block rescued it).  (Thread.pending_interrupt?(cls)
+ * would say so directly, but Ruby 3.1 crashes in it whenever the queue holds
+ * an exception object.)  Another interrupt that comes first is kept and
+ * raised afterwards: it would have come anyway (a third at the same instant
+ * is lost); a kill passes on at once. */
 static VALUE consume(struct req *r)
 {
 	VALUE mine = r->exc, cls = rb_obj_class(mine), other = Qnil;
 	for (;;) {
-		int st = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
-		if (st == REQ_RAISED
-		        ? !RTEST(rb_funcall(rb_cThread, id_pending_interrupt_p, 1, cls))
-		        : !watcher_running())
+		int raised = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE) == REQ_RAISED;
+		if (!raised && !watcher_running())
 			break;
 		int tag = 0;
 		rb_protect(unmask_and_pass, cls, &tag);
-		if (!tag)
+		if (!tag) {
+			if (raised)
+				break;
 			continue;
+		}
 		VALUE e = rb_errinfo();
 		if (e == mine) {
 			rb_set_errinfo(Qnil);
@@ -205,15 +208,21 @@ static VALUE finish(VALUE arg)
 	}
 	if (rc != TMO_CANCEL_FIRED && rc != TMO_CANCEL_WAITED)
 		watcher_raise("cancel", rc); /* r leaks: its state is unknown */
-	int expect = REQ_FIRED;
-	if (plant_late || __atomic_compare_exchange_n(&r->state, &expect, REQ_WITHDRAWN, 0,
-	                                              __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-		handoff_stats.withdrawn += !plant_late;
+	int st = REQ_FIRED;
+	if (!plant_late && __atomic_compare_exchange_n(&r->state, &st, REQ_WITHDRAWN, 0,
+	                                               __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		handoff_stats.withdrawn++;
 		req_put(r, 1);
 		return Qnil;
 	}
-	if (!c->returned && rb_errinfo() == r->exc)
+	/* The watcher committed (st), unless the defect is planted. */
+	int committed = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE) >= REQ_COMMITTED;
+	if (committed && !c->returned && rb_errinfo() == r->exc)
 		return expired(r);
+	if (plant_late) {
+		req_put(r, 1);
+		return Qnil;
+	}
 	return consume(r);
 }
 
@@ -250,7 +259,6 @@ void Init_tmo_timeout(void)
 	rb_gc_register_mark_object(default_message);
 	id_zero_p = rb_intern("zero?");
 	id_gt = rb_intern(">");
-	id_pending_interrupt_p = rb_intern("pending_interrupt?");
 	id_handle_interrupt = rb_intern("handle_interrupt");
 	id_immediate = rb_intern("immediate");
 	const char *plant = getenv("TMO_RUBY_PLANT");
