@@ -217,6 +217,66 @@ class TestTmoTimeout < Test::Unit::TestCase
     assert_equal 1, d[:consumed]
   end
 
+  # The block returns after its timer's callback ran (the expiry is handed
+  # off, maybe being raised): the call still returns the block's value, and
+  # nothing is pending or raised afterwards.  (Masked, so that a watcher
+  # that gets the GVL before the block returns cannot end the block.)
+  def test_block_returning_after_its_callback_ran
+    f0 = Tmo.stats[:fired]
+    d = stats_delta do
+      r = Thread.handle_interrupt(Timeout::ExitException => :never) do
+        v = Timeout.timeout(0.001) do
+          nil until Tmo.stats[:fired] > f0
+          :returned
+        end
+        [v, Thread.pending_interrupt?]
+      end
+      assert_equal [:returned, false], r
+    end
+    assert_equal 1, d[:withdrawn] + d[:consumed], d.inspect
+  end
+
+  # A minimal Fiber scheduler whose timeout_after either runs the block or
+  # raises what it is given at once.
+  def scheduler_class
+    Class.new do
+      attr_reader :calls
+
+      def initialize(expire) = (@expire = expire; @calls = [])
+      def block(*) = nil
+      def unblock(*) = nil
+      def kernel_sleep(*) = nil
+      def io_wait(*) = nil
+      def close = nil
+
+      def timeout_after(sec, exc, message)
+        @calls << [sec, exc.class, message]
+        @expire ? raise(exc, message) : yield(sec)
+      end
+    end
+  end
+
+  def in_scheduled_fiber(scheduler)
+    Thread.new do
+      Fiber.set_scheduler(scheduler)
+      out = nil
+      Fiber.new(blocking: false) { out = (yield rescue $!) }.resume
+      out
+    end.value
+  end
+
+  def test_fiber_schedulers_timeout_after_is_used
+    s = scheduler_class.new(false)
+    assert_equal :inside, in_scheduled_fiber(s) { Timeout.timeout(2) { :inside } }
+    assert_equal [[2, Timeout::ExitException, "execution expired"]], s.calls
+    s = scheduler_class.new(true)
+    e = in_scheduled_fiber(s) { Timeout.timeout(2) { :inside } }
+    assert_equal [Timeout::Error, "execution expired"], [e.class, e.message]
+    e = in_scheduled_fiber(s) { Timeout.timeout(2, MyErrorOuter, "m") { :inside } }
+    assert_equal [MyErrorOuter, "m"], [e.class, e.message]
+    assert_equal [2, Class, "m"], s.calls.last
+  end
+
   def test_a_fiber_that_yields_inside_the_block
     f = Fiber.new { Timeout.timeout(5) { Fiber.yield :inside; :done } }
     assert_equal :inside, f.resume

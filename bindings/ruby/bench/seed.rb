@@ -68,7 +68,7 @@ runs = []
   $stderr.print "seed.rb: #{label} ... "
   r = run_worker(worker, impl, opts[:rounds], env)
   r[:label] = label
-  $stderr.puts(r[:skipped] ? "skipped: #{r[:skipped]}" : format("%.3f us per call (median)", r[:seed_us_median]))
+  $stderr.puts(r[:skipped] ? "skipped: #{r[:skipped]}" : format("%.3f us per call (CPU, median)", r[:seed_cpu_us_median]))
   runs << r
 end
 
@@ -90,6 +90,7 @@ result = {
   loadavg_before: load_before, loadavg_after: File.read("/proc/loadavg").split.first(3),
   runs: runs
 }
+result[:callgrind] = opts[:callgrind]
 result[:targets] = SeedReport.targets(runs)
 Dir.mkdir(opts[:out]) unless Dir.exist?(opts[:out])
 File.write(File.join(opts[:out], "seed.json"), JSON.pretty_generate(result) + "\n")

@@ -7,7 +7,7 @@
 #       reference  bench/reference_timeout.rb (one watcher thread, pure Ruby)
 #       tmo        bindings/ruby (TMO_ENGINE picks the engine)
 #       bare       no timeout: `begin; yield; ensure; end`
-# Workloads: the seed's exact loop, ROUNDS x Benchmark.measure {
+# Workloads (wall and CPU time of each round): the seed's exact loop, ROUNDS x Benchmark.measure {
 # 10000.times { Timeout.timeout(1) {} } }; the same 10,000 calls spread over
 # 1, 2 and 4 Ruby threads (calls per second); and 1 % of the calls timing
 # out (every 100th is Timeout.timeout(0.001) { sleep 0.01 }).
@@ -48,12 +48,22 @@ if ARGV[1] == "count"
   exit
 end
 
-def seed_round = Benchmark.measure { CALLS.times { Timeout.timeout(1) {} } }.real
+def cpu = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID)
+
+# One round of the seed's loop: [wall, CPU] seconds.  The CPU time is every
+# thread of the process (the watcher, the engine's, stock's thread per call):
+# what a loaded machine's preemption does not inflate.
+def seed_round
+  c0 = cpu
+  real = Benchmark.measure { CALLS.times { Timeout.timeout(1) {} } }.real
+  [real, cpu - c0]
+end
 
 def threads_round(threads)
   t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+  c0 = cpu
   Array.new(threads) { Thread.new { (CALLS / threads).times { Timeout.timeout(1) {} } } }.each(&:join)
-  CALLS / (Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0)
+  [CALLS / (Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0), CALLS / (cpu - c0)]
 end
 
 def timing_out_round
@@ -77,16 +87,19 @@ end
 def median(a) = a.sort[a.size / 2]
 
 seed_round # warm up: the watcher thread, the engine
-seed = Array.new(rounds) { seed_round * 1e6 / CALLS }
+seed = Array.new(rounds) { seed_round.map { |t| t * 1e6 / CALLS } }
 out = { impl: impl, version: Timeout::VERSION, rounds: rounds, calls: CALLS,
-        seed_us: seed, seed_us_median: median(seed) }
+        seed_us: seed.map(&:first), seed_us_median: median(seed.map(&:first)),
+        seed_cpu_us: seed.map(&:last), seed_cpu_us_median: median(seed.map(&:last)) }
 out[:engine] = Tmo.engine if impl == "tmo"
 # The slow implementations (a thread per call) get fewer rounds of the
 # others; a fast one's round lasts a few milliseconds, so it gets them all.
 small = [rounds / 4, 3].max
 many = out[:seed_us_median] < 5 ? rounds : small
 [1, 2, 4].each do |n|
-  out[:"threads#{n}_calls_per_s"] = median(Array.new(many) { threads_round(n) })
+  r = Array.new(many) { threads_round(n) }
+  out[:"threads#{n}_calls_per_s"] = median(r.map(&:first))
+  out[:"threads#{n}_calls_per_cpu_s"] = median(r.map(&:last))
 end
 if impl != "bare"
   rs = Array.new(small) { timing_out_round }

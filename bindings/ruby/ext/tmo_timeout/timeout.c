@@ -17,6 +17,9 @@
  * passes on unchanged.  An ExitException that is not this call's own (an
  * outer call's, or one the block raised) passes on unchanged too.
  *
+ * Inside a non-blocking fiber whose Fiber scheduler has timeout_after, the
+ * scheduler times the block instead, as in ruby/timeout.
+ *
  * No interrupt after the block returned: cancel's result says whether the
  * callback ran.  If it did, the caller withdraws the handoff (a CAS the
  * watcher's commit also races for); if the watcher committed first, its
@@ -26,6 +29,7 @@
  */
 #include <math.h>
 #include <ruby.h>
+#include <ruby/fiber/scheduler.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,7 +37,7 @@
 #include "watcher.h"
 
 static VALUE eError, eExit, default_message;
-static ID id_zero_p, id_gt, id_handle_interrupt, id_immediate;
+static ID id_zero_p, id_gt, id_handle_interrupt, id_immediate, id_timeout_after;
 /* TMO_RUBY_PLANT=late: a planted defect for the tests (the caller never
  * withdraws a fired handoff), which the deadline race must catch. */
 static int plant_late;
@@ -226,6 +230,39 @@ static VALUE finish(VALUE arg)
 	return consume(r);
 }
 
+/* ---- a Fiber scheduler's timeout_after ---------------------------------------------- */
+
+struct scheduled {
+	VALUE scheduler, args[3], block;
+};
+
+static VALUE scheduled_call(VALUE arg)
+{
+	struct scheduled *s = (struct scheduled *)arg;
+	return rb_funcall_with_block(s->scheduler, id_timeout_after, 3, s->args, s->block);
+}
+
+static VALUE scheduled_rescue(VALUE arg, VALUE e)
+{
+	struct scheduled *s = (struct scheduled *)arg;
+	if (e == s->args[1]) /* this call's own ExitException */
+		rb_exc_raise(rb_class_new_instance(1, &s->args[2], eError));
+	rb_exc_raise(e);
+	return Qnil;
+}
+
+/* As ruby/timeout: inside a non-blocking fiber whose scheduler has
+ * timeout_after, the scheduler times the block: with klass, or with an
+ * ExitException of this call's, turned into Timeout::Error here. */
+static VALUE scheduled(VALUE scheduler, VALUE sec, VALUE klass, VALUE message)
+{
+	struct scheduled s = {scheduler, {sec, klass, message}, rb_block_proc()};
+	if (!NIL_P(klass))
+		return scheduled_call((VALUE)&s);
+	s.args[1] = rb_class_new_instance(1, &message, eExit);
+	return rb_rescue2(scheduled_call, (VALUE)&s, scheduled_rescue, (VALUE)&s, eExit, (VALUE)0);
+}
+
 static VALUE timeout_m(int argc, VALUE *argv, VALUE self)
 {
 	rb_check_arity(argc, 1, 3);
@@ -236,6 +273,9 @@ static VALUE timeout_m(int argc, VALUE *argv, VALUE self)
 	if (ns == 0)
 		return rb_yield(sec);
 	rb_need_block();
+	VALUE scheduler = rb_fiber_scheduler_current();
+	if (RB_UNLIKELY(!NIL_P(scheduler)) && rb_respond_to(scheduler, id_timeout_after))
+		return scheduled(scheduler, sec, klass, message);
 	struct call c = {arm(ns, klass, message, 1), sec, 0};
 	return rb_ensure(yield_sec, (VALUE)&c, finish, (VALUE)&c);
 }
@@ -261,6 +301,7 @@ void Init_tmo_timeout(void)
 	id_gt = rb_intern(">");
 	id_handle_interrupt = rb_intern("handle_interrupt");
 	id_immediate = rb_intern("immediate");
+	id_timeout_after = rb_intern("timeout_after");
 	const char *plant = getenv("TMO_RUBY_PLANT");
 	plant_late = plant != NULL && strcmp(plant, "late") == 0;
 	rb_define_const(mTmo, "PLANTED", plant_late ? rb_str_new_cstr("late") : Qnil);
