@@ -185,7 +185,7 @@ static VALUE consume(struct req *r)
 			handoff_stats.consumed++;
 			break;
 		}
-		if (!rb_obj_is_kind_of(e, rb_eException)) {
+		if (!is_exception(e)) {
 			req_put(r, 1);
 			rb_jump_tag(tag);
 		}

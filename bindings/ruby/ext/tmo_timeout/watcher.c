@@ -48,7 +48,7 @@ static VALUE make_exc(VALUE arg)
 		exc = rb_class_new_instance(1, &r->message, eExit);
 	else
 		exc = rb_funcall(r->klass, id_exception, 1, r->message);
-	if (!rb_obj_is_kind_of(exc, rb_eException))
+	if (!is_exception(exc))
 		exc = rb_exc_new_cstr(rb_eTypeError, "exception class/object expected");
 	return exc;
 }
@@ -74,7 +74,7 @@ static int deliver(struct req *r)
 	if (tag) {
 		exc = rb_errinfo();
 		rb_set_errinfo(Qnil);
-		if (!rb_obj_is_kind_of(exc, rb_eException))
+		if (!is_exception(exc))
 			return -tag; /* killed: r is still FIRED, the next watcher takes it */
 	}
 	r->exc = exc;
@@ -86,7 +86,7 @@ static int deliver(struct req *r)
 	rb_protect(raise_in, (VALUE)r, &tag);
 	__atomic_store_n(&r->state, REQ_RAISED, __ATOMIC_RELEASE);
 	handoff_stats.delivered++;
-	if (tag && rb_obj_is_kind_of(rb_errinfo(), rb_eException)) {
+	if (tag && is_exception(rb_errinfo())) {
 		rb_set_errinfo(Qnil); /* Thread#raise failed: nothing to pass on */
 		tag = 0;
 	}

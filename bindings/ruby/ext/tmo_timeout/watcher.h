@@ -23,6 +23,14 @@ void watcher_forked(void);
 /* Non-zero while the watcher thread lives (or is being started). */
 int watcher_running(void);
 
+/* v is an exception: what rb_protect's errinfo is after a raise (a kill or a
+ * throw leaves other things there, some of them not objects at all). */
+static inline int is_exception(VALUE v)
+{
+	return !RB_SPECIAL_CONST_P(v) && RB_BUILTIN_TYPE(v) == RUBY_T_OBJECT &&
+	       RTEST(rb_obj_is_kind_of(v, rb_eException));
+}
+
 /* Raise Tmo::Error for tmo error rc from `what`. */
 NORETURN(void watcher_raise(const char *what, int rc));
 
