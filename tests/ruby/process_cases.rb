@@ -6,13 +6,16 @@ class TestTmoTimeoutProcess < Test::Unit::TestCase
 
   # Started inside `Object => :never`, the watcher must still be killable:
   # it does not inherit the caller's mask.  (With the mask inherited, the
-  # kill stays pending and join's bound expires: the child prints "alive".)
+  # kill stays pending and join's bound expires: the child prints "alive",
+  # and leaves with exit! since an unkillable watcher would hang its exit.)
   def test_watcher_does_not_inherit_the_callers_interrupt_mask
     assert_child_says "ok", <<~'RUBY'
       Thread.handle_interrupt(Object => :never) { Timeout.timeout(1) { :ok } }
       w = Tmo.watcher
       w.kill
-      puts(w.join(60) ? "ok" : "alive")
+      puts(w.join(30) ? "ok" : "alive")
+      $stdout.flush
+      exit!(0)
     RUBY
   end
 
