@@ -44,8 +44,9 @@ instructions, what scripts/plot draws), DIR/instructions_counts.csv
 (engine,case,thread,instructions,locked,tsc_reads,clock_reads,d1_misses,
 ll_misses; thread is arming or timer) and DIR/instructions.json (both), and
 prints the tables.  Pairs: TMO_INSTR_PAIRS (seed, default 100000) and
-TMO_INSTR_HELD_PAIRS (held, default 50000); the thread engine runs a
-hundredth of the seed pairs and no held case (a thread per held timer).
+TMO_INSTR_HELD_PAIRS (held, default 50000), TMO_INSTR_CASES (default
+"seed,held"); the thread engine runs a hundredth of the seed pairs and no
+held case (a thread per held timer).
 """
 
 import json
@@ -288,12 +289,14 @@ def main(argv):
     engines = engines_of(argv[2:])
     seed_n = int(os.environ.get("TMO_INSTR_PAIRS", "100000"))
     held_n = int(os.environ.get("TMO_INSTR_HELD_PAIRS", "50000"))
+    cases = [c for c in (("seed", seed_n, False), ("held", held_n, True))
+             if c[0] in os.environ.get("TMO_INSTR_CASES", "seed,held").split(",")]
     os.makedirs(d, exist_ok=True)
     rows, counts = [], []
     with tempfile.TemporaryDirectory() as work:
-        own = {"seed": per_pair("-", seed_n, False, work), "held": per_pair("-", held_n, True, work)}
+        own = {c: per_pair("-", n, held, work) for c, n, held in cases}
         for e in engines:
-            for case, n, held in (("seed", seed_n, False), ("held", held_n, True)):
+            for case, n, held in cases:
                 if e == "thread":
                     if held:
                         continue  # a thread per held timer: 10,000 threads
