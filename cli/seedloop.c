@@ -9,8 +9,9 @@
  * than timed): HELD timers stay outstanding, and each pair arms one and
  * cancels the oldest (armed HELD pairs earlier).  Warm-up fills the FIFO
  * and runs WARMUP pairs; the end cancels what is outstanding, so PAIRS = 0
- * and PAIRS = N differ by N steady-state pairs.  The timeout is 1 s: under
- * callgrind a hold of HELD pairs lasts tens of milliseconds.
+ * and PAIRS = N differ by N steady-state pairs.  The timeout is HELD_NS
+ * (60 s): under callgrind on a loaded machine a hold of HELD pairs has
+ * lasted over a second, and a held timeout must not fire.
  *
  * Creates the engine, runs WARMUP arm+cancel pairs (a 1 s timeout around
  * an empty block, as the throughput scenario's seed), then PAIRS more,
@@ -29,6 +30,7 @@
 
 #define WARMUP 1000
 #define HELD 10000
+#define HELD_NS (60 * TMO_NSEC_PER_SEC)
 
 static void never(struct tmo_timer *t, void *arg)
 {
@@ -43,7 +45,7 @@ static void counted(struct tmo_timer *t, void *arg)
 {
 	(void)t;
 	(void)arg;
-	__atomic_fetch_add(&fired, 1, __ATOMIC_RELAXED); /* a held 1 s timeout should not fire */
+	__atomic_fetch_add(&fired, 1, __ATOMIC_RELAXED); /* a held timeout should not fire */
 }
 
 /* The held loop: pairs [from, to) of a FIFO of HELD timers (e NULL: the
@@ -60,7 +62,7 @@ static long held(struct tmo *e, struct tmo_timer *ts, long from, long to)
 				__asm__ volatile("" : : "r"(t) : "memory");
 		}
 		if (e != NULL)
-			bad += tmo_arm(e, t, TMO_NSEC_PER_SEC, counted, NULL) != 0;
+			bad += tmo_arm(e, t, HELD_NS, counted, NULL) != 0;
 		else
 			__asm__ volatile("" : : "r"(t) : "memory");
 	}

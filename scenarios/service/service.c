@@ -152,7 +152,8 @@ static int sv_sum(struct sv_worker *ws, int n, struct sv_sum *s)
 			s->first_arm_error = w->first_arm_error;
 		if (s->first_cancel_error == 0)
 			s->first_cancel_error = w->first_cancel_error;
-		memcpy(s->late + s->nlate, w->late, w->nlate * sizeof *w->late);
+		if (w->nlate > 0)
+			memcpy(s->late + s->nlate, w->late, w->nlate * sizeof *w->late);
 		s->nlate += w->nlate;
 	}
 	return 0;

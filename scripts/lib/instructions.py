@@ -5,7 +5,8 @@
 
 For each engine and each case (seed: a 1 s timeout armed and cancelled
 around an empty block; held: HELD timers outstanding, each pair arms one
-and cancels the one armed HELD pairs earlier), build/release/cli/tmo-seedloop
+and cancels the one armed HELD pairs earlier; 60 s timeouts),
+build/release/cli/tmo-seedloop
 runs under
 
     valgrind --tool=callgrind --separate-threads=yes --fair-sched=yes
@@ -236,8 +237,9 @@ def run(engine, pairs, held, work):
            ["--held"] if held else [])
     p = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if p.returncode != 0:
-        sys.stderr.write("\n".join(p.stderr.splitlines()[-20:]) + "\n")
-        raise RuntimeError("%s: the seed loop failed (exit %d)" % (engine, p.returncode))
+        why = [l for l in p.stderr.splitlines() if l.startswith(("tmo-seedloop:", "usage:"))]
+        raise RuntimeError("%s: the %s loop failed (exit %d)%s" % (
+            engine, "held" if held else "seed", p.returncode, (": " + why[-1]) if why else ""))
     bias = biases(p.stderr)
     tot = {"arming": dict.fromkeys(COUNTS, 0), "timer": dict.fromkeys(COUNTS, 0)}
     for f in os.listdir(work):
