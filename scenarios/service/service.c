@@ -17,9 +17,11 @@
  * Reported per worker count (param threads=T): requests/s and timer
  * pairs/s (timeouts armed per second, each resolved by a cancel or a
  * fire); CPU per request: the process's (getrusage) over the requests
- * started, and the part not on the workers' threads (the engine's own
- * threads: process CPU minus every worker's and the harness thread's
- * thread CPU time); what the engine holds (tmo_stats, sampled every
+ * started; the harness's own (one worker serving the same requests with no
+ * engine, arm and cancel skipped, for BASELINE: its draws and
+ * bookkeeping) and the engine's, the difference; and the part not on the
+ * workers' threads (the engine's own threads: process CPU minus every
+ * worker's and the harness thread's thread CPU time); what the engine holds (tmo_stats, sampled every
  * `sample`: the peak; settled, 100 ms after the last cancel, as retention
  * measures it); lateness p50/p99/max of the timeouts that fired (callback
  * start - (clock read before the arm + timeout)).
@@ -41,7 +43,8 @@
 
 static const struct sk_metric service_metrics[] = {
 	{"requests_per_s", "requests/s"}, {"pairs_per_s", "pairs/s"},
-	{"cpu_ns_per_request", "ns"}, {"engine_threads_cpu_ns_per_request", "ns"},
+	{"cpu_ns_per_request", "ns"}, {"harness_cpu_ns_per_request", "ns"},
+	{"engine_cpu_ns_per_request", "ns"}, {"engine_threads_cpu_ns_per_request", "ns"},
 	{"held_bytes", "bytes"}, {"held_nodes", "nodes"}, {"lateness_ns", "ns"},
 	{"requests", "count"}, {"outlived", "count"}, {"fired", "count"}, {"cancelled", "count"}, {"early", "count"},
 	{"arms_refused", "count"}, {"inflight_full", "count"}, {"violations", "count"},
@@ -69,6 +72,7 @@ static const struct sk_size service_sizes[] = {
 };
 
 #define SETTLE (100 * TMO_NSEC_PER_MSEC)
+#define BASELINE TMO_NSEC_PER_SEC /* the no-engine run, times TMO_TEST_SCALE */
 #define STRAY (20 * TMO_NSEC_PER_MSEC) /* let a callback after its cancel show */
 
 static int64_t sv_process_cpu_ns(void)
@@ -194,7 +198,7 @@ static int sv_violations(const struct sk_run *run, int threads, const struct sv_
 
 static void sv_report(const struct sk_run *run, int threads, const struct sv_sum *s,
                       double secs, int64_t cpu_other, const struct tmo_stats *peak,
-                      const struct tmo_stats *settled)
+                      const struct tmo_stats *settled, double harness)
 {
 	double req = (double)s->requests;
 	sk_report_fmt(run, "requests_per_s", req / secs, "requests/s", "threads=%d", threads);
@@ -202,6 +206,7 @@ static void sv_report(const struct sk_run *run, int threads, const struct sv_sum
 	double cpu = (double)(s->cpu_ns + cpu_other) / req, engine = (double)cpu_other / req;
 	sk_report_fmt(run, "cpu_ns_per_request", cpu, "ns", "threads=%d", threads);
 	sk_report_fmt(run, "engine_threads_cpu_ns_per_request", engine, "ns", "threads=%d", threads);
+	sk_report_fmt(run, "engine_cpu_ns_per_request", cpu - harness, "ns", "threads=%d", threads);
 	sk_report_fmt(run, "held_bytes", (double)peak->held_bytes, "bytes", "threads=%d,when=peak",
 	              threads);
 	sk_report_fmt(run, "held_bytes", (double)settled->held_bytes, "bytes",
@@ -227,10 +232,10 @@ static void sv_report(const struct sk_run *run, int threads, const struct sv_sum
 	sk_report_fmt(run, "early", (double)s->early, "count", "threads=%d", threads);
 	sk_report_fmt(run, "arms_refused", (double)s->refused, "count", "threads=%d", threads);
 	sk_report_fmt(run, "inflight_full", (double)s->full, "count", "threads=%d", threads);
-	printf("threads=%d: %.3g requests/s, %.3g timer pairs/s; CPU %.0f ns a request (engine "
-	       "threads %.0f); held peak %llu bytes, settled %llu; %.2f %% of requests outlived a "
+	printf("threads=%d: %.3g requests/s, %.3g timer pairs/s; CPU %.0f ns a request (the "
+	       "engine's %.0f, on its own threads %.0f); held peak %llu bytes, settled %llu; %.2f %% of requests outlived a "
 	       "timeout: fired %llu of %llu, lateness p50 %.2f ms p99 %.2f ms max %.2f ms; refused %llu, cap reached %llu\n",
-	       threads, req / secs, (double)s->arms / secs, cpu, engine,
+	       threads, req / secs, (double)s->arms / secs, cpu, cpu - harness, engine,
 	       (unsigned long long)peak->held_bytes, (unsigned long long)settled->held_bytes,
 	       100.0 * (double)s->outlived / (req > 0 ? req : 1), (unsigned long long)s->fired,
 	       (unsigned long long)(s->fired + s->cancelled),
@@ -240,7 +245,7 @@ static void sv_report(const struct sk_run *run, int threads, const struct sv_sum
 
 /* Serve with `threads` workers, drain, settle; report.  Returns the
  * violations, SK_SKIPPED, or a negative error. */
-static int sv_phase(const struct sk_run *run, int threads, int64_t duration)
+static int sv_phase(const struct sk_run *run, int threads, int64_t duration, double harness)
 {
 	struct sv_shared sh = {.run = run};
 	int rc = sk_create_or_skip(run, &sh.e);
@@ -284,7 +289,7 @@ static int sv_phase(const struct sk_run *run, int threads, int64_t duration)
 			        "with no request in flight: a limit other processes share", threads);
 			v = v > 0 ? v : SK_SKIPPED;
 		} else {
-			sv_report(run, threads, &s, secs, cpu_other, &peak, &settled);
+			sv_report(run, threads, &s, secs, cpu_other, &peak, &settled, harness);
 		}
 		free(s.late);
 	}
@@ -292,6 +297,32 @@ static int sv_phase(const struct sk_run *run, int threads, int64_t duration)
 		sv_worker_free(&ws[i]);
 	free(ws);
 	return v;
+}
+
+/* The harness's own CPU per request: one worker serving the same requests
+ * with no engine (arm and cancel skipped).  NaN if it could not run. */
+static double sv_baseline(const struct sk_run *run, int64_t duration)
+{
+	struct sv_shared sh = {.run = run};
+	struct sv_worker w;
+	if (sv_worker_init(run, &sh, &w, 0, 0) != 0)
+		return NAN;
+	if (pthread_create(&w.th, NULL, sv_worker_main, &w) != 0) {
+		sv_worker_free(&w);
+		return NAN;
+	}
+	sh.end = sk_now_ns() + duration;
+	int64_t cpu0 = sv_process_cpu_ns();
+	atomic_store_explicit(&sh.go, 1, memory_order_release);
+	sk_wait_until(sh.end);
+	int64_t cpu = sv_process_cpu_ns() - cpu0;
+	pthread_join(w.th, NULL);
+	double ns = w.requests > 0 ? (double)cpu / (double)w.requests : NAN;
+	sk_report(run, "harness_cpu_ns_per_request", "", ns, "ns");
+	printf("no engine (the harness's own draws and bookkeeping): %.0f ns a request, %.3g "
+	       "requests/s\n", ns, (double)w.requests / ((double)duration / 1e9));
+	sv_worker_free(&w);
+	return ns;
 }
 
 static int service_run(const struct sk_run *run)
@@ -306,9 +337,10 @@ static int service_run(const struct sk_run *run)
 	printf("; up to %zu requests in flight a worker%s\n", cap,
 	       sk_thread_per_timer(run) ? " (sized down: an OS thread per armed timeout)" : "");
 	int v = 0;
+	double harness = sv_baseline(run, (int64_t)((double)BASELINE * (scaled < 0.2 ? 0.2 : sk_scale())));
 	int counts[2] = {1, run->threads};
 	for (int k = 0; k < (run->threads > 1 ? 2 : 1); k++) {
-		int rc = sv_phase(run, counts[k], duration);
+		int rc = sv_phase(run, counts[k], duration, harness);
 		if (rc < 0)
 			return v > 0 ? v : rc;
 		v += rc;
@@ -328,7 +360,8 @@ const struct sk_scenario sk_scenario_service = {
 	          "120 s, holds them for a log-normal service time (median 1 ms, p99 50 ms, capped "
 	          "at 1 s) and cancels them; a drawn 1 % outlive their shortest timeout by 1-10 ms "
 	          "(made 100 ms if it was 30 s or more), so it fires. Reports requests/s, timer "
-	          "pairs/s, CPU per request (the process's, and its engine threads' part), "
+	          "pairs/s, CPU per request (the process's; the engine's: less the harness's own, "
+	          "measured by one worker serving with no engine for 1 s; its engine threads' part), "
 	          "engine-held bytes and nodes at the peak (sampled every `sample`) and settled "
 	          "100 ms after the last cancel, and lateness p50/p99/max of the fired timeouts. "
 	          "--seed draws the timeouts and service times.",

@@ -45,7 +45,7 @@ struct sv_req {
 /* What every worker and callback shares (one phase: one engine, T workers). */
 struct sv_shared {
 	const struct sk_run *run;
-	struct tmo *e;
+	struct tmo *e; /* NULL: no engine (arm and cancel are skipped): the harness's own cost */
 	int64_t end; /* workers start no request at or after it */
 	atomic_int go;
 	_Alignas(64) atomic_llong callbacks; /* callbacks run */
