@@ -88,15 +88,16 @@ static void sv_worker_free(struct sv_worker *w)
 	free(w->reqs), free(w->bucket), free(w->late);
 }
 
+/* A worker with up to the size `cap` ("inflight", "thread_inflight")
+ * requests in flight. */
 static int sv_worker_init(const struct sk_run *run, struct sv_shared *sh, struct sv_worker *w,
-                          int index, int threads)
+                          int index, int threads, const char *cap)
 {
 	memset(w, 0, sizeof *w);
 	w->sh = sh;
 	w->index = index;
 	w->rng.s = run->seed * UINT64_C(0x9E3779B97F4A7C15) + (uint64_t)(threads * 1000 + index);
-	w->inflight_max = (size_t)sk_size(run, sk_thread_per_timer(run) ? "thread_inflight"
-	                                                                 : "inflight");
+	w->inflight_max = (size_t)sk_size(run, cap);
 	w->reqs = calloc(w->inflight_max, sizeof *w->reqs);
 	w->bucket = calloc(BUCKETS, sizeof *w->bucket);
 	if (w->reqs == NULL || w->bucket == NULL) {
@@ -255,7 +256,8 @@ static int sv_phase(const struct sk_run *run, int threads, int64_t duration, dou
 	int started = 0;
 	rc = ws == NULL ? TMO_ENOMEM : 0;
 	for (; rc == 0 && started < threads; started++) {
-		rc = sv_worker_init(run, &sh, &ws[started], started, threads);
+		rc = sv_worker_init(run, &sh, &ws[started], started, threads,
+		                    sk_thread_per_timer(run) ? "thread_inflight" : "inflight");
 		if (rc == 0 && pthread_create(&ws[started].th, NULL, sv_worker_main, &ws[started]) != 0) {
 			sv_worker_free(&ws[started]);
 			rc = TMO_EAGAIN;
@@ -300,12 +302,14 @@ static int sv_phase(const struct sk_run *run, int threads, int64_t duration, dou
 }
 
 /* The harness's own CPU per request: one worker serving the same requests
- * with no engine (arm and cancel skipped).  NaN if it could not run. */
+ * with no engine (arm and cancel skipped), as many in flight as the
+ * engines without a cap get (a capped worker spends its time waiting).
+ * NaN if it could not run. */
 static double sv_baseline(const struct sk_run *run, int64_t duration)
 {
 	struct sv_shared sh = {.run = run};
 	struct sv_worker w;
-	if (sv_worker_init(run, &sh, &w, 0, 0) != 0)
+	if (sv_worker_init(run, &sh, &w, 0, 0, "inflight") != 0)
 		return NAN;
 	if (pthread_create(&w.th, NULL, sv_worker_main, &w) != 0) {
 		sv_worker_free(&w);

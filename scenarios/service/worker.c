@@ -160,13 +160,17 @@ static int sv_start(struct sv_worker *w, struct sv_req *r, int64_t now)
 }
 
 /* Wait for the next bucket that holds a request to end (a full worker,
- * or the drain): a sleep when it is far. */
+ * or the drain). */
 static void sv_wait_bucket(struct sv_worker *w)
 {
 	uint64_t k = w->cursor;
 	while (w->inflight > 0 && w->bucket[k % BUCKETS] == NULL && k < w->cursor + BUCKETS)
 		k++;
-	sk_wait_until((int64_t)(k * BUCKET_NS));
+	/* A sleep, never a spin: a worker held up by its cap (the thread
+	 * engine's) must not count its wait as CPU per request. */
+	int64_t left = (int64_t)(k * BUCKET_NS) - sk_now_ns();
+	if (left > 0)
+		sk_sleep_ns(left);
 }
 
 /* An arm refused for capacity: let completions free what the engine
