@@ -88,16 +88,16 @@ static void sv_worker_free(struct sv_worker *w)
 	free(w->reqs), free(w->bucket), free(w->late);
 }
 
-/* A worker with up to the size `cap` ("inflight", "thread_inflight")
- * requests in flight. */
+/* A worker with up to `inflight` requests in flight (`thread_inflight`
+ * when capped: the thread engine's). */
 static int sv_worker_init(const struct sk_run *run, struct sv_shared *sh, struct sv_worker *w,
-                          int index, int threads, const char *cap)
+                          int index, int threads, int capped)
 {
 	memset(w, 0, sizeof *w);
 	w->sh = sh;
 	w->index = index;
 	w->rng.s = run->seed * UINT64_C(0x9E3779B97F4A7C15) + (uint64_t)(threads * 1000 + index);
-	w->inflight_max = (size_t)sk_size(run, cap);
+	w->inflight_max = (size_t)sk_size(run, capped ? "thread_inflight" : "inflight");
 	w->reqs = calloc(w->inflight_max, sizeof *w->reqs);
 	w->bucket = calloc(BUCKETS, sizeof *w->bucket);
 	if (w->reqs == NULL || w->bucket == NULL) {
@@ -256,8 +256,7 @@ static int sv_phase(const struct sk_run *run, int threads, int64_t duration, dou
 	int started = 0;
 	rc = ws == NULL ? TMO_ENOMEM : 0;
 	for (; rc == 0 && started < threads; started++) {
-		rc = sv_worker_init(run, &sh, &ws[started], started, threads,
-		                    sk_thread_per_timer(run) ? "thread_inflight" : "inflight");
+		rc = sv_worker_init(run, &sh, &ws[started], started, threads, sk_thread_per_timer(run));
 		if (rc == 0 && pthread_create(&ws[started].th, NULL, sv_worker_main, &ws[started]) != 0) {
 			sv_worker_free(&ws[started]);
 			rc = TMO_EAGAIN;
@@ -309,7 +308,7 @@ static double sv_baseline(const struct sk_run *run, int64_t duration)
 {
 	struct sv_shared sh = {.run = run};
 	struct sv_worker w;
-	if (sv_worker_init(run, &sh, &w, 0, 0, "inflight") != 0)
+	if (sv_worker_init(run, &sh, &w, 0, 0, 0) != 0)
 		return NAN;
 	if (pthread_create(&w.th, NULL, sv_worker_main, &w) != 0) {
 		sv_worker_free(&w);
