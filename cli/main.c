@@ -139,7 +139,7 @@ static int parse_options(struct opts *o)
 	if (optind < o->nours)
 		return cli_usage_error("unexpected argument '%s'", o->ours[optind]);
 	if (sk_gb_init(o->ngbs, o->gbs) != 0)
-		return cli_usage_error("%s", "Google Benchmark flags above not recognised");
+		return cli_usage_error("%s", "Google Benchmark flags above refused");
 	return -1;
 }
 

@@ -36,7 +36,12 @@ USED = [
     ("throughput", "held_pairs_per_s"), ("throughput", "cross_pairs_per_s"),
     ("expiry", "lateness_ns"), ("retention", "held_bytes"), ("sustain", "held_bytes_max"),
     ("sustain", "pairs_per_s"), ("race", "arms_per_s"), ("smoke", "arm_cancel_ns_per_op"),
-    ("actors", "receive_after_ns"),
+    ("actors", "receive_after_ns"), ("throughput", "ratio_to_structure"),
+    ("throughput", "structure_seed_ns_per_op"), ("throughput", "structure_held_pairs_per_s"),
+    ("service", "requests_per_s"), ("service", "pairs_per_s"), ("service", "cpu_ns_per_request"),
+    ("service", "engine_threads_cpu_ns_per_request"), ("service", "held_bytes"),
+    ("service", "engine_cpu_ns_per_request"),
+    ("service", "lateness_ns"), ("service", "outlived"), ("service", "requests"),
 ]
 
 
@@ -263,7 +268,8 @@ def throughput_figures(rows, engines):
     maxt = max([t for s in series.values() for t in s] or [0])
     lives = sorted({int(params(p)["live"]) for (sc, _, m, p) in rows
                     if sc == "throughput" and m == "live_ns_per_op" and "live" in params(p)})
-    header = ["engine", "ns per arm+cancel", "x floor", "x faster than thread"]
+    header = ["engine", "ns per arm+cancel", "x floor", "x structure", "held 1 ms: x structure",
+              "x faster than thread"]
     if maxt >= 2:
         header.append("%d threads / 1" % maxt)
     header += ["%s live, ns/op" % live_label(n) for n in lives] + ["cross-thread, ns/pair"]
@@ -273,7 +279,12 @@ def throughput_figures(rows, engines):
         if not num(ns):
             continue
         fl = rows.get(("throughput", e, "floor_ns_per_op", ""), math.nan)
-        line = [e, fmt(ns), fmt(ns / fl if num(fl) else math.nan), fmt(thread / ns)]
+        # x structure: the engine's time per pair over its own structure's
+        # alone (same loops, one thread); "-": no structure in the tree
+        line = [e, fmt(ns), fmt(ns / fl if num(fl) else math.nan),
+                fmt(rows.get(("throughput", e, "ratio_to_structure", "case=seed"), math.nan)),
+                fmt(rows.get(("throughput", e, "ratio_to_structure", "case=held"), math.nan)),
+                fmt(thread / ns)]
         if maxt >= 2:
             s = series.get((e, "ops_per_s"), {})
             line.append(fmt(s[maxt] / s[1]) if maxt in s and 1 in s else "-")
@@ -334,6 +345,59 @@ def glance_figures(rows, engines):
         return None, None
     header = ["engine"] + [c[0] for c in cols]
     return header, [[e] + [c[1][i] for c in cols] for i, e in enumerate(engines)]
+
+
+def service_figures(rows, engines):
+    """The service scenario per engine and worker count."""
+    counts = sorted({int(params(p)["threads"]) for (sc, _, m, p) in rows
+                     if sc == "service" and m == "requests_per_s" and "threads" in params(p)})
+    header = ["engine", "workers", "requests/s", "timer pairs/s", "CPU ns/request",
+              "engine's ns/request", "on its threads", "held peak", "held settled", "outlived",
+              "lateness p50", "lateness p99"]
+    table = []
+    for e in engines:
+        for t in counts:
+            def g(m, extra=""):
+                return rows.get(("service", e, m, "threads=%d%s" % (t, extra)), math.nan)
+            rps = g("requests_per_s")
+            if not num(rps):
+                continue
+            req, out = g("requests"), g("outlived")
+            table.append([e, t, scaled_rate(rps), scaled_rate(g("pairs_per_s")),
+                          fmt(g("cpu_ns_per_request")), fmt(g("engine_cpu_ns_per_request")),
+                          fmt(g("engine_threads_cpu_ns_per_request")),
+                          scaled_bytes(g("held_bytes", ",when=peak")),
+                          scaled_bytes(g("held_bytes", ",when=settled")),
+                          fmt(100 * out / req, " %") if num(req) and req > 0 else "-",
+                          scaled_ns(g("lateness_ns", ",q=p50")),
+                          scaled_ns(g("lateness_ns", ",q=p99"))])
+    return header, table
+
+
+def counts_figures(d):
+    """DIR/instructions_counts.csv (scripts/instructions) as a table."""
+    path = os.path.join(d, "instructions_counts.csv")
+    if not os.path.exists(path):
+        return None, None
+    with open(path) as f:
+        lines = [l.rstrip("\n").split(",") for l in f if l.strip()]
+    if len(lines) < 2:
+        return None, None
+    head = lines[0]
+    header = ["engine", "pair", "thread", "instructions", "locked", "TSC reads", "clock reads",
+              "D1 misses", "LL misses"]
+    table = []
+    for r in lines[1:]:
+        v = dict(zip(head, r))
+        def n(k):
+            try:
+                return fmt(float(v.get(k, "nan")))
+            except ValueError:
+                return "-"
+        table.append([v.get("engine", "?"), v.get("case", "?"), v.get("thread", "?"),
+                      n("instructions"), n("locked"), n("tsc_reads"), n("clock_reads"),
+                      n("d1_misses"), n("ll_misses")])
+    return header, table
 
 
 # ---- REPORT.md -------------------------------------------------------------------------
@@ -496,6 +560,26 @@ def report(d, summary=False):
     h, t = glance_figures(rows, engines)
     if t:
         out.append(md_table(h, t))
+        out.append("")
+    h, t = service_figures(rows, engines)
+    if t:
+        out.append("Service: requests holding 1-4 timeouts (100 ms..120 s) for a log-normal "
+                   "service time (median 1 ms, p99 50 ms), 1 % outliving one; CPU per request "
+                   "is the process's (getrusage); the engine's, that less the harness's own "
+                   "(one worker, no engine); on its threads, what ran off the workers; "
+                   "lateness of the timeouts that fired.")
+        out.append("")
+        out.append(md_table(h, t, ["---", "---:"] + ["---:"] * (len(h) - 2)))
+        out.append("")
+    h, t = counts_figures(d)
+    if t:
+        out.append("Counts per pair that no machine changes (`scripts/instructions`: "
+                   "callgrind, user space; seed: arm+cancel at once; held: 10,000 "
+                   "outstanding; the arming thread's exact, the timer thread's following the "
+                   "run's length): instructions, locked (read-modify-write) instructions, TSC "
+                   "and clock reads, data cache misses of a fixed 32 KiB / 8 MiB cache.")
+        out.append("")
+        out.append(md_table(h, t, ["---", "---", "---"] + ["---:"] * (len(h) - 3)))
         out.append("")
     if not rows:
         out.append("No rows.")

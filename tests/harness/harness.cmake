@@ -130,3 +130,12 @@ if(TARGET tmo-harness)
   set_tests_properties(harness/skip_rescue_short_of_kernel_timers PROPERTIES
                        TIMEOUT ${TMO_TEST_TIMEOUT})
 endif()
+
+# --benchmark_filter selects by the names the console and the JSON show
+# (tests/harness/filter.sh; the full registered name has min_time/repeats
+# between the case and its threads, which a filter cannot know).
+if(TARGET tmo-harness)
+  add_test(NAME harness/benchmark_filter
+           COMMAND bash ${PROJECT_SOURCE_DIR}/tests/harness/filter.sh $<TARGET_FILE:tmo-harness>)
+  set_tests_properties(harness/benchmark_filter PROPERTIES TIMEOUT ${TMO_TEST_TIMEOUT})
+endif()
