@@ -3,6 +3,7 @@ write what a person reads: DIR/REPORT.md, and two runs side by side.
 
     /usr/bin/python3 scripts/lib/results.py report DIR [--summary]
     /usr/bin/python3 scripts/lib/results.py compare OLD NEW [--all] [--markdown]
+                                                    [--other-machine]
     /usr/bin/python3 scripts/lib/results.py cores DIR
     /usr/bin/python3 scripts/lib/results.py metrics-check [SCENARIO:METRIC ...]
 
@@ -618,7 +619,11 @@ def change(old, new, unit):
     return "%.2fx %s" % (max(r, 1 / r), word)
 
 
-def compare(old, new, all_rows=False, markdown=False):
+# Units of times and rates: what a different machine makes incomparable.
+MACHINE_BOUND = ("ns", "us", "ms", "s")
+
+
+def compare(old, new, all_rows=False, markdown=False, other_machine=False):
     def docs_of(p):
         if os.path.isdir(p):
             return dir_docs(p)
@@ -649,7 +654,8 @@ def compare(old, new, all_rows=False, markdown=False):
         u = units.get(k, "")
         table.append([k[0], k[1], k[2] + ("" if not k[3] else " " + k[3]),
                       fmt(orows[k]) + (" " + u if u else ""), fmt(nrows[k]) + (" " + u if u else ""),
-                      change(orows[k], nrows[k], u)])
+                      "not comparable" if other_machine and (u in MACHINE_BOUND or u.endswith("/s"))
+                      else change(orows[k], nrows[k], u)])
     header = ["scenario", "engine", "figure", "old", "new", "new vs old"]
     out = []
     qo = {bool(doc.get("context", {}).get("tmo", {}).get("quick")) for _, doc in od}
@@ -662,6 +668,11 @@ def compare(old, new, all_rows=False, markdown=False):
         out.append("Note: one run used --quick sizes and the other full sizes; figures that "
                    "depend on size (expiry's n, retention's requests) compare only where "
                    "the sizes match.")
+        if markdown:
+            out.append("")
+    if other_machine:
+        out.append("Note: the runs were made on different machines (scripts/compare said "
+                   "which): times and rates are not comparable; ratios, bytes and counts are.")
         if markdown:
             out.append("")
     if not table:
@@ -695,7 +706,8 @@ def main(argv):
         return 0
     if len(argv) >= 3 and argv[0] == "compare":
         sys.stdout.write(compare(argv[1], argv[2], all_rows="--all" in argv[3:],
-                                 markdown="--markdown" in argv[3:]))
+                                 markdown="--markdown" in argv[3:],
+                                 other_machine="--other-machine" in argv[3:]))
         return 0
     if len(argv) == 2 and argv[0] == "cores":
         print(cores(dir_docs(argv[1])))
