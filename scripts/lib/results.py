@@ -343,12 +343,14 @@ def glance_figures(rows, engines):
 PLOTS = [
     ("ns_per_op", "Seed benchmark",
      "arm + cancel of a 1 s timeout around an empty block, median of rounds, one thread, "
-     "log scale; beside each engine the in-run floor (an uncontended CAS pair)",
+     "log scale, each engine in its colour (the same in every plot) with the interquartile "
+     "range over the rounds; beside each engine the in-run floor (an uncontended CAS pair)",
      "no throughput rows"),
     ("thread_scaling", "Thread scaling",
-     "aggregate arm+cancel pairs/s against threads, one panel per engine, each thread its "
-     "own timer; dashed: the ideal (one thread's rate times the threads); dotted: the "
-     "machine's cores",
+     "aggregate pairs/s against threads, one panel per case (each thread arming and "
+     "cancelling its own timer; timers held 1 ms), every engine in its colour on one shared "
+     "log scale, bars: the interquartile range over repetitions; dashed: the ideal (one "
+     "thread's rate times the threads); dotted: the machine's cores",
      "no throughput rows with threads=N"),
     ("live_timers", "Live timers",
      "the seed benchmark with 1e3 / 1e5 / 1e6 other timers armed (60-3600 s), log-log",
@@ -501,6 +503,10 @@ def report(d, summary=False):
     if not rows:
         out.append("No rows.")
         out.append("")
+
+    if rows:  # scripts/lib/field.py: every engine, shape by shape
+        import field
+        out.extend(field.peers_section(docs, rows, engines))
 
     out.append("## Targets")
     out.append("")
