@@ -130,7 +130,8 @@ static void usage_status(FILE *f)
 	     "The JSON holds Google Benchmark's \"context\" and \"benchmarks\" (compare.py reads "
 	     "them) and the harness's \"rows\" (scenario, engine, metric, param, value, unit), "
 	     "\"runs\", \"violations\", \"targets\" and \"complete\"; context.tmo records the "
-	     "command line, the seed, the commit and the machine (CPUs, model, load average). "
+	     "command line, the seed, the commit and the machine (CPUs, model, kernel, "
+	     "architecture, load average). "
 	     "The CSV holds the rows. scripts/plot DIR draws DIR/*.csv and writes DIR/REPORT.md; "
 	     "scripts/compare OLD NEW compares two runs (results/README.md).");
 }

@@ -256,6 +256,25 @@ def tally(rows):
         c.get("undecided", 0))
 
 
+def controls(rows):
+    """The benchmarks that measure no engine (the empty loop, the CAS
+    floor): when they move, the machine's state moved between the runs, and
+    the other verdicts carry that."""
+    ctl = [r for r in rows if re.search(r"/(empty|floor)/", r[0])]
+    moved = [r for r in ctl if r[-1] in ("faster", "slower")]
+    if not ctl:
+        return []
+    if not moved:
+        return ["Controls (the empty loop, the CAS floor: no engine in them): all %d within "
+                "noise." % len(ctl)]
+    return ["Controls (the empty loop, the CAS floor: no engine in them): %d of %d moved "
+            "beyond noise (%s): the machine's state changed between the runs (load, "
+            "frequency, neighbours), which repetitions inside one run cannot show; read "
+            "the verdicts above with that in mind." % (
+                len(moved), len(ctl), ", ".join("%s %s" % ("/".join(r[0].split("/")[1:3]), r[3].split(" ")[0])
+                                                for r in moved))]
+
+
 def compare(old, new, markdown=False):
     od, nd = docs_of(old), docs_of(new)
     rng = random.Random(1)
@@ -277,6 +296,7 @@ def compare(old, new, markdown=False):
     else:
         rows = [row_text(k, judge(so[k], sn[k], rng), fmt_ns) for k in common]
         out += table(header, rows, markdown) + ["", "Benchmarks: " + tally(rows)[1]]
+        out += controls(rows)
     engines = [e for e in engines_in(sn) if e in engines_in(so)]
     ro, rn = ratio_samples(so, engines), ratio_samples(sn, engines)
     out += ["", h("In-run ratios (comparable across machines): the seed benchmark per repetition")]

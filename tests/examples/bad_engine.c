@@ -17,7 +17,10 @@ static int bad_arm(struct tmo *e, struct tmo_timer *t, int64_t ns, tmo_callback 
 {
 	return TMO_ENOMEM;
 }
-static int bad_cancel(struct tmo *e, struct tmo_timer *t) { return TMO_ENOTARMED; }
+__attribute__((unused)) static int bad_cancel(struct tmo *e, struct tmo_timer *t)
+{
+	return TMO_ENOTARMED;
+}
 static int bad_stats(struct tmo *e, struct tmo_stats *s) { return 0; }
 
 static const struct tmo_engine_ops bad_ops = {
