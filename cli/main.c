@@ -183,45 +183,58 @@ static const void *engine_load(const char *path)
 	return NULL;
 }
 
+/* One word of a selection: a name in m->all, or (m->load) a file.  Returns
+ * it, or NULL after printing why (*rc: -1, exit 2; -EXIT_LOAD: the file is
+ * no engine). */
+static const void *find_word(const struct menu *m, const char *tok, int *rc)
+{
+	if (m->load != NULL && tmo_engine_is_path(tok)) {
+		const void *loaded = m->load(tok);
+		*rc = loaded == NULL ? -EXIT_LOAD : 0;
+		return loaded;
+	}
+	for (const void *const *e = m->all; *e != NULL; e++)
+		if (strcmp(m->name(*e), tok) == 0)
+			return *e;
+	fprintf(stderr, "tmo-harness: unknown %s '%s' (%ss:", m->kind, tok, m->kind);
+	for (const void *const *e = m->all; *e != NULL; e++)
+		fprintf(stderr, " %s", m->name(*e));
+	fprintf(stderr, ")\n");
+	*rc = -1;
+	return NULL;
+}
+
 /* Split a comma list; "all" (or no list) selects everything; a word that
  * names a file is loaded (m->load).  Returns the count, or after printing
  * an error -1 (exit 2) or -EXIT_LOAD (the file is no engine). */
 static int choose(const struct menu *m, const char *list, const void **out)
 {
-	int n = 0;
+	int n = 0, rc = 0;
 	if (list == NULL || strcmp(list, "all") == 0) {
 		for (const void *const *e = m->all; *e != NULL && n < MAX_SEL; e++)
 			out[n++] = *e;
 		return n;
 	}
 	char *copy = strdup(list), *save = NULL;
-	for (char *tok = strtok_r(copy, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
-		const void *const *e = m->all;
-		const void *loaded = NULL;
-		if (m->load != NULL && tmo_engine_is_path(tok)) {
-			if ((loaded = m->load(tok)) == NULL) {
-				free(copy);
-				return -EXIT_LOAD;
-			}
-			e = &loaded;
-		}
-		while (*e != NULL && strcmp(m->name(*e), tok) != 0 && loaded == NULL)
-			e++;
-		if (*e == NULL) {
-			fprintf(stderr, "tmo-harness: unknown %s '%s' (%ss:", m->kind, tok, m->kind);
-			for (e = m->all; *e != NULL; e++)
-				fprintf(stderr, " %s", m->name(*e));
-			fprintf(stderr, ")\n");
-			free(copy);
-			return -1;
-		}
+	for (char *tok = strtok_r(copy, ",", &save); tok != NULL && rc == 0;
+	     tok = strtok_r(NULL, ",", &save)) {
+		const void *e = find_word(m, tok, &rc);
 		int dup = 0;
-		for (int i = 0; i < n; i++)
-			dup |= out[i] == *e;
-		if (!dup && n < MAX_SEL)
-			out[n++] = *e;
+		for (int i = 0; e != NULL && i < n; i++) {
+			dup |= out[i] == e;
+			if (out[i] != e && strcmp(m->name(out[i]), m->name(e)) == 0) {
+				/* two shared objects with one name: their rows would mix */
+				fprintf(stderr, "tmo-harness: %s '%s' given twice (%s)\n", m->kind,
+				        m->name(e), tok);
+				rc = -1;
+			}
+		}
+		if (e != NULL && rc == 0 && !dup && n < MAX_SEL)
+			out[n++] = e;
 	}
 	free(copy);
+	if (rc != 0)
+		return rc;
 	if (n == 0)
 		fprintf(stderr, "tmo-harness: %s names no %s\n", m->option, m->kind);
 	return n == 0 ? -1 : n;

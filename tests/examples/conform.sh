@@ -22,7 +22,7 @@ pc=$(find "$tmp/prefix" -name tmo.pc)
 export PKG_CONFIG_PATH=$(dirname "$pc")
 # The example, copied out of the tree: nothing but the installed files.
 cp "$root/examples/engine/example.c" "$root/examples/engine/Makefile" "$tmp/"
-make -s -C "$tmp" CC="$cc" CFLAGS="-O2 -g $cflags" "$tmp/$variant.so" || exit 1
+make -s -C "$tmp" CC="$cc" CFLAGS="-O2 -g $cflags" O="$tmp" "$tmp/$variant.so" || exit 1
 tsan=()
 if [ -x "$root/build/tsan/cli/tmo-harness" ] && command -v clang >/dev/null; then
   mkdir -p "$tmp/tsan"
