@@ -24,6 +24,10 @@ foreach(row IN LISTS tmo_bad_engines)
            COMMAND ${tmo_refused} ${name} "${want}" $<TARGET_FILE:test_engine_contract>
                    $<TARGET_FILE:tmo_bad_${name}>)
 endforeach()
+# scripts/conform stops at once on a file that is no engine: exit 3, named.
+add_test(NAME examples/bad/conform_nosym
+         COMMAND ${tmo_refused} conform_nosym "TMO_LOAD_ENOSYM" ${PROJECT_SOURCE_DIR}/scripts/conform
+                 --build=${PROJECT_BINARY_DIR} $<TARGET_FILE:tmo_bad_nosym>)
 add_test(NAME examples/bad/nofile
          COMMAND ${tmo_refused} nofile "TMO_LOAD_ENOFILE.*no such file" $<TARGET_FILE:tmo-harness>
                  --impl=${CMAKE_CURRENT_BINARY_DIR}/no_such_engine.so)
