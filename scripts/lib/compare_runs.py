@@ -59,18 +59,20 @@ def docs_of(p):
 
 
 def machine(docs):
-    """What the runs recorded about their machine (the first document's,
-    the load averages of all)."""
+    """What the runs recorded about their machine (each field from the
+    first document that records it; the load averages of all)."""
     m = {}
     loads = []
     for _, doc in docs:
         ctx = doc.get("context", {})
         tm = ctx.get("tmo", {})
         mm = tm.get("machine", {})
-        if not m:
-            m = {"cpu_model": mm.get("cpu_model"), "cpus_online": mm.get("cpus_online", ctx.get("num_cpus")),
-                 "arch": mm.get("arch"), "kernel": mm.get("kernel"), "host": ctx.get("host_name"),
-                 "commit": tm.get("commit"), "mhz": ctx.get("mhz_per_cpu")}
+        this = {"cpu_model": mm.get("cpu_model"), "cpus_online": mm.get("cpus_online", ctx.get("num_cpus")),
+                "arch": mm.get("arch"), "kernel": mm.get("kernel"), "host": ctx.get("host_name"),
+                "commit": tm.get("commit"), "mhz": ctx.get("mhz_per_cpu")}
+        for k, v in this.items():  # the first document that records each
+            if m.get(k) is None:
+                m[k] = v
         for k in ("load_avg_start", "load_avg_end"):
             if isinstance(mm.get(k), list) and mm[k]:
                 loads.append(mm[k][0])
@@ -92,9 +94,9 @@ def machine_report(mo, mn):
             diffs.append(label)
     fl = lambda l: "-" if l is None else "%.2f..%.2f" % l  # noqa: E731
     lines.append("%-24s %-34s %s" % ("load average (1 min)", fl(mo["load"]), fl(mn["load"])))
-    # A key neither run records (older harnesses had no arch) is left out;
-    # the CPU model must be in both.
-    keys = [k for k in CPU_KEYS if mo.get(k) is not None or mn.get(k) is not None]
+    # A key one run does not record (older harnesses had no arch) is left
+    # out; the CPU model must be in both.
+    keys = [k for k in CPU_KEYS if mo.get(k) is not None and mn.get(k) is not None]
     same_cpu = mo.get("cpu_model") is not None and all(mo.get(k) == mn.get(k) for k in keys)
     if not same_cpu:
         why = ", ".join(l for l, k in rows if k in keys and mo.get(k) != mn.get(k))
@@ -102,10 +104,13 @@ def machine_report(mo, mn):
                      "ratios measured inside each run are compared." % (
                          why or "a run does not record its CPU"))
     elif diffs:
-        lines.append("Same CPU, but the %s differ: system calls and wake-ups may cost "
-                     "differently; absolute times are compared with that caveat." % ", ".join(diffs))
+        lines.append("Same CPU, but the %s differ (a kernel changes what system calls and "
+                     "wake-ups cost, a clock rate every time): absolute times are compared with "
+                     "that caveat." % ", ".join(diffs))
     else:
-        lines.append("Same machine (CPU model, CPUs, architecture, kernel).")
+        lines.append("Same machine (%s)." % ", ".join(
+            l for l, k in rows if k in keys + ["kernel"] and mo.get(k) is not None
+            and mn.get(k) is not None))
     for side, m in (("old", mo), ("new", mn)):
         cpus = m.get("cpus_online") or 0
         if m["load"] and cpus and m["load"][1] > 0.5 * cpus:
