@@ -101,10 +101,11 @@ def _fmt(v, unit):
     return "%.3g M/s" % (v / 1e6) if v >= 1e6 else "%.3g k/s" % (v / 1e3)
 
 
-def _versus(v, wheel, lower_better):
-    """How an engine stands against the wheel, in words."""
+def _versus(v, wheel, lower_better, word="faster"):
+    """How an engine stands against the wheel, in words ("2.10x faster than
+    wheel", "wheel 3.00x faster")."""
     if v == 0 and lower_better and isinstance(wheel, (int, float)) and wheel > 0:
-        return "better than wheel (none)"
+        return "holds none; wheel %s" % _fmt(wheel, "bytes")
     if any(x is None or not isinstance(x, (int, float)) or math.isnan(x) or x <= 0
            for x in (v, wheel)):
         return "-"
@@ -113,8 +114,8 @@ def _versus(v, wheel, lower_better):
         return "same as wheel"
     better = r < 1 if lower_better else r > 1
     k = max(r, 1 / r)
-    ks = "%.0f" % k if k >= 100 else "%.1f" % k if k >= 10 else "%.2f" % k
-    return ("%sx better than wheel" if better else "wheel %sx better") % ks
+    ks = "{:,.0f}".format(k) if k >= 100 else "%.1f" % k if k >= 10 else "%.2f" % k
+    return ("%sx %s than wheel" % (ks, word)) if better else ("wheel %sx %s" % (ks, word))
 
 
 def _largest_n(rows, engine, q):
@@ -129,20 +130,21 @@ def _largest_n(rows, engine, q):
 
 
 # (title, unit, lower is better, row key (scenario, metric, param), benchmark
-#  (case, threads) whose repetitions give the spread, or None)
+#  (case, threads) whose repetitions give the spread or None, which of them
+#  ("ns" or "rate"), the word for "better")
 SHAPES = [
     ("Seed: arm + cancel of a 1 s timeout, one thread", "ns", True,
-     ("throughput", "seed_median_ns_per_op", ""), ("seed", 1), "ns"),
+     ("throughput", "seed_median_ns_per_op", ""), ("seed", 1), "ns", "faster"),
     ("Held: timers cancelled about 1 ms after arming, one thread", "rate", False,
-     ("throughput", "held_pairs_per_s", "threads=1"), ("held", 1), "rate"),
+     ("throughput", "held_pairs_per_s", "threads=1"), ("held", 1), "rate", "faster"),
     ("Live 1e6: the seed loop with a million other timers armed", "ns", True,
-     ("throughput", "live_ns_per_op", "live=1000000"), ("live:1000000", 1), "ns"),
+     ("throughput", "live_ns_per_op", "live=1000000"), ("live:1000000", 1), "ns", "faster"),
     ("Cross-thread: armed on one thread, cancelled on another", "rate", False,
-     ("throughput", "cross_pairs_per_s", "threads=2"), ("cross", 2), "rate"),
+     ("throughput", "cross_pairs_per_s", "threads=2"), ("cross", 2), "rate", "faster"),
     ("Expiry lateness p99 (callback start - deadline), each engine's largest n", "ns", True,
-     None, None, None),
+     None, None, None, "less late"),
     ("Retention: engine-held bytes once cancelled 120 s timeouts settled", "bytes", True,
-     ("retention", "held_bytes", "variant=cancelled,when=settled"), None, None),
+     ("retention", "held_bytes", "variant=cancelled,when=settled"), None, None, "smaller"),
 ]
 
 
@@ -161,7 +163,7 @@ def peers_section(docs, rows, engines):
            "over the benchmark's repetitions (Google Benchmark's, pooled over --repeat "
            "instances), \"one run\" where the scenario measures once.  Ratios are against "
            "the wheel measured in the same run.", ""]
-    for title, unit, lower, key, bench, kind in SHAPES:
+    for title, unit, lower, key, bench, kind, word in SHAPES:
         wheel, _ = _shape_value(rows, key, "wheel")
         table = []
         for e in engines:
@@ -177,7 +179,7 @@ def peers_section(docs, rows, engines):
                     sp = "%s - %s (n=%d)" % (_fmt(q1, unit), _fmt(q3, unit), len(s))
             table.append("| %s | %s%s | %s | %s |" % (
                 e, _fmt(v, unit), " (%s)" % note if note else "", sp,
-                "-" if e == "wheel" else _versus(v, wheel, lower)))
+                "-" if e == "wheel" else _versus(v, wheel, lower, word)))
         out.append("### %s" % title)
         out.append("")
         if not table:
