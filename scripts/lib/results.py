@@ -3,6 +3,7 @@ write what a person reads: DIR/REPORT.md, and two runs side by side.
 
     /usr/bin/python3 scripts/lib/results.py report DIR [--summary]
     /usr/bin/python3 scripts/lib/results.py compare OLD NEW [--all] [--markdown]
+                                                    [--other-machine]
     /usr/bin/python3 scripts/lib/results.py cores DIR
     /usr/bin/python3 scripts/lib/results.py metrics-check [SCENARIO:METRIC ...]
 
@@ -406,12 +407,14 @@ def counts_figures(d):
 PLOTS = [
     ("ns_per_op", "Seed benchmark",
      "arm + cancel of a 1 s timeout around an empty block, median of rounds, one thread, "
-     "log scale; beside each engine the in-run floor (an uncontended CAS pair)",
+     "log scale, each engine in its colour (the same in every plot) with the interquartile "
+     "range over the rounds; beside each engine the in-run floor (an uncontended CAS pair)",
      "no throughput rows"),
     ("thread_scaling", "Thread scaling",
-     "aggregate arm+cancel pairs/s against threads, one panel per engine, each thread its "
-     "own timer; dashed: the ideal (one thread's rate times the threads); dotted: the "
-     "machine's cores",
+     "aggregate pairs/s against threads, one panel per case (each thread arming and "
+     "cancelling its own timer; timers held 1 ms), every engine in its colour on one shared "
+     "log scale, bars: the interquartile range over repetitions; dashed: the ideal (one "
+     "thread's rate times the threads); dotted: the machine's cores",
      "no throughput rows with threads=N"),
     ("live_timers", "Live timers",
      "the seed benchmark with 1e3 / 1e5 / 1e6 other timers armed (60-3600 s), log-log",
@@ -585,6 +588,10 @@ def report(d, summary=False):
         out.append("No rows.")
         out.append("")
 
+    if rows:  # scripts/lib/field.py: every engine, shape by shape
+        import field
+        out.extend(field.peers_section(docs, rows, engines))
+
     out.append("## Targets")
     out.append("")
     targets = [x for _, doc in docs for x in doc.get("targets", [])]
@@ -702,7 +709,11 @@ def change(old, new, unit):
     return "%.2fx %s" % (max(r, 1 / r), word)
 
 
-def compare(old, new, all_rows=False, markdown=False):
+# Units of times and rates: what a different machine makes incomparable.
+MACHINE_BOUND = ("ns", "us", "ms", "s")
+
+
+def compare(old, new, all_rows=False, markdown=False, other_machine=False):
     def docs_of(p):
         if os.path.isdir(p):
             return dir_docs(p)
@@ -733,7 +744,8 @@ def compare(old, new, all_rows=False, markdown=False):
         u = units.get(k, "")
         table.append([k[0], k[1], k[2] + ("" if not k[3] else " " + k[3]),
                       fmt(orows[k]) + (" " + u if u else ""), fmt(nrows[k]) + (" " + u if u else ""),
-                      change(orows[k], nrows[k], u)])
+                      "not comparable" if other_machine and (u in MACHINE_BOUND or u.endswith("/s"))
+                      else change(orows[k], nrows[k], u)])
     header = ["scenario", "engine", "figure", "old", "new", "new vs old"]
     out = []
     qo = {bool(doc.get("context", {}).get("tmo", {}).get("quick")) for _, doc in od}
@@ -746,6 +758,11 @@ def compare(old, new, all_rows=False, markdown=False):
         out.append("Note: one run used --quick sizes and the other full sizes; figures that "
                    "depend on size (expiry's n, retention's requests) compare only where "
                    "the sizes match.")
+        if markdown:
+            out.append("")
+    if other_machine:
+        out.append("Note: the runs were made on different machines (scripts/compare said "
+                   "which): times and rates are not comparable; ratios, bytes and counts are.")
         if markdown:
             out.append("")
     if not table:
@@ -779,7 +796,8 @@ def main(argv):
         return 0
     if len(argv) >= 3 and argv[0] == "compare":
         sys.stdout.write(compare(argv[1], argv[2], all_rows="--all" in argv[3:],
-                                 markdown="--markdown" in argv[3:]))
+                                 markdown="--markdown" in argv[3:],
+                                 other_machine="--other-machine" in argv[3:]))
         return 0
     if len(argv) == 2 and argv[0] == "cores":
         print(cores(dir_docs(argv[1])))
