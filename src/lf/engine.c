@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "debug.h"
 #include "tt.h"
 
 /* ---- bases ---------------------------------------------------------------------- */

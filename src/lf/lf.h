@@ -94,6 +94,7 @@
 #include "core/park.h"
 #include "tmo/testing.h"
 #include "ds/wheel.h"
+#include "cal.h"
 #include "cpu.h"
 #include "node.h"
 
@@ -219,30 +220,6 @@ struct lf_params {
  * may run this much faster than the measured rate between a pair and a
  * stamp (clock.c). */
 #define LF_SLEW_PPM 1000
-
-/* TSC -> CLOCK_MONOTONIC conversion, published by the timer thread under a
- * sequence count (clock.c).  Integers, so that a filing converts a stamp
- * with two multiplies: rate and relative error as 32.32 fixed point,
- * rounded up; 0 rate: no conversion (no calibration yet, or too coarse). */
-struct lf_cal {
-	_Atomic uint32_t seq;
-	/* the latest (TSC, clock) pair, with the error of its clock read (ns,
-	 * rounded up) */
-	_Atomic uint64_t tsc;
-	_Atomic int64_t ns;
-	_Atomic uint64_t rate_fx, rel_fx; /* ns per tick, relative error: << 32 */
-	_Atomic int64_t err;
-	/* a stamp at most near_ticks away from tsc, either side, has a margin
-	 * within the floor (e->margin_ns): it converts to ns + rate * (stamp -
-	 * tsc) + the floor (clock.c, lf_node_deadline) */
-	_Atomic uint64_t near_ticks;
-};
-/* The pair before it, under the same sequence count. */
-struct lf_cal_prev {
-	_Atomic uint64_t tsc;
-	_Atomic int64_t ns;
-	_Atomic int64_t err;
-};
 
 struct lf_run;
 struct lf_pool {
@@ -475,8 +452,6 @@ void lf_base_hand_off(struct tmo *e, struct lf_base *b, int64_t horizon);
  * the depot when r is NULL). */
 void lf_base_tidy(struct tmo *e, struct lf_base *b, struct lf_rec *r);
 void lf_engine_register(struct tmo *e);
-/* Free nodes in the calling thread's cache for e (tests). */
-uint64_t lf_my_cache_count(struct tmo *e);
 void lf_engine_unregister(struct tmo *e);
 
 /* ---- engine.c, timer.c, fire.c ------------------------------------------------ */
@@ -500,17 +475,5 @@ void lf_base_free(struct tmo *e, struct lf_base *b);
 static inline void *lf_sched_of(struct lf_base *b) { return b->sched; }
 /* A per-thread base's wheel (lf_sched.wheel). */
 static inline struct tmo_wheel *lf_own_wheel(struct lf_base *b) { return (void *)b->sched; }
-
-/* Test view (tests/unit/lf.c). */
-struct lf_debug {
-	uint64_t filed;       /* nodes in bases (as of the timer thread's last look) */
-	uint64_t stolen;      /* ring nodes the timer thread took */
-	uint64_t spilled;     /* ring nodes their owners spilled */
-	uint64_t inbox;       /* nodes that went through the inbox */
-	uint64_t trims;       /* pages given back */
-	uint64_t cache_count; /* free nodes in the calling thread's cache */
-	uint64_t fence;       /* 1: arms fence before reading the tick word */
-};
-void lf_debug(struct tmo *e, struct lf_debug *out);
 
 #endif

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "debug.h"
 #include "lf.h"
 
 /* Engines a thread keeps a record for besides the hot one; using more

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "input.h"
+#include "lf/debug.h"
 #include "lf/lf.h"
 
 #define TIMERS 64

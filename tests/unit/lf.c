@@ -27,6 +27,7 @@
 
 #include "check.h"
 #include "engine_test.h"
+#include "lf/debug.h"
 #include "lf/lf.h"
 
 #define MS TMO_NSEC_PER_MSEC

@@ -1,0 +1,26 @@
+/*
+ * The lock-free core's test view: counters tests/unit/lf.c and the lf
+ * fuzzer read (engine.c fills it).  Not for the engines themselves.
+ */
+#ifndef TMO_LF_DEBUG_H
+#define TMO_LF_DEBUG_H
+
+#include <stdint.h>
+
+struct tmo;
+
+/* Test view (tests/unit/lf.c). */
+struct lf_debug {
+	uint64_t filed;       /* nodes in bases (as of the timer thread's last look) */
+	uint64_t stolen;      /* ring nodes the timer thread took */
+	uint64_t spilled;     /* ring nodes their owners spilled */
+	uint64_t inbox;       /* nodes that went through the inbox */
+	uint64_t trims;       /* pages given back */
+	uint64_t cache_count; /* free nodes in the calling thread's cache */
+	uint64_t fence;       /* 1: arms fence before reading the tick word */
+};
+void lf_debug(struct tmo *e, struct lf_debug *out);
+/* Free nodes in the calling thread's cache for e (tests). */
+uint64_t lf_my_cache_count(struct tmo *e);
+
+#endif
