@@ -21,7 +21,10 @@
  *    another thread waits until `gen` moves, and the thread fires nothing
  *    more until every such waiter has looked (`waiters`), so the waiter
  *    sees the state the callback left (a re-arm is the one it cancels);
- *    from inside the callback it returns TMO_CANCEL_SELF at once;
+ *    from inside the callback it returns TMO_CANCEL_SELF at once; a wait
+ *    that would close a cycle of callbacks cancelling each other's timers
+ *    (across engines) is refused with TMO_EDEADLK by the host's check
+ *    (tmo_engine_wait_begin, around the callback tmo_engine_cb_begin/end);
  *  - destroy: marks every pending timer idle, joins the thread (which
  *    finishes a running callback), then cancels what that callback armed.
  *
@@ -78,6 +81,7 @@ struct tmo {
 	pid_t pid;              /* a callback that forks returns in another */
 	struct tmo_timer *head; /* pending timers, earliest first */
 	struct tmo_timer *running;
+	uint64_t running_ref; /* its invocation, for the deadlock check */
 	uint64_t gen, waiters, pending, fired, cancelled;
 	bool stop;
 };
@@ -100,10 +104,12 @@ static void fire_head(struct tmo *e)
 	e->pending--;
 	e->fired++;
 	e->running = t;
+	e->running_ref = tmo_engine_cb_begin();
 	tmo_callback *cb = t->cb;
 	void *arg = t->arg;
 	pthread_mutex_unlock(&e->m);
 	cb(t, arg);
+	tmo_engine_cb_end();
 	if (getpid() != e->pid)
 		pthread_exit(NULL); /* the child of a fork: its only thread ends */
 	pthread_mutex_lock(&e->m);
@@ -231,12 +237,18 @@ static int ex_cancel(struct tmo *e, struct tmo_timer *t)
 	bool waited = false;
 	bool own_thread = pthread_equal(pthread_self(), e->thread);
 	if (e->running == t && !own_thread && EXAMPLE_BROKEN != 2) {
+		/* a callback of another engine, waited for by that callback */
+		if (tmo_engine_wait_begin(e->running_ref) != 0) {
+			pthread_mutex_unlock(&e->m);
+			return TMO_EDEADLK;
+		}
 		uint64_t gen = e->gen;
 		e->waiters++;
 		while (e->gen == gen)
 			pthread_cond_wait(&e->done, &e->m);
 		e->waiters--;
 		pthread_cond_broadcast(&e->done); /* the timer thread waits for the last */
+		tmo_engine_wait_end();
 		waited = true;
 	}
 	int res;

@@ -48,7 +48,7 @@ extern "C" {
 /* Raised whenever struct tmo_engine_ops, struct tmo_base, struct tmo_timer
  * or struct tmo_engine_host changes layout or meaning: an engine built
  * against another version is refused (TMO_LOAD_EABI), never run. */
-#define TMO_ENGINE_ABI_VERSION 1u
+#define TMO_ENGINE_ABI_VERSION 2u
 
 /* The one symbol the loader looks up. */
 #define TMO_ENGINE_SYMBOL "tmo_engine_abi"
@@ -74,6 +74,18 @@ struct tmo_engine_host {
 	/* pthread_create: 0, or TMO_EAGAIN when it fails. */
 	int (*thread_create)(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *),
 	                     void *arg);
+	/* The cross-engine deadlock check (tmo.h, tmo_cancel: TMO_EDEADLK), which
+	 * every engine whose cancel waits for a running callback joins: on the
+	 * thread that runs callbacks, cb_begin() just before each callback and
+	 * cb_end() just after it, keeping cb_begin's value where a cancel reads
+	 * it (under the engine's lock, with the running timer); a cancel about
+	 * to wait for that running callback calls wait_begin(value) first, and
+	 * on TMO_EDEADLK returns it at once, having changed nothing; after the
+	 * wait, wait_end(). */
+	uint64_t (*cb_begin)(void);
+	void (*cb_end)(void);
+	int (*wait_begin)(uint64_t ref); /* 0: wait; TMO_EDEADLK: do not */
+	void (*wait_end)(void);
 };
 
 /* The exported symbol. */
@@ -115,6 +127,10 @@ static inline int tmo_engine_thread_create(pthread_t *th, const pthread_attr_t *
 {
 	return tmo_engine_host_->thread_create(th, attr, fn, arg);
 }
+static inline uint64_t tmo_engine_cb_begin(void) { return tmo_engine_host_->cb_begin(); }
+static inline void tmo_engine_cb_end(void) { tmo_engine_host_->cb_end(); }
+static inline int tmo_engine_wait_begin(uint64_t ref) { return tmo_engine_host_->wait_begin(ref); }
+static inline void tmo_engine_wait_end(void) { tmo_engine_host_->wait_end(); }
 
 /* ---- the loader (in the library) ----------------------------------------- */
 
