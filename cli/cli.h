@@ -30,6 +30,8 @@ int cli_usage_error(const char *fmt, const char *arg);
 /* ---- guard.c ---- */
 /* Every run was skipped (SK_SKIPPED): the automake/ctest "skip". */
 #define EXIT_ALL_SKIPPED 77
+/* --impl=PATH.so could not be loaded as an engine (tmo_engine_load). */
+#define EXIT_LOAD 3
 /* fds 0-2 closed by the caller would be handed to the next open(): the JSON
  * file would then receive printf's output.  Hold them with /dev/null. */
 void cli_hold_standard_fds(void);

@@ -2,7 +2,8 @@
  * tmo-harness: runs scenarios (scenarios/NAME.c) against engines (impls/NAME.c).
  * `./harness --help` is the manual.  Exit status: 0 all runs clean, 1 a
  * violation, a run that could not run, or results that could not be
- * written, 2 bad command line, 77 every run skipped (a per-user resource
+ * written, 2 bad command line, 3 an --impl=PATH.so that is no engine
+ * (tmo/engine.h: the error's name and why), 77 every run skipped (a per-user resource
  * other processes hold), 130/143 interrupted (what finished is kept).
  */
 #include <errno.h>
@@ -12,9 +13,11 @@
 #include <string.h>
 
 #include "cli.h"
+#include "digits.h"
 #include "kit/gbench.h"
 #include "kit/sk.h"
 #include "targets.h"
+#include "tmo/engine.h"
 
 #define MAX_SEL 64
 
@@ -43,19 +46,6 @@ static int value_follows(const char *arg)
 	for (const struct option *o = longopts; o->name != NULL; o++)
 		if (o->has_arg == required_argument && strncmp(o->name, arg + 2, strlen(arg + 2)) == 0)
 			return 1;
-	return 0;
-}
-
-static int parse_u64(const char *s, uint64_t max, uint64_t *out)
-{
-	if (s == NULL || *s == '\0' || *s == '-')
-		return -1;
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno != 0 || *end != '\0' || v > max)
-		return -1;
-	*out = v;
 	return 0;
 }
 
@@ -106,17 +96,16 @@ static int split_args(int argc, char **argv, struct opts *o)
 	return 0;
 }
 
-/* An option with a number: its value, or the exit status of a bad one. */
+/* An option with a number (digits only, cli/digits.h): its value, or the
+ * exit status of a bad one, named: "--seed=' -1': not a number ...". */
 static int number(const char *name, uint64_t min, uint64_t max, uint64_t *out)
 {
-	if (parse_u64(optarg, max, out) == 0 && *out >= min)
+	enum cli_num r = cli_parse_u64(optarg, min, max, out);
+	if (r == CLI_NUM_OK)
 		return 0;
-	char fmt[96];
-	if (max == UINT64_MAX)
-		snprintf(fmt, sizeof fmt, "--%s=%%s: want a non-negative integer", name);
-	else
-		snprintf(fmt, sizeof fmt, "--%s=%%s: want an integer %llu..%llu", name,
-		         (unsigned long long)min, (unsigned long long)max);
+	char fmt[224];
+	snprintf(fmt, sizeof fmt, "--%s='%%s': %s: want an integer %llu..%llu", name,
+	         cli_num_words(r), (unsigned long long)min, (unsigned long long)max);
 	return cli_usage_error(fmt, optarg);
 }
 
@@ -152,7 +141,7 @@ static int parse_options(struct opts *o)
 	if (optind < o->nours)
 		return cli_usage_error("unexpected argument '%s'", o->ours[optind]);
 	if (sk_gb_init(o->ngbs, o->gbs) != 0)
-		return cli_usage_error("%s", "Google Benchmark flags above not recognised");
+		return cli_usage_error("%s", "Google Benchmark flags above refused");
 	return -1;
 }
 
@@ -162,40 +151,77 @@ struct menu {
 	const char *option;               /* "--impl" */
 	const void *const *all;           /* NULL-terminated */
 	const char *(*name)(const void *);
+	/* A word that names a file (engines: a shared object), or NULL. */
+	const void *(*load)(const char *path);
 };
 static const char *engine_name(const void *e) { return ((const struct tmo_engine_ops *)e)->name; }
 static const char *scenario_name(const void *s) { return ((const struct sk_scenario *)s)->name; }
 
-/* Split a comma list; "all" (or no list) selects everything.  Returns the
- * count, or -1 after printing an error (exit 2). */
+/* --impl=PATH.so: the engine in that shared object (tmo/engine.h), or NULL
+ * after naming why (exit EXIT_LOAD). */
+static const void *engine_load(const char *path)
+{
+	const struct tmo_engine_ops *ops;
+	char why[512];
+	int rc = tmo_engine_load(path, &ops, why, sizeof why);
+	if (rc == 0)
+		return ops;
+	fprintf(stderr, "tmo-harness: --impl=%s: %s: %s\n", path, tmo_load_errname(rc), why);
+	return NULL;
+}
+
+/* One word of a selection: a name in m->all, or (m->load) a file.  Returns
+ * it, or NULL after printing why (*rc: -1, exit 2; -EXIT_LOAD: the file is
+ * no engine). */
+static const void *find_word(const struct menu *m, const char *tok, int *rc)
+{
+	if (m->load != NULL && tmo_engine_is_path(tok)) {
+		const void *loaded = m->load(tok);
+		*rc = loaded == NULL ? -EXIT_LOAD : 0;
+		return loaded;
+	}
+	for (const void *const *e = m->all; *e != NULL; e++)
+		if (strcmp(m->name(*e), tok) == 0)
+			return *e;
+	fprintf(stderr, "tmo-harness: unknown %s '%s' (%ss:", m->kind, tok, m->kind);
+	for (const void *const *e = m->all; *e != NULL; e++)
+		fprintf(stderr, " %s", m->name(*e));
+	fprintf(stderr, ")\n");
+	*rc = -1;
+	return NULL;
+}
+
+/* Split a comma list; "all" (or no list) selects everything; a word that
+ * names a file is loaded (m->load).  Returns the count, or after printing
+ * an error -1 (exit 2) or -EXIT_LOAD (the file is no engine). */
 static int choose(const struct menu *m, const char *list, const void **out)
 {
-	int n = 0;
+	int n = 0, rc = 0;
 	if (list == NULL || strcmp(list, "all") == 0) {
 		for (const void *const *e = m->all; *e != NULL && n < MAX_SEL; e++)
 			out[n++] = *e;
 		return n;
 	}
 	char *copy = strdup(list), *save = NULL;
-	for (char *tok = strtok_r(copy, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
-		const void *const *e = m->all;
-		while (*e != NULL && strcmp(m->name(*e), tok) != 0)
-			e++;
-		if (*e == NULL) {
-			fprintf(stderr, "tmo-harness: unknown %s '%s' (%ss:", m->kind, tok, m->kind);
-			for (e = m->all; *e != NULL; e++)
-				fprintf(stderr, " %s", m->name(*e));
-			fprintf(stderr, ")\n");
-			free(copy);
-			return -1;
-		}
+	for (char *tok = strtok_r(copy, ",", &save); tok != NULL && rc == 0;
+	     tok = strtok_r(NULL, ",", &save)) {
+		const void *e = find_word(m, tok, &rc);
 		int dup = 0;
-		for (int i = 0; i < n; i++)
-			dup |= out[i] == *e;
-		if (!dup && n < MAX_SEL)
-			out[n++] = *e;
+		for (int i = 0; e != NULL && i < n; i++) {
+			dup |= out[i] == e;
+			if (out[i] != e && strcmp(m->name(out[i]), m->name(e)) == 0) {
+				/* two shared objects with one name: their rows would mix */
+				fprintf(stderr, "tmo-harness: %s '%s' given twice (%s)\n", m->kind,
+				        m->name(e), tok);
+				rc = -1;
+			}
+		}
+		if (e != NULL && rc == 0 && !dup && n < MAX_SEL)
+			out[n++] = e;
 	}
 	free(copy);
+	if (rc != 0)
+		return rc;
 	if (n == 0)
 		fprintf(stderr, "tmo-harness: %s names no %s\n", m->option, m->kind);
 	return n == 0 ? -1 : n;
@@ -291,7 +317,8 @@ static int verdict(const struct opts *o, const struct plan *p)
 		printf("all runs clean, %d skipped (see SKIPPED above)\n", p->skipped);
 	else
 		printf("all runs clean\n");
-	if (!p->failed && strcmp(o->scen, CLI_DEFAULT_SCENARIO) == 0)
+	if (!p->failed && strcmp(o->scen, CLI_DEFAULT_SCENARIO) == 0 &&
+	    tmo_engine_find(p->engines[0]->name) != NULL)
 		printf("next: ./harness --list (engines, scenarios); ./harness --impl=%s "
 		       "--scenario=throughput --quick\n",
 		       p->engines[0]->name);
@@ -326,15 +353,17 @@ static int run_plan(const struct opts *o, struct plan *p, struct sk_sink *rep)
 /* The selection, the report and the runs.  Returns the exit status. */
 static int harness(int argc, char **argv, const struct opts *o)
 {
-	static const struct menu engines = {"engine", "--impl", NULL, engine_name};
+	static const struct menu engines = {"engine", "--impl", NULL, engine_name, engine_load};
 	static const struct menu scenarios = {"scenario", "--scenario", (const void *const *)sk_scenarios,
-	                                      scenario_name};
+	                                      scenario_name, NULL};
 	struct menu em = engines;
 	em.all = (const void *const *)tmo_engines();
 	struct plan p = {.nout = 0};
 	p.nengines = choose(&em, o->impl, (const void **)p.engines);
 	if (p.nengines == 0)
 		fprintf(stderr, "tmo-harness: no engine is built (impls/ is empty)\n");
+	if (p.nengines == -EXIT_LOAD)
+		return EXIT_LOAD;
 	if (p.nengines <= 0 || (p.nscen = choose(&scenarios, o->scen, (const void **)p.scenarios)) < 0)
 		return 2;
 	const char *scale = getenv("TMO_TEST_SCALE");

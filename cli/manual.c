@@ -61,7 +61,10 @@ static void usage_options(FILE *f)
 	     "and builds build/release (cmake preset release) when needed; the binary is "
 	     "build/release/cli/tmo-harness.");
 	fprintf(f, "\nOPTIONS\n");
-	item(f, "--impl=LIST", "Engines to run, comma-separated, or all (the default); --list names them.");
+	item(f, "--impl=LIST",
+	     "Engines to run, comma-separated, or all (the default); --list names them. A word "
+	     "with a '/' or ending in .so is a shared object that exports an engine "
+	     "(tmo/engine.h, docs/writing-an-engine.md): --impl=./my_engine.so.");
 	item(f, "--scenario=LIST",
 	     "Scenarios to run, comma-separated, or all; default " CLI_DEFAULT_SCENARIO
 	     ". Each is described under SCENARIOS.");
@@ -104,6 +107,11 @@ static void usage_status(FILE *f)
 	item(f, "2",
 	     "A bad command line: unknown option, engine or scenario, a bad value, an unwritable "
 	     "--json.");
+	item(f, "3",
+	     "An --impl=PATH that is no engine, named: TMO_LOAD_ENOFILE (no such file), "
+	     "TMO_LOAD_EDLOPEN (not loadable), TMO_LOAD_ENOSYM (no tmo_engine_abi symbol), "
+	     "TMO_LOAD_EABI (another engine ABI), TMO_LOAD_ETABLE (a NULL slot, no name, "
+	     "unknown caps bits).");
 	item(f, "77",
 	     "Every run was skipped: none could run here and now for want of a per-user kernel "
 	     "resource that other processes hold (kernel timers, threads), and each says why "
@@ -122,7 +130,8 @@ static void usage_status(FILE *f)
 	     "The JSON holds Google Benchmark's \"context\" and \"benchmarks\" (compare.py reads "
 	     "them) and the harness's \"rows\" (scenario, engine, metric, param, value, unit), "
 	     "\"runs\", \"violations\", \"targets\" and \"complete\"; context.tmo records the "
-	     "command line, the seed, the commit and the machine (CPUs, model, load average). "
+	     "command line, the seed, the commit and the machine (CPUs, model, kernel, "
+	     "architecture, load average). "
 	     "The CSV holds the rows. scripts/plot DIR draws DIR/*.csv and writes DIR/REPORT.md; "
 	     "scripts/compare OLD NEW compares two runs (results/README.md).");
 }
@@ -193,7 +202,7 @@ int cli_usage_error(const char *fmt, const char *arg)
 /* Indexed by the capability's bit (enum tmo_capability); bit 3 is retired. */
 static const char *cap_names[] = {
 	[0] = "lockfree-arm", [1] = "no-syscall", [2] = "no-alloc", [4] = "concurrent-callbacks",
-	[5] = "thread-per-timer", [6] = "park",
+	[5] = "thread-per-timer", [6] = "park", [7] = "run-on-loop",
 };
 
 static void format_ns(char *buf, size_t n, int64_t ns)

@@ -1,9 +1,17 @@
 /*
- * tmo-seedloop ENGINE PAIRS [--timely]: the seed loop and nothing else, for
- * instruction counts (scripts/instructions runs it under callgrind).
- * --timely: tmo_testing_timely_timer(1), see include/tmo/testing.h.
- * ENGINE "-" runs the same loop around the empty block alone: the loop's
- * own instructions, which the counts leave out.
+ * tmo-seedloop ENGINE PAIRS [--timely] [--held]: the seed loop and nothing
+ * else, for instruction counts (scripts/instructions runs it under
+ * callgrind).  --timely: tmo_testing_timely_timer(1), see
+ * include/tmo/testing.h.  ENGINE "-" runs the same loop around the empty
+ * block alone: the loop's own instructions, which the counts leave out.
+ *
+ * --held: the held loop instead (throughput's held case, counted rather
+ * than timed): HELD timers stay outstanding, and each pair arms one and
+ * cancels the oldest (armed HELD pairs earlier).  Warm-up fills the FIFO
+ * and runs WARMUP pairs; the end cancels what is outstanding, so PAIRS = 0
+ * and PAIRS = N differ by N steady-state pairs.  The timeout is HELD_NS
+ * (60 s): under callgrind on a loaded machine a hold of HELD pairs has
+ * lasted over a second, and a held timeout must not fire.
  *
  * Creates the engine, runs WARMUP arm+cancel pairs (a 1 s timeout around
  * an empty block, as the throughput scenario's seed), then PAIRS more,
@@ -13,20 +21,69 @@
  * out).  Exit status 1 when an arm or a cancel returns what the seed loop
  * does not expect.
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "digits.h"
 
 #include "tmo/testing.h"
 #include "tmo/tmo.h"
 
 #define WARMUP 1000
+#define HELD 10000
+#define HELD_NS (60 * TMO_NSEC_PER_SEC)
 
 static void never(struct tmo_timer *t, void *arg)
 {
 	(void)t;
 	(void)arg;
 	abort(); /* a 1 s timeout cancelled at once never fires */
+}
+
+static long fired;
+
+static void counted(struct tmo_timer *t, void *arg)
+{
+	(void)t;
+	(void)arg;
+	__atomic_fetch_add(&fired, 1, __ATOMIC_RELAXED); /* a held timeout should not fire */
+}
+
+/* The held loop: pairs [from, to) of a FIFO of HELD timers (e NULL: the
+ * FIFO alone). */
+static long held(struct tmo *e, struct tmo_timer *ts, long from, long to)
+{
+	long bad = 0;
+	for (long i = from; i < to; i++) {
+		struct tmo_timer *t = &ts[i % HELD];
+		if (i >= HELD) { /* the slot's previous arm, HELD pairs old */
+			if (e != NULL)
+				bad += tmo_cancel(e, t) != TMO_CANCEL_PREVENTED;
+			else
+				__asm__ volatile("" : : "r"(t) : "memory");
+		}
+		if (e != NULL)
+			bad += tmo_arm(e, t, HELD_NS, counted, NULL) != 0;
+		else
+			__asm__ volatile("" : : "r"(t) : "memory");
+	}
+	return bad;
+}
+
+/* Warm-up, PAIRS held pairs, then cancel what is outstanding. */
+static long held_run(struct tmo *e, long pairs)
+{
+	struct tmo_timer *ts = calloc(HELD, sizeof *ts);
+	if (ts == NULL)
+		return 1;
+	long n = HELD + WARMUP + pairs;
+	long bad = held(e, ts, 0, HELD + WARMUP) + held(e, ts, HELD + WARMUP, n);
+	for (long i = n - HELD; e != NULL && i < n; i++)
+		bad += tmo_cancel(e, &ts[i % HELD]) != TMO_CANCEL_PREVENTED;
+	free(ts);
+	return bad;
 }
 
 static long loop(struct tmo *e, struct tmo_timer *t, long pairs)
@@ -42,16 +99,32 @@ static long loop(struct tmo *e, struct tmo_timer *t, long pairs)
 
 int main(int argc, char **argv)
 {
-	char *end = NULL;
-	int timely = argc == 4 && strcmp(argv[3], "--timely") == 0;
-	long pairs = argc == 3 || timely ? strtol(argv[2], &end, 10) : -1;
-	if (end == NULL || *end != '\0' || pairs < 0) {
-		fprintf(stderr, "usage: tmo-seedloop ENGINE PAIRS [--timely]\n");
+	int timely = 0, is_held = 0, bad_flag = 0;
+	for (int i = 3; i < argc; i++) {
+		if (strcmp(argv[i], "--timely") == 0)
+			timely = 1;
+		else if (strcmp(argv[i], "--held") == 0)
+			is_held = 1;
+		else
+			bad_flag = 1;
+	}
+	if (argc < 3 || bad_flag) {
+		fprintf(stderr, "usage: tmo-seedloop ENGINE PAIRS [--timely] [--held]\n");
 		return 2;
 	}
+	uint64_t n = 0;
+	enum cli_num r = cli_parse_u64(argv[2], 0, LONG_MAX - WARMUP, &n);
+	if (r != CLI_NUM_OK) {
+		fprintf(stderr, "tmo-seedloop: PAIRS '%s': %s: want an integer 0..%ld\n", argv[2],
+		        cli_num_words(r), LONG_MAX - WARMUP);
+		return 2;
+	}
+	long pairs = (long)n;
 	if (timely)
 		tmo_testing_timely_timer(1);
 	if (strcmp(argv[1], "-") == 0) {
+		if (is_held)
+			return held_run(NULL, pairs) != 0;
 		for (long i = 0; i < WARMUP + pairs; i++)
 			__asm__ volatile("" ::: "memory"); /* the empty block */
 		return 0;
@@ -63,9 +136,10 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	struct tmo_timer t = TMO_TIMER_INIT;
-	long bad = loop(e, &t, WARMUP) + loop(e, &t, pairs);
+	long bad = is_held ? held_run(e, pairs) : loop(e, &t, WARMUP) + loop(e, &t, pairs);
 	tmo_destroy(&e);
-	if (bad != 0)
-		fprintf(stderr, "tmo-seedloop: %ld unexpected results\n", bad);
-	return bad != 0;
+	if (bad != 0 || fired != 0)
+		fprintf(stderr, "tmo-seedloop: %ld unexpected results, %ld held timeouts fired\n", bad,
+		        fired);
+	return bad != 0 || fired != 0;
 }

@@ -35,7 +35,9 @@
  * have freed it), it only compares the pointer.
  *
  * A cancel that finds the timer's callback running waits for it through the
- * callback gate (src/core/gate.h), under the engine mutex.
+ * callback gate (src/core/gate.h), under the engine mutex, which refuses a
+ * wait that would deadlock across engines (TMO_EDEADLK) before anything
+ * changed.
  *
  * Park (src/core/park.h): the hook sits at the top of the loop and between
  * callbacks, where the thread holds the engine mutex, so arm and cancel
@@ -311,9 +313,11 @@ static int cv_cancel(struct tmo *e, struct tmo_timer *t)
 {
 	struct cv_priv *p = priv(t);
 	pthread_mutex_lock(&e->m);
-	bool waited = tmo__gate_wait(&e->gate, &e->m, e, t);
+	int waited = tmo__gate_wait(&e->gate, &e->m, e, t);
 	int res;
-	if (p->state == CV_PENDING) {
+	if (waited < 0) {
+		res = waited; /* TMO_EDEADLK: nothing changed, the callback still runs */
+	} else if (p->state == CV_PENDING) {
 		/* The first arm, or the re-arm of the callback we waited for. */
 		tmo_heap_remove(&e->heap, &p->node);
 		p->state = CV_IDLE;

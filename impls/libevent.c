@@ -30,7 +30,8 @@
  * so the engine thread frees the record right after ours returned.
  *
  * Cancel that finds the callback running waits for it through the callback
- * gate (src/core/gate.h), under `m`.
+ * gate (src/core/gate.h), under `m`; the gate refuses a wait that would
+ * deadlock across engines (TMO_EDEADLK) before anything changed.
  *
  * Time: libevent keeps struct timeval (microseconds).  The base is created
  * with EVENT_BASE_FLAG_PRECISE_TIMER, because without it libevent 2.1 on
@@ -344,7 +345,11 @@ static int lev_cancel(struct tmo *e, struct tmo_timer *t)
 	 * two stores, under m; read unlocked between them, a timer that is
 	 * firing would look idle (TMO_ENOTARMED; the race scenario caught it). */
 	pthread_mutex_lock(&e->m);
-	bool waited = tmo__gate_wait(&e->gate, &e->m, e, t);
+	int waited = tmo__gate_wait(&e->gate, &e->m, e, t);
+	if (waited < 0) { /* TMO_EDEADLK: nothing changed, the callback still runs */
+		pthread_mutex_unlock(&e->m);
+		return waited;
+	}
 	struct lev_rec *r = atomic_load_explicit(&p->rec, memory_order_relaxed);
 	if (r != NULL) {
 		/* The first arm, or the re-arm by the callback we waited for. */

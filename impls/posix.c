@@ -47,6 +47,9 @@
  * looked (the "drain"), so a waiter cancels a re-arm made by the callback
  * before the engine can fire it again (a re-arming callback cannot starve
  * its canceller).  Cancel from inside the callback returns TMO_CANCEL_SELF.
+ * A re-arm made while the callback runs is prevented only after that wait,
+ * which is checked first across engines (core/internal.h): a wait that
+ * would deadlock is refused (TMO_EDEADLK) before anything changed.
  *
  * Locks: arm takes free_mu (the slot free list, shared only by arming
  * threads; the engine thread and cancels return slots through a lock-free
@@ -310,7 +313,7 @@ static int px_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_ca
  * call won the CAS), FIRED/WAITED (the callback ran and returned),
  * ENOTARMED/WAITED (idle), or PX_BUSY (the engine thread won the CAS: the
  * callback is starting or running; the caller must wait). */
-static int px_attempt(struct tmo *e, struct px_priv *p, bool waited)
+static int px_attempt(struct tmo *e, struct px_priv *p, const struct tmo_timer *t, bool waited)
 {
 	uint64_t ref = atomic_load_explicit(&p->ref, memory_order_acquire);
 	for (;;) {
@@ -324,6 +327,12 @@ static int px_attempt(struct tmo *e, struct px_priv *p, bool waited)
 				return PX_BUSY;
 			return waited ? TMO_CANCEL_WAITED : TMO_CANCEL_FIRED;
 		}
+		/* An arm made while t's callback still runs (its re-arm: ref was
+		 * stored after `running`, and read with acquire): the caller waits
+		 * for the callback, checked, before it prevents anything.  NULL t:
+		 * from inside the callback, where the re-arm is prevented at once. */
+		if (t != NULL && atomic_load(&e->running) == t)
+			return PX_BUSY;
 		uint64_t w = mkword(gen, S_ARMED);
 		if (atomic_compare_exchange_strong(&s->word, &w, mkword(gen, S_CANCELLED))) {
 			atomic_store(&p->ref, 0); /* before the slot can be reused */
@@ -354,26 +363,41 @@ static bool px_busy(struct tmo *e, struct px_priv *p, struct tmo_timer *t)
 	return s != NULL && atomic_load(&s->word) == mkword(ref_gen(ref), S_FIRING);
 }
 
+/* Whether the wait for t's busy callback would deadlock across engines
+ * (core/internal.h): cb_ref read after busy was seen, busy looked at again
+ * after it, so the ref is that invocation's (or a later one of t). */
+static int px_check(struct tmo *e, struct px_priv *p, struct tmo_timer *t)
+{
+	uint64_t ref = atomic_load_explicit(&e->cb_ref, memory_order_acquire);
+	return px_busy(e, p, t) ? tmo__wait_begin(ref) : 0;
+}
+
 /* Other thread: wait for the running callback, then attempt again while
  * still counted as a waiter (the engine thread holds off firing until every
- * waiter has looked). */
+ * waiter has looked).  With `attempt`, each wait is checked first: a wait
+ * that would deadlock returns TMO_EDEADLK, nothing changed. */
 static int px_wait_attempt(struct tmo *e, struct px_priv *p, struct tmo_timer *t, bool attempt)
 {
 	int res = TMO_CANCEL_PREVENTED;
 	pthread_mutex_lock(&e->wm);
 	atomic_fetch_add(&e->waiters, 1);
 	for (;;) {
-		while (px_busy(e, p, t))
-			pthread_cond_wait(&e->wait_cv, &e->wm);
-		if (!attempt)
+		while (res != TMO_EDEADLK && px_busy(e, p, t)) {
+			if (attempt && px_check(e, p, t) != 0)
+				res = TMO_EDEADLK;
+			else
+				pthread_cond_wait(&e->wait_cv, &e->wm);
+		}
+		if (!attempt || res == TMO_EDEADLK)
 			break;
-		res = px_attempt(e, p, true);
+		res = px_attempt(e, p, t, true);
 		if (res != PX_BUSY)
 			break;
 	}
 	if (atomic_fetch_sub(&e->waiters, 1) == 1)
 		pthread_cond_signal(&e->drain_cv);
 	pthread_mutex_unlock(&e->wm);
+	tmo__wait_end();
 	return res;
 }
 
@@ -388,13 +412,13 @@ static int px_cancel(struct tmo *e, struct tmo_timer *t)
 		if (atomic_load_explicit(&e->running, memory_order_relaxed) == t &&
 		    (atomic_load(&p->ref) & PX_FIRED_BIT))
 			return TMO_CANCEL_SELF; /* not re-armed: it is us */
-		int res = px_attempt(e, p, false);
+		int res = px_attempt(e, p, NULL, false);
 		return res == PX_BUSY ? TMO_CANCEL_SELF : res;
 	}
 
 	if (atomic_load(&e->running) == t)
 		return px_wait_attempt(e, p, t, true);
-	int res = px_attempt(e, p, false);
+	int res = px_attempt(e, p, t, false);
 	if (res == PX_BUSY)
 		return px_wait_attempt(e, p, t, true);
 	if (res == TMO_CANCEL_PREVENTED && atomic_load(&e->running) == t) {

@@ -40,7 +40,10 @@
  * (none can appear after its decision), so no record stays held.  From
  * inside one of the timer's own invocations cancel never waits (two
  * invocations cancelling each other would wait for each other): it prevents
- * a pending re-arm or returns SELF at once.
+ * a pending re-arm or returns SELF at once.  Each wait for an invocation on
+ * another thread is checked first across engines and timers (a callback
+ * waiting, through a chain, for the canceller's own: core/internal.h); a
+ * refused cancel (TMO_EDEADLK) puts its held arm back and changes nothing.
  *
  * Lifecycle
  * ---------
@@ -152,6 +155,7 @@ static void *rec_thread(void *arg)
 		priv(t)->rec = NULL;
 		tmo_callback *cb = t->cb;
 		void *cb_arg = t->arg;
+		r->ref = tmo__cb_begin(); /* read by cancels under the mutex */
 		pthread_mutex_unlock(&e->m);
 		cur_rec = r;
 		/* Recorded just before the call (see Order). */
@@ -164,6 +168,7 @@ static void *rec_thread(void *arg)
 		tmo__end_if_forked(e);
 		cur_rec = NULL;
 		pthread_mutex_lock(&e->m);
+		tmo__cb_end();
 		thr_set_in(e, r, IN_NONE); /* if nobody took it out of `entering` */
 		r->state = R_DONE;
 		tmo_list_del(&r->run_link);
@@ -368,25 +373,64 @@ static int thr_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_c
 	return 0;
 }
 
-static int thr_cancel(struct tmo *e, struct tmo_timer *t)
+/* Under the mutex: a cancel refused (TMO_EDEADLK) lets go of its hold; the
+ * last one out puts a held arm back in the heap, as if never held.  0, or
+ * TMO_ENOMEM when the heap cannot take it back (the hold stays). */
+static int thr_unhold(struct tmo *e, struct thr_priv *p)
 {
-	struct thr_priv *p = priv(t);
-	pthread_mutex_lock(&e->m);
-	bool waited = false;
-	bool self = cur_rec != NULL && cur_rec->e == e && cur_rec->timer == t;
-	/* Hold the pending arm, if any, while we wait (see the design). */
-	if (p->cancelling++ == 0 && p->state == T_PENDING)
-		thr_unqueue(e, p->rec);
-	/* From another thread: wait for every running invocation of the
-	 * callback; restart the scan after each wait (the list changed). */
+	if (p->cancelling == 1 && p->state == T_PENDING && !tmo_heap_contains(&p->rec->node)) {
+		int rc = tmo_heap_push(&e->heap, &p->rec->node, p->rec->deadline);
+		if (rc != 0)
+			return rc;
+		pthread_cond_signal(&p->rec->cv); /* it slept held: look again */
+	}
+	p->cancelling--;
+	return 0;
+}
+
+/* Under the mutex: wait for every running invocation of t's callback;
+ * restart the scan after each wait (the list changed).  Each wait is
+ * checked across engines first (core/internal.h): 1 waited, 0 nothing to
+ * wait for, TMO_EDEADLK refused (the hold let go).  A refusal whose held
+ * arm cannot go back (out of memory) waits unchecked instead. */
+static int thr_wait_running(struct tmo *e, struct thr_priv *p, struct tmo_timer *t)
+{
 	struct rec *r;
-	while (!self && (r = thr_running_of(e, t)) != NULL) {
+	int waited = 0;
+	bool check = true;
+	while ((r = thr_running_of(e, t)) != NULL) {
+		if (check && tmo__wait_begin(r->ref) != 0) {
+			if (thr_unhold(e, p) == 0)
+				return TMO_EDEADLK;
+			check = false;
+		}
 		r->waiters++;
 		while (r->state == R_RUNNING)
 			pthread_cond_wait(&r->cv, &e->m);
 		thr_unwait(e, r);
-		waited = true;
+		waited = 1;
 	}
+	return waited;
+}
+
+static int thr_cancel(struct tmo *e, struct tmo_timer *t)
+{
+	struct thr_priv *p = priv(t);
+	pthread_mutex_lock(&e->m);
+	bool self = cur_rec != NULL && cur_rec->e == e && cur_rec->timer == t;
+	/* Hold the pending arm, if any, while we wait (see the design). */
+	if (p->cancelling++ == 0 && p->state == T_PENDING)
+		thr_unqueue(e, p->rec);
+	/* From another thread: wait for every running invocation. */
+	int w = self ? 0 : thr_wait_running(e, p, t);
+	tmo__wait_end();
+	if (w < 0) {
+		struct rec *done = thr_take_done(e);
+		pthread_mutex_unlock(&e->m);
+		thr_reap(e, done);
+		return w; /* TMO_EDEADLK: nothing changed, the callback still runs */
+	}
+	bool waited = w > 0;
 	int res;
 	struct rec *victim = NULL;
 	switch ((enum timer_state)p->state) {

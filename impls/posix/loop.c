@@ -20,9 +20,13 @@ static void px_fire(struct tmo *e, uint64_t v)
 		return; /* not ours */
 	struct px_slot *s = slot_at(e, idx);
 	uint64_t w = mkword(gen, S_ARMED);
+	/* Before FIRING shows: a cancel that sees it reads this ref or later. */
+	atomic_store_explicit(&e->cb_ref, tmo__cb_begin(), memory_order_release);
 	if (!atomic_compare_exchange_strong_explicit(&s->word, &w, mkword(gen, S_FIRING),
-	                                             memory_order_acq_rel, memory_order_relaxed))
+	                                             memory_order_acq_rel, memory_order_relaxed)) {
+		tmo__cb_end();
 		return; /* late signal of a cancelled arm, or stale generation */
+	}
 	struct tmo_timer *t = s->timer;
 	tmo_callback *cb = s->cb;
 	void *arg = s->arg;
@@ -35,6 +39,7 @@ static void px_fire(struct tmo *e, uint64_t v)
 	atomic_store(&e->running, t);
 	cb(t, arg); /* may free t: not touched again */
 	tmo__end_if_forked(e);
+	tmo__cb_end();
 	atomic_store(&e->running, NULL);
 	atomic_store(&s->word, mkword(gen, S_DONE));
 	/* Waiters increment `waiters` before they test the state (seq_cst):

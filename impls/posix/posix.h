@@ -72,6 +72,9 @@ struct tmo {
 	pthread_cond_t drain_cv; /* the last waiter has looked */
 	atomic_uint waiters;
 	_Atomic(struct tmo_timer *) running; /* whose callback runs now */
+	/* Its invocation (core/internal.h), stored before the slot turns
+	 * FIRING and before `running` names it. */
+	_Atomic uint64_t cb_ref;
 
 	/* Slot table: dir has PX_MAX_CHUNKS entries, chunks never move. */
 	struct px_slot **dir;

@@ -51,6 +51,7 @@ struct rec {
 	atomic_bool entered;
 	int64_t entered_cpu, entered_at;
 	pid_t tid; /* the record's thread, for /proc (written before entered) */
+	tmo__cbref ref; /* its callback's invocation, under the mutex while RUNNING */
 	struct rec *ph_child, *ph_next, *ph_prev; /* pairing heap; ph_prev: parent
 	                                             or left sibling */
 	struct tmo_list run_link; /* e->running while RUNNING */

@@ -58,12 +58,18 @@
  * Different engines are fully independent of each other, with one
  * exception that is the waiting cancel's nature (as with Linux's
  * timer_delete_sync()): when a callback of engine A cancels a timer of
- * engine B while a callback of B cancels a timer of A, each waits for the
- * other's callback and both threads deadlock (no error can be returned:
- * each cancel is a legal call on its own).  Arm and cancel such timers from
- * outside the callbacks, or have the callbacks only arm; the same holds for
- * any chain of engines whose callbacks cancel each other's timers in a
- * cycle.
+ * engine B while a callback of B cancels a timer of A, each would wait for
+ * the other's callback forever.  tmo refuses that wait: before a cancel
+ * waits for a running callback it looks whether the thread running that
+ * callback is itself waiting, directly or through a chain of engines (or of
+ * one engine's concurrent callbacks), for the callback running on the
+ * calling thread; if so the cancel returns TMO_EDEADLK at once (Cancel's
+ * Return list, below).  When two such cancels start at the same moment at
+ * least one is refused, possibly both.  A cancel from a thread that runs no
+ * callback can close no cycle and is never refused.  Waits that are not
+ * cancels (destroy of another engine from a callback, a lock the other
+ * callback holds) are not checked: never wait in a callback for something
+ * that waits for this callback.
  *
  * Ownership: a timer belongs to the engine of its first successful arm
  * (tmo_timer.owner holds that engine's id) until tmo_timer_init().
@@ -114,6 +120,17 @@
  *   posix     POSIX timers are not inherited: the slot table and the engine;
  *             no timer_delete (in the child the parent's timer ids may name
  *             the child's own timers).
+ *   libev, libev_loop, libuv, libuv_loop, glib, uring, timerfd (the
+ *             peers, src/peer/peer.h)  fork() first takes every peer
+ *             engine's mutex, which its loop thread holds except while it
+ *             polls or runs a callback (at most 1 s each); the child's
+ *             destroy then frees the library's copy without touching what
+ *             the parent uses (ev_loop_destroy; uv_loop_fork, then the
+ *             handles and loop closed; the GLib context unref'd; the ring
+ *             unmapped and its descriptor closed, nothing submitted; the
+ *             timerfds, epoll and eventfd descriptors closed, no
+ *             epoll_ctl) and the records.  An engine whose mutex was not
+ *             free in time is left as it is, but for its own struct.
  *
  * Callback stack: every engine runs callbacks on a stack of at least
  * TMO_CALLBACK_STACK_MIN bytes.
@@ -169,9 +186,16 @@ enum tmo_error {
 	TMO_ESYS = -12,        /* an unexpected system call failure */
 	TMO_EDEADLK = -13,     /* the call would wait for the calling thread
 	                          itself: destroy, park or a scope from a thread
-	                          the engine owns (inside one of its callbacks) */
+	                          the engine owns (inside one of its callbacks);
+	                          or a cancel from inside a callback would wait
+	                          for a callback that, directly or through a
+	                          chain, waits for this one (tmo_cancel) */
 	TMO_EFORKED = -14,     /* the engine was created before fork() in the
 	                          parent process: create a new one in the child */
+	TMO_EUNAVAIL = -15,    /* create: the kernel facility the engine is
+	                          built on is unavailable here (uring: io_uring
+	                          disabled by sysctl, refused by seccomp in a
+	                          container, ENOSYS under an emulator) */
 	/* The scope runtime's outcomes (tmo/scope.h). */
 	TMO_ETIMEDOUT = -64,   /* the scope's deadline passed: "execution expired" */
 	TMO_ERAISED = -65,     /* an exception raised in the block left the scope */
@@ -231,7 +255,8 @@ void tmo_timer_init(struct tmo_timer *t);
  * A declared capability is a promise a test checks for every engine that
  * declares it: LOCKFREE_ARM the progress scenario, NO_SYSCALL and NO_ALLOC
  * tests/engine/caps.c, PARK tests/engine/lifecycle.c (and the progress
- * scenario), CONCURRENT_CALLBACKS tests/unit/thread_callbacks.c. */
+ * scenario), CONCURRENT_CALLBACKS tests/unit/thread_callbacks.c,
+ * RUN_ON_LOOP tests/engine/run_on_loop.c. */
 enum tmo_cap {
 	/* arm and cancel never wait for the timer thread or a callback: they
 	 * take no lock the timer thread holds while it runs its loop or a
@@ -252,6 +277,10 @@ enum tmo_cap {
 	/* the engine has a park hook (tmo_testing_park, tmo/testing.h): its
 	 * timer thread can be held at a point inside its loop */
 	TMO_CAP_PARK = 1u << 6,
+	/* the engine runs a function on its loop thread, where arm and cancel
+	 * call the library directly (tmo_testing_run_on_loop, tmo/testing.h;
+	 * tests/engine/run_on_loop.c) */
+	TMO_CAP_RUN_ON_LOOP = 1u << 7,
 };
 
 struct tmo_config {
@@ -318,10 +347,11 @@ struct tmo_engine_ops {
 	 *
 	 * Synchronization: callable from any thread and from any callback.  The
 	 * caller must not hold a lock that the timer's callback takes (cancel
-	 * may wait for that callback).  For the same reason, on engines whose
-	 * callbacks run concurrently (TMO_CAP_CONCURRENT_CALLBACKS), two
-	 * callbacks that cancel each other's timers while both run deadlock,
-	 * as with Linux's timer_delete_sync().
+	 * may wait for that callback).  Two callbacks (of two engines, or two
+	 * concurrent ones of one engine: TMO_CAP_CONCURRENT_CALLBACKS) that
+	 * cancel each other's timers while both run would wait for each other,
+	 * as with Linux's timer_delete_sync(): tmo refuses such a wait with
+	 * TMO_EDEADLK instead (also for a longer cycle of callbacks).
 	 *
 	 * On return the engine holds no reference to @timer: it may be freed or
 	 * armed again at once (unless TMO_CANCEL_SELF: then the callback itself
@@ -333,6 +363,20 @@ struct tmo_engine_ops {
 	 *  TMO_CANCEL_WAITED    - the callback was running on another thread;
 	 *                         cancel returned only after it returned;
 	 *  TMO_CANCEL_SELF      - called from inside that callback;
+	 *  TMO_EDEADLK          - called from inside a callback, the timer's
+	 *                         callback is running on another thread, and
+	 *                         that thread waits (in a cancel, directly or
+	 *                         through a chain) for the callback this call is
+	 *                         made from: waiting would deadlock, so cancel
+	 *                         returned at once and changed nothing.  The
+	 *                         timer is NOT cancelled: its callback is still
+	 *                         running and will return (it owns the timer: do
+	 *                         not free or re-arm it now), and an arm it made
+	 *                         stays pending and fires as usual.  Nothing is
+	 *                         lost (every arm is still fired or cancelled
+	 *                         once).  Return from this callback rather than
+	 *                         retry in a loop (the other side waits for it);
+	 *                         cancel again from elsewhere if still needed;
 	 *  TMO_ENULLTIMER, TMO_ENOTARMED, TMO_EWRONGENGINE on bad input.
 	 */
 	int (*cancel)(struct tmo *self, struct tmo_timer *timer);

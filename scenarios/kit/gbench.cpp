@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <memory>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -26,10 +28,6 @@ benchmark::State *state_of(sk_gb_state *st) { return reinterpret_cast<benchmark:
 const benchmark::State *state_of(const sk_gb_state *st)
 {
 	return reinterpret_cast<const benchmark::State *>(st);
-}
-benchmark::internal::Benchmark *bench_of(struct sk_gb_bench *b)
-{
-	return reinterpret_cast<benchmark::internal::Benchmark *>(b);
 }
 
 void copy(char *dst, size_t cap, const std::string &src)
@@ -152,9 +150,60 @@ private:
 	std::ostream null_{nullptr}; // discards (no buffer: writes set badbit)
 };
 
-size_t registered = 0;
+// A registration, kept until sk_gb_run(): Google Benchmark matches its
+// --benchmark_filter against the full registered name
+// ("<name>/min_time:0.300/repeats:5/real_time/threads:1"), which the
+// console and the JSON never show.  The harness takes the filter itself and
+// matches it against the name they show ("<name>/threads:N"), with Google
+// Benchmark's own rules (POSIX extended regex, searched; a leading '-'
+// inverts it), and hands Google Benchmark only what it selected.
+struct Spec {
+	std::string name;
+	sk_gb_fn *body;
+	void *ctx;
+	uint64_t iterations = 0;
+	int repetitions = 0;
+	double min_time = 0;
+	int threads = 1;
+	bool real_time = false;
+};
+std::vector<std::unique_ptr<Spec>> specs;
+
+std::string filter_text = ".";
+bool filter_negative = false;
+std::regex filter_re(".", std::regex::extended);
+
+Spec *spec_of(struct sk_gb_bench *b) { return reinterpret_cast<Spec *>(b); }
 
 void help_printer() {}
+
+// Google Benchmark's rules for --benchmark_filter (1.7.1, FindBenchmarks):
+// empty or "all" is everything, a leading '-' selects what does not match.
+// Returns false (printed) for a regex that does not compile.
+bool set_filter(std::string spec)
+{
+	filter_text = spec;
+	if (spec.empty() || spec == "all")
+		spec = ".";
+	filter_negative = spec[0] == '-';
+	if (filter_negative)
+		spec.erase(0, 1);
+	try {
+		filter_re = std::regex(spec, std::regex::extended);
+	} catch (const std::regex_error &err) {
+		std::fprintf(stderr, "tmo-harness: --benchmark_filter=%s: not a regular expression (%s)\n",
+		             filter_text.c_str(), err.what());
+		return false;
+	}
+	return true;
+}
+
+bool selected(const std::string &shown)
+{
+	return std::regex_search(shown, filter_re) != filter_negative;
+}
+
+std::string shown_name(const Spec &s) { return s.name + "/threads:" + std::to_string(s.threads); }
 
 } // namespace
 
@@ -171,22 +220,34 @@ int sk_gb_init(int argc, char **argv)
 			std::fprintf(stderr, "tmo-harness: unknown Google Benchmark flag '%s'\n", argv[i]);
 		return -1;
 	}
+	// The filter is the harness's (see Spec): Google Benchmark runs what
+	// it is handed.
+	if (!set_filter(benchmark::GetBenchmarkFilter()))
+		return -1;
+	benchmark::SetBenchmarkFilter(".");
 	return 0;
+}
+
+int sk_gb_selected(const char *name, int threads)
+{
+	return selected(std::string(name) + "/threads:" + std::to_string(threads)) ? 1 : 0;
 }
 
 struct sk_gb_bench *sk_gb_register(const char *name, sk_gb_fn *body, void *ctx)
 {
-	registered++;
-	auto *b = benchmark::RegisterBenchmark(
-		name, [body, ctx](benchmark::State &st) { body(reinterpret_cast<sk_gb_state *>(&st), ctx); });
-	return reinterpret_cast<struct sk_gb_bench *>(b);
+	specs.push_back(std::make_unique<Spec>());
+	Spec *s = specs.back().get();
+	s->name = name;
+	s->body = body;
+	s->ctx = ctx;
+	return reinterpret_cast<struct sk_gb_bench *>(s);
 }
 
-void sk_gb_iterations(struct sk_gb_bench *b, uint64_t n) { bench_of(b)->Iterations((benchmark::IterationCount)n); }
-void sk_gb_repetitions(struct sk_gb_bench *b, int n) { bench_of(b)->Repetitions(n); }
-void sk_gb_min_time(struct sk_gb_bench *b, double seconds) { bench_of(b)->MinTime(seconds); }
-void sk_gb_threads(struct sk_gb_bench *b, int n) { bench_of(b)->Threads(n); }
-void sk_gb_use_real_time(struct sk_gb_bench *b) { bench_of(b)->UseRealTime(); }
+void sk_gb_iterations(struct sk_gb_bench *b, uint64_t n) { spec_of(b)->iterations = n; }
+void sk_gb_repetitions(struct sk_gb_bench *b, int n) { spec_of(b)->repetitions = n; }
+void sk_gb_min_time(struct sk_gb_bench *b, double seconds) { spec_of(b)->min_time = seconds; }
+void sk_gb_threads(struct sk_gb_bench *b, int n) { spec_of(b)->threads = n; }
+void sk_gb_use_real_time(struct sk_gb_bench *b) { spec_of(b)->real_time = true; }
 
 int sk_gb_keep_running_batch(sk_gb_state *st, uint64_t n)
 {
@@ -214,10 +275,32 @@ void sk_gb_items_processed(sk_gb_state *st, int64_t items) { state_of(st)->SetIt
 size_t sk_gb_run(const struct sk_run *run, struct sk_gb_result **out)
 {
 	*out = nullptr;
-	TeeReporter tee(run, registered);
-	benchmark::RunSpecifiedBenchmarks(&tee);
+	size_t chosen = 0;
+	for (const auto &sp : specs) {
+		if (!selected(shown_name(*sp)))
+			continue;
+		sk_gb_fn *body = sp->body;
+		void *ctx = sp->ctx;
+		auto *b = benchmark::RegisterBenchmark(sp->name.c_str(), [body, ctx](benchmark::State &st) {
+			body(reinterpret_cast<sk_gb_state *>(&st), ctx);
+		});
+		if (sp->iterations > 0)
+			b->Iterations((benchmark::IterationCount)sp->iterations);
+		if (sp->repetitions > 0)
+			b->Repetitions(sp->repetitions);
+		if (sp->min_time > 0)
+			b->MinTime(sp->min_time);
+		if (sp->real_time)
+			b->UseRealTime();
+		b->Threads(sp->threads);
+		chosen++;
+	}
+	specs.clear();
+	if (chosen == 0) // the filter left none: nothing to run or report
+		return 0;
+	TeeReporter tee(run, chosen);
+	benchmark::RunSpecifiedBenchmarks(&tee, ".");
 	benchmark::ClearRegisteredBenchmarks();
-	registered = 0;
 	std::fflush(stdout);
 	sk_sink_add_gbench_json(run->report, tee.json().c_str());
 	size_t n = tee.results.size();

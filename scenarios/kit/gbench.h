@@ -24,7 +24,10 @@
  * Names: Google Benchmark appends "/iterations:N/repeats:N/real_time/
  * threads:N"; sk_gb_run() keeps only "/threads:N", so a result is named
  * "<scenario>/<engine>/<case>/threads:N" (aggregates get "_median" etc.), in
- * the console, in sk_gb_result and in the JSON.
+ * the console, in sk_gb_result and in the JSON.  --benchmark_filter is
+ * matched against that name (not Google Benchmark's longer one), with
+ * Google Benchmark's rules: an extended regex found anywhere in it, a
+ * leading '-' selecting what does not match.
  *
  * Output: sk_gb_run() prints Google Benchmark's console table on stdout and adds
  * its JSON ("context" and "benchmarks", the format compare.py reads) to the
@@ -58,6 +61,11 @@ typedef void sk_gb_fn(sk_gb_state *st, void *ctx);
 int sk_gb_init(int argc, char **argv);
 
 /* ---- registration ---- */
+
+/* Whether --benchmark_filter selects "<name>/threads:<threads>": a scenario
+ * skips the set-up of a benchmark that will not run (e.g. a million
+ * background timers). */
+int sk_gb_selected(const char *name, int threads);
 
 /* Register body(st, ctx) under `name`.  The name is copied; ctx must live
  * until sk_gb_run() returns. */
@@ -123,8 +131,9 @@ struct sk_gb_result {
 	} counters[SK_GB_MAX_COUNTERS];
 };
 
-/* Run every registered benchmark (honouring --benchmark_filter), print the
- * console table, add the JSON to run->report, then clear the registrations.
+/* Run every registered benchmark that --benchmark_filter selects, print the
+ * console table, add the JSON to run->report, then clear the registrations
+ * (when the filter selects none: nothing is run, printed or added, 0).
  * *out (free with sk_gb_results_free) receives one entry per repetition and per
  * aggregate.  Returns the number of entries. */
 size_t sk_gb_run(const struct sk_run *run, struct sk_gb_result **out);

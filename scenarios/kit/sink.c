@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -30,8 +31,9 @@ json_t *sk_sink_load_avg(void)
 }
 
 /* The machine a run measured: online CPUs, the CPU model (the first
- * "model name" of /proc/cpuinfo, where there is one) and the load average
- * when the run started; each write adds the load average at that time. */
+ * "model name" of /proc/cpuinfo, where there is one), the kernel and
+ * architecture, and the load average when the run started; each write adds
+ * the load average at that time. */
 static json_t *machine_json(void)
 {
 	char model[256] = "";
@@ -51,6 +53,13 @@ static json_t *machine_json(void)
 	json_t *m = json_pack("{s:I, s:o}", "cpus_online", (json_int_t)sysconf(_SC_NPROCESSORS_ONLN),
 	                      "load_avg_start", sk_sink_load_avg());
 	json_object_set_new(m, "cpu_model", model[0] ? json_string(model) : json_null());
+	/* The kernel and architecture: system calls, futexes and timers cost
+	 * what the kernel makes them (scripts/compare names a difference). */
+	struct utsname u;
+	if (uname(&u) == 0) {
+		json_object_set_new(m, "kernel", json_sprintf("%s %s", u.sysname, u.release));
+		json_object_set_new(m, "arch", json_string(u.machine));
+	}
 	return m;
 }
 

@@ -48,35 +48,96 @@ static inline int tp_arm(struct tp_ctx *c, struct tmo_timer *t, int64_t timeout)
 	return __builtin_expect(rc == TMO_EAGAIN, 0) ? tp_arm_again(c, t, timeout) : rc;
 }
 
-/* The seed loop body: the op a Ruby `Timeout.timeout(1) { }` costs. */
-static inline void seed_op(struct tp_ctx *c, struct tmo_timer *t)
+/* ---- the ops a loop drives (enum tp_on, a constant in each loop) ----
+ * The engine: tmo_arm and tmo_cancel of the caller's timer `ts[k]`.  The
+ * structure alone: add and del of its node k, deadline the batch's `now`
+ * plus the timeout (a wheel is advanced to `now` once per batch, as the
+ * engine's timer thread advances it; a heap needs nothing until a node is
+ * due, and none is).  The engine is judged by its returns; the structure
+ * has none to judge but a node already gone (cancel: fired). */
+#define TP_INLINE static inline __attribute__((always_inline))
+
+TP_INLINE int op_arm(struct tp_ctx *c, enum tp_on on, struct tmo_timer *ts, uint32_t k,
+                     int64_t timeout)
 {
-	int rc = tp_arm(c, t, TMO_NSEC_PER_SEC);
+	struct tp_ds *d = c->ds;
+	if (on == TP_ENGINE)
+		return tp_arm(c, &ts[k], timeout);
+	if (on == TP_WHEEL) {
+		tmo_wheel_add(&d->wheel, &d->wn[k], d->now + timeout);
+		return 0;
+	}
+	return tmo_heap_push(&d->heap, &d->hn[k], d->now + timeout);
+}
+
+TP_INLINE int op_cancel(struct tp_ctx *c, enum tp_on on, struct tmo_timer *ts, uint32_t k)
+{
+	struct tp_ds *d = c->ds;
+	if (on == TP_ENGINE)
+		return tmo_cancel(c->e, &ts[k]);
+	if (on == TP_WHEEL) {
+		if (!tmo_wheel_contains(&d->wn[k]))
+			return TMO_CANCEL_FIRED;
+		tmo_wheel_del(&d->wheel, &d->wn[k]);
+		return TMO_CANCEL_PREVENTED;
+	}
+	if (!tmo_heap_contains(&d->hn[k]))
+		return TMO_CANCEL_FIRED;
+	tmo_heap_remove(&d->heap, &d->hn[k]);
+	return TMO_CANCEL_PREVENTED;
+}
+
+/* Before each batch: the structure's clock (and the wheel's turn). */
+TP_INLINE void op_batch(struct tp_ctx *c, enum tp_on on, int64_t now)
+{
+	struct tp_ds *d = c->ds;
+	if (on == TP_ENGINE)
+		return;
+	d->now = now;
+	if (on == TP_WHEEL) {
+		struct tmo_wheel_list due = {NULL};
+		d->fired += (long long)tmo_wheel_advance(&d->wheel, now, &due);
+	}
+}
+
+/* The seed loop body: the op a Ruby `Timeout.timeout(1) { }` costs. */
+TP_INLINE void seed_op(struct tp_ctx *c, enum tp_on on, struct tmo_timer *ts)
+{
+	int rc = op_arm(c, on, ts, 0, TMO_NSEC_PER_SEC);
 	if (rc != 0) {
 		tp_error(c, &c->arm_errors, rc);
 		return;
 	}
 	__asm__ volatile("" ::: "memory"); /* the empty block */
-	rc = tmo_cancel(c->e, t);
+	rc = op_cancel(c, on, ts, 0);
 	if (rc != TMO_CANCEL_PREVENTED)
 		tp_error(c, &c->cancel_errors, rc);
+}
+
+/* The seed loop; the engine's reads no clock (its arm dates itself). */
+TP_INLINE void seed_loop(sk_gb_state *st, struct tp_ctx *c, enum tp_on on, struct tmo_timer *ts)
+{
+	while (sk_gb_keep_running_batch(st, BATCH)) {
+		if (on != TP_ENGINE)
+			op_batch(c, on, tmo_now_ns());
+		for (int i = 0; i < BATCH; i++)
+			seed_op(c, on, ts);
+	}
+	sk_gb_items_processed(st, (int64_t)sk_gb_max_iterations(st));
 }
 
 void bench_seed(sk_gb_state *st, void *arg)
 {
 	struct tp_ctx *c = arg;
-	struct tmo_timer *t = &c->slots[sk_gb_thread_index(st)].t;
-	while (sk_gb_keep_running_batch(st, BATCH))
-		for (int i = 0; i < BATCH; i++)
-			seed_op(c, t);
-	sk_gb_items_processed(st, (int64_t)sk_gb_max_iterations(st));
+	seed_loop(st, c, TP_ENGINE, &c->slots[sk_gb_thread_index(st)].t);
 }
 
 /* Cancel the oldest held timer (it was armed `now - at` ago). */
-static inline void held_cancel_oldest(struct tp_ctx *c, struct tp_held *h, int64_t now)
+TP_INLINE void held_cancel_oldest(struct tp_ctx *c, enum tp_on on, struct tp_held *h,
+                                  int64_t now)
 {
 	uint32_t k = (uint32_t)(h->tail++ % HELD_RING);
-	int rc = tmo_cancel(c->e, &h->t[k]);
+	int rc = op_cancel(c, on, h->t, k);
 	if (rc != TMO_CANCEL_PREVENTED)
 		tp_error(c, &c->cancel_errors, rc);
 	h->hold_ns_sum += (double)(now - h->at[k]);
@@ -85,20 +146,19 @@ static inline void held_cancel_oldest(struct tp_ctx *c, struct tp_held *h, int64
 
 /* Each iteration arms one timer and cancels those armed at least HELD_NS
  * ago: in the steady state one arm and one cancel. */
-void bench_held(sk_gb_state *st, void *arg)
+TP_INLINE void held_loop(sk_gb_state *st, struct tp_ctx *c, enum tp_on on, struct tp_held *h)
 {
-	struct tp_ctx *c = arg;
-	struct tp_held *h = &c->held[sk_gb_thread_index(st)];
 	h->head = h->tail = 0;
 	while (sk_gb_keep_running_batch(st, BATCH)) {
 		int64_t now = tmo_now_ns();
+		op_batch(c, on, now);
 		for (int i = 0; i < BATCH; i++) {
 			while (h->head - h->tail >= HELD_RING ||
 			       (h->head > h->tail && now - h->at[h->tail % HELD_RING] >= HELD_NS))
-				held_cancel_oldest(c, h, now);
+				held_cancel_oldest(c, on, h, now);
 			uint32_t k = (uint32_t)(h->head++ % HELD_RING);
 			h->at[k] = now;
-			int rc = tp_arm(c, &h->t[k], TMO_NSEC_PER_SEC);
+			int rc = op_arm(c, on, h->t, k, TMO_NSEC_PER_SEC);
 			if (rc != 0) {
 				tp_error(c, &c->arm_errors, rc);
 				h->head--;
@@ -107,8 +167,33 @@ void bench_held(sk_gb_state *st, void *arg)
 	}
 	int64_t now = tmo_now_ns(); /* the loop has ended: this is not timed */
 	while (h->head > h->tail)
-		held_cancel_oldest(c, h, now);
+		held_cancel_oldest(c, on, h, now);
 	sk_gb_items_processed(st, (int64_t)sk_gb_max_iterations(st));
+}
+
+void bench_held(sk_gb_state *st, void *arg)
+{
+	struct tp_ctx *c = arg;
+	held_loop(st, c, TP_ENGINE, &c->held[sk_gb_thread_index(st)]);
+}
+
+/* The same two loops on the structure alone (one thread, its own FIFO). */
+void bench_ds_seed(sk_gb_state *st, void *arg)
+{
+	struct tp_ctx *c = arg;
+	if (c->ds->kind == TP_WHEEL)
+		seed_loop(st, c, TP_WHEEL, NULL);
+	else
+		seed_loop(st, c, TP_HEAP, NULL);
+}
+
+void bench_ds_held(sk_gb_state *st, void *arg)
+{
+	struct tp_ctx *c = arg;
+	if (c->ds->kind == TP_WHEEL)
+		held_loop(st, c, TP_WHEEL, &c->ds->held);
+	else
+		held_loop(st, c, TP_HEAP, &c->ds->held);
 }
 
 void bench_empty(sk_gb_state *st, void *arg)
@@ -192,7 +277,7 @@ void bench_cross(sk_gb_state *st, void *arg)
 }
 
 /* One seed pair, out of line: the warm-up's. */
-void tp_seed_op(struct tp_ctx *c, struct tmo_timer *t) { seed_op(c, t); }
+void tp_seed_op(struct tp_ctx *c, struct tmo_timer *t) { seed_op(c, TP_ENGINE, t); }
 
 /* Arm `n` background timers with long random timeouts.  Returns how many
  * were armed (fewer if the engine ran out: its error is in *err). */

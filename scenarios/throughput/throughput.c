@@ -21,6 +21,12 @@
  *          single-producer ring between them): pairs/s.
  *  live:L  the seed loop with L (1e3, 1e5, 1e6) other timers armed
  *          (timeouts 60..3600 s, never due during the run).
+ *  structure:S/seed, /held, /live:L  the same seed, held and live loops
+ *          (bench.c: one loop, specialised) on the engine's own structure
+ *          alone, unlocked on one thread (structure.c: S is wheel for
+ *          wheel, heap for condvar and mpsc; none for the others).  "x
+ *          structure" is the engine's time per pair over the structure's:
+ *          what the engine's locking, dating and filing add to the limit.
  *
  * --repeat=N runs all of it on N fresh engine instances and reports each
  * figure's median over them (the rows without "stat="), and its min and max
@@ -44,7 +50,9 @@ static const struct sk_metric throughput_metrics[] = {
 	{"seed_median_ns_per_op", "ns"}, {"empty_loop_ns_per_op", "ns"}, {"floor_ns_per_op", "ns"},
 	{"ratio_to_floor", "x"}, {"ops_per_s", "ops/s"}, {"held_pairs_per_s", "pairs/s"},
 	{"held_mean_hold_ns", "ns"}, {"cross_pairs_per_s", "pairs/s"}, {"arms_refused", "count"},
-	{"live_ns_per_op", "ns"}, {NULL, NULL},
+	{"live_ns_per_op", "ns"}, {"structure_seed_ns_per_op", "ns"},
+	{"structure_held_pairs_per_s", "pairs/s"}, {"structure_live_ns_per_op", "ns"},
+	{"ratio_to_structure", "x"}, {NULL, NULL},
 };
 
 static const struct sk_target tp_targets[] = {
@@ -71,6 +79,9 @@ static const struct sk_target tp_targets[] = {
 	{.label = "%d threads / 1 aggregate: wheel 1 ms held", .engines = "wheel",
 	 .metric = "held_pairs_per_s", .per_param = "threads=1", .most_threads = 1,
 	 .cmp = SK_AT_LEAST, .bound = 0.5, .unit = "x"},
+	{.label = "held 1 ms, 1 thread: wheel ns a pair / its structure alone", .engines = "wheel",
+	 .metric = "ratio_to_structure", .param = "case=held", .cmp = SK_AT_MOST, .bound = 4,
+	 .unit = "x"},
 	{.label = "1e6 live timers: wheel ns per op", .engines = "wheel", .metric = "live_ns_per_op",
 	 .param = "live=1000000", .cmp = SK_AT_MOST, .bound = 30, .unit = " ns",
 	 .missing = "not measured (%s not run, or --quick)"},
@@ -145,17 +156,7 @@ static const struct sk_gb_result *tp_find(const struct sk_run *run, const struct
 	return sk_gb_find(res, n, name);
 }
 
-/* What one engine instance measured. */
-struct tp_figs {
-	double seed_ns, empty_ns, floor_ns, cross;
-	double ops_s[MAX_THREADS + 1];  /* seed, by threads */
-	double held_s[MAX_THREADS + 1]; /* held 1 ms, by threads */
-	double held_hold_ns;            /* the mean hold, at one thread */
-	double live_ns[3];
-	double refused; /* arms asked again after TMO_EAGAIN, every case */
-};
-
-static const size_t lives[3] = {1000, 100000, 1000000};
+const size_t tp_lives[3] = {1000, 100000, 1000000};
 
 /* Register the Google Benchmark set of one instance. */
 static void tp_register_all(const struct sk_run *run, struct tp_ctx *c, int rounds, int ops,
@@ -172,6 +173,17 @@ static void tp_register_all(const struct sk_run *run, struct tp_ctx *c, int roun
 		struct sk_gb_bench *b = tp_register(run, rounds_of[k].what, rounds_of[k].fn, c, 1, 0);
 		sk_gb_iterations(b, (uint64_t)ops);
 		sk_gb_repetitions(b, rounds);
+	}
+	/* The structure alone: its seed in the same rounds, its held loop as
+	 * the engine's at one thread. */
+	if (c->ds != NULL) {
+		char what[64];
+		snprintf(what, sizeof what, "structure:%s/seed", c->ds->name);
+		struct sk_gb_bench *b = tp_register(run, what, bench_ds_seed, c, 1, 0);
+		sk_gb_iterations(b, (uint64_t)ops);
+		sk_gb_repetitions(b, rounds);
+		snprintf(what, sizeof what, "structure:%s/held", c->ds->name);
+		tp_register(run, what, bench_ds_held, c, 1, min_time);
 	}
 	for (int t = 1; t <= nthreads; t++)
 		tp_register(run, "", bench_seed, c, t, min_time);
@@ -213,51 +225,104 @@ static int tp_collect(const struct sk_run *run, struct tp_ctx *c, const struct s
 	                      : NAN;
 	/* Both threads count an iteration per timer: pairs = iterations / 2. */
 	f->cross = tp_median_rate(run, res, n, "cross", 2) / 2;
+	f->ds_seed_ns = f->ds_held_s = NAN;
+	if (c->ds != NULL) {
+		char what[64];
+		snprintf(what, sizeof what, "structure:%s/seed", c->ds->name);
+		const struct sk_gb_result *r = tp_find(run, res, n, what, 1, "median");
+		f->ds_seed_ns = r ? r->real_ns : NAN;
+		snprintf(what, sizeof what, "structure:%s/held", c->ds->name);
+		f->ds_held_s = tp_median_rate(run, res, n, what, 1);
+	}
 	return violations;
 }
 
-/* The seed loop with L other timers live. */
+/* Run the one benchmark registered (WHAT, one thread): ns per op, or NaN;
+ * a benchmark stopped with an error is a violation (*violations). */
+static double tp_run_one(const struct sk_run *run, const char *what, int *violations)
+{
+	struct sk_gb_result *res;
+	size_t n = sk_gb_run(run, &res);
+	double ns = n > 0 ? 1e9 / tp_median_rate(run, res, n, what, 1) : NAN;
+	for (size_t i = 0; i < n; i++)
+		if (res[i].error) {
+			sk_violation(run, "benchmark %s stopped: %s", res[i].name, res[i].error_message);
+			++*violations;
+		}
+	sk_gb_results_free(res);
+	return ns;
+}
+
+/* Whether --benchmark_filter selects "throughput/<engine>/<what>". */
+static int tp_selected(const struct sk_run *run, const char *what)
+{
+	char name[200];
+	snprintf(name, sizeof name, "throughput/%s/%s", run->ops->name, what);
+	return sk_gb_selected(name, 1);
+}
+
+/* The structure alone with the same L background timeouts (drawn from
+ * *rng as the engine's were). */
+static void tp_live_ds(const struct sk_run *run, struct tp_ctx *c, size_t live, double min_time,
+                       struct sk_rng *rng, double *ns, int *violations)
+{
+	char what[64];
+	snprintf(what, sizeof what, "structure:%s/live:%zu", c->ds->name, live);
+	if (!tp_selected(run, what))
+		return;
+	if (tp_ds_fill(c->ds, live, rng) != 0) {
+		printf("live=%zu: structure alone not measured (out of memory)\n", live);
+	} else {
+		tp_register(run, what, bench_ds_seed, c, 1, min_time);
+		*ns = tp_run_one(run, what, violations);
+		printf("live=%zu: structure alone (%s) %.1f ns/op\n", live, c->ds->name, *ns);
+	}
+	if (tp_ds_drain(c->ds) != 0) {
+		sk_violation(run, "live=%zu: background nodes left the %s alone before their "
+		             "60..3600 s deadlines", live, c->ds->name);
+		++*violations;
+	}
+}
+
+/* The seed loop with L other timers live (the engine's, then its
+ * structure's alone). */
 static int tp_live(const struct sk_run *run, struct tp_ctx *c, double min_time,
                    struct sk_rng *rng, struct tp_figs *f)
 {
 	int violations = 0;
 	for (size_t li = 0; li < 3; li++) {
-		f->live_ns[li] = NAN;
-		size_t live = (size_t)sk_scaled(lives[li]);
-		if (sk_thread_per_timer(run) && live > LIVE_THREAD_MAX) {
+		f->live_ns[li] = f->ds_live_ns[li] = NAN;
+		size_t live = (size_t)sk_scaled(tp_lives[li]);
+		struct sk_rng drawn = *rng; /* the structure draws the same timeouts */
+		char what[32];
+		snprintf(what, sizeof what, "live:%zu", live);
+		if (!tp_selected(run, what)) {
+			/* left out by --benchmark_filter: no background to arm */
+		} else if (sk_thread_per_timer(run) && live > LIVE_THREAD_MAX) {
 			printf("live=%zu: skipped (thread per timer: at most %d live timers)\n", live,
 			       LIVE_THREAD_MAX);
-			continue;
-		}
-		struct tmo_timer *bg = calloc(live, sizeof *bg);
-		if (bg == NULL) {
-			sk_violation(run, "out of memory for %zu background timers", live);
-			return violations + 1;
-		}
-		int err;
-		size_t armed = tp_arm_background(c, bg, live, rng, &err);
-		if (armed < live) {
-			printf("live=%zu: skipped: the engine took %zu timers, then returned %s\n", live,
-			       armed, tmo_errname(err));
-			sk_report_fmt(run, "live_capacity", (double)armed, "timers", "live=%zu", live);
 		} else {
-			char what[32];
-			snprintf(what, sizeof what, "live:%zu", live);
-			tp_register(run, what, bench_seed, c, 1, min_time);
-			struct sk_gb_result *res;
-			size_t n = sk_gb_run(run, &res);
-			f->live_ns[li] = 1e9 / tp_median_rate(run, res, n, what, 1);
-			printf("live=%zu: %.1f ns/op\n", live, f->live_ns[li]);
-			for (size_t i = 0; i < n; i++)
-				if (res[i].error) {
-					sk_violation(run, "benchmark %s stopped: %s", res[i].name,
-					              res[i].error_message);
-					violations++;
-				}
-			sk_gb_results_free(res);
+			struct tmo_timer *bg = calloc(live, sizeof *bg);
+			if (bg == NULL) {
+				sk_violation(run, "out of memory for %zu background timers", live);
+				return violations + 1;
+			}
+			int err;
+			size_t armed = tp_arm_background(c, bg, live, rng, &err);
+			if (armed < live) {
+				printf("live=%zu: skipped: the engine took %zu timers, then returned %s\n",
+				       live, armed, tmo_errname(err));
+				sk_report_fmt(run, "live_capacity", (double)armed, "timers", "live=%zu", live);
+			} else {
+				tp_register(run, what, bench_seed, c, 1, min_time);
+				f->live_ns[li] = tp_run_one(run, what, &violations);
+				printf("live=%zu: %.1f ns/op\n", live, f->live_ns[li]);
+			}
+			violations += (int)tp_cancel_background(c, bg, armed);
+			free(bg);
 		}
-		violations += (int)tp_cancel_background(c, bg, armed);
-		free(bg);
+		if (c->ds != NULL)
+			tp_live_ds(run, c, live, min_time, &drawn, &f->ds_live_ns[li], &violations);
 	}
 	return violations;
 }
@@ -288,6 +353,7 @@ static int tp_instance(const struct sk_run *run, int inst, struct tp_figs *f)
 		c->free_[i] = &c->pool[i];
 	atomic_store(&c->free_tail, RING);
 	tp_held_alloc(run, c, nthreads);
+	c->ds = tp_ds_new(run);
 	struct sk_rng rng = {run->seed + (uint64_t)inst};
 	/* Warm-up, not timed: the engine's first arms may allocate (pools,
 	 * heap arrays) and fault in memory; round 1 should not pay for it. */
@@ -311,79 +377,17 @@ static int tp_instance(const struct sk_run *run, int inst, struct tp_figs *f)
 		              ae, ce, fired, fe < 0 ? tmo_errname(fe) : "non-negative", fe);
 		violations++;
 	}
+	if (c->ds != NULL && c->ds->fired != 0) {
+		sk_violation(run, "the %s alone handed out %lld nodes as due, none of them due for 1 s "
+		             "or more", c->ds->name, c->ds->fired);
+		violations++;
+	}
 	tmo_destroy(&c->e);
+	tp_ds_free(c->ds);
 	tp_held_free(c, nthreads);
 	free(c->pool);
 	free(c);
 	return violations;
-}
-
-/* The median over instances of one figure, with its min and max as rows
- * of their own ("stat=min", "stat=max") when there are several. */
-static double tp_summarize(const struct sk_run *run, const struct tp_figs *figs, int ninst,
-                           size_t offset, const char *metric, const char *unit, const char *param)
-{
-	double v[MAX_INSTANCES];
-	int k = 0;
-	for (int i = 0; i < ninst; i++) {
-		double x = *(const double *)(const void *)((const char *)&figs[i] + offset);
-		if (!isnan(x))
-			v[k++] = x;
-	}
-	double med = k ? sk_median(v, (size_t)k) : NAN; /* sorts v */
-	sk_report(run, metric, param, med, unit);
-	if (ninst > 1 && k > 0) {
-		char p[160];
-		snprintf(p, sizeof p, "%s%sinstances=%d,stat=min", param, param[0] ? "," : "", ninst);
-		sk_report(run, metric, p, v[0], unit);
-		snprintf(p, sizeof p, "%s%sinstances=%d,stat=max", param, param[0] ? "," : "", ninst);
-		sk_report(run, metric, p, v[k - 1], unit);
-	}
-	return med;
-}
-
-#define FIG(field) offsetof(struct tp_figs, field)
-
-static void tp_report(const struct sk_run *run, const struct tp_figs *figs, int ninst,
-                      int nthreads)
-{
-	for (int i = 0; ninst > 1 && i < ninst; i++)
-		sk_report_fmt(run, "seed_instance_ns_per_op", figs[i].seed_ns, "ns", "instance=%d", i);
-	double seed = tp_summarize(run, figs, ninst, FIG(seed_ns), "seed_median_ns_per_op", "ns", "");
-	double empty = tp_summarize(run, figs, ninst, FIG(empty_ns), "empty_loop_ns_per_op", "ns", "");
-	double floor_ns = tp_summarize(run, figs, ninst, FIG(floor_ns), "floor_ns_per_op", "ns", "");
-	sk_report(run, "ratio_to_floor", "", seed / floor_ns, "x");
-	printf("\nseed: median %.1f ns/op over %d instance%s; loop's own cost %.2f ns/op; floor "
-	       "(CAS pair) %.2f ns/op; %.1fx the floor\n",
-	       seed, ninst, ninst > 1 ? "s" : "", empty, floor_ns, seed / floor_ns);
-	char param[64];
-	double one = NAN, held_one = NAN;
-	for (int t = 1; t <= nthreads; t++) {
-		snprintf(param, sizeof param, "threads=%d", t);
-		double ops_s = tp_summarize(run, figs, ninst, FIG(ops_s[t]), "ops_per_s", "ops/s", param);
-		double held = tp_summarize(run, figs, ninst, FIG(held_s[t]), "held_pairs_per_s",
-		                           "pairs/s", param);
-		if (t == 1) {
-			one = ops_s;
-			held_one = held;
-		}
-		printf("threads=%d: seed %.3g ops/s aggregate (%.2fx one thread); held 1 ms %.3g "
-		       "pairs/s (%.2fx)\n",
-		       t, ops_s, ops_s / one, held, held / held_one);
-	}
-	tp_summarize(run, figs, ninst, FIG(held_hold_ns), "held_mean_hold_ns", "ns", "threads=1");
-	double cross = tp_summarize(run, figs, ninst, FIG(cross), "cross_pairs_per_s", "pairs/s",
-	                            "threads=2");
-	double refused = tp_summarize(run, figs, ninst, FIG(refused), "arms_refused", "count", "");
-	if (refused > 0)
-		printf("arms refused for capacity (TMO_EAGAIN) and asked again: %.0f\n", refused);
-	printf("cross-thread (arm on one thread, cancel on another): %.3g pairs/s, %.0f ns per "
-	       "pair\n",
-	       cross, 1e9 / cross);
-	for (int li = 0; li < 3; li++) {
-		snprintf(param, sizeof param, "live=%zu", (size_t)sk_scaled(lives[li]));
-		tp_summarize(run, figs, ninst, FIG(live_ns[li]), "live_ns_per_op", "ns", param);
-	}
 }
 
 static int throughput_run(const struct sk_run *run)
@@ -417,40 +421,6 @@ static int throughput_run(const struct sk_run *run)
 	return violations;
 }
 
-/* A number, or "-" when it was not measured. */
-static void tp_fmt(char *buf, double v, const char *f)
-{
-	if (isnan(v) || isinf(v))
-		snprintf(buf, 32, "-");
-	else
-		snprintf(buf, 32, f, v);
-}
-
-/* The seed benchmark per engine against the in-run floor and the thread
- * engine, from every engine's rows. */
-static void tp_summary(const struct sk_results *res)
-{
-	double thread = sk_figure(res, "throughput", "thread", "seed_median_ns_per_op", "");
-	printf("\n==== throughput: seed benchmark (1 s timeout armed and cancelled around an "
-	       "empty block), median of rounds ====\n");
-	printf("  %-10s %12s %12s %14s %12s\n", "engine", "ns/op", "floor ns/op", "x floor",
-	       "x vs thread");
-	for (int i = 0; i < res->nengines; i++) {
-		const char *e = res->engines[i]->name;
-		double ns = sk_figure(res, "throughput", e, "seed_median_ns_per_op", "");
-		double fl = sk_figure(res, "throughput", e, "floor_ns_per_op", "");
-		char c[4][32];
-		tp_fmt(c[0], ns, "%.1f");
-		tp_fmt(c[1], fl, "%.2f");
-		tp_fmt(c[2], ns / fl, "%.2f");
-		tp_fmt(c[3], thread / ns, "%.0f");
-		printf("  %-10s %12s %12s %14s %12s\n", e, c[0], c[1], c[2], c[3]);
-	}
-	printf("  (x floor: times slower than an uncontended CAS pair measured in the same "
-	       "run;\n   x vs thread: times faster than the thread engine, - when it was not "
-	       "run)\n");
-}
-
 const struct sk_scenario sk_scenario_throughput = {
 	.name = "throughput",
 	.summary = "seed benchmark (arm+cancel a 1 s timeout around an empty block), threads, timers held "
@@ -463,7 +433,10 @@ const struct sk_scenario sk_scenario_throughput = {
 	          "arming its own timer, and 1..--threads threads each cancelling its arms ~1 ms "
 	          "after making them (min-time runs of min_time, median of min_time_reps); "
 	          "cross-thread cancel (2 threads); the seed loop with 1e3, 1e5, 1e6 other timers "
-	          "live (thread engine: 1e3 only). --repeat=N: all of it on N fresh engine "
+	          "live (thread engine: 1e3 only). The seed, held (one thread) and live loops also drive "
+	          "the engine's own structure alone, unlocked on one thread (wheel: src/ds/wheel.c; "
+	          "condvar, mpsc: src/ds/heap.c; other engines have none: \"-\"), reported as "
+	          "\"x structure\". --repeat=N: all of it on N fresh engine "
 	          "instances, each figure's median and (stat=min, stat=max) its spread. --seed "
 	          "draws the live timers' timeouts. An arm refused with TMO_EAGAIN is asked again "
 	          "(arms_refused counts them). A benchmark: speed is reported and compared in the "

@@ -9,6 +9,8 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
+#include "ds/heap.h"
+#include "ds/wheel.h"
 #include "kit/gbench.h"
 #include "kit/util.h"
 
@@ -37,9 +39,33 @@ struct tp_held {
 	uint64_t holds;
 };
 
+/* What a loop drives (bench.c: one loop, specialised for each by the
+ * compiler): the engine, through tmo_arm and tmo_cancel, or the engine's
+ * own structure alone (src/ds), unlocked, on one thread: the limit the
+ * engine's locking, dating and filing add to. */
+enum tp_on { TP_ENGINE, TP_WHEEL, TP_HEAP };
+
+/* The structure alone (structure.c).  Its clock is the loop's: `now` is
+ * read once per batch of BATCH pairs, as the held loop reads it. */
+struct tp_ds {
+	enum tp_on kind; /* TP_WHEEL or TP_HEAP */
+	const char *name; /* "wheel", "heap": src/ds/<name>.c */
+	int64_t now;
+	struct tmo_wheel wheel;
+	struct tmo_heap heap;
+	/* HELD_RING nodes for the seed ([0]) and held loops, and the live
+	 * loop's background nodes (nbg of them) */
+	struct tmo_wheel_node *wn, *wbg;
+	struct tmo_heap_node *hn, *hbg;
+	size_t nbg;
+	struct tp_held held; /* the held loop's FIFO (t unused: the nodes) */
+	long long fired; /* nodes the wheel handed out as due: none should be */
+};
+
 struct tp_ctx {
 	const struct sk_run *run;
 	struct tmo *e;
+	struct tp_ds *ds; /* NULL: the engine has no structure in the tree */
 	struct tp_slot slots[MAX_THREADS];
 	struct tp_held *held; /* per thread */
 	atomic_llong arm_errors, cancel_errors, fired, refused;
@@ -60,6 +86,9 @@ void bench_held(sk_gb_state *st, void *arg);  /* each timer held ~1 ms, then can
 void bench_empty(sk_gb_state *st, void *arg); /* the loop alone */
 void bench_floor(sk_gb_state *st, void *arg); /* an uncontended CAS pair */
 void bench_cross(sk_gb_state *st, void *arg); /* armed on one thread, cancelled on another */
+/* The seed and held loops on the structure alone (c->ds, one thread). */
+void bench_ds_seed(sk_gb_state *st, void *arg);
+void bench_ds_held(sk_gb_state *st, void *arg);
 void tp_seed_op(struct tp_ctx *c, struct tmo_timer *t);
 /* The held case's per-thread FIFOs (c->held), and their release. */
 void tp_held_alloc(const struct sk_run *run, struct tp_ctx *c, int nthreads);
@@ -71,5 +100,34 @@ size_t tp_arm_background(struct tp_ctx *c, struct tmo_timer *bg, size_t n, struc
                          int *err);
 /* Cancel them; returns the cancels that did not prevent their timer. */
 size_t tp_cancel_background(struct tp_ctx *c, struct tmo_timer *bg, size_t n);
+
+/* The structure alone (structure.c): the engine's own structure (wheel:
+ * src/ds/wheel.c; condvar, mpsc: src/ds/heap.c), or NULL when it has none
+ * in the tree, or when memory is short (printed). */
+struct tp_ds *tp_ds_new(const struct sk_run *run);
+void tp_ds_free(struct tp_ds *d);
+/* Fill it with n background nodes, the timeouts drawn as
+ * tp_arm_background draws them; returns 0 or -1 (out of memory).  Drain
+ * takes them out again and returns how many were no longer in it. */
+int tp_ds_fill(struct tp_ds *d, size_t n, struct sk_rng *rng);
+size_t tp_ds_drain(struct tp_ds *d);
+
+/* What one engine instance measured (throughput.c fills it, report.c
+ * reports it). */
+struct tp_figs {
+	double seed_ns, empty_ns, floor_ns, cross;
+	double ops_s[MAX_THREADS + 1];  /* seed, by threads */
+	double held_s[MAX_THREADS + 1]; /* held 1 ms, by threads */
+	double held_hold_ns;            /* the mean hold, at one thread */
+	double live_ns[3];
+	double refused; /* arms asked again after TMO_EAGAIN, every case */
+	/* the structure alone (NaN: none): seed ns, held pairs/s, live ns */
+	double ds_seed_ns, ds_held_s, ds_live_ns[3];
+};
+
+extern const size_t tp_lives[3];
+/* The figures' rows and printout (report.c), the end-of-run table. */
+void tp_report(const struct sk_run *run, const struct tp_figs *figs, int ninst, int nthreads);
+void tp_summary(const struct sk_results *res);
 
 #endif

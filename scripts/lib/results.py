@@ -3,6 +3,7 @@ write what a person reads: DIR/REPORT.md, and two runs side by side.
 
     /usr/bin/python3 scripts/lib/results.py report DIR [--summary]
     /usr/bin/python3 scripts/lib/results.py compare OLD NEW [--all] [--markdown]
+                                                    [--other-machine]
     /usr/bin/python3 scripts/lib/results.py cores DIR
     /usr/bin/python3 scripts/lib/results.py metrics-check [SCENARIO:METRIC ...]
 
@@ -36,7 +37,12 @@ USED = [
     ("throughput", "held_pairs_per_s"), ("throughput", "cross_pairs_per_s"),
     ("expiry", "lateness_ns"), ("retention", "held_bytes"), ("sustain", "held_bytes_max"),
     ("sustain", "pairs_per_s"), ("race", "arms_per_s"), ("smoke", "arm_cancel_ns_per_op"),
-    ("actors", "receive_after_ns"),
+    ("actors", "receive_after_ns"), ("throughput", "ratio_to_structure"),
+    ("throughput", "structure_seed_ns_per_op"), ("throughput", "structure_held_pairs_per_s"),
+    ("service", "requests_per_s"), ("service", "pairs_per_s"), ("service", "cpu_ns_per_request"),
+    ("service", "engine_threads_cpu_ns_per_request"), ("service", "held_bytes"),
+    ("service", "engine_cpu_ns_per_request"),
+    ("service", "lateness_ns"), ("service", "outlived"), ("service", "requests"),
 ]
 
 
@@ -263,7 +269,8 @@ def throughput_figures(rows, engines):
     maxt = max([t for s in series.values() for t in s] or [0])
     lives = sorted({int(params(p)["live"]) for (sc, _, m, p) in rows
                     if sc == "throughput" and m == "live_ns_per_op" and "live" in params(p)})
-    header = ["engine", "ns per arm+cancel", "x floor", "x faster than thread"]
+    header = ["engine", "ns per arm+cancel", "x floor", "x structure", "held 1 ms: x structure",
+              "x faster than thread"]
     if maxt >= 2:
         header.append("%d threads / 1" % maxt)
     header += ["%s live, ns/op" % live_label(n) for n in lives] + ["cross-thread, ns/pair"]
@@ -273,7 +280,12 @@ def throughput_figures(rows, engines):
         if not num(ns):
             continue
         fl = rows.get(("throughput", e, "floor_ns_per_op", ""), math.nan)
-        line = [e, fmt(ns), fmt(ns / fl if num(fl) else math.nan), fmt(thread / ns)]
+        # x structure: the engine's time per pair over its own structure's
+        # alone (same loops, one thread); "-": no structure in the tree
+        line = [e, fmt(ns), fmt(ns / fl if num(fl) else math.nan),
+                fmt(rows.get(("throughput", e, "ratio_to_structure", "case=seed"), math.nan)),
+                fmt(rows.get(("throughput", e, "ratio_to_structure", "case=held"), math.nan)),
+                fmt(thread / ns)]
         if maxt >= 2:
             s = series.get((e, "ops_per_s"), {})
             line.append(fmt(s[maxt] / s[1]) if maxt in s and 1 in s else "-")
@@ -336,18 +348,73 @@ def glance_figures(rows, engines):
     return header, [[e] + [c[1][i] for c in cols] for i, e in enumerate(engines)]
 
 
+def service_figures(rows, engines):
+    """The service scenario per engine and worker count."""
+    counts = sorted({int(params(p)["threads"]) for (sc, _, m, p) in rows
+                     if sc == "service" and m == "requests_per_s" and "threads" in params(p)})
+    header = ["engine", "workers", "requests/s", "timer pairs/s", "CPU ns/request",
+              "engine's ns/request", "on its threads", "held peak", "held settled", "outlived",
+              "lateness p50", "lateness p99"]
+    table = []
+    for e in engines:
+        for t in counts:
+            def g(m, extra=""):
+                return rows.get(("service", e, m, "threads=%d%s" % (t, extra)), math.nan)
+            rps = g("requests_per_s")
+            if not num(rps):
+                continue
+            req, out = g("requests"), g("outlived")
+            table.append([e, t, scaled_rate(rps), scaled_rate(g("pairs_per_s")),
+                          fmt(g("cpu_ns_per_request")), fmt(g("engine_cpu_ns_per_request")),
+                          fmt(g("engine_threads_cpu_ns_per_request")),
+                          scaled_bytes(g("held_bytes", ",when=peak")),
+                          scaled_bytes(g("held_bytes", ",when=settled")),
+                          fmt(100 * out / req, " %") if num(req) and req > 0 else "-",
+                          scaled_ns(g("lateness_ns", ",q=p50")),
+                          scaled_ns(g("lateness_ns", ",q=p99"))])
+    return header, table
+
+
+def counts_figures(d):
+    """DIR/instructions_counts.csv (scripts/instructions) as a table."""
+    path = os.path.join(d, "instructions_counts.csv")
+    if not os.path.exists(path):
+        return None, None
+    with open(path) as f:
+        lines = [l.rstrip("\n").split(",") for l in f if l.strip()]
+    if len(lines) < 2:
+        return None, None
+    head = lines[0]
+    header = ["engine", "pair", "thread", "instructions", "locked", "TSC reads", "clock reads",
+              "D1 misses", "LL misses"]
+    table = []
+    for r in lines[1:]:
+        v = dict(zip(head, r))
+        def n(k):
+            try:
+                return fmt(float(v.get(k, "nan")))
+            except ValueError:
+                return "-"
+        table.append([v.get("engine", "?"), v.get("case", "?"), v.get("thread", "?"),
+                      n("instructions"), n("locked"), n("tsc_reads"), n("clock_reads"),
+                      n("d1_misses"), n("ll_misses")])
+    return header, table
+
+
 # ---- REPORT.md -------------------------------------------------------------------------
 
 # (name, title, what it shows, why it may be missing)
 PLOTS = [
     ("ns_per_op", "Seed benchmark",
      "arm + cancel of a 1 s timeout around an empty block, median of rounds, one thread, "
-     "log scale; beside each engine the in-run floor (an uncontended CAS pair)",
+     "log scale, each engine in its colour (the same in every plot) with the interquartile "
+     "range over the rounds; beside each engine the in-run floor (an uncontended CAS pair)",
      "no throughput rows"),
     ("thread_scaling", "Thread scaling",
-     "aggregate arm+cancel pairs/s against threads, one panel per engine, each thread its "
-     "own timer; dashed: the ideal (one thread's rate times the threads); dotted: the "
-     "machine's cores",
+     "aggregate pairs/s against threads, one panel per case (each thread arming and "
+     "cancelling its own timer; timers held 1 ms), every engine in its colour on one shared "
+     "log scale, bars: the interquartile range over repetitions; dashed: the ideal (one "
+     "thread's rate times the threads); dotted: the machine's cores",
      "no throughput rows with threads=N"),
     ("live_timers", "Live timers",
      "the seed benchmark with 1e3 / 1e5 / 1e6 other timers armed (60-3600 s), log-log",
@@ -497,9 +564,33 @@ def report(d, summary=False):
     if t:
         out.append(md_table(h, t))
         out.append("")
+    h, t = service_figures(rows, engines)
+    if t:
+        out.append("Service: requests holding 1-4 timeouts (100 ms..120 s) for a log-normal "
+                   "service time (median 1 ms, p99 50 ms), 1 % outliving one; CPU per request "
+                   "is the process's (getrusage); the engine's, that less the harness's own "
+                   "(one worker, no engine); on its threads, what ran off the workers; "
+                   "lateness of the timeouts that fired.")
+        out.append("")
+        out.append(md_table(h, t, ["---", "---:"] + ["---:"] * (len(h) - 2)))
+        out.append("")
+    h, t = counts_figures(d)
+    if t:
+        out.append("Counts per pair that no machine changes (`scripts/instructions`: "
+                   "callgrind, user space; seed: arm+cancel at once; held: 10,000 "
+                   "outstanding; the arming thread's exact, the timer thread's following the "
+                   "run's length): instructions, locked (read-modify-write) instructions, TSC "
+                   "and clock reads, data cache misses of a fixed 32 KiB / 8 MiB cache.")
+        out.append("")
+        out.append(md_table(h, t, ["---", "---", "---"] + ["---:"] * (len(h) - 3)))
+        out.append("")
     if not rows:
         out.append("No rows.")
         out.append("")
+
+    if rows:  # scripts/lib/field.py: every engine, shape by shape
+        import field
+        out.extend(field.peers_section(docs, rows, engines))
 
     out.append("## Targets")
     out.append("")
@@ -618,7 +709,11 @@ def change(old, new, unit):
     return "%.2fx %s" % (max(r, 1 / r), word)
 
 
-def compare(old, new, all_rows=False, markdown=False):
+# Units of times and rates: what a different machine makes incomparable.
+MACHINE_BOUND = ("ns", "us", "ms", "s")
+
+
+def compare(old, new, all_rows=False, markdown=False, other_machine=False):
     def docs_of(p):
         if os.path.isdir(p):
             return dir_docs(p)
@@ -649,7 +744,8 @@ def compare(old, new, all_rows=False, markdown=False):
         u = units.get(k, "")
         table.append([k[0], k[1], k[2] + ("" if not k[3] else " " + k[3]),
                       fmt(orows[k]) + (" " + u if u else ""), fmt(nrows[k]) + (" " + u if u else ""),
-                      change(orows[k], nrows[k], u)])
+                      "not comparable" if other_machine and (u in MACHINE_BOUND or u.endswith("/s"))
+                      else change(orows[k], nrows[k], u)])
     header = ["scenario", "engine", "figure", "old", "new", "new vs old"]
     out = []
     qo = {bool(doc.get("context", {}).get("tmo", {}).get("quick")) for _, doc in od}
@@ -662,6 +758,11 @@ def compare(old, new, all_rows=False, markdown=False):
         out.append("Note: one run used --quick sizes and the other full sizes; figures that "
                    "depend on size (expiry's n, retention's requests) compare only where "
                    "the sizes match.")
+        if markdown:
+            out.append("")
+    if other_machine:
+        out.append("Note: the runs were made on different machines (scripts/compare said "
+                   "which): times and rates are not comparable; ratios, bytes and counts are.")
         if markdown:
             out.append("")
     if not table:
@@ -695,7 +796,8 @@ def main(argv):
         return 0
     if len(argv) >= 3 and argv[0] == "compare":
         sys.stdout.write(compare(argv[1], argv[2], all_rows="--all" in argv[3:],
-                                 markdown="--markdown" in argv[3:]))
+                                 markdown="--markdown" in argv[3:],
+                                 other_machine="--other-machine" in argv[3:]))
         return 0
     if len(argv) == 2 and argv[0] == "cores":
         print(cores(dir_docs(argv[1])))

@@ -51,8 +51,8 @@ PROCESS_S = 0.5      # a harness process: start, engine list, writing the JSON
 SUSTAIN_OVER_S = 0.6  # a sustain run beyond its duration: 200 ms settle, create, destroy
 PLAN_SHARE = 0.9     # the plan fills this share of the budget; the rest is slack
 # TMO_TEST_SCALE for the throughput runs: the filter leaves out the
-# live-timer benchmarks, but the scenario arms their 1e3..1e6 background
-# timers anyway; at 0.01 it arms 1e4 at most.  The threads:N benchmarks are
+# live-timer benchmarks (whose background timers the scenario then does not
+# arm); at 0.01 whatever else a run sizes by it stays small.  The threads:N benchmarks are
 # min-time runs, which the scale does not change.
 THROUGHPUT_SCALE = "0.01"
 DEFAULT_REPEAT = 3
@@ -148,11 +148,9 @@ def thread_counts(n):
 
 def bench_filter(counts):
     """--benchmark_filter keeping throughput/<engine>/threads:T and
-    .../held/threads:T for T in counts.  Google Benchmark matches the name
-    before the harness trims it: min_time, repeats and real_time stand
-    between the case and threads:T."""
-    return ("^throughput/[^/]+/(held/)?(min_time:[^/]+/)?(repeats:[^/]+/)?(real_time/)?"
-            "threads:(%s)$" % "|".join(str(t) for t in counts))
+    .../held/threads:T for T in counts: the harness matches it against the
+    names its console and JSON show (scenarios/kit/gbench.h)."""
+    return "^throughput/[^/]+/(held/)?threads:(%s)$" % "|".join(str(t) for t in counts)
 
 
 def estimate(n_engines, counts, repeat, quick, sustain_s):
@@ -283,14 +281,30 @@ def measure(d, plan):
 # ---- main ---------------------------------------------------------------------------------
 
 
+def number(name, fraction):
+    """A numeric option's parser: digits only (int() and float() would take
+    ' -1', '+1', '1_0', ' 5 ', 'nan' or '1e3'), with a '.' and more digits
+    for seconds; the error names the option and what is wrong."""
+    pattern = r"[0-9]+(\.[0-9]+)?" if fraction else r"[0-9]+"
+
+    def parse(v):
+        if re.fullmatch(pattern, v, re.ASCII) is None:
+            why = "empty" if v == "" else (
+                "not a number (digits only%s: no blank, sign or other character)"
+                % (", with an optional .fraction" if fraction else ""))
+            raise argparse.ArgumentTypeError("--%s='%s': %s" % (name, v, why))
+        return float(v) if fraction else int(v)
+    return parse
+
+
 def parse(argv):
     ap = argparse.ArgumentParser(prog=PROG, add_help=False, allow_abbrev=False)
-    ap.add_argument("--max", type=int)
+    ap.add_argument("--max", type=number("max", False))
     ap.add_argument("--impl")
     ap.add_argument("--out")
-    ap.add_argument("--repeat", type=int)
-    ap.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S)
-    ap.add_argument("--sustain-s", type=float)
+    ap.add_argument("--repeat", type=number("repeat", False))
+    ap.add_argument("--budget-s", type=number("budget-s", True), default=DEFAULT_BUDGET_S)
+    ap.add_argument("--sustain-s", type=number("sustain-s", True))
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--plan", action="store_true")
     ap.add_argument("--harness")

@@ -6,6 +6,7 @@
 int tmo__gate_init(struct tmo__gate *g)
 {
 	g->running = NULL;
+	g->ref = 0;
 	g->gen = 0;
 	g->waiters = 0;
 	/* glibc's init cannot fail: a failure leaves nothing to undo there */
@@ -22,6 +23,7 @@ void tmo__gate_fini(struct tmo__gate *g)
 
 void tmo__gate_end(struct tmo__gate *g, pthread_mutex_t *m)
 {
+	tmo__cb_end();
 	g->running = NULL;
 	g->gen++;
 	if (g->waiters == 0)
@@ -31,13 +33,16 @@ void tmo__gate_end(struct tmo__gate *g, pthread_mutex_t *m)
 		pthread_cond_wait(&g->drain_cv, m);
 }
 
-bool tmo__gate_wait_running(struct tmo__gate *g, pthread_mutex_t *m)
+int tmo__gate_wait_running(struct tmo__gate *g, pthread_mutex_t *m)
 {
+	if (tmo__wait_begin(g->ref) != 0)
+		return TMO_EDEADLK;
 	uint64_t gen = g->gen;
 	g->waiters++;
 	while (g->gen == gen)
 		pthread_cond_wait(&g->done_cv, m);
 	if (--g->waiters == 0)
 		pthread_cond_signal(&g->drain_cv);
-	return true;
+	tmo__wait_end();
+	return 1;
 }

@@ -20,6 +20,11 @@
  *    waiter always sees the state the callback left: a re-arm made by the
  *    callback is the one it cancels, and a re-arming callback cannot
  *    starve its canceller.
+ *  - The gate brackets each callback for the cross-engine deadlock check
+ *    (core/internal.h: tmo__cb_begin in begin, tmo__cb_end in end, under m,
+ *    so the invocation a waiter reads under m is exactly the running one)
+ *    and a waiter checks before it waits: a wait that would deadlock is
+ *    refused (TMO_EDEADLK) before the cancel has changed anything.
  *  - Destroy waits for a running callback by joining the engine thread.
  */
 #ifndef TMO_CORE_GATE_H
@@ -34,6 +39,7 @@
 
 struct tmo__gate {
 	struct tmo_timer *running; /* whose callback runs now, or NULL */
+	tmo__cbref ref;            /* and which invocation (core/internal.h) */
 	uint64_t gen;              /* callbacks returned so far */
 	uint32_t waiters;          /* cancels waiting for the running one */
 	pthread_cond_t done_cv;    /* a callback returned */
@@ -45,20 +51,26 @@ int tmo__gate_init(struct tmo__gate *g);
 void tmo__gate_fini(struct tmo__gate *g);
 
 /* Engine thread, under m, just before it releases m to call t's callback. */
-static inline void tmo__gate_begin(struct tmo__gate *g, struct tmo_timer *t) { g->running = t; }
+static inline void tmo__gate_begin(struct tmo__gate *g, struct tmo_timer *t)
+{
+	g->running = t;
+	g->ref = tmo__cb_begin();
+}
 
 /* Engine thread, under m, once the callback returned: wake the waiters and
  * wait until each has looked. */
 void tmo__gate_end(struct tmo__gate *g, pthread_mutex_t *m);
 
 /* Cancel, under m: wait for t's running callback unless this thread is the
- * engine's own (`e`).  Returns whether it waited. */
-bool tmo__gate_wait_running(struct tmo__gate *g, pthread_mutex_t *m);
-static inline bool tmo__gate_wait(struct tmo__gate *g, pthread_mutex_t *m, const struct tmo *e,
-                                  const struct tmo_timer *t)
+ * engine's own (`e`).  Returns 1 when it waited, 0 when there was nothing to
+ * wait for, TMO_EDEADLK when the wait would deadlock (core/internal.h): it
+ * did not wait and the caller changes nothing (the cancel returns that). */
+int tmo__gate_wait_running(struct tmo__gate *g, pthread_mutex_t *m);
+static inline int tmo__gate_wait(struct tmo__gate *g, pthread_mutex_t *m, const struct tmo *e,
+                                 const struct tmo_timer *t)
 {
 	if (g->running != t || tmo__thread_engine == e)
-		return false;
+		return 0;
 	return tmo__gate_wait_running(g, m);
 }
 

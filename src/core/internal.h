@@ -6,6 +6,7 @@
 #define TMO_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -85,6 +86,73 @@ extern _Thread_local struct tmo *tmo__thread_engine;
  * (tmo__thread_engine) and names it "tmo-<engine>" (as ps -L, top -H and
  * gdb show it; the tests find leftover engine threads by that name). */
 void tmo__thread_enter(struct tmo *e, const char *engine);
+
+/* ---- waits for callbacks across engines (src/core/waitfor.c) ---------------
+ * A cancel that would wait for a callback whose thread is itself waiting,
+ * directly or through a chain of engines, for the callback that runs on the
+ * cancelling thread, is refused with TMO_EDEADLK instead (tmo.h).  Every
+ * engine whose cancel can wait for a running callback takes part, in three
+ * places; an engine built on the callback gate (core/gate.h) gets all three
+ * from the gate and has nothing to add.
+ *
+ *  1. The thread that runs a callback brackets it:
+ *         ref = tmo__cb_begin();   ... cb(t, arg); ...   tmo__cb_end();
+ *     and stores `ref` where a cancel that finds this callback running
+ *     reads it (under the engine's lock, or before the store that shows the
+ *     callback as running, with release).  cb_begin comes before the
+ *     callback is visible as running, cb_end after it returned, on the
+ *     same thread.
+ *  2. A cancel on another thread, having found that callback running and
+ *     read its `ref`, and before it changes anything (nothing prevented,
+ *     nothing held):
+ *         if (tmo__wait_begin(ref) != 0) return TMO_EDEADLK;  (unlock first)
+ *     then waits as it always did.  One ref per wait: before each further
+ *     wait (another invocation), call it again with that one's ref.
+ *  3. When the waiting is over (every return path after a 0 from
+ *     tmo__wait_begin): tmo__wait_end();
+ * A ref read when the callback may already have returned is harmless (its
+ * generation no longer matches, it closes no cycle); one read before
+ * cb_begin's store is a missed refusal: hence the order in 1.  All three
+ * are a few instructions, lock-free, and never allocate but on a thread's
+ * first callback. */
+typedef uint64_t tmo__cbref; /* an invocation of a callback; 0: unknown */
+/* Inline, as they run around every callback: a thread-local read, a load
+ * and a release store each (the node: src/core/waitfor.c). */
+struct tmo__wf_node {
+	_Atomic uint64_t gen;  /* odd inside a callback; written by its thread */
+	_Atomic uint64_t edge; /* the tmo__cbref it waits for, 0 for none */
+	_Atomic uint32_t next_free; /* the free list's link (id, 0: the end) */
+	uint32_t id;                /* its index + 1 */
+};
+#define TMO__WF_GEN_BITS 40
+extern _Thread_local struct tmo__wf_node *tmo__wf_self;
+tmo__cbref tmo__cb_begin_first(void); /* a thread's first: takes its node */
+static inline tmo__cbref tmo__cb_begin(void)
+{
+	struct tmo__wf_node *n = tmo__wf_self;
+	if (__builtin_expect(n == NULL, 0))
+		return tmo__cb_begin_first();
+	uint64_t g = atomic_load_explicit(&n->gen, memory_order_relaxed) + 1;
+	atomic_store_explicit(&n->gen, g, memory_order_release);
+	return (uint64_t)n->id << TMO__WF_GEN_BITS | (g & ((UINT64_C(1) << TMO__WF_GEN_BITS) - 1));
+}
+static inline void tmo__cb_end(void)
+{
+	struct tmo__wf_node *n = tmo__wf_self;
+	if (n != NULL)
+		atomic_store_explicit(&n->gen, atomic_load_explicit(&n->gen, memory_order_relaxed) + 1,
+		                      memory_order_release);
+}
+int tmo__wait_begin(tmo__cbref ref); /* 0: wait; TMO_EDEADLK: do not */
+/* tmo__wait_end is inline: one thread-local test when nothing was published
+ * (a cancel from outside any callback, or one that did not wait). */
+extern _Thread_local bool tmo__wait_published;
+void tmo__wait_withdraw(void);
+static inline void tmo__wait_end(void)
+{
+	if (__builtin_expect(tmo__wait_published, 0))
+		tmo__wait_withdraw();
+}
 
 /* 1 in a child after fork() for every engine inherited from the parent. */
 static inline int tmo__forked(const struct tmo *e)

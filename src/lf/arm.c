@@ -88,7 +88,11 @@ static void base_file_locked(struct tmo *e, struct lf_base *b, struct lf_node *n
 void lf_base_tidy(struct tmo *e, struct lf_base *b, struct lf_rec *r)
 {
 	const struct lf_sched *sc = e->p->sched;
-	ck_stack_entry_t *l = ck_stack_batch_pop_upmc(&b->cancels);
+	/* looked at before it is taken: an exchange would own the line for
+	 * nothing on nearly every filing */
+	ck_stack_entry_t *l = ck_pr_load_ptr(&b->cancels.head) != NULL
+	                          ? ck_stack_batch_pop_upmc(&b->cancels)
+	                          : NULL;
 	while (l != NULL) {
 		ck_stack_entry_t *next = l->next;
 		struct lf_node *n = lf_node_of_link(l);
@@ -162,6 +166,32 @@ static inline int64_t coarse_now(struct tmo *e)
 	return atomic_load_explicit(&e->tick_at, memory_order_relaxed);
 }
 
+/* After a filing into our own base: hand what comes due soon to the timer
+ * thread, and say when the base wants it to look (0: at once). */
+static int64_t own_base_release(struct tmo *e, struct lf_base *b, struct lf_rec *r)
+{
+	lf_base_tidy(e, b, r);
+	/* While this thread keeps spilling it hands what comes due soon to
+	 * the timer thread itself: that thread need not take the lock
+	 * (which would send our spills the long way meanwhile). */
+	int64_t horizon = coarse_now(e) + LF_SOON_NS;
+	if (atomic_load_explicit(&b->next, memory_order_relaxed) <= horizon)
+		lf_base_hand_off(e, b, horizon);
+	int64_t wake_at = atomic_load_explicit(&b->next, memory_order_relaxed);
+	if (atomic_load_explicit(&b->soon, memory_order_relaxed) != NULL)
+		wake_at = 0;
+	lf_base_unlock(b);
+	return wake_at;
+}
+
+static void wake_if_sleeping(struct tmo *e, int64_t wake_at)
+{
+	uint64_t tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
+	lf_light_barrier(tw);
+	if (atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_SLEEPING)
+		lf_wake_for(e, wake_at);
+}
+
 /* File a node we took out of our ring (QUEUED) in our own base.  With the
  * base busy (the timer thread collecting from it) the node waits on its
  * tofile stack for the next holder: its owner's next filing, or the timer
@@ -172,17 +202,7 @@ static void file_own_base(struct tmo *e, struct lf_rec *r, struct lf_node *n)
 	int64_t wake_at = 0;
 	if (lf_base_trylock(b)) {
 		base_file_locked(e, b, n, 0, r);
-		lf_base_tidy(e, b, r);
-		/* While this thread keeps spilling it hands what comes due soon to
-		 * the timer thread itself: that thread need not take the lock
-		 * (which would send our spills the long way meanwhile). */
-		int64_t horizon = coarse_now(e) + LF_SOON_NS;
-		if (atomic_load_explicit(&b->next, memory_order_relaxed) <= horizon)
-			lf_base_hand_off(e, b, horizon);
-		wake_at = atomic_load_explicit(&b->next, memory_order_relaxed);
-		if (atomic_load_explicit(&b->soon, memory_order_relaxed) != NULL)
-			wake_at = 0;
-		lf_base_unlock(b);
+		wake_at = own_base_release(e, b, r);
 	} else {
 		/* dated now: the calibration its next holder finds may be newer */
 		int64_t deadline = lf_node_deadline(e, n, 0);
@@ -190,10 +210,29 @@ static void file_own_base(struct tmo *e, struct lf_rec *r, struct lf_node *n)
 		atomic_store_explicit(&n->s.q.stamp, LF_STAMP_DEADLINE, memory_order_relaxed);
 		ck_stack_push_upmc(&b->tofile, &n->link);
 	}
-	uint64_t tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
-	lf_light_barrier(tw);
-	if (atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_SLEEPING)
-		lf_wake_for(e, wake_at);
+	wake_if_sleeping(e, wake_at);
+}
+
+/* The ring arm (n, gen) goes straight into our own base, held: one CAS
+ * RING -> IN_STRUCT, no transit.  Its aux already names the base (arm
+ * wrote it), so a canceller that wins the node next finds it; until the
+ * node is in the wheel only we hold the base, and a cancel that comes
+ * between (another thread's: CANCEL_PENDING, on the cancel stack) is
+ * undone by the tidy after the insert.  Returns 0 when the node was no
+ * longer in the ring (*s: its state). */
+static int file_from_ring(struct tmo *e, struct lf_rec *r, struct lf_node *n, uint64_t *s)
+{
+	struct lf_base *b = r->base;
+	const struct lf_sched *sc = e->p->sched;
+	if (!atomic_compare_exchange_strong_explicit(&n->state, s,
+	                                             lf_st(lf_gen_of(*s), LF_IN_STRUCT),
+	                                             memory_order_acq_rel, memory_order_acquire))
+		return 0;
+	int64_t deadline = lf_node_deadline(e, n, 0); /* we own the fields until the insert */
+	if (deadline < atomic_load_explicit(&b->next, memory_order_relaxed))
+		atomic_store_explicit(&b->next, deadline, memory_order_release);
+	sc->insert(lf_sched_of(b), n, deadline); /* a wheel never refuses */
+	return 1;
 }
 
 /* A slot of our ring is needed again (or we detach) while it holds arm w:
@@ -205,16 +244,35 @@ void lf_ring_evict(struct tmo *e, struct lf_rec *r, uint64_t w)
 	struct lf_node *n = lf_node_at(e, lf_word_idx(w));
 	uint64_t gen = lf_word_gen(w);
 	uint64_t s = lf_st(gen, LF_RING);
-	if (atomic_compare_exchange_strong_explicit(&n->state, &s, lf_st(gen, LF_QUEUED),
-	                                            memory_order_acq_rel, memory_order_acquire)) {
+	/* Announced before the CAS (timer.c, Order): a timer thread that finds
+	 * the CAS done finds this too.  Read before the CAS, the node's fields
+	 * are ours only if the CAS wins; the bound is then right.  Cleared
+	 * after the filing or the push: seeing 0, the timer thread sees them. */
+	int64_t lower = deadline_lower(e, n);
+	atomic_store_explicit(&r->transit, lower > 0 ? lower : 1, memory_order_relaxed);
+	if (r->base != NULL && lf_base_trylock(r->base)) {
+		if (file_from_ring(e, r, n, &s)) {
+			lf_bump(&r->spilled);
+			int64_t wake_at = own_base_release(e, r->base, r);
+			atomic_store_explicit(&r->transit, 0, memory_order_release);
+			wake_if_sleeping(e, wake_at);
+			return;
+		}
+		lf_base_unlock(r->base);
+	} else if (atomic_compare_exchange_strong_explicit(&n->state, &s, lf_st(gen, LF_QUEUED),
+	                                                   memory_order_acq_rel,
+	                                                   memory_order_acquire)) {
 		lf_bump(&r->spilled);
 		if (r->base != NULL)
 			file_own_base(e, r, n);
 		else
-			lf_inbox_post(e, n, deadline_lower(e, n));
-	} else if (s == lf_st(gen, LF_CANCELLED)) {
-		lf_cache_put(e, r, n);
+			lf_inbox_post(e, n, lower);
+		atomic_store_explicit(&r->transit, 0, memory_order_release);
+		return;
 	}
+	atomic_store_explicit(&r->transit, 0, memory_order_release);
+	if (s == lf_st(gen, LF_CANCELLED))
+		lf_cache_put(e, r, n);
 }
 
 /* ---- arm -------------------------------------------------------------------------- */
@@ -269,6 +327,7 @@ static inline void arm_publish(struct tmo *e, struct lf_rec *r, struct lf_node *
 	t->cb = cb;
 	t->arg = arg;
 	uint64_t w = lf_word(lf_idx_of(e, n), lf_gen_of(st), LF_PENDING);
+	atomic_store_explicit(&n->aux, (uintptr_t)r->base | LF_IN_THREAD, memory_order_relaxed);
 	/* the timer's word before the slot: once in the slot the arm may be
 	 * stolen and fire, and fire writes FIRED over it */
 	atomic_store_explicit(&n->state, st, memory_order_release);
@@ -277,11 +336,49 @@ static inline void arm_publish(struct tmo *e, struct lf_rec *r, struct lf_node *
 	lf_bump(&r->head);
 }
 
+/* mpsc: the inbox holds more than INBOX_MAX nodes its timer thread has
+ * not taken (the wheel files in its own base: never full). */
+static inline int inbox_full(struct tmo *e, const struct lf_rec *r)
+{
+	return r->base == NULL && atomic_load_explicit(&e->inbox_in, memory_order_relaxed) -
+	                                  atomic_load_explicit(&e->inbox_out, memory_order_relaxed) >
+	                              INBOX_MAX;
+}
+
+/* The fast path's arm whose ring slot still holds an arm: a timer that
+ * outlived the ring (held timers).  The slot's arm goes to our base (or
+ * the inbox), then this one takes its place, dated by the fast path's
+ * stamp. */
+static __attribute__((noinline)) int arm_spill(struct tmo *e, struct tmo_timer *t,
+                                               int64_t timeout_ns, tmo_callback *cb, void *arg,
+                                               uint64_t stamp)
+{
+	struct lf_rec *r = lf_tls_hot.rec;
+	uint64_t tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
+	uint32_t i = (uint32_t)atomic_load_explicit(&r->head, memory_order_relaxed) &
+	             (LF_RING_SLOTS - 1);
+	if (LF_UNLIKELY(inbox_full(e, r))) {
+		lf_ec_wake(&e->wake_ec); /* whatever it sleeps for: drain */
+		return TMO_EAGAIN;
+	}
+	lf_ring_evict(e, r, atomic_load_explicit(&r->ring[i], memory_order_relaxed));
+	struct lf_node *n = r->cache; /* the fast path saw one; evicting only adds */
+	r->cache = n->free_next;
+	r->cache_n--;
+	arm_publish(e, r, n, i, t, timeout_ns, stamp, cb, arg);
+	lf_light_barrier(tw);
+	if (atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_SLEEPING)
+		return arm_wake(e, stamp, timeout_ns);
+	return 0;
+}
+
 /* Every arm the fast path below does not take: a new record, an empty
  * cache, a slot still in use, no TSC, fences, a timer still armed, the
- * timer thread or a thread whose exit hook ran. */
+ * timer thread or a thread whose exit hook ran.  `stamp`: the fast path's
+ * (one stamp an arm), or 0: read one here. */
 static __attribute__((noinline)) int arm_general(struct tmo *e, struct tmo_timer *t,
-                                                 int64_t timeout_ns, tmo_callback *cb, void *arg)
+                                                 int64_t timeout_ns, tmo_callback *cb, void *arg,
+                                                 uint64_t stamp)
 {
 	if (LF_UNLIKELY(lf_word_out(atomic_load_explicit(lf_timer_word(t), memory_order_relaxed)) ==
 	                LF_PENDING))
@@ -298,7 +395,8 @@ static __attribute__((noinline)) int arm_general(struct tmo *e, struct tmo_timer
 	r->cache = n->free_next;
 	r->cache_n--;
 	uint64_t tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
-	uint64_t stamp = lf_stamp();
+	if (stamp == 0)
+		stamp = lf_stamp();
 	if (!lf_stamp_fresh(e, stamp)) { /* the calibration is old (clock.c, Dating) */
 		stamp = LF_STAMP_DEADLINE;
 		timeout_ns += tmo_now_ns();
@@ -310,10 +408,7 @@ static __attribute__((noinline)) int arm_general(struct tmo *e, struct tmo_timer
 		/* Flow control without waiting: the slot's arm would go to the
 		 * timer thread through the inbox while that thread is already
 		 * INBOX_MAX nodes behind; refuse this arm instead. */
-		if (r->base == NULL && atomic_load_explicit(&e->inbox_in, memory_order_relaxed) -
-		                               atomic_load_explicit(&e->inbox_out,
-		                                                    memory_order_relaxed) >
-		                           INBOX_MAX) {
+		if (inbox_full(e, r)) {
 			lf_cache_put(e, r, n);
 			lf_ec_wake(&e->wake_ec); /* whatever it sleeps for: drain */
 			return TMO_EAGAIN;
@@ -341,11 +436,13 @@ static inline __attribute__((always_inline)) int arm_fast(struct tmo *e, struct 
 	uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
 	_Atomic uint64_t *slot = &r->ring[head & (LF_RING_SLOTS - 1)];
 	_Atomic uint64_t *word = lf_timer_word(t);
-	uint64_t stamp = __builtin_ia32_rdtsc();
-	if (LF_UNLIKELY(n == NULL || atomic_load_explicit(slot, memory_order_relaxed) != 0 ||
+	uint64_t stamp = lf_tsc();
+	if (LF_UNLIKELY(n == NULL ||
 	                lf_word_out(atomic_load_explicit(word, memory_order_relaxed)) == LF_PENDING ||
-	                stamp > atomic_load_explicit(&e->fresh_until, memory_order_relaxed)))
-		return arm_general(e, t, timeout_ns, cb, arg);
+	                stamp > atomic_load_explicit(&e->fresh_until, memory_order_acquire)))
+		return arm_general(e, t, timeout_ns, cb, arg, stamp);
+	if (atomic_load_explicit(slot, memory_order_relaxed) != 0)
+		return arm_spill(e, t, timeout_ns, cb, arg, stamp);
 	t->cb = cb;
 	t->arg = arg;
 	r->cache = n->free_next;
@@ -356,6 +453,8 @@ static inline __attribute__((always_inline)) int arm_fast(struct tmo *e, struct 
 	uint64_t st = lf_next_ring(atomic_load_explicit(&n->state, memory_order_relaxed));
 	/* lf_word(index, generation, LF_PENDING): index << 2 is the offset >> 4 */
 	uint64_t w = st + ((uint64_t)((char *)n - e->pool.arena) >> 4);
+	/* the base a filing from the ring puts it in (mpsc: none) */
+	atomic_store_explicit(&n->aux, (uintptr_t)r->base | LF_IN_THREAD, memory_order_relaxed);
 	/* the timer's word before the slot: once in the slot the arm may be
 	 * stolen and fire, and fire writes FIRED over it */
 	atomic_store_explicit(&n->state, st, memory_order_release);
@@ -374,6 +473,6 @@ int lf_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback 
 	uint64_t tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
 	if (LF_UNLIKELY(lf_tls_hot.id != e->base.id || (tw & (LF_TW_SLEEPING | LF_TW_FENCE)) != 0 ||
 	                !lf_use_tsc))
-		return arm_general(e, t, timeout_ns, cb, arg);
+		return arm_general(e, t, timeout_ns, cb, arg, 0);
 	return arm_fast(e, t, timeout_ns, cb, arg);
 }

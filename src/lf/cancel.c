@@ -18,30 +18,73 @@ static void count_prevented(struct tmo *e)
 		atomic_fetch_add_explicit(&e->prevented_bare, 1, memory_order_relaxed);
 }
 
-/* Wait until the callback of (n, gen) has returned. */
-static void wait_firing(struct tmo *e, struct lf_node *n, uint64_t gen)
+/* Waits for a callback on the timer thread check first, across engines,
+ * whether the wait would deadlock (core/internal.h): cb_ref is read after
+ * FIRING or `running` was seen (the timer thread stores it before either,
+ * with release) and the state is looked at again after it, so the ref is
+ * the invocation waited for or a later one of the same timer.  A refusal
+ * (TMO_EDEADLK) comes before the cancel changed anything; cancel_slow
+ * withdraws what was published when it returns. */
+
+/* Wait until the callback of (n, gen) has returned: 0, TMO_EDEADLK, or
+ * TMO_CANCEL_SELF on the timer thread (one callback at a time: ours). */
+static int wait_firing(struct tmo *e, struct lf_node *n, uint64_t gen)
 {
+	if (tmo__thread_engine == e)
+		return TMO_CANCEL_SELF;
 	for (;;) {
 		uint32_t v = lf_ec_value(&e->done_ec);
+		uint64_t ref = atomic_load_explicit(&e->cb_ref, memory_order_acquire);
 		if (atomic_load_explicit(&n->state, memory_order_acquire) != lf_st(gen, LF_FIRING))
-			return;
+			return 0;
+		if (tmo__wait_begin(ref) != 0)
+			return TMO_EDEADLK;
 		lf_ec_wait(&e->done_ec, v, INT64_MAX);
 	}
 }
 
-/* A cancel that prevented an arm its own callback made (a re-arm, filed by
- * the timer thread) returns only after that callback returned [3]. */
-static int prevented_return(struct tmo *e, struct tmo_timer *t)
+/* Wait until t's callback (`running`) has returned; 0, or TMO_EDEADLK when
+ * `check` (a wait already checked for this invocation passes at once). */
+static int wait_running(struct tmo *e, struct tmo_timer *t, bool check)
 {
-	if (LF_UNLIKELY(atomic_load_explicit(&e->running, memory_order_acquire) == t) &&
-	    tmo__thread_engine != e) {
-		for (;;) {
-			uint32_t v = lf_ec_value(&e->done_ec);
-			if (atomic_load_explicit(&e->running, memory_order_acquire) != t)
-				break;
-			lf_ec_wait(&e->done_ec, v, INT64_MAX);
-		}
+	for (;;) {
+		uint32_t v = lf_ec_value(&e->done_ec);
+		uint64_t ref = atomic_load_explicit(&e->cb_ref, memory_order_acquire);
+		if (atomic_load_explicit(&e->running, memory_order_acquire) != t)
+			return 0;
+		if (check && tmo__wait_begin(ref) != 0)
+			return TMO_EDEADLK;
+		lf_ec_wait(&e->done_ec, v, INT64_MAX);
 	}
+}
+
+/* Before a filed arm is prevented: does t's callback still run on the timer
+ * thread (it made this arm, a re-arm), so that prevented_return must wait
+ * for it?  The word was read with acquire, and the callback's `running`
+ * store precedes its arm's word store: `running` != t now means that
+ * callback has returned.  1 (it runs, and the wait was checked: what was
+ * published stays until cancel_slow returns), 0 (no wait), or TMO_EDEADLK
+ * (the wait would deadlock: prevent nothing). */
+static int check_running(struct tmo *e, struct tmo_timer *t)
+{
+	if (LF_LIKELY(atomic_load_explicit(&e->running, memory_order_acquire) != t) ||
+	    tmo__thread_engine == e)
+		return 0;
+	uint64_t ref = atomic_load_explicit(&e->cb_ref, memory_order_acquire);
+	if (atomic_load_explicit(&e->running, memory_order_acquire) != t)
+		return 0;
+	return tmo__wait_begin(ref) != 0 ? TMO_EDEADLK : 1;
+}
+
+/* A cancel that prevented an arm its own callback made (a re-arm, filed by
+ * the timer thread) returns only after that callback returned [3]: `run`,
+ * from check_running.  The wait was checked there, and the running
+ * invocation cannot change meanwhile (the arm it would fire is the one
+ * prevented): it waits unchecked. */
+static int prevented_return(struct tmo *e, struct tmo_timer *t, int run)
+{
+	if (LF_UNLIKELY(run))
+		wait_running(e, t, false);
 	return TMO_CANCEL_PREVENTED;
 }
 
@@ -50,12 +93,11 @@ static int prevented_return(struct tmo *e, struct tmo_timer *t)
  * or the timer thread at its next look) removes and frees it from the
  * base's cancel stack.  Never trylock another thread's base: its lock line
  * would travel between the two cores on every cross-thread cancel. */
-static void unfile(struct tmo *e, struct lf_node *n)
+static void unfile(struct tmo *e, struct lf_node *n, struct lf_rec *r)
 {
 	uintptr_t aux = atomic_load_explicit(&n->aux, memory_order_relaxed);
 	struct lf_base *b = (aux & 3u) == LF_IN_THREAD ? (struct lf_base *)(aux & ~(uintptr_t)3)
 	                                                : e->tt_base;
-	struct lf_rec *r = lf_rec_get(e);
 	if (r != NULL && r->base == b && lf_base_trylock(b)) {
 		const struct lf_sched *sc = e->p->sched;
 		if (sc->contains(n))
@@ -76,8 +118,7 @@ static void unfile(struct tmo *e, struct lf_node *n)
 
 static void ring_take_back(struct tmo *e, uint64_t w, struct lf_node *n);
 
-static __attribute__((noinline)) int cancel_slow(struct tmo *e, struct tmo_timer *t,
-                                                 uint64_t w)
+static int cancel_loop(struct tmo *e, struct tmo_timer *t, uint64_t w)
 {
 	_Atomic uint64_t *word = lf_timer_word(t);
 	int waited = 0;
@@ -117,22 +158,25 @@ static __attribute__((noinline)) int cancel_slow(struct tmo *e, struct tmo_timer
 				return TMO_CANCEL_PREVENTED;
 			}
 			if (st == LF_IN_STRUCT) {
+				int run = check_running(e, t); /* before preventing */
+				if (run < 0)
+					return run;
 				if (!atomic_compare_exchange_strong_explicit(
 				        &n->state, &s, lf_st(gen, LF_CANCEL_PENDING),
 				        memory_order_acq_rel, memory_order_acquire))
 					continue;
 				atomic_store_explicit(word, cancelled, memory_order_release);
 				count_prevented(e);
-				unfile(e, n);
-				return prevented_return(e, t);
+				unfile(e, n, lf_rec_get(e));
+				return prevented_return(e, t, run);
 			}
 			if (st == LF_CANCELLED || st == LF_CANCEL_PENDING || st == LF_DROPPED)
 				return TMO_ENOTARMED; /* a concurrent cancel won */
 		}
 		if (st == LF_FIRING) {
-			if (tmo__thread_engine == e)
-				return TMO_CANCEL_SELF; /* one callback at a time: ours */
-			wait_firing(e, n, gen);
+			int rc = wait_firing(e, n, gen); /* SELF, TMO_EDEADLK or 0: waited */
+			if (rc != 0)
+				return rc;
 			waited = 1;
 			continue; /* the callback may have re-armed the timer */
 		}
@@ -145,7 +189,8 @@ static __attribute__((noinline)) int cancel_slow(struct tmo *e, struct tmo_timer
 		if (atomic_load_explicit(&e->running, memory_order_acquire) == t) {
 			if (tmo__thread_engine == e)
 				return TMO_CANCEL_SELF;
-			prevented_return(e, t); /* waits until it is not running */
+			if (wait_running(e, t, true) != 0)
+				return TMO_EDEADLK;
 			waited = 1;
 			continue;
 		}
@@ -153,6 +198,14 @@ static __attribute__((noinline)) int cancel_slow(struct tmo *e, struct tmo_timer
 			continue;
 		return waited ? TMO_CANCEL_WAITED : TMO_CANCEL_FIRED;
 	}
+}
+
+static __attribute__((noinline)) int cancel_slow(struct tmo *e, struct tmo_timer *t,
+                                                 uint64_t w)
+{
+	int rc = cancel_loop(e, t, w);
+	tmo__wait_end(); /* whatever a wait published (none: a TLS test) */
+	return rc;
 }
 
 /* The slot of our ring that holds arm w, or -1: the last arm's slot first
@@ -182,11 +235,28 @@ static void ring_take_back(struct tmo *e, uint64_t w, struct lf_node *n)
 	lf_cache_put(e, r, n);
 }
 
-static __attribute__((noinline)) int cancel_ring_other(struct tmo *e, uint64_t w,
-                                                       struct lf_node *n)
+/* The arm w of this thread's hot record r is not its ring's last: most
+ * often it outlived the ring and was filed (IN_STRUCT, in r's own base).
+ * Dispatched on its state, read first: a CAS that expects RING would fail
+ * here on every such cancel. */
+static __attribute__((noinline)) int cancel_filed(struct tmo *e, struct tmo_timer *t, uint64_t w,
+                                                  struct lf_rec *r)
 {
-	count_prevented(e);
-	ring_take_back(e, w, n);
+	struct lf_node *n = lf_node_at(e, lf_word_idx(w));
+	uint64_t s = lf_st(lf_word_gen(w), LF_IN_STRUCT);
+	/* t's own callback still running (it made this arm, a re-arm): the
+	 * slow path checks and waits.  Not running now, it has returned: its
+	 * `running` store precedes its arm's word store, read with acquire. */
+	if (atomic_load_explicit(&n->state, memory_order_relaxed) != s ||
+	    LF_UNLIKELY(atomic_load_explicit(&e->running, memory_order_acquire) == t) ||
+	    !atomic_compare_exchange_strong_explicit(&n->state, &s, s + (LF_CANCEL_PENDING -
+	                                                                 LF_IN_STRUCT),
+	                                             memory_order_acq_rel, memory_order_relaxed))
+		return cancel_slow(e, t, w);
+	atomic_store_explicit(lf_timer_word(t), (w & ~(uint64_t)3) | LF_CANCELLED_OUT,
+	                      memory_order_release);
+	lf_bump(&r->prevented);
+	unfile(e, n, r);
 	return TMO_CANCEL_PREVENTED;
 }
 
@@ -196,8 +266,13 @@ int lf_cancel(struct tmo *e, struct tmo_timer *t)
 {
 	_Atomic uint64_t *word = lf_timer_word(t);
 	uint64_t w = atomic_load_explicit(word, memory_order_acquire);
-	if (LF_UNLIKELY(lf_word_out(w) != LF_PENDING))
+	if (LF_UNLIKELY(lf_word_out(w) != LF_PENDING || lf_tls_hot.id != e->base.id))
 		return cancel_slow(e, t, w);
+	struct lf_rec *r = lf_tls_hot.rec;
+	uint32_t k = (uint32_t)(atomic_load_explicit(&r->head, memory_order_relaxed) - 1) &
+	             (LF_RING_SLOTS - 1);
+	if (atomic_load_explicit(&r->ring[k], memory_order_relaxed) != w)
+		return cancel_filed(e, t, w, r);
 	struct lf_node *n = lf_node_at(e, lf_word_idx(w));
 	/* the arm's RING state is its word without the index */
 	uint64_t s = w & ~((uint64_t)((1u << LF_IDX_BITS) - 1) << 2);
@@ -205,21 +280,13 @@ int lf_cancel(struct tmo *e, struct tmo_timer *t)
 	                                                         s + (LF_CANCELLED - LF_RING),
 	                                                         memory_order_acq_rel,
 	                                                         memory_order_relaxed)))
-		return cancel_slow(e, t, w);
-	/* won: taken back before anyone else looked */
+		return cancel_slow(e, t, w); /* stolen, or another thread's cancel won */
+	/* won: taken back before anyone else looked; from our own ring: it
+	 * never left this thread.  Its node goes back to the cache it came
+	 * from unchecked: the cache is at most LF_CACHE_MAX after any other
+	 * path, and only the arms still in the ring come back this way, so it
+	 * never exceeds LF_CACHE_MAX + LF_RING_SLOTS. */
 	atomic_store_explicit(word, w | LF_CANCELLED_OUT, memory_order_release);
-	if (LF_UNLIKELY(lf_tls_hot.id != e->base.id))
-		return cancel_ring_other(e, w, n);
-	struct lf_rec *r = lf_tls_hot.rec;
-	uint32_t k = (uint32_t)(atomic_load_explicit(&r->head, memory_order_relaxed) - 1) &
-	             (LF_RING_SLOTS - 1);
-	if (LF_UNLIKELY(atomic_load_explicit(&r->ring[k], memory_order_relaxed) != w))
-		return cancel_ring_other(e, w, n);
-	/* from our own ring: it never left this thread.  Its node goes back
-	 * to the cache it came from unchecked: the cache is at most
-	 * LF_CACHE_MAX after any other path, and only the arms still in the
-	 * ring come back this way, so it never exceeds LF_CACHE_MAX +
-	 * LF_RING_SLOTS. */
 	atomic_store_explicit(&r->ring[k], 0, memory_order_relaxed);
 	lf_bump(&r->prevented);
 	n->free_next = r->cache;

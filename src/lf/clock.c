@@ -7,9 +7,10 @@
  * 50 ms for the wheel).  A later arm (the timer thread asleep, parked,
  * starved or in a long round) reads the clock and holds its deadline
  * (LF_STAMP_DEADLINE).  Whoever files a stamped node converts it into
- * CLOCK_MONOTONIC, rounded up, capped by a clock read taken after the arm,
- * and adds the timeout, from the newer of the calibration's two latest
- * pairs that is not after the stamp.  Every ring arm is stolen and every
+ * CLOCK_MONOTONIC, rounded up, and adds the timeout, from the newer of the
+ * calibration's two latest pairs that is not after the stamp; a stamp whose
+ * margin grew past the floor is also capped by a clock read taken after
+ * the arm (lf_node_deadline).  Every ring arm is stolen and every
  * inbox node taken in the timer thread's next round, so at most one
  * calibration comes between a stamp and its filing: it is converted from
  * the pair it was made under, within lf_fresh_ns() of it, however late it
@@ -118,22 +119,46 @@ uint32_t lf_ec_value(struct ck_ec32 *ec) { return ck_ec32_value(ec); }
 
 /* ---- the TSC ---------------------------------------------------------------- */
 
+/* Pairs whose two TSC reads are further apart than this are discarded
+ * (x86; arm64's counter runs at CNTFRQ_EL0, 1-1000 MHz: tsc_usable()
+ * scales it to the same 8 us). */
+#define PAIR_MAX_TICKS 20000u
+static uint64_t g_pair_max = PAIR_MAX_TICKS;
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
-#include <x86intrin.h>
-static inline uint64_t read_tsc(void) { return __rdtsc(); }
-static int tsc_invariant(void)
+static int tsc_usable(void)
 {
 	unsigned a, b, c, d;
 	return __get_cpuid(0x80000007u, &a, &b, &c, &d) && (d & (1u << 8)) != 0;
 }
+#elif defined(__aarch64__)
+/* The generic timer's counter is invariant by the architecture (one
+ * system-wide count at CNTFRQ_EL0); it is used where it is set, advances,
+ * and costs less to read than the clock, measured: a kernel that traps EL0
+ * reads (an erratum workaround) makes each one a trap. */
+static int tsc_usable(void)
+{
+	uint64_t hz = lf_tsc_hz();
+	if (hz == 0)
+		return 0;
+	enum { READS = 256 };
+	uint64_t c0 = lf_tsc(), c1 = c0;
+	int64_t t0 = tmo_now_ns();
+	for (int i = 0; i < READS; i++)
+		c1 = lf_tsc();
+	int64_t t1 = tmo_now_ns();
+	for (int i = 0; i < READS; i++)
+		(void)tmo_now_ns();
+	int64_t t2 = tmo_now_ns();
+	g_pair_max = hz / 125000 > 16 ? hz / 125000 : 16;
+	return c1 > c0 && t1 - t0 <= t2 - t1;
+}
 #else
-static inline uint64_t read_tsc(void) { return 0; }
-static int tsc_invariant(void) { return 0; }
+static int tsc_usable(void) { return 0; }
 #endif
+static inline uint64_t read_tsc(void) { return lf_tsc(); }
 
-/* Pairs whose two TSC reads are further apart than this are discarded. */
-#define PAIR_MAX_TICKS 20000u
 /* The least margin added to a converted arm time. */
 #define MARGIN_NS 10000
 /* A rate is not used while its relative error may exceed this. */
@@ -152,7 +177,7 @@ static void tsc_pair(uint64_t *tsc, int64_t *ns, uint64_t *width)
 		uint64_t a = read_tsc();
 		int64_t t = tmo_now_ns();
 		uint64_t b = read_tsc();
-		if (b - a <= PAIR_MAX_TICKS || i == 4) {
+		if (b - a <= g_pair_max || i == 4) {
 			*tsc = a + (b - a) / 2;
 			*ns = t;
 			*width = b - a;
@@ -163,7 +188,7 @@ static void tsc_pair(uint64_t *tsc, int64_t *ns, uint64_t *width)
 
 static void once_init(void)
 {
-	g_use_tsc = tsc_invariant();
+	g_use_tsc = tsc_usable();
 	lf_use_tsc = g_use_tsc;
 	if (g_use_tsc)
 		tsc_pair(&g_cal_tsc, &g_cal_ns, &g_cal_width);
@@ -180,17 +205,18 @@ static void once_init(void)
 }
 
 
-static double bits_d(uint64_t b)
+/* x * fx >> 32, for a 32.32 fixed-point fx. */
+static inline uint64_t fx_mul(uint64_t x, uint64_t fx)
 {
-	double d;
-	memcpy(&d, &b, sizeof d);
-	return d;
+	return (uint64_t)(((unsigned __int128)x * fx) >> 32);
 }
-static uint64_t d_bits(double d)
+
+/* v * 2^32 rounded up, as a 32.32 fixed-point value (v >= 0, small). */
+static uint64_t fx_of(double v)
 {
-	uint64_t b;
-	memcpy(&b, &d, sizeof b);
-	return b;
+	double f = v * 4294967296.0;
+	uint64_t u = (uint64_t)f;
+	return (double)u < f ? u + 1 : u;
 }
 
 void lf_cal_update(struct tmo *e)
@@ -218,13 +244,19 @@ void lf_cal_update(struct tmo *e)
 	                      memory_order_relaxed);
 	atomic_store_explicit(&p->ns, atomic_load_explicit(&c->ns, memory_order_relaxed),
 	                      memory_order_relaxed);
-	atomic_store_explicit(&p->err_bits, atomic_load_explicit(&c->err_bits, memory_order_relaxed),
+	atomic_store_explicit(&p->err, atomic_load_explicit(&c->err, memory_order_relaxed),
 	                      memory_order_relaxed);
 	atomic_store_explicit(&c->tsc, tsc, memory_order_relaxed);
 	atomic_store_explicit(&c->ns, ns, memory_order_relaxed);
-	atomic_store_explicit(&c->rate_bits, d_bits(rate), memory_order_relaxed);
-	atomic_store_explicit(&c->rel_bits, d_bits(rel), memory_order_relaxed);
-	atomic_store_explicit(&c->err_bits, d_bits(err), memory_order_relaxed);
+	atomic_store_explicit(&c->rate_fx, rate > 0 ? fx_of(rate) : 0, memory_order_relaxed);
+	atomic_store_explicit(&c->rel_fx, fx_of(rel), memory_order_relaxed);
+	atomic_store_explicit(&c->err, (int64_t)err + 1, memory_order_relaxed);
+	/* the margin err + 1000 + d * rel stays within the floor while d, the
+	 * stamp's distance in ns, is below (floor - err - 1000) / rel: in
+	 * ticks, that over the rate (a hundredth less, for the roundings) */
+	double room = (double)e->margin_ns - err - 1001.0;
+	uint64_t near = rate > 0 && room > 0 ? (uint64_t)(room * 0.99 / (rel * rate)) : 0;
+	atomic_store_explicit(&c->near_ticks, near, memory_order_relaxed);
 	atomic_store_explicit(&c->seq, s + 2, memory_order_release);
 	/* after the pair: an arm that sees the new bound finds the pair */
 	uint64_t fresh = rate <= 0               ? 0
@@ -235,40 +267,43 @@ void lf_cal_update(struct tmo *e)
 
 /* Bounds on the time of a TSC stamp from the published calibration, from
  * the newer of its two pairs that is not after the stamp (else the older);
- * 0 (both) when there is none yet. */
-static void tsc_bounds(struct tmo *e, uint64_t st, int64_t *lo, int64_t *hi)
+ * 0 (both) when there is none yet.  Returns the margin: the bounds are
+ * [t - margin, t + max(margin, the floor)] around the converted time t.
+ * Integer arithmetic: the rate is rounded up, which moves t by less than
+ * 2^-32 of the distance (far below the slew allowance) and the products
+ * are rounded down by under 1 ns each (the margin's 1000 ns cover both). */
+static int64_t tsc_bounds(struct tmo *e, uint64_t st, int64_t *lo, int64_t *hi)
 {
 	struct lf_cal *c = &e->cal;
 	struct lf_cal_prev *p = &e->cal_prev;
-	uint64_t tsc, rb, eb, lb;
-	int64_t ns;
+	uint64_t tsc, rate, rel;
+	int64_t ns, err;
 	uint32_t s0, s1;
 	do {
 		s0 = atomic_load_explicit(&c->seq, memory_order_acquire);
 		tsc = atomic_load_explicit(&c->tsc, memory_order_relaxed);
 		ns = atomic_load_explicit(&c->ns, memory_order_relaxed);
-		eb = atomic_load_explicit(&c->err_bits, memory_order_relaxed);
-		rb = atomic_load_explicit(&c->rate_bits, memory_order_relaxed);
-		lb = atomic_load_explicit(&c->rel_bits, memory_order_relaxed);
+		err = atomic_load_explicit(&c->err, memory_order_relaxed);
+		rate = atomic_load_explicit(&c->rate_fx, memory_order_relaxed);
+		rel = atomic_load_explicit(&c->rel_fx, memory_order_relaxed);
 		if (st < tsc && atomic_load_explicit(&p->tsc, memory_order_relaxed) != 0) {
 			tsc = atomic_load_explicit(&p->tsc, memory_order_relaxed);
 			ns = atomic_load_explicit(&p->ns, memory_order_relaxed);
-			eb = atomic_load_explicit(&p->err_bits, memory_order_relaxed);
+			err = atomic_load_explicit(&p->err, memory_order_relaxed);
 		}
 		atomic_thread_fence(memory_order_acquire);
 		s1 = atomic_load_explicit(&c->seq, memory_order_relaxed);
 	} while ((s0 & 1) || s0 != s1);
-	double rate = bits_d(rb), rel = bits_d(lb), err = bits_d(eb);
-	if (rate <= 0) {
+	if (rate == 0) {
 		*lo = *hi = 0;
-		return;
+		return 0;
 	}
-	double d = tsc >= st ? -(double)(tsc - st) * rate : (double)(st - tsc) * rate;
-	double margin = err + 1000.0 + (d < 0 ? -d : d) * rel;
-	double floor_ns = (double)e->margin_ns;
-	double t = (double)ns + d;
-	*hi = (int64_t)(t + (margin > floor_ns ? margin : floor_ns));
-	*lo = (int64_t)(t - margin);
+	int64_t d = (int64_t)fx_mul(st >= tsc ? st - tsc : tsc - st, rate);
+	int64_t margin = err + 1000 + (int64_t)fx_mul((uint64_t)d, rel);
+	int64_t t = st >= tsc ? ns + d : ns - d;
+	*hi = t + (margin > e->margin_ns ? margin : e->margin_ns);
+	*lo = t - margin;
+	return margin;
 }
 
 /* ---- ticks ------------------------------------------------------------------- */
@@ -294,17 +329,29 @@ int64_t lf_tick_publish(struct tmo *e, unsigned flags)
 	return ns;
 }
 
-/* The bounds of the clock reading behind a stamp: the reading itself when
- * arm read the clock (returns 1, exact), else the TSC reading's (0 where
- * there is no calibration yet). */
-static int stamp_bounds(struct tmo *e, uint64_t stamp, int64_t *lo, int64_t *hi)
+/* A stamp's upper bound when it lies within lf_cal.near_ticks of the
+ * latest pair, either side (its margin is within the floor), else 0: the
+ * common case, cheaply.  A stamp before that pair is converted back from
+ * it, as tsc_bounds converts one before both pairs: the margin covers the
+ * distance either way. */
+static inline int64_t near_bound(struct tmo *e, uint64_t st)
 {
-	if (!g_use_tsc) {
-		*lo = *hi = (int64_t)stamp;
-		return 1;
-	}
-	tsc_bounds(e, stamp, lo, hi);
-	return 0;
+	struct lf_cal *c = &e->cal;
+	uint64_t tsc, rate, near;
+	int64_t ns;
+	uint32_t s0, s1;
+	do {
+		s0 = atomic_load_explicit(&c->seq, memory_order_acquire);
+		tsc = atomic_load_explicit(&c->tsc, memory_order_relaxed);
+		ns = atomic_load_explicit(&c->ns, memory_order_relaxed);
+		rate = atomic_load_explicit(&c->rate_fx, memory_order_relaxed);
+		near = atomic_load_explicit(&c->near_ticks, memory_order_relaxed);
+		atomic_thread_fence(memory_order_acquire);
+		s1 = atomic_load_explicit(&c->seq, memory_order_relaxed);
+	} while (LF_UNLIKELY((s0 & 1) || s0 != s1));
+	if (st >= tsc)
+		return st - tsc <= near ? ns + (int64_t)fx_mul(st - tsc, rate) + e->margin_ns : 0;
+	return tsc - st <= near ? ns - (int64_t)fx_mul(tsc - st, rate) + e->margin_ns : 0;
 }
 
 int64_t lf_node_deadline(struct tmo *e, const struct lf_node *n, int64_t later_ns)
@@ -313,10 +360,21 @@ int64_t lf_node_deadline(struct tmo *e, const struct lf_node *n, int64_t later_n
 	int64_t timeout = atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed);
 	if (stamp == LF_STAMP_DEADLINE)
 		return timeout;
-	int64_t lo, hi;
-	if (stamp_bounds(e, stamp, &lo, &hi))
+	if (!g_use_tsc) /* the stamp is the clock reading itself */
+		return (int64_t)stamp + timeout;
+	int64_t lo, hi = near_bound(e, stamp);
+	if (LF_LIKELY(hi != 0))
 		return hi + timeout;
-	/* capped by a clock read taken after the arm: never later than that */
+	/* Within the floor (a stamp near its pair, as a stamp of a fresh
+	 * calibration filed in time is) the arm lies in [hi - 2 floors, hi]:
+	 * dated at most two floors (e->margin_ns: a twentieth of the
+	 * resolution, at least 10 us) late, no later than a capped stamp may
+	 * be (a cap only lowers it), so arms keep their order beyond the
+	 * resolution without a clock read.  Further away the margin grows
+	 * (0.1 % of the distance), and a clock read taken after the arm caps
+	 * it: never later than that. */
+	if (tsc_bounds(e, stamp, &lo, &hi) <= e->margin_ns && hi != 0)
+		return hi + timeout;
 	int64_t now = later_ns != 0 ? later_ns : tmo_now_ns();
 	return (hi != 0 && hi < now ? hi : now) + timeout;
 }
@@ -325,8 +383,10 @@ int64_t lf_node_deadline_lower(struct tmo *e, uint64_t stamp, int64_t timeout_ns
 {
 	if (stamp == LF_STAMP_DEADLINE)
 		return timeout_ns;
+	if (!g_use_tsc)
+		return (int64_t)stamp + timeout_ns;
 	int64_t lo, hi;
-	stamp_bounds(e, stamp, &lo, &hi);
+	tsc_bounds(e, stamp, &lo, &hi);
 	return lo > 0 ? lo + timeout_ns : 0;
 }
 

@@ -102,7 +102,7 @@ static int base_lock_spin(struct lf_base *b)
 	for (int i = 0; i < BASE_SPINS; i++) {
 		if (lf_base_trylock(b))
 			return 1;
-		__builtin_ia32_pause();
+		lf_cpu_relax();
 	}
 	return 0;
 }
@@ -271,8 +271,11 @@ void lf_fire(struct tmo *e, struct due *d)
 	 * free it; a node collected from a base stays IN_STRUCT, and one whose
 	 * cancel won (CANCEL_PENDING, or already freed) is its canceller's */
 	uint64_t s = lf_st(d->gen, d->handed ? LF_QUEUED : LF_IN_STRUCT);
+	/* before FIRING shows: a cancel that sees it reads this ref (lf.h) */
+	atomic_store_explicit(&e->cb_ref, tmo__cb_begin(), memory_order_release);
 	if (!atomic_compare_exchange_strong_explicit(&n->state, &s, lf_st(d->gen, LF_FIRING),
 	                                             memory_order_acq_rel, memory_order_acquire)) {
+		tmo__cb_end();
 		if (d->handed)
 			lf_cache_put(e, e->tt_rec, n);
 		return;
@@ -281,12 +284,15 @@ void lf_fire(struct tmo *e, struct due *d)
 	/* read before the callback: it may free or re-arm the timer */
 	tmo_callback *cb = t->cb;
 	void *arg = t->arg;
-	atomic_store_explicit(&e->running, t, memory_order_relaxed);
+	/* release: a cancel that sees `running` == t reads cb_ref as it is now
+	 * (or later); on x86 the same plain store as relaxed */
+	atomic_store_explicit(&e->running, t, memory_order_release);
 	atomic_store_explicit(lf_timer_word(t), lf_word(lf_idx_of(e, n), d->gen, LF_FIRED),
 	                      memory_order_release);
 	atomic_fetch_add_explicit(&e->fired, 1, memory_order_relaxed);
 	cb(t, arg);
 	tmo__end_if_forked(e);
+	tmo__cb_end();
 	atomic_store_explicit(&e->running, NULL, memory_order_release);
 	atomic_store_explicit(&n->state, lf_st(d->gen, LF_FREE), memory_order_release);
 	lf_ec_wake(&e->done_ec); /* after that store: a cancel waiting on FIRING wakes */

@@ -71,7 +71,8 @@
  * from the thread's cache or the lock-free depot; only a producer that
  * grows the pool takes a mutex, which no timer thread or callback holds.
  * Flow control without waiting: past a bound (pool.c, and mpsc's inbox
- * backlog, arm.c) arm answers TMO_EAGAIN at once.
+ * backlog, arm.c) arm answers TMO_EAGAIN at once.  The memory order of
+ * every atomic here, and why: src/lf/memory-order.md (arm64-reviewed).
  */
 #ifndef TMO_LF_H
 #define TMO_LF_H
@@ -90,6 +91,7 @@
 #include "core/park.h"
 #include "tmo/testing.h"
 #include "ds/wheel.h"
+#include "cpu.h"
 #include "node.h"
 
 #define LF_LIKELY(x) __builtin_expect(!!(x), 1)
@@ -163,6 +165,12 @@ struct lf_rec {
 	/* every arm made through this record: its next ring slot, and the
 	 * arms counter stats read (relaxed; only the owner writes it) */
 	_Alignas(64) _Atomic uint64_t head;
+	/* While its owner holds a node it took out of the ring (from just
+	 * before the CAS RING -> QUEUED until the node is in the inbox or a
+	 * base): a lower bound on that node's deadline (1 if unknown), else 0.
+	 * Read by the timer thread, which fires nothing due at or after it
+	 * meanwhile (timer.c, Order). */
+	_Atomic int64_t transit;
 	uint32_t cache_n;
 	struct lf_node *cache; /* free nodes, linked through free_next */
 	_Atomic uint64_t prevented, spilled;
@@ -203,19 +211,27 @@ struct lf_params {
 #define LF_SLEW_PPM 1000
 
 /* TSC -> CLOCK_MONOTONIC conversion, published by the timer thread under a
- * sequence count (clock.c). */
+ * sequence count (clock.c).  Integers, so that a filing converts a stamp
+ * with two multiplies: rate and relative error as 32.32 fixed point,
+ * rounded up; 0 rate: no conversion (no calibration yet, or too coarse). */
 struct lf_cal {
 	_Atomic uint32_t seq;
-	/* the latest (TSC, clock) pair, with the error of its clock read */
+	/* the latest (TSC, clock) pair, with the error of its clock read (ns,
+	 * rounded up) */
 	_Atomic uint64_t tsc;
 	_Atomic int64_t ns;
-	_Atomic uint64_t rate_bits, err_bits, rel_bits; /* doubles, as bits */
+	_Atomic uint64_t rate_fx, rel_fx; /* ns per tick, relative error: << 32 */
+	_Atomic int64_t err;
+	/* a stamp at most near_ticks away from tsc, either side, has a margin
+	 * within the floor (e->margin_ns): it converts to ns + rate * (stamp -
+	 * tsc) + the floor (clock.c, lf_node_deadline) */
+	_Atomic uint64_t near_ticks;
 };
 /* The pair before it, under the same sequence count. */
 struct lf_cal_prev {
 	_Atomic uint64_t tsc;
 	_Atomic int64_t ns;
-	_Atomic uint64_t err_bits;
+	_Atomic int64_t err;
 };
 
 struct lf_run;
@@ -266,6 +282,10 @@ struct tmo {
 	/* Timer thread -> cancels waiting for a callback. */
 	_Alignas(64) struct ck_ec32 done_ec;
 	_Atomic(struct tmo_timer *) running;
+	/* The running callback's invocation (core/internal.h), stored with
+	 * release before its node turns FIRING and before `running` names it:
+	 * a cancel that saw either reads this one or a later one. */
+	_Atomic uint64_t cb_ref;
 	_Atomic uint64_t fired;
 
 	/* Threads' records. */
@@ -331,14 +351,13 @@ void lf_clock_init(struct tmo *e);
 /* Timer thread: publish the next tick (flags: LF_TW_*); returns its clock
  * reading, taken after the tick is visible. */
 int64_t lf_tick_publish(struct tmo *e, unsigned flags);
-/* An arm's stamp: the TSC, or CLOCK_MONOTONIC without an invariant TSC. */
+/* An arm's stamp: the TSC (cpu.h: arm64's virtual counter too), or
+ * CLOCK_MONOTONIC where there is none that is invariant and cheap. */
 extern int lf_use_tsc;
 static inline uint64_t lf_stamp(void)
 {
-#if defined(__x86_64__) || defined(__i386__)
 	if (LF_LIKELY(lf_use_tsc))
-		return __builtin_ia32_rdtsc();
-#endif
+		return lf_tsc();
 	return (uint64_t)tmo_now_ns();
 }
 /* How long a calibration dates arms: while the slew allowed for a stamp
@@ -352,7 +371,9 @@ static inline int64_t lf_fresh_ns(const struct tmo *e)
  * arm reads the clock and holds its deadline (LF_STAMP_DEADLINE). */
 static inline int lf_stamp_fresh(struct tmo *e, uint64_t stamp)
 {
-	return !lf_use_tsc || stamp <= atomic_load_explicit(&e->fresh_until, memory_order_relaxed);
+	/* acquire: the pair behind the bound is then visible to this thread,
+	 * which may file the arm itself (src/lf/memory-order.md) */
+	return !lf_use_tsc || stamp <= atomic_load_explicit(&e->fresh_until, memory_order_acquire);
 }
 /* The deadline of a node in a ring or in transit (RING, QUEUED): the time
  * of its arm (its stamp converted, never early, no later than `later_ns`,

@@ -22,8 +22,8 @@
  *                  engine is created until malloc hands it the old one's
  *                  address (reported: ASan's quarantine never does).
  *
- * (Two engines whose callbacks cancel each other's timers deadlock, as the
- * waiting cancel must: that is stated in tmo.h, not tested.)
+ * (Two engines whose callbacks cancel each other's timers: the cancel that
+ * would close the cycle is refused, tests/engine/deadlock.c.)
  */
 #include <pthread.h>
 

@@ -13,6 +13,8 @@
  *          waiting out its grace period: left out to keep the test short)
  *   honest the plain wrapper -> coalesce must pass (the wrapper itself is
  *          sound, so the failures above are the bugs')
+ *   service: liar must be caught saying PREVENTED for a timeout that
+ *          fired, early firing before the deadline; honest passes
  *
  * The declarations are checked too: a target naming a metric its scenario
  * does not declare is refused (cli/targets.c), and so is a row reported
@@ -34,7 +36,7 @@
 extern const struct sk_scenario *const sk_scenarios[]; /* the harness's table */
 
 extern const struct sk_scenario sk_scenario_race, sk_scenario_expiry, sk_scenario_coalesce,
-	sk_scenario_progress;
+	sk_scenario_progress, sk_scenario_service;
 
 enum bug { HONEST, LIAR, EARLY, LOSSY, WAITARM };
 
@@ -87,7 +89,7 @@ FIXTURE(waitarm, "wheel", TMO_CAP_LOCKFREE_ARM | TMO_CAP_PARK, TMO_NSEC_PER_MSEC
 
 static const struct sk_scenario *const scenarios[] = {
 	&sk_scenario_race, &sk_scenario_expiry, &sk_scenario_coalesce, &sk_scenario_progress,
-	NULL,
+	&sk_scenario_service, NULL,
 };
 static const struct tmo_engine_ops *const fixtures[] = {
 	&fx_honest, &fx_liar, &fx_early, &fx_lossy, &fx_waitarm, NULL,
@@ -218,6 +220,9 @@ int main(int argc, char **argv)
 	expect(&sk_scenario_expiry, &fx_early, 1);
 	expect(&sk_scenario_coalesce, &fx_lossy, 1);
 	expect(&sk_scenario_coalesce, &fx_honest, 0);
+	expect(&sk_scenario_service, &fx_liar, 1);
+	expect(&sk_scenario_service, &fx_early, 1);
+	expect(&sk_scenario_service, &fx_honest, 0);
 	expect_progress_waitarm();
 	expect_declarations_checked();
 	printf("%s\n", failures ? "FAIL: a check did not behave" : "every check caught its bug");

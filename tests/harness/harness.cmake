@@ -36,6 +36,44 @@ if(TARGET tmo-harness)
     add_test(NAME harness/exit2_${name}
              COMMAND sh -c "\"$0\" \"$1\" >/dev/null 2>&1; test $? -eq 2" ${h} ${arg})
   endforeach()
+  # Every numeric option takes digits only (cli/digits.h): a blank, a sign,
+  # another character, an empty value, an overflow or a value out of range
+  # is refused with exit 2 and named ("--seed=' -1': not a number ...");
+  # strtoull alone read ' -1' as 18446744073709551615.
+  foreach(case
+      "seed_blank_minus|seed| -1|not a number"
+      "seed_minus|seed|-1|not a number"
+      "seed_plus|seed|+1|not a number"
+      "seed_blank|seed| 1|not a number"
+      "seed_trailing_blank|seed|1 |not a number"
+      "seed_hex|seed|0x10|not a number"
+      "seed_junk|seed|12abc|not a number"
+      "seed_empty|seed||empty"
+      "seed_overflow|seed|18446744073709551616|out of range"
+      "seed_overflow_long|seed|99999999999999999999999|out of range"
+      "threads_blank|threads| 4|not a number"
+      "threads_minus|threads|-4|not a number"
+      "threads_plus|threads|+4|not a number"
+      "threads_junk|threads|4x|not a number"
+      "threads_empty|threads||empty"
+      "threads_zero|threads|0|out of range"
+      "threads_above|threads|257|out of range"
+      "threads_overflow|threads|18446744073709551617|out of range"
+      "repeat_blank|repeat| 3|not a number"
+      "repeat_minus|repeat|-3|not a number"
+      "repeat_float|repeat|3.0|not a number"
+      "repeat_empty|repeat||empty"
+      "repeat_zero|repeat|0|out of range"
+      "repeat_above|repeat|101|out of range")
+    string(REPLACE "|" ";" parts "${case}")
+    list(GET parts 0 name)
+    list(GET parts 1 opt)
+    list(GET parts 2 val)
+    list(GET parts 3 why)
+    add_test(NAME harness/number_${name}
+             COMMAND sh -c "\"$0\" \"--$1=$2\" >/dev/null 2>\"$4\"; rc=$?; cat \"$4\"; test $rc -eq 2 && grep -qF -- \"--$1='$2': $3\" \"$4\""
+                     ${h} ${opt} "${val}" "${why}" ${CMAKE_CURRENT_BINARY_DIR}/number_${name}.log)
+  endforeach()
   # Results are never lost (tests/harness/output.sh): interrupted runs,
   # write errors, stdout errors, the full seed range, short options.
   foreach(case interrupt_int interrupt_term complete json_write_error not_regular
@@ -43,6 +81,20 @@ if(TARGET tmo-harness)
     add_test(NAME harness/output_${case}
              COMMAND bash ${PROJECT_SOURCE_DIR}/tests/harness/output.sh ${h} ${case})
     set_tests_properties(harness/output_${case} PROPERTIES TIMEOUT ${TMO_TEST_TIMEOUT})
+  endforeach()
+endif()
+
+# tmo-seedloop's PAIRS is digits only too (cli/digits.h).
+if(TARGET tmo-seedloop)
+  foreach(case "blank| 5|not a number" "minus|-1|not a number" "junk|5x|not a number"
+               "empty||empty" "overflow|99999999999999999999|out of range")
+    string(REPLACE "|" ";" parts "${case}")
+    list(GET parts 0 name)
+    list(GET parts 1 val)
+    list(GET parts 2 why)
+    add_test(NAME harness/seedloop_pairs_${name}
+             COMMAND sh -c "\"$0\" wheel \"$1\" >/dev/null 2>\"$3\"; rc=$?; cat \"$3\"; test $rc -eq 2 && grep -qF -- \"PAIRS '$1': $2\" \"$3\""
+                     $<TARGET_FILE:tmo-seedloop> "${val}" "${why}" ${CMAKE_CURRENT_BINARY_DIR}/seedloop_pairs_${name}.log)
   endforeach()
 endif()
 
@@ -77,4 +129,13 @@ if(TARGET tmo-harness)
                    $<TARGET_FILE:tmo-harness> ${CMAKE_CURRENT_BINARY_DIR}/skip_rescue_short.log)
   set_tests_properties(harness/skip_rescue_short_of_kernel_timers PROPERTIES
                        TIMEOUT ${TMO_TEST_TIMEOUT})
+endif()
+
+# --benchmark_filter selects by the names the console and the JSON show
+# (tests/harness/filter.sh; the full registered name has min_time/repeats
+# between the case and its threads, which a filter cannot know).
+if(TARGET tmo-harness)
+  add_test(NAME harness/benchmark_filter
+           COMMAND bash ${PROJECT_SOURCE_DIR}/tests/harness/filter.sh $<TARGET_FILE:tmo-harness>)
+  set_tests_properties(harness/benchmark_filter PROPERTIES TIMEOUT ${TMO_TEST_TIMEOUT})
 endif()

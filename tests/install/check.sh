@@ -7,7 +7,7 @@ build=$1 cc=$2 cflags=$3 src=$4
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
-for f in tmo/tmo.h tmo/scope.h tmo/wait.h tmo/testing.h; do
+for f in tmo/tmo.h tmo/scope.h tmo/wait.h tmo/testing.h tmo/engine.h; do
   [ -f "$tmp/prefix/include/$f" ] || { echo "install: $f missing" >&2; exit 1; }
 done
 pc=$(find "$tmp/prefix" -name tmo.pc)

@@ -2,6 +2,7 @@
 
 #include "check.h"
 #include "core/internal.h" /* tmo__task_blocked */
+#include "tmo/engine.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -30,7 +31,19 @@ void et_init(int argc, char **argv, const char *test)
 		exit(2);
 	}
 	et_name = argv[1];
-	et_ops = tmo_engine_find(et_name);
+	if (tmo_engine_is_path(et_name)) {
+		/* An engine from outside the library (tmo/engine.h): run as its
+		 * table's name; a file that is no engine is the named refusal. */
+		char why[512];
+		int rc = tmo_engine_load(et_name, &et_ops, why, sizeof why);
+		if (rc != 0) {
+			fprintf(stderr, "%s: %s: %s: %s\n", test, et_name, tmo_load_errname(rc), why);
+			exit(3);
+		}
+		et_name = et_ops->name;
+	}
+	if (et_ops == NULL)
+		et_ops = tmo_engine_find(et_name);
 	for (const struct tmo_engine_ops *const *x = et_extra_engines; et_ops == NULL && x && *x;
 	     x++)
 		if (strcmp((*x)->name, et_name) == 0)
@@ -46,6 +59,16 @@ void et_init(int argc, char **argv, const char *test)
 	       et_name, et_ops->caps, (long long)et_ops->resolution_ns, et_scale(),
 	       (unsigned long long)et_seed);
 	fflush(stdout);
+	/* An engine whose kernel facility is missing here (io_uring disabled):
+	 * every engine test is skipped, with the reason (exit 77). */
+	struct tmo *probe = NULL;
+	if (tmo_create_ops(et_ops, NULL, &probe) == TMO_EUNAVAIL) {
+		printf("SKIP: engine '%s' is unavailable here: TMO_EUNAVAIL (%s)\n", et_name,
+		       tmo_strerror(TMO_EUNAVAIL));
+		exit(77);
+	}
+	if (probe != NULL)
+		tmo_destroy(&probe);
 }
 
 double et_scale(void)

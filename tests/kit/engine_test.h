@@ -31,7 +31,10 @@ extern const struct tmo_engine_ops *et_ops;
  * engines that prove these tests can fail (tests/fixtures/). */
 extern const struct tmo_engine_ops *const *et_extra_engines;
 
-/* Parse argv[1] as an engine name; on failure print why and exit(2).
+/* Parse argv[1] as an engine name, or as the path of a shared object that
+ * exports one (tmo/engine.h: a word with '/' or ending in .so; et_name is
+ * then the table's name).  An unknown name exits 2; a file that is no
+ * engine exits 3 with the loader's error name and why.
  * Prints a banner with the engine's caps, resolution and the seed. */
 void et_init(int argc, char **argv, const char *test);
 

@@ -17,7 +17,7 @@ intptr_t sc_sleep_then(void *arg)
 int sc_run(int argc, char **argv, struct tmo **eng, const struct et_case *cases, int n)
 {
 	int64_t allocs0 = tmo_testing_live_allocs();
-	int rc = tmo_create(et_name, NULL, eng);
+	int rc = tmo_create_ops(et_ops, NULL, eng); /* a loaded engine has no registry name */
 	if (rc != 0) {
 		fprintf(stderr, "engine %s: %s\n", et_name, tmo_strerror(rc));
 		exit(1);

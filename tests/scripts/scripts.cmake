@@ -4,7 +4,7 @@
 # through tests/fixtures/scale_fake_harness.py), and the hosted-CI workflow
 # (.github/workflows/ci.yml).  tests/scripts/test.sh, one ctest per case;
 # tests/scripts/check_workflow.py for the workflow.
-foreach(case deps_nonroot deps_root deps_installed deps_one_list compare plot_report
+foreach(case deps_nonroot deps_root deps_installed deps_one_list compare compare_machines plot_report
         scale_quick scale_plan scale_catches)
   add_test(NAME scripts/${case}
            COMMAND bash ${PROJECT_SOURCE_DIR}/tests/scripts/test.sh ${PROJECT_SOURCE_DIR} ${case}
@@ -23,3 +23,14 @@ add_test(NAME scripts/ci_workflow_catches_missing
                         ! /usr/bin/python3 \"$0/tests/scripts/check_workflow.py\" \"$0\" \"$3\" > \"$3.out\" &&
                         grep -q 'runs .ci/no-such-run, which is not in the repository' \"$3.out\""
                  ${PROJECT_SOURCE_DIR} ${wf} unused ${CMAKE_CURRENT_BINARY_DIR}/ci_missing_step.yml)
+
+# scripts/instructions weighs callgrind's counts by what objdump says each
+# instruction is: the classifier's table, and a small run (condvar's seed
+# pair, 2,000 pairs) whose mutex must show as locked instructions and whose
+# arm as a clock read (0 would mean the weighing is broken).
+add_test(NAME scripts/instructions_classify
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/scripts/lib/instructions.py --self-test)
+add_test(NAME scripts/instructions_counts
+         COMMAND sh -c "d=$(mktemp -d) && TMO_INSTR_PAIRS=2000 TMO_INSTR_CASES=seed \"$0/scripts/instructions\" \"$d\" condvar && /usr/bin/python3 -c 'import json,sys; c=[r for r in json.load(open(sys.argv[1]))[\"counts\"] if r[\"engine\"]==\"condvar\" and r[\"thread\"]==\"arming\"][0]; print(c); sys.exit(0 if c[\"instructions\"]>50 and c[\"locked\"]>=2 and c[\"clock_reads\"]>=1 else 1)' \"$d/instructions.json\"; rc=$?; rm -rf \"$d\"; exit $rc"
+                 ${PROJECT_SOURCE_DIR})
+set_tests_properties(scripts/instructions_counts PROPERTIES TIMEOUT ${TMO_TEST_TIMEOUT})

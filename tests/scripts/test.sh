@@ -14,9 +14,13 @@
 #   deps_one_list    scripts/deps is the only package list: .ci/run, ./harness
 #                    and scripts/check install nothing by name themselves
 #   compare          scripts/compare on the baseline and a copy whose wheel
-#                    seed figure is doubled: compare.py's table and the rows
-#                    table, where that figure reads "2.00x slower" and the
-#                    others "same"
+#                    seed figure and repetitions are doubled (condvar's 1 %
+#                    slower): the benchmark verdicts (wheel slower, condvar
+#                    within noise, wheel x floor slower) and the rows table,
+#                    where that figure reads "2.00x slower", the others "same"
+#   compare_machines the same run as if from another CPU, every time x3: the
+#                    difference said, absolute times not compared, the
+#                    ratios within noise
 #   plot_report      scripts/plot on a copy of results/baseline with a
 #                    violation planted (then with an instructions.csv):
 #                    every plot drawn, REPORT.md with the machine, runs,
@@ -38,6 +42,7 @@
 #                    engines (lockfree-arm and no-syscall, and condvar) and
 #                    thread counts, a 16-thread plan inside the default
 #                    budget, a budget too small refused, bad options exit 2
+#                    (numeric ones: digits only, each refusal named)
 #   scale_catches    the stand-in unbroken: exit 0, the thread counts the
 #                    filter chose; then each SCALE_PLANT (a row dropped, a
 #                    null figure, min above the median, a run at the wrong
@@ -147,20 +152,54 @@ d = json.load(open(sys.argv[1]))
 for r in d["rows"]:
     if r["engine"] == "wheel" and r["metric"] == "seed_median_ns_per_op":
         r["value"] *= 2
+# every repetition of wheel's seed benchmark twice as slow, condvar's 1 % slower
+for b in d["benchmarks"]:
+    if b["name"] == "throughput/wheel/seed/threads:1":
+        b["real_time"] *= 2
+    if b["name"] == "throughput/condvar/seed/threads:1":
+        b["real_time"] *= 1.01
 json.dump(d, open(sys.argv[2], "w"))
 EOF
   "$root/scripts/compare" "$dir/old" "$dir/new" >"$dir/out" 2>&1
   rc=$?
   cat "$dir/out"
   [ "$rc" -eq 0 ] || fail "exit $rc"
-  grep -q "^Benchmark .*Time Old .*Time New" "$dir/out" || fail "no compare.py table"
-  grep -q "^throughput/wheel/seed/threads:1 " "$dir/out" || fail "compare.py: no wheel seed row"
+  grep -q "^Same machine\|^Same CPU" "$dir/out" || fail "one machine not recognised"
+  grep -Eq "^throughput/wheel/seed/threads:1 .* \+100\.0% .* slower$" "$dir/out" ||
+    fail "benchmarks: the doubled repetitions do not read slower"
+  grep -Eq "^throughput/condvar/seed/threads:1 .* within noise$" "$dir/out" ||
+    fail "benchmarks: a 1 % shift does not read within noise"
+  grep -Eq "^wheel x floor .* slower$" "$dir/out" || fail "ratios: wheel x floor not slower"
   grep -Eq "^throughput +wheel +seed_median_ns_per_op .* 2\.00x slower$" "$dir/out" ||
     fail "rows: the doubled figure does not read 2.00x slower"
   grep -Eq "^throughput +condvar +seed_median_ns_per_op .* same$" "$dir/out" ||
     fail "rows: an unchanged figure does not read same"
   grep -Eq "^throughput +mpsc +ops_per_s threads=2 " "$dir/out" || fail "rows: no thread-scaling row"
   grep -Eq "^throughput +wheel +live_ns_per_op live=1000000 " "$dir/out" || fail "rows: no live-timer row"
+  ;;
+compare_machines)
+  # The same run as if made on another CPU: said in words, absolute times
+  # left out, the in-run ratios compared (and found unchanged).
+  mkdir "$dir/old" "$dir/new"
+  cp "$root/results/baseline/throughput.json" "$dir/old/"
+  /usr/bin/python3 - "$dir/old/throughput.json" "$dir/new/throughput.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["context"]["tmo"]["machine"]["cpu_model"] = "Intel(R) Xeon(R) planted by the test"
+for b in d["benchmarks"]:
+    b["real_time"] *= 3  # a slower machine: every time, ratios unchanged
+json.dump(d, open(sys.argv[2], "w"))
+EOF
+  "$root/scripts/compare" "$dir/old" "$dir/new" >"$dir/out" 2>&1
+  rc=$?
+  cat "$dir/out"
+  [ "$rc" -eq 0 ] || fail "exit $rc"
+  grep -q "^DIFFERENT MACHINES (CPU model)" "$dir/out" || fail "the machines' difference is not said"
+  grep -q "^Absolute times: not comparable" "$dir/out" || fail "absolute times not marked"
+  grep -Eq "^throughput/wheel/seed/threads:1 " "$dir/out" && fail "an absolute benchmark row was compared"
+  grep -Eq "^wheel x floor .* within noise$" "$dir/out" || fail "ratios: wheel x floor not compared"
+  grep -Eq "^throughput +wheel +seed_median_ns_per_op .* not comparable$" "$dir/out" ||
+    fail "rows: an absolute figure is not marked not comparable"
   ;;
 plot_report)
   cp -r "$root/results/baseline" "$dir/b"
@@ -186,6 +225,10 @@ PY
   done
   grep -q "instructions skipped" "$dir/out" || fail "instructions not reported skipped"
   grep -q "^### Instructions per arm+cancel: not drawn" "$dir/b/REPORT.md" || fail "REPORT.md: no note on the missing instructions"
+  # the peers: one table per shape, every engine with its spread over repetitions
+  grep -q "^## Peers, shape by shape" "$dir/b/REPORT.md" || fail "REPORT.md: no peers section"
+  grep -Eq "^\| libevent \| [0-9.]+ ns \| [0-9.]+ ns - [0-9.]+ ns \(n=20\) \| wheel [0-9.]+x faster \|$" \
+    "$dir/b/REPORT.md" || fail "REPORT.md: the seed peers table lacks libevent with its spread"
   for h in "## Runs" "## Figures" "## Targets" "## Violations" "## Plots"; do
     grep -qx "$h" "$dir/b/REPORT.md" || fail "REPORT.md: no section '$h'"
   done
@@ -252,6 +295,18 @@ scale_plan)
     plan ${bad%%|*}
     [ "$rc" -eq 2 ] || fail "${bad%%|*}: exit $rc, want 2"
     grep -qF -- "${bad#*|}" "$dir/out" || fail "${bad%%|*}: no message '${bad#*|}'"
+  done
+  # numeric options take digits only (seconds: and a .fraction), named
+  for bad in "--max= 4|--max=' 4': not a number" "--max=-4|--max='-4': not a number" \
+             "--max=|--max='': empty" "--repeat=+3|--repeat='+3': not a number" \
+             "--repeat=3.0|--repeat='3.0': not a number" \
+             "--budget-s= 60|--budget-s=' 60': not a number" \
+             "--budget-s=nan|--budget-s='nan': not a number" \
+             "--budget-s=1e3|--budget-s='1e3': not a number" \
+             "--sustain-s=-1|--sustain-s='-1': not a number"; do
+    plan "${bad%%|*}"
+    [ "$rc" -eq 2 ] || fail "'${bad%%|*}': exit $rc, want 2"
+    grep -qF -- "${bad#*|}" "$dir/out" || fail "'${bad%%|*}': no message '${bad#*|}'"
   done
   "$root/scripts/scale" --harness="$dir/none" --plan >"$dir/out" 2>&1
   rc=$?

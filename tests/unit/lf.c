@@ -274,7 +274,10 @@ static void test_never_waits_for_callback(void)
 	/* the timer thread was stuck: none could fire, all were prevented */
 	CHECK_EQ(prevented, accepted);
 	CHECK(accepted > 0);
-	CHECK_EQ(tmo_cancel(e, &g), TMO_CANCEL_WAITED);
+	/* the gate is open: its callback may have returned before this cancel
+	 * (FIRED) or still be on its way out (WAITED); seen both under qemu */
+	int grc = tmo_cancel(e, &g);
+	CHECK(grc == TMO_CANCEL_WAITED || grc == TMO_CANCEL_FIRED);
 	printf("  %s: %ld held arms (%ld refused for now) and %ld pairs while a callback "
 	       "blocked; slowest arm %.1f us\n",
 	       eng, held, refused, pairs, (double)worst / 1e3);

@@ -1,0 +1,31 @@
+# frozen_string_literal: true
+# Makefile for tmo/tmo_timeout.so, the C extension behind bindings/ruby/lib.
+#
+# Two ways to find libtmo:
+#   TMO_LIB=path/to/libtmo.a   the static library a CMake build of this tree
+#                              made (scripts/ruby-build and the CMake target
+#                              tmo-ruby pass it); the headers are this
+#                              tree's include/
+#   otherwise                  an installed tmo, through pkg-config tmo
+#                              (--static: libtmo is a static library)
+require "mkmf"
+
+root = File.expand_path("../../../..", __dir__)
+lib = ENV["TMO_LIB"]
+if lib && !lib.empty?
+  abort "extconf: TMO_LIB=#{lib} does not exist" unless File.file?(lib)
+  $INCFLAGS << " -I#{root}/include"
+  $LOCAL_LIBS << " #{lib}"
+  deps = `pkg-config --libs libevent_core libevent_pthreads ck`.strip
+  abort "extconf: pkg-config cannot find libevent or ck (scripts/deps)" unless $?.success?
+  $libs << " #{deps} -lpthread -lrt"
+else
+  cflags = `pkg-config --cflags tmo`.strip
+  libs = `pkg-config --static --libs tmo`.strip
+  abort "extconf: pkg-config cannot find tmo: install it, or set TMO_LIB" unless $?.success?
+  $INCFLAGS << " #{cflags}"
+  $libs << " #{libs}"
+end
+abort "extconf: tmo/tmo.h not found" unless have_header("tmo/tmo.h")
+$CFLAGS << " -std=gnu11 -Wall -Wextra -Wno-unused-parameter"
+create_makefile("tmo/tmo_timeout")

@@ -1,0 +1,165 @@
+/*
+ * The throughput scenario's figures: the rows of each figure (the median
+ * over instances, and its spread), the printout, and the end-of-run table
+ * (see throughput.c).
+ */
+#include <math.h>
+
+#include "tp.h"
+
+/* The median over instances of one figure, with its min and max as rows
+ * of their own ("stat=min", "stat=max") when there are several. */
+static double tp_summarize(const struct sk_run *run, const struct tp_figs *figs, int ninst,
+                           size_t offset, const char *metric, const char *unit, const char *param)
+{
+	double v[MAX_INSTANCES];
+	int k = 0;
+	for (int i = 0; i < ninst; i++) {
+		double x = *(const double *)(const void *)((const char *)&figs[i] + offset);
+		if (!isnan(x))
+			v[k++] = x;
+	}
+	double med = k ? sk_median(v, (size_t)k) : NAN; /* sorts v */
+	sk_report(run, metric, param, med, unit);
+	if (ninst > 1 && k > 0) {
+		char p[160];
+		snprintf(p, sizeof p, "%s%sinstances=%d,stat=min", param, param[0] ? "," : "", ninst);
+		sk_report(run, metric, p, v[0], unit);
+		snprintf(p, sizeof p, "%s%sinstances=%d,stat=max", param, param[0] ? "," : "", ninst);
+		sk_report(run, metric, p, v[k - 1], unit);
+	}
+	return med;
+}
+
+#define FIG(field) offsetof(struct tp_figs, field)
+
+/* The structure alone beside the engine: its rows, and "x structure",
+ * the engine's time per pair over the structure's, same loop, same run.
+ * No rows for an engine without one (its end-table cells say "-"). */
+static void tp_report_ds(const struct sk_run *run, const struct tp_figs *figs, int ninst,
+                         double seed, double held_one, const double *live)
+{
+	int any = 0;
+	for (int i = 0; i < ninst; i++)
+		any |= !isnan(figs[i].ds_seed_ns) || !isnan(figs[i].ds_held_s);
+	if (!any) {
+		printf("structure alone: - (no structure of this engine is in the tree)\n");
+		return;
+	}
+	double s_seed = tp_summarize(run, figs, ninst, FIG(ds_seed_ns), "structure_seed_ns_per_op",
+	                             "ns", "");
+	double s_held = tp_summarize(run, figs, ninst, FIG(ds_held_s), "structure_held_pairs_per_s",
+	                             "pairs/s", "threads=1");
+	sk_report(run, "ratio_to_structure", "case=seed", seed / s_seed, "x");
+	sk_report(run, "ratio_to_structure", "case=held", s_held / held_one, "x");
+	printf("structure alone (unlocked, one thread, the same loops): seed %.1f ns/op, the engine "
+	       "%.2fx it; held 1 ms %.3g pairs/s, the engine %.2fx its time per pair\n",
+	       s_seed, seed / s_seed, s_held, s_held / held_one);
+	char param[64];
+	for (int li = 0; li < 3; li++) {
+		size_t n = (size_t)sk_scaled(tp_lives[li]);
+		snprintf(param, sizeof param, "live=%zu", n);
+		double s_live = tp_summarize(run, figs, ninst, FIG(ds_live_ns[li]),
+		                             "structure_live_ns_per_op", "ns", param);
+		snprintf(param, sizeof param, "case=live,live=%zu", n);
+		if (!isnan(s_live) && !isnan(live[li]))
+			sk_report(run, "ratio_to_structure", param, live[li] / s_live, "x");
+	}
+}
+
+
+void tp_report(const struct sk_run *run, const struct tp_figs *figs, int ninst,
+                      int nthreads)
+{
+	for (int i = 0; ninst > 1 && i < ninst; i++)
+		sk_report_fmt(run, "seed_instance_ns_per_op", figs[i].seed_ns, "ns", "instance=%d", i);
+	double seed = tp_summarize(run, figs, ninst, FIG(seed_ns), "seed_median_ns_per_op", "ns", "");
+	double empty = tp_summarize(run, figs, ninst, FIG(empty_ns), "empty_loop_ns_per_op", "ns", "");
+	double floor_ns = tp_summarize(run, figs, ninst, FIG(floor_ns), "floor_ns_per_op", "ns", "");
+	sk_report(run, "ratio_to_floor", "", seed / floor_ns, "x");
+	printf("\nseed: median %.1f ns/op over %d instance%s; loop's own cost %.2f ns/op; floor "
+	       "(CAS pair) %.2f ns/op; %.1fx the floor\n",
+	       seed, ninst, ninst > 1 ? "s" : "", empty, floor_ns, seed / floor_ns);
+	char param[64];
+	double one = NAN, held_one = NAN;
+	for (int t = 1; t <= nthreads; t++) {
+		snprintf(param, sizeof param, "threads=%d", t);
+		double ops_s = tp_summarize(run, figs, ninst, FIG(ops_s[t]), "ops_per_s", "ops/s", param);
+		double held = tp_summarize(run, figs, ninst, FIG(held_s[t]), "held_pairs_per_s",
+		                           "pairs/s", param);
+		if (t == 1) {
+			one = ops_s;
+			held_one = held;
+		}
+		printf("threads=%d: seed %.3g ops/s aggregate (%.2fx one thread); held 1 ms %.3g "
+		       "pairs/s (%.2fx)\n",
+		       t, ops_s, ops_s / one, held, held / held_one);
+	}
+	tp_summarize(run, figs, ninst, FIG(held_hold_ns), "held_mean_hold_ns", "ns", "threads=1");
+	double cross = tp_summarize(run, figs, ninst, FIG(cross), "cross_pairs_per_s", "pairs/s",
+	                            "threads=2");
+	double refused = tp_summarize(run, figs, ninst, FIG(refused), "arms_refused", "count", "");
+	if (refused > 0)
+		printf("arms refused for capacity (TMO_EAGAIN) and asked again: %.0f\n", refused);
+	printf("cross-thread (arm on one thread, cancel on another): %.3g pairs/s, %.0f ns per "
+	       "pair\n",
+	       cross, 1e9 / cross);
+	double live[3];
+	for (int li = 0; li < 3; li++) {
+		snprintf(param, sizeof param, "live=%zu", (size_t)sk_scaled(tp_lives[li]));
+		live[li] = tp_summarize(run, figs, ninst, FIG(live_ns[li]), "live_ns_per_op", "ns", param);
+	}
+	tp_report_ds(run, figs, ninst, seed, held_one, live);
+}
+
+/* A number, or "-" when it was not measured. */
+static void tp_fmt(char *buf, double v, const char *f)
+{
+	if (isnan(v) || isinf(v))
+		snprintf(buf, 32, "-");
+	else
+		snprintf(buf, 32, f, v);
+}
+
+/* The seed benchmark per engine against the in-run floor, the engine's
+ * structure alone and the thread engine; the held case against the
+ * structure.  From every engine's rows. */
+void tp_summary(const struct sk_results *res)
+{
+	double thread = sk_figure(res, "throughput", "thread", "seed_median_ns_per_op", "");
+	printf("\n==== throughput: seed benchmark (1 s timeout armed and cancelled around an "
+	       "empty block), median of rounds ====\n");
+	printf("  %-10s %9s %9s %8s %10s %11s %10s\n", "engine", "ns/op", "floor ns", "x floor",
+	       "struct ns", "x structure", "x vs thread");
+	for (int i = 0; i < res->nengines; i++) {
+		const char *e = res->engines[i]->name;
+		double ns = sk_figure(res, "throughput", e, "seed_median_ns_per_op", "");
+		double fl = sk_figure(res, "throughput", e, "floor_ns_per_op", "");
+		double ds = sk_figure(res, "throughput", e, "structure_seed_ns_per_op", "");
+		char c[6][32];
+		tp_fmt(c[0], ns, "%.1f");
+		tp_fmt(c[1], fl, "%.2f");
+		tp_fmt(c[2], ns / fl, "%.2f");
+		tp_fmt(c[3], ds, "%.1f");
+		tp_fmt(c[4], ns / ds, "%.2f");
+		tp_fmt(c[5], thread / ns, "%.0f");
+		printf("  %-10s %9s %9s %8s %10s %11s %10s\n", e, c[0], c[1], c[2], c[3], c[4], c[5]);
+	}
+	printf("\n  held 1 ms, one thread         %14s %14s %11s\n", "engine pairs/s",
+	       "struct pairs/s", "x structure");
+	for (int i = 0; i < res->nengines; i++) {
+		const char *e = res->engines[i]->name;
+		double held = sk_figure(res, "throughput", e, "held_pairs_per_s", "threads=1");
+		double ds = sk_figure(res, "throughput", e, "structure_held_pairs_per_s", "threads=1");
+		char c[3][32];
+		tp_fmt(c[0], held, "%.3g");
+		tp_fmt(c[1], ds, "%.3g");
+		tp_fmt(c[2], ds / held, "%.2f");
+		printf("  %-29s %14s %14s %11s\n", e, c[0], c[1], c[2]);
+	}
+	printf("  (x floor: times slower than an uncontended CAS pair measured in the same run;\n"
+	       "   x structure: times slower than the engine's own structure driven alone by the "
+	       "same\n   loop, unlocked, on one thread (wheel: src/ds/wheel.c; condvar, mpsc: "
+	       "src/ds/heap.c);\n   - : not measured, or no structure of that engine in the tree;\n"
+	       "   x vs thread: times faster than the thread engine, - when it was not run)\n");
+}

@@ -1,0 +1,127 @@
+/*
+ * The throughput scenario's limit: the engine's own structure driven alone
+ * (tp.h, struct tp_ds), unlocked on one thread, by the same seed, held and
+ * live loops as the engine (bench.c).  wheel files its timers in
+ * src/ds/wheel.c, condvar and mpsc in src/ds/heap.c; an engine whose
+ * structure is not in the tree (thread, libevent, posix, a peer's library,
+ * an engine loaded from a file) has none, and its rows say "-".
+ *
+ * The wheel gets the engine's resolution and is advanced once per batch of
+ * the loop, as the engine's timer thread advances its wheels; the heap is
+ * the engines' (TMO_HEAP_DEFAULT_ARITY) on malloc.
+ */
+#include "tp.h"
+
+static const struct {
+	const char *engine;
+	enum tp_on kind;
+} tp_structures[] = {
+	{"wheel", TP_WHEEL},
+	{"condvar", TP_HEAP},
+	{"mpsc", TP_HEAP},
+};
+
+static void *ds_alloc(size_t n) { return malloc(n); }
+static const struct tmo_heap_mem ds_mem = {ds_alloc, free};
+
+static void ds_nodes_init(struct tp_ds *d, size_t from, size_t to, int background)
+{
+	for (size_t i = from; i < to; i++) {
+		if (d->kind == TP_WHEEL)
+			tmo_wheel_node_init(background ? &d->wbg[i] : &d->wn[i]);
+		else
+			tmo_heap_node_init(background ? &d->hbg[i] : &d->hn[i]);
+	}
+}
+
+struct tp_ds *tp_ds_new(const struct sk_run *run)
+{
+	size_t k = 0, n = sizeof tp_structures / sizeof tp_structures[0];
+	while (k < n && strcmp(tp_structures[k].engine, run->ops->name) != 0)
+		k++;
+	if (k == n)
+		return NULL;
+	struct tp_ds *d = calloc(1, sizeof *d);
+	if (d == NULL)
+		goto short_of_memory;
+	d->kind = tp_structures[k].kind;
+	d->name = d->kind == TP_WHEEL ? "wheel" : "heap";
+	d->now = tmo_now_ns();
+	d->held.at = calloc(HELD_RING, sizeof *d->held.at);
+	int rc;
+	if (d->kind == TP_WHEEL) {
+		d->wn = calloc(HELD_RING, sizeof *d->wn);
+		rc = tmo_wheel_init(&d->wheel, run->ops->resolution_ns, d->now);
+	} else {
+		d->hn = calloc(HELD_RING, sizeof *d->hn);
+		rc = tmo_heap_init_with(&d->heap, TMO_HEAP_DEFAULT_ARITY, 1024, &ds_mem);
+	}
+	if (rc != 0 || d->held.at == NULL || (d->wn == NULL && d->hn == NULL)) {
+		if (rc == 0 && d->kind == TP_HEAP)
+			tmo_heap_fini(&d->heap);
+		free(d->held.at), free(d->wn), free(d->hn), free(d);
+		goto short_of_memory;
+	}
+	ds_nodes_init(d, 0, HELD_RING, 0);
+	return d;
+short_of_memory:
+	printf("structure alone: not measured (out of memory)\n");
+	return NULL;
+}
+
+void tp_ds_free(struct tp_ds *d)
+{
+	if (d == NULL)
+		return;
+	tp_ds_drain(d);
+	if (d->kind == TP_HEAP)
+		tmo_heap_fini(&d->heap);
+	free(d->held.at), free(d->wn), free(d->hn), free(d);
+}
+
+int tp_ds_fill(struct tp_ds *d, size_t n, struct sk_rng *rng)
+{
+	tp_ds_drain(d);
+	if (d->kind == TP_WHEEL)
+		d->wbg = calloc(n, sizeof *d->wbg);
+	else
+		d->hbg = calloc(n, sizeof *d->hbg);
+	if (d->wbg == NULL && d->hbg == NULL)
+		return -1;
+	d->nbg = n;
+	ds_nodes_init(d, 0, n, 1);
+	d->now = tmo_now_ns();
+	for (size_t i = 0; i < n; i++) {
+		/* tp_arm_background's draws, in its order */
+		int64_t timeout = 60 * TMO_NSEC_PER_SEC + (int64_t)sk_below(rng, 3540) * TMO_NSEC_PER_SEC +
+		                  (int64_t)sk_below(rng, (uint64_t)TMO_NSEC_PER_SEC);
+		if (d->kind == TP_WHEEL) {
+			tmo_wheel_add(&d->wheel, &d->wbg[i], d->now + timeout);
+		} else if (tmo_heap_push(&d->heap, &d->hbg[i], d->now + timeout) != 0) {
+			d->nbg = i;
+			return -1;
+		}
+	}
+	return 0;
+}
+
+size_t tp_ds_drain(struct tp_ds *d)
+{
+	size_t gone = 0;
+	for (size_t i = 0; i < d->nbg; i++) {
+		if (d->kind == TP_WHEEL) {
+			if (tmo_wheel_contains(&d->wbg[i]))
+				tmo_wheel_del(&d->wheel, &d->wbg[i]);
+			else
+				gone++;
+		} else {
+			if (tmo_heap_contains(&d->hbg[i]))
+				tmo_heap_remove(&d->heap, &d->hbg[i]);
+			else
+				gone++;
+		}
+	}
+	free(d->wbg), free(d->hbg);
+	d->wbg = NULL, d->hbg = NULL, d->nbg = 0;
+	return gone;
+}

@@ -1,0 +1,340 @@
+"""Two harness runs compared the way a benchmark user can trust
+(scripts/compare runs this first):
+
+    /usr/bin/python3 scripts/lib/compare_runs.py OLD NEW [--markdown]
+
+OLD and NEW are JSON files the harness wrote, or two directories of them.
+
+1. The machines.  Each run's context records the CPU model, the CPUs
+   online, the kernel, the architecture, the load average at its start and
+   end, the host and the commit.  They are printed side by side, and a
+   difference is said in words.  Runs on different CPUs (model, count or
+   architecture) are DIFFERENT MACHINES: their absolute times are not
+   comparable, and only the ratios measured inside each run are compared.
+2. The benchmarks (Google Benchmark's entries in "benchmarks"): every
+   repetition of each benchmark in both runs (its "iteration" entries,
+   pooled over --repeat instances), the median and spread (IQR / median)
+   of each side, the change of the median with a 95 % bootstrap
+   confidence interval, and a two-sided Mann-Whitney U test.  Verdict:
+   "faster" or "slower" when p < ALPHA and the change is at least
+   MIN_EFFECT (a shift smaller than that is within what a shared machine
+   does to one binary from run to run); "within noise" otherwise;
+   "undecided" when the repetitions are too few for the test to reach
+   ALPHA at all (3 against 3 cannot).  Same machine only.
+3. The in-run ratios, per engine, compared the same way on per-repetition
+   samples (any machines): x floor (the seed benchmark's round over the
+   CAS floor of the same round), x condvar (its round over the condvar
+   engine's median seed), x structure (over the engine's structure
+   benchmark, where the run has one).
+Exit status 0, or 2 when a file cannot be read.  Information only.
+"""
+
+import json
+import os
+import random
+import re
+import statistics
+import sys
+
+ALPHA = 0.01
+MIN_EFFECT = 0.05
+BOOTSTRAP = 1000
+CPU_KEYS = ("cpu_model", "cpus_online", "arch")
+
+
+def docs_of(p):
+    """[(name, document)] of a file or a directory of the harness's JSON."""
+    if os.path.isdir(p):
+        names = sorted(f for f in os.listdir(p) if f.endswith(".json"))
+        paths = [os.path.join(p, f) for f in names]
+    else:
+        paths = [p]
+    out = []
+    for path in paths:
+        with open(path) as f:
+            doc = json.load(f)
+        if isinstance(doc, dict) and "context" in doc:
+            out.append((os.path.splitext(os.path.basename(path))[0], doc))
+    return out
+
+
+def machine(docs):
+    """What the runs recorded about their machine (each field from the
+    first document that records it; the load averages of all)."""
+    m = {}
+    loads = []
+    for _, doc in docs:
+        ctx = doc.get("context", {})
+        tm = ctx.get("tmo", {})
+        mm = tm.get("machine", {})
+        this = {"cpu_model": mm.get("cpu_model"), "cpus_online": mm.get("cpus_online", ctx.get("num_cpus")),
+                "arch": mm.get("arch"), "kernel": mm.get("kernel"), "host": ctx.get("host_name"),
+                "commit": tm.get("commit"), "mhz": ctx.get("mhz_per_cpu")}
+        for k, v in this.items():  # the first document that records each
+            if m.get(k) is None:
+                m[k] = v
+        for k in ("load_avg_start", "load_avg_end"):
+            if isinstance(mm.get(k), list) and mm[k]:
+                loads.append(mm[k][0])
+    m["load"] = (min(loads), max(loads)) if loads else None
+    return m
+
+
+def machine_report(mo, mn):
+    """(lines, same_cpu)."""
+    rows = [("CPU model", "cpu_model"), ("CPUs online", "cpus_online"), ("architecture", "arch"),
+            ("kernel", "kernel"), ("host", "host"), ("MHz (Google Benchmark)", "mhz"),
+            ("commit", "commit")]
+    lines = ["%-24s %-34s %s" % ("", "old", "new")]
+    diffs = []
+    for label, k in rows:
+        a, b = mo.get(k), mn.get(k)
+        lines.append("%-24s %-34s %s" % (label, "-" if a is None else a, "-" if b is None else b))
+        if a is not None and b is not None and a != b and k not in ("commit", "host"):
+            diffs.append(label)
+    fl = lambda l: "-" if l is None else "%.2f..%.2f" % l  # noqa: E731
+    lines.append("%-24s %-34s %s" % ("load average (1 min)", fl(mo["load"]), fl(mn["load"])))
+    # A key one run does not record (older harnesses had no arch) is left
+    # out; the CPU model must be in both.
+    keys = [k for k in CPU_KEYS if mo.get(k) is not None and mn.get(k) is not None]
+    same_cpu = mo.get("cpu_model") is not None and all(mo.get(k) == mn.get(k) for k in keys)
+    if not same_cpu:
+        why = ", ".join(l for l, k in rows if k in keys and mo.get(k) != mn.get(k))
+        lines.append("DIFFERENT MACHINES (%s): absolute times are NOT comparable; only the "
+                     "ratios measured inside each run are compared." % (
+                         why or "a run does not record its CPU"))
+    elif diffs:
+        lines.append("Same CPU, but the %s differ (a kernel changes what system calls and "
+                     "wake-ups cost, a clock rate every time): absolute times are compared with "
+                     "that caveat." % ", ".join(diffs))
+    else:
+        lines.append("Same machine (%s)." % ", ".join(
+            l for l, k in rows if k in keys + ["kernel"] and mo.get(k) is not None
+            and mn.get(k) is not None))
+    for side, m in (("old", mo), ("new", mn)):
+        cpus = m.get("cpus_online") or 0
+        if m["load"] and cpus and m["load"][1] > 0.5 * cpus:
+            lines.append("The %s run's machine was loaded (load average up to %.2f on %d CPUs): "
+                         "its times carry other processes' work." % (side, m["load"][1], cpus))
+    return lines, same_cpu
+
+
+def samples(docs):
+    """{benchmark name: [real time in ns, one per repetition]}."""
+    scale = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
+    out = {}
+    for _, doc in docs:
+        for b in doc.get("benchmarks", []):
+            if b.get("run_type", "iteration") != "iteration" or "real_time" not in b:
+                continue
+            out.setdefault(b["name"], []).append(
+                (b.get("repetition_index", 0), b["real_time"] * scale.get(b.get("time_unit", "ns"), 1)))
+    return {k: [v for _, v in sorted(s, key=lambda x: x[0])] for k, s in out.items()}
+
+
+def utest(a, b):
+    """Two-sided Mann-Whitney U p-value (scipy), None without scipy."""
+    try:
+        from scipy.stats import mannwhitneyu
+    except ImportError:
+        return None
+    return float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
+
+
+def min_p(n1, n2):
+    """The smallest two-sided p the exact U test can give for these sizes."""
+    c = 1
+    for i in range(n1):
+        c = c * (n1 + n2 - i) // (i + 1)
+    return 2.0 / c
+
+
+def boot_ci(a, b, rng):
+    """95 % bootstrap interval of median(b) / median(a) - 1."""
+    r = []
+    for _ in range(BOOTSTRAP):
+        ma = statistics.median(rng.choices(a, k=len(a)))
+        mb = statistics.median(rng.choices(b, k=len(b)))
+        r.append(mb / ma - 1 if ma else 0.0)
+    r.sort()
+    return r[int(0.025 * len(r))], r[int(0.975 * len(r)) - 1]
+
+
+def spread(s):
+    """IQR / median, as a fraction."""
+    if len(s) < 2:
+        return 0.0
+    q = statistics.quantiles(s, n=4)
+    m = statistics.median(s)
+    return (q[2] - q[0]) / m if m else 0.0
+
+
+def judge(a, b, rng, lower_better=True):
+    """A row's figures and verdict for samples a (old) and b (new)."""
+    ma, mb = statistics.median(a), statistics.median(b)
+    ch = mb / ma - 1 if ma else 0.0
+    lo, hi = boot_ci(a, b, rng)
+    p = utest(a, b)
+    if len(a) < 3 or len(b) < 3 or min_p(len(a), len(b)) >= ALPHA:
+        v = "undecided (n=%d/%d)" % (len(a), len(b))
+    elif p is None:
+        v = "undecided (no scipy)"
+    elif p < ALPHA and abs(ch) >= MIN_EFFECT and (lo > 0 or hi < 0):
+        v = "slower" if (ch > 0) == lower_better else "faster"
+    else:
+        v = "within noise"
+    return {"old": ma, "new": mb, "so": spread(a), "sn": spread(b), "ch": ch, "lo": lo, "hi": hi,
+            "p": p, "verdict": v}
+
+
+NAME = re.compile(r"^(?P<scen>[^/]+)/(?P<engine>[^/]+)/(?:(?P<case>.+)/)?threads:(?P<t>\d+)$")
+
+
+def parse(name):
+    m = NAME.match(name)
+    return None if m is None else (m["scen"], m["engine"], m["case"] or "threads", int(m["t"]))
+
+
+def ratio_samples(s, engines):
+    """{(engine, 'x floor'|'x condvar'|'x structure'): per-repetition ratios}."""
+    out = {}
+    by = {}
+    for name, v in s.items():
+        p = parse(name)
+        if p and p[3] == 1:
+            by[(p[1], p[2])] = v
+    ref = by.get(("condvar", "seed"))
+    for e in engines:
+        seed = by.get((e, "seed"))
+        if not seed:
+            continue
+        floor = by.get((e, "floor"))
+        if floor and len(floor) == len(seed):
+            out[(e, "x floor")] = [x / f for x, f in zip(seed, floor) if f]
+        if ref and e != "condvar":
+            m = statistics.median(ref)
+            out[(e, "x condvar")] = [x / m for x in seed]
+        struct = next((v for (en, c), v in by.items() if en == e and "structure" in c), None)
+        if struct:
+            m = statistics.median(struct)
+            out[(e, "x structure")] = [x / m for x in seed]
+    return out
+
+
+def engines_in(s):
+    seen = []
+    for name in s:
+        p = parse(name)
+        if p and p[1] not in seen:
+            seen.append(p[1])
+    return seen
+
+
+def fmt_ns(v):
+    return "%.3g us" % (v / 1e3) if v >= 1e4 else "%.3g ns" % v
+
+
+def row_text(label, j, unit_fmt):
+    p = "-" if j["p"] is None else "%.3f" % j["p"]
+    return [label, "%s ±%.0f%%" % (unit_fmt(j["old"]), 50 * j["so"]),
+            "%s ±%.0f%%" % (unit_fmt(j["new"]), 50 * j["sn"]),
+            "%+.1f%% [%+.1f, %+.1f]" % (100 * j["ch"], 100 * j["lo"], 100 * j["hi"]), p, j["verdict"]]
+
+
+def table(header, rows, markdown):
+    if markdown:
+        out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        out += ["| " + " | ".join(r) + " |" for r in rows]
+        return out
+    w = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
+    return ["  ".join(str(c).ljust(w[i]) for i, c in enumerate(r)).rstrip() for r in [header] + rows]
+
+
+def tally(rows):
+    n = len(rows)
+    c = {}
+    for r in rows:
+        c[r[-1].split(" ")[0]] = c.get(r[-1].split(" ")[0], 0) + 1
+    noise = c.get("within", 0)
+    return n, "%d rows: %d faster, %d slower, %d within noise (%.0f %%), %d undecided" % (
+        n, c.get("faster", 0), c.get("slower", 0), noise, 100.0 * noise / n if n else 0,
+        c.get("undecided", 0))
+
+
+def controls(rows):
+    """The benchmarks that measure no engine (the empty loop, the CAS
+    floor): when they move, the machine's state moved between the runs, and
+    the other verdicts carry that."""
+    ctl = [r for r in rows if re.search(r"/(empty|floor)/", r[0])]
+    moved = [r for r in ctl if r[-1] in ("faster", "slower")]
+    if not ctl:
+        return []
+    if not moved:
+        return ["Controls (the empty loop, the CAS floor: no engine in them): all %d within "
+                "noise." % len(ctl)]
+    return ["Controls (the empty loop, the CAS floor: no engine in them): %d of %d moved "
+            "beyond noise (%s): the machine's state changed between the runs (load, "
+            "frequency, neighbours), which repetitions inside one run cannot show; read "
+            "the verdicts above with that in mind." % (
+                len(moved), len(ctl), ", ".join("%s %s" % ("/".join(r[0].split("/")[1:3]), r[3].split(" ")[0])
+                                                for r in moved))]
+
+
+def compare(old, new, markdown=False):
+    od, nd = docs_of(old), docs_of(new)
+    rng = random.Random(1)
+    h = (lambda t: "### " + t) if markdown else (lambda t: "== " + t + " ==")
+    out = [h("Machines: %s (old) vs %s (new)" % (old, new))]
+    lines, same = machine_report(machine(od), machine(nd))
+    out += (["```text"] + lines + ["```"]) if markdown else lines
+    so, sn = samples(od), samples(nd)
+    header = ["benchmark", "old median ±IQR/2", "new median ±IQR/2", "change [95% CI]", "U p",
+              "verdict"]
+    out += ["", h("Benchmarks: every repetition, U test (p < %g) and a change of at least %.0f %%"
+                   % (ALPHA, 100 * MIN_EFFECT))]
+    common = [k for k in sn if k in so]
+    if not same:
+        out.append("Absolute times: not comparable (different machines); %d benchmarks in both "
+                   "runs are left out." % len(common))
+    elif not common:
+        out.append("No benchmark is in both runs.")
+    else:
+        rows = [row_text(k, judge(so[k], sn[k], rng), fmt_ns) for k in common]
+        out += table(header, rows, markdown) + ["", "Benchmarks: " + tally(rows)[1]]
+        out += controls(rows)
+    engines = [e for e in engines_in(sn) if e in engines_in(so)]
+    ro, rn = ratio_samples(so, engines), ratio_samples(sn, engines)
+    out += ["", h("In-run ratios (comparable across machines): the seed benchmark per repetition")]
+    rows = [row_text("%s %s" % k, judge(ro[k], rn[k], rng), lambda v: "%.3gx" % v)
+            for k in rn if k in ro]
+    if not any(k[1] == "x structure" for k in rn):
+        out.append("x structure: not in these runs (no structure benchmark recorded).")
+    if rows:
+        header[0] = "engine, ratio"
+        out += table(header, rows, markdown) + ["", "Ratios: " + tally(rows)[1]]
+    else:
+        out.append("No ratio is in both runs (the throughput scenario's seed benchmark).")
+    return "\n".join(out) + "\n", same
+
+
+def main(argv):
+    """compare_runs.py OLD NEW [--markdown]: the report, exit 0.
+    compare_runs.py --same-cpu OLD NEW: nothing printed, exit 0 when both
+    runs recorded the same CPU (model, count, architecture), else 1."""
+    args = [a for a in argv if not a.startswith("--")]
+    if len(args) != 2:
+        print("usage: compare_runs.py [--same-cpu] OLD NEW [--markdown]", file=sys.stderr)
+        return 2
+    try:
+        if "--same-cpu" in argv:
+            return 0 if machine_report(machine(docs_of(args[0])), machine(docs_of(args[1])))[1] else 1
+        text, _ = compare(args[0], args[1], markdown="--markdown" in argv)
+    except (OSError, ValueError) as e:
+        print("compare: %s" % e, file=sys.stderr)
+        return 2
+    sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

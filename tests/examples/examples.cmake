@@ -1,0 +1,55 @@
+# Engines from outside the library (tmo/engine.h, examples/engine/).
+#
+# examples/bad/<case>: shared objects that are no engine (bad_engine.c, one
+# per -DBAD=), a missing file and a file that is no shared object: the
+# harness and an engine test each refuse them with exit 3 and the loader's
+# named error (refused.sh).
+set(tmo_bad_engines "nosym\;1\;TMO_LOAD_ENOSYM" "abi\;2\;TMO_LOAD_EABI"
+    "nullslot\;3\;TMO_LOAD_ETABLE.*slot cancel is NULL" "noname\;4\;TMO_LOAD_ETABLE.*no name"
+    "badcaps\;5\;TMO_LOAD_ETABLE.*caps 0x8" "builtin\;6\;TMO_LOAD_ETABLE.*taken"
+    "parkless\;7\;TMO_LOAD_ETABLE.*no testing->park")
+set(tmo_refused ${CMAKE_CURRENT_LIST_DIR}/refused.sh)
+foreach(row IN LISTS tmo_bad_engines)
+  list(GET row 0 name)
+  list(GET row 1 bad)
+  list(GET row 2 want)
+  add_library(tmo_bad_${name} MODULE ${CMAKE_CURRENT_LIST_DIR}/bad_engine.c)
+  target_compile_definitions(tmo_bad_${name} PRIVATE BAD=${bad})
+  target_include_directories(tmo_bad_${name} PRIVATE ${PROJECT_SOURCE_DIR}/include)
+  set_target_properties(tmo_bad_${name} PROPERTIES PREFIX "" OUTPUT_NAME bad_${name})
+  add_test(NAME examples/bad/${name}
+           COMMAND ${tmo_refused} ${name} "${want}" $<TARGET_FILE:tmo-harness>
+                   --impl=$<TARGET_FILE:tmo_bad_${name}> --scenario=smoke --quick)
+  add_test(NAME examples/bad/${name}_test
+           COMMAND ${tmo_refused} ${name} "${want}" $<TARGET_FILE:test_engine_contract>
+                   $<TARGET_FILE:tmo_bad_${name}>)
+endforeach()
+# scripts/conform stops at once on a file that is no engine: exit 3, named.
+add_test(NAME examples/bad/conform_nosym
+         COMMAND ${tmo_refused} conform_nosym "TMO_LOAD_ENOSYM" ${PROJECT_SOURCE_DIR}/scripts/conform
+                 --build=${PROJECT_BINARY_DIR} $<TARGET_FILE:tmo_bad_nosym>)
+add_test(NAME examples/bad/nofile
+         COMMAND ${tmo_refused} nofile "TMO_LOAD_ENOFILE.*no such file" $<TARGET_FILE:tmo-harness>
+                 --impl=${CMAKE_CURRENT_BINARY_DIR}/no_such_engine.so)
+add_test(NAME examples/bad/notelf
+         COMMAND ${tmo_refused} notelf "TMO_LOAD_EDLOPEN" $<TARGET_FILE:tmo-harness>
+                 --impl=${CMAKE_CURRENT_LIST_DIR}/refused.sh)
+
+# examples/conform/<variant>: examples/engine/ built against the INSTALLED
+# headers and tmo.pc (`cmake --install` to a scratch prefix: conform.sh),
+# then scripts/conform on it: the example must pass; each broken variant
+# must fail, and conform must name the cases listed here among its failures.
+# Each runs the whole suite (the engine tests, four --quick scenarios): a few
+# minutes on 2 cores, so they run alone.
+set(tmo_conform ${CMAKE_CURRENT_LIST_DIR}/conform.sh)
+add_test(NAME examples/conform/example
+         COMMAND ${tmo_conform} ${PROJECT_BINARY_DIR} ${CMAKE_C_COMPILER} "${CMAKE_C_FLAGS}" example)
+add_test(NAME examples/conform/early
+         COMMAND ${tmo_conform} ${PROJECT_BINARY_DIR} ${CMAKE_C_COMPILER} "${CMAKE_C_FLAGS}"
+                 example-early engine/contract scenario/expiry)
+add_test(NAME examples/conform/nowait
+         COMMAND ${tmo_conform} ${PROJECT_BINARY_DIR} ${CMAKE_C_COMPILER} "${CMAKE_C_FLAGS}"
+                 example-nowait engine/contract_cancel scenario/race)
+foreach(t example early nowait)
+  set_tests_properties(examples/conform/${t} PROPERTIES TIMEOUT 1200 RUN_SERIAL TRUE)
+endforeach()

@@ -1,0 +1,56 @@
+# frozen_string_literal: false
+# No interrupt after the block returned, however close to the deadline: the
+# cancellation race, 100,000 blocks (times TMO_TEST_SCALE) that return
+# around their deadline, on 32 threads at once.
+class TestTmoTimeoutRace < Test::Unit::TestCase
+  include TmoTestHelper
+
+  THREADS = 32
+
+  # One thread's share: blocks that sleep 0.5x..1.5x their deadline, so that
+  # about half return before it and half are interrupted, and many return
+  # while their expiry is on its way (fired, handed off, being raised).
+  # A late interrupt shows as an ExitException raised outside its call, or
+  # as one pending right after the call returned.
+  def race_worker(count, d, seed)
+    rng = Random.new(seed)
+    c = Hash.new(0)
+    i = 0
+    begin
+      while i < count
+        i += 1
+        begin
+          Timeout.timeout(d) { sleep(d * (0.5 + rng.rand)); :ok }
+          c[:returned] += 1
+          c[:late] += 1 if Thread.pending_interrupt?
+        rescue Timeout::Error
+          c[:timed_out] += 1
+        end
+      end
+    rescue Timeout::ExitException
+      c[:late] += 1
+      retry
+    end
+    c
+  end
+
+  def test_no_interrupt_after_the_block_returned
+    n = [(100_000 * SCALE).round, THREADS * 10].max
+    d = [Tmo.resolution_ns / 1e9, 0.001].max
+    totals = Hash.new(0)
+    delta = stats_delta do
+      workers = Array.new(THREADS) { |t| Thread.new { race_worker(n / THREADS, d, t) } }
+      workers.each { |w| w.value.each { |k, v| totals[k] += v } }
+      Thread.pass while Tmo.stats[:handoff_pending] # every expiry handled
+    end
+    puts "\nrace on #{ENGINE}: #{n / THREADS * THREADS} blocks, deadline #{(d * 1e6).round} us: " \
+         "#{totals[:returned]} returned, #{totals[:timed_out]} timed out, #{totals[:late]} late; " \
+         "handoffs withdrawn #{delta[:withdrawn]}, taken back after commit #{delta[:consumed]}"
+    if Tmo::PLANTED == "late"
+      assert_operator totals[:late], :>, 0, "the planted defect (no withdrawal) must be caught"
+    else
+      assert_equal 0, totals[:late], "interrupts after the block returned"
+      assert_equal totals[:timed_out], delta[:timed_out]
+    end
+  end
+end
