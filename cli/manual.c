@@ -202,7 +202,7 @@ int cli_usage_error(const char *fmt, const char *arg)
 /* Indexed by the capability's bit (enum tmo_capability); bit 3 is retired. */
 static const char *cap_names[] = {
 	[0] = "lockfree-arm", [1] = "no-syscall", [2] = "no-alloc", [4] = "concurrent-callbacks",
-	[5] = "thread-per-timer", [6] = "park",
+	[5] = "thread-per-timer", [6] = "park", [7] = "run-on-loop",
 };
 
 static void format_ns(char *buf, size_t n, int64_t ns)

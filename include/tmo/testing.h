@@ -28,12 +28,25 @@ struct tmo_testing_ops {
 	 * holds there, and return once parked; on == 0 releases it.  An
 	 * engine has it exactly when it declares TMO_CAP_PARK. */
 	int (*park)(struct tmo *self, int on);
+	/* Run fn(arg) on the engine's loop thread and return once it returned
+	 * (the engines whose library's timers belong to one loop thread:
+	 * libev_loop, libuv_loop).  There arm and cancel call the library
+	 * directly, so a benchmark loop run inside fn measures the library's
+	 * own cost.  No timer of the engine fires while fn runs: fn must not
+	 * wait for one.  An engine has it exactly when it declares
+	 * TMO_CAP_RUN_ON_LOOP. */
+	int (*run_on_loop)(struct tmo *self, void (*fn)(void *arg), void *arg);
 };
 
 /* The engine's park hook.  TMO_ENULLENGINE, TMO_EFORKED, TMO_EDEADLK from
  * a thread the engine owns (parking would stop this very thread),
  * TMO_EINVAL when the engine has no park hook (no single timer thread). */
 int tmo_testing_park(struct tmo *e, int on);
+
+/* The engine's run_on_loop hook (above).  TMO_ENULLENGINE, TMO_EFORKED,
+ * TMO_EINVAL when the engine has none (fn NULL too); from the loop thread
+ * itself fn runs at once. */
+int tmo_testing_run_on_loop(struct tmo *e, void (*fn)(void *arg), void *arg);
 
 /* ---- faults and allocation accounting ----------------------------------- */
 

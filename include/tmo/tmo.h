@@ -183,6 +183,10 @@ enum tmo_error {
 	                          chain, waits for this one (tmo_cancel) */
 	TMO_EFORKED = -14,     /* the engine was created before fork() in the
 	                          parent process: create a new one in the child */
+	TMO_EUNAVAIL = -15,    /* create: the kernel facility the engine is
+	                          built on is unavailable here (uring: io_uring
+	                          disabled by sysctl, refused by seccomp in a
+	                          container, ENOSYS under an emulator) */
 	/* The scope runtime's outcomes (tmo/scope.h). */
 	TMO_ETIMEDOUT = -64,   /* the scope's deadline passed: "execution expired" */
 	TMO_ERAISED = -65,     /* an exception raised in the block left the scope */
@@ -242,7 +246,8 @@ void tmo_timer_init(struct tmo_timer *t);
  * A declared capability is a promise a test checks for every engine that
  * declares it: LOCKFREE_ARM the progress scenario, NO_SYSCALL and NO_ALLOC
  * tests/engine/caps.c, PARK tests/engine/lifecycle.c (and the progress
- * scenario), CONCURRENT_CALLBACKS tests/unit/thread_callbacks.c. */
+ * scenario), CONCURRENT_CALLBACKS tests/unit/thread_callbacks.c,
+ * RUN_ON_LOOP tests/engine/run_on_loop.c. */
 enum tmo_cap {
 	/* arm and cancel never wait for the timer thread or a callback: they
 	 * take no lock the timer thread holds while it runs its loop or a
@@ -263,6 +268,10 @@ enum tmo_cap {
 	/* the engine has a park hook (tmo_testing_park, tmo/testing.h): its
 	 * timer thread can be held at a point inside its loop */
 	TMO_CAP_PARK = 1u << 6,
+	/* the engine runs a function on its loop thread, where arm and cancel
+	 * call the library directly (tmo_testing_run_on_loop, tmo/testing.h;
+	 * tests/engine/run_on_loop.c) */
+	TMO_CAP_RUN_ON_LOOP = 1u << 7,
 };
 
 struct tmo_config {

@@ -132,7 +132,8 @@ static inline int sk_arm_retry(struct tmo *e, struct tmo_timer *t, int64_t timeo
 
 /* A fresh engine for the run, or why not: 0 and *e, SK_SKIPPED after
  * sk_skip() when the engine is short of a per-user kernel resource
- * (TMO_EAGAIN: kernel timers, threads, which other processes share), or the
+ * (TMO_EAGAIN: kernel timers, threads, which other processes share) or
+ * lacks its kernel facility (TMO_EUNAVAIL: io_uring disabled), or the
  * negative enum tmo_error it failed with. */
 static inline int sk_create_or_skip(const struct sk_run *run, struct tmo **e)
 {
@@ -141,6 +142,10 @@ static inline int sk_create_or_skip(const struct sk_run *run, struct tmo **e)
 		sk_skip(run, "the engine could not be created: TMO_EAGAIN (%s; a per-user limit such "
 		             "as RLIMIT_SIGPENDING for kernel timers, which other processes share)",
 		        tmo_strerror(rc));
+		return SK_SKIPPED;
+	}
+	if (rc == TMO_EUNAVAIL) {
+		sk_skip(run, "the engine could not be created: TMO_EUNAVAIL (%s)", tmo_strerror(rc));
 		return SK_SKIPPED;
 	}
 	return rc;

@@ -10,6 +10,7 @@
  * and the refusals are reported (arms_refused).
  */
 #include "tp.h"
+#include "tmo/testing.h"
 
 static void tp_cb(struct tmo_timer *t, void *arg)
 {
@@ -126,9 +127,38 @@ TP_INLINE void seed_loop(sk_gb_state *st, struct tp_ctx *c, enum tp_on on, struc
 	sk_gb_items_processed(st, (int64_t)sk_gb_max_iterations(st));
 }
 
+/* ---- the library on its own loop thread (TMO_CAP_RUN_ON_LOOP) ----
+ * libev_loop and libuv_loop: at one thread the whole loop runs inside the
+ * engine's loop thread (tmo_testing_run_on_loop), where arm and cancel call
+ * the library directly, so the figure is the library's own cost.  With
+ * more threads the others would queue behind that one thread: every thread
+ * takes the adapter's path then, as a multi-threaded program would. */
+struct tp_loop_call {
+	sk_gb_state *st;
+	struct tp_ctx *c;
+	int held; /* bench_held, else bench_seed */
+};
+
+static void tp_loop_body(void *arg);
+
+static int tp_on_loop(sk_gb_state *st, struct tp_ctx *c, int held)
+{
+	if (!(c->run->ops->caps & TMO_CAP_RUN_ON_LOOP) || sk_gb_thread_count(st) != 1)
+		return 0;
+	struct tp_loop_call call = {st, c, held};
+	int rc = tmo_testing_run_on_loop(c->e, tp_loop_body, &call);
+	if (rc != 0) {
+		tp_error(c, &c->arm_errors, rc);
+		sk_gb_skip_with_error(st, "tmo_testing_run_on_loop failed");
+	}
+	return 1;
+}
+
 void bench_seed(sk_gb_state *st, void *arg)
 {
 	struct tp_ctx *c = arg;
+	if (tp_on_loop(st, c, 0))
+		return;
 	seed_loop(st, c, TP_ENGINE, &c->slots[sk_gb_thread_index(st)].t);
 }
 
@@ -174,7 +204,18 @@ TP_INLINE void held_loop(sk_gb_state *st, struct tp_ctx *c, enum tp_on on, struc
 void bench_held(sk_gb_state *st, void *arg)
 {
 	struct tp_ctx *c = arg;
+	if (tp_on_loop(st, c, 1))
+		return;
 	held_loop(st, c, TP_ENGINE, &c->held[sk_gb_thread_index(st)]);
+}
+
+static void tp_loop_body(void *arg)
+{
+	struct tp_loop_call *call = arg;
+	if (call->held)
+		held_loop(call->st, call->c, TP_ENGINE, &call->c->held[0]);
+	else
+		seed_loop(call->st, call->c, TP_ENGINE, &call->c->slots[0].t);
 }
 
 /* The same two loops on the structure alone (one thread, its own FIFO). */

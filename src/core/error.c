@@ -34,6 +34,7 @@ static const struct {
 	E(TMO_EDEADLK, "the call would wait for the calling thread itself (a thread the engine "
 	               "owns, or a callback waiting for this callback: a cancel deadlock)"),
 	E(TMO_EFORKED, "engine was created in the parent before fork()"),
+	E(TMO_EUNAVAIL, "the kernel facility the engine needs is unavailable here"),
 	E(TMO_ETIMEDOUT, "execution expired"),
 	E(TMO_ERAISED, "an exception raised in the block left the scope"),
 #undef E

@@ -11,7 +11,8 @@
 /* Every enum tmo_cap bit there is; 1u << 3 is retired (tmo.h). */
 #define KNOWN_CAPS                                                                      \
 	(TMO_CAP_LOCKFREE_ARM | TMO_CAP_NO_SYSCALL | TMO_CAP_NO_ALLOC |                     \
-	 TMO_CAP_CONCURRENT_CALLBACKS | TMO_CAP_THREAD_PER_TIMER | TMO_CAP_PARK)
+	 TMO_CAP_CONCURRENT_CALLBACKS | TMO_CAP_THREAD_PER_TIMER | TMO_CAP_PARK |            \
+	 TMO_CAP_RUN_ON_LOOP)
 #define NAME_MAX_LEN 31
 
 /* The deadlock check's calls are inline in the library (internal.h): an

@@ -239,3 +239,15 @@ int tmo_testing_park(struct tmo *e, int on)
 		return TMO_EINVAL;
 	return t->park(e, on);
 }
+
+int tmo_testing_run_on_loop(struct tmo *e, void (*fn)(void *arg), void *arg)
+{
+	if (e == NULL)
+		return TMO_ENULLENGINE;
+	if (forked(e))
+		return TMO_EFORKED;
+	const struct tmo_testing_ops *t = tmo_ops(e)->testing;
+	if (t == NULL || t->run_on_loop == NULL || fn == NULL)
+		return TMO_EINVAL;
+	return t->run_on_loop(e, fn, arg);
+}

@@ -59,6 +59,16 @@ void et_init(int argc, char **argv, const char *test)
 	       et_name, et_ops->caps, (long long)et_ops->resolution_ns, et_scale(),
 	       (unsigned long long)et_seed);
 	fflush(stdout);
+	/* An engine whose kernel facility is missing here (io_uring disabled):
+	 * every engine test is skipped, with the reason (exit 77). */
+	struct tmo *probe = NULL;
+	if (tmo_create_ops(et_ops, NULL, &probe) == TMO_EUNAVAIL) {
+		printf("SKIP: engine '%s' is unavailable here: TMO_EUNAVAIL (%s)\n", et_name,
+		       tmo_strerror(TMO_EUNAVAIL));
+		exit(77);
+	}
+	if (probe != NULL)
+		tmo_destroy(&probe);
 }
 
 double et_scale(void)
