@@ -39,8 +39,9 @@ add_test(NAME examples/bad/notelf
 # headers and tmo.pc (`cmake --install` to a scratch prefix: conform.sh),
 # then scripts/conform on it: the example must pass; each broken variant
 # must fail, and conform must name the cases listed here among its failures.
-# Each runs the whole suite (the engine tests, four --quick scenarios): a few
-# minutes on 2 cores, so they run alone.
+# The example runs the whole suite (the engine tests, four --quick
+# scenarios), the broken variants only the cases they must fail: one at a
+# time (a lock), beside the rest of the suite.
 # In the release and debug builds only: under a sanitizer the example's
 # whole suite takes several times longer, and conform runs its own TSan pass
 # wherever build/tsan exists.
@@ -55,6 +56,7 @@ if(NOT TMO_TSAN AND NOT CMAKE_C_FLAGS MATCHES "sanitize")
            COMMAND ${tmo_conform} ${PROJECT_BINARY_DIR} ${CMAKE_C_COMPILER} "${CMAKE_C_FLAGS}"
                    example-nowait engine/contract_cancel scenario/race)
   foreach(t example early nowait)
-    set_tests_properties(examples/conform/${t} PROPERTIES TIMEOUT 1200 RUN_SERIAL TRUE)
+    set_tests_properties(examples/conform/${t} PROPERTIES TIMEOUT 1200
+                         RESOURCE_LOCK tmo_conform)
   endforeach()
 endif()

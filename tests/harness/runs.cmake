@@ -1,4 +1,5 @@
-# The scenario runs in tests/harness/runs.txt whose `where` names ctest:
+# The scenario runs in tests/harness/runs.txt whose `where` names ctest
+# (every build) or ctest-san (the sanitizer builds):
 # one ctest "harness-<scenario>/<engine>" per engine (per engine of
 # --impl=LIST, when the row's ARGS name one).  The other rows are
 # scripts/check's; every row's scenario must be registered (TMO_SCENARIOS,
@@ -25,11 +26,16 @@ if(TARGET tmo-harness)
     endif()
     string(REPLACE "," ";" where "${where}")
     foreach(w IN LISTS where)
-      if(NOT w MATCHES "^(ctest|ci|tsan|asan)$")
+      if(NOT w MATCHES "^(ctest|ctest-san|ci|tsan|asan)$")
         message(FATAL_ERROR "tests/harness/runs.txt: '${row}': unknown where '${w}'")
       endif()
     endforeach()
-    if(NOT "ctest" IN_LIST where)
+    # ctest-san: ctests in the sanitizer builds only (the release build's
+    # run of that scenario is scripts/check's `ci` row)
+    set(w_san FALSE)
+    if("ctest-san" IN_LIST where AND NOT "ctest" IN_LIST where)
+      set(w_san TRUE)
+    elseif(NOT "ctest" IN_LIST where)
       continue()
     endif()
     if(scen STREQUAL "*")
@@ -48,6 +54,10 @@ if(TARGET tmo-harness)
       endforeach()
     endif()
     foreach(engine IN LISTS engines)
+      tmo_engine_test_wanted(harness-${scen} ${engine} want)
+      if(NOT want OR (w_san AND NOT TMO_SANITIZED))
+        continue()
+      endif()
       add_test(NAME harness-${scen}/${engine}
                COMMAND $<TARGET_FILE:tmo-harness> --impl=${engine} --scenario=${scen} ${args})
       set_tests_properties(harness-${scen}/${engine} PROPERTIES TIMEOUT ${TMO_TEST_TIMEOUT})

@@ -7,7 +7,8 @@
 # fails the first run.  mpsc and wheel (a timer thread files what arms
 # publish: where it broke) run TMO_STARVE_RUNS times; condvar and libevent
 # once; thread and posix (kernel-timed, minutes at that size beside the
-# hogs) once at --quick.  The TSan build runs mpsc and wheel once (the run
+# hogs) and the peers (kernel descriptors per timer, the loop's lock) once
+# at --quick.  The TSan build runs mpsc and wheel once (the run
 # CI went red on, under load); the ASan build none.  RUN_SERIAL: the hogs
 # would slow every test beside them, and those beside would blur the load.
 if(TARGET tmo-harness AND NOT CMAKE_C_FLAGS MATCHES "sanitize=address")
@@ -19,7 +20,7 @@ if(TARGET tmo-harness AND NOT CMAKE_C_FLAGS MATCHES "sanitize=address")
       set(runs ${TMO_STARVE_RUNS})
     elseif(TMO_TSAN AND NOT engine MATCHES "^(mpsc|wheel)$")
       continue()
-    elseif(engine MATCHES "^(thread|posix)$")
+    elseif(engine MATCHES "^(thread|posix)$" OR engine IN_LIST TMO_PEER_ENGINES)
       set(size --quick)
     endif()
     add_test(NAME starve-expiry/${engine}
