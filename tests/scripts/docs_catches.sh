@@ -43,7 +43,7 @@ hash)
   printf '\nTried on a fresh clone of commit 5c1c0f2.\n' >> "$r/README.md"
   rule=hash what="5c1c0f2" expect "$r" ;;
 story)
-  printf '\nDestroy from a callback is refused (before the fix it crashed).\n' >> "$r/docs/testing.md"
+  printf '\nDestroy from a callback is refused; before the fix it crashed.\n' >> "$r/docs/testing.md"
   rule=story what="before the fix" expect "$r" ;;
 block)
   printf '\n<!-- begin: numbers (by hand) -->\nwheel 9.7 ns\n<!-- end: numbers -->\n' >> "$r/README.md"
