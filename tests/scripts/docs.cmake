@@ -8,7 +8,7 @@
 # harness/help_matches_manual (tests/harness/harness.cmake).
 add_test(NAME docs/check
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/scripts/docs-check --git ${PROJECT_SOURCE_DIR})
-foreach(case figure figure_code hash story block record_name record_section baseline record_edit)
+foreach(case figure figure_code hash story block length record_name record_section baseline record_edit)
   add_test(NAME docs/check_catches_${case}
            COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/docs_catches.sh ${PROJECT_SOURCE_DIR}
                    ${CMAKE_CURRENT_BINARY_DIR}/docs_catches/${case} ${case})

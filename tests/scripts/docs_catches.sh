@@ -8,6 +8,7 @@
 #   hash            a commit hash in README.md
 #   story           a before/after story in docs/
 #   block           a hand-written block in generated markers
+#   length          README.md past its line limit
 #   record_name     a results/ folder that is not <date>-<machine>-<commit>
 #   record_section  a record README without "## What it supersedes"
 #   baseline        results/baseline a folder, not a link to a record
@@ -48,6 +49,9 @@ story)
 block)
   printf '\n<!-- begin: numbers (by hand) -->\nwheel 9.7 ns\n<!-- end: numbers -->\n' >> "$r/README.md"
   rule=block what="'numbers' is no block a script writes" expect "$r" ;;
+length)
+  for i in $(seq 60); do printf 'A line of notebook.\n'; done >> "$r/README.md"
+  rule=length what="more than 350" expect "$r" ;;
 record_name)
   mkdir "$r/results/expiry-hog" && echo "# a run" > "$r/results/expiry-hog/README.md"
   rule=record what="results/expiry-hog" expect "$r" ;;
