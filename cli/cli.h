@@ -18,7 +18,7 @@
 extern const struct sk_scenario *const sk_scenarios[];
 
 /* ---- manual.c ---- */
-/* The manual (--help).  README.md carries this output between its
+/* The manual (--help).  docs/harness.md carries this output between its
  * "harness --help" markers; tests/harness/harness.cmake compares the two
  * (scripts/update-readme copies it over). */
 void cli_usage(FILE *f);

@@ -25,7 +25,7 @@ import sys
 
 # metrics.tsv beside this file is `tmo-harness --list-metrics`: every metric
 # each scenario declares beside its code (scripts/update-readme writes it, the
-# ctest harness/help_matches_readme checks it against the binary).  Every
+# ctest harness/help_matches_manual checks it against the binary).  Every
 # metric this file or scripts/plot reads is named here, in USED, or passed to
 # `metrics-check` by scripts/plot, and must be declared there: a renamed
 # metric stops the report with its name instead of leaving a figure empty.

@@ -6,10 +6,17 @@ if(TARGET tmo-harness)
   add_test(NAME harness/list COMMAND ${h} --list)
   add_test(NAME harness/help COMMAND ${h} --help)
   # Every scenario documents its parameters and what fails it (struct
-  # sk_scenario params, fails_when), and README.md carries --help verbatim.
+  # sk_scenario params, fails_when), and docs/harness.md carries --help
+  # verbatim: the check fails on a copy with one line of the block changed.
   set_tests_properties(harness/help PROPERTIES FAIL_REGULAR_EXPRESSION "not documented")
-  add_test(NAME harness/help_matches_readme
+  add_test(NAME harness/help_matches_manual
            COMMAND ${PROJECT_SOURCE_DIR}/scripts/update-readme --check ${h})
+  add_test(NAME harness/help_matches_manual_catches
+           COMMAND sh -c "sed 's/^    --quick$/    --quik/' \"$0/docs/harness.md\" > \"$2\" &&
+                          ! cmp -s \"$0/docs/harness.md\" \"$2\" &&
+                          MANUAL=\"$2\" \"$0/scripts/update-readme\" --check \"$1\" > \"$2.out\" 2>&1;
+                          rc=$?; cat \"$2.out\"; test $rc -eq 1 && grep -q '^-    --quik$' \"$2.out\""
+                   ${PROJECT_SOURCE_DIR} ${h} ${CMAKE_CURRENT_BINARY_DIR}/manual_planted.md)
   # Every size a scenario reads is in its sizes table and every declared size
   # is read (sk_size aborts on an undeclared name, but only on the line that
   # runs); the fixture shows the check refuses a mismatch.

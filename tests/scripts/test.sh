@@ -202,7 +202,7 @@ EOF
     fail "rows: an absolute figure is not marked not comparable"
   ;;
 plot_report)
-  cp -r "$root/results/baseline" "$dir/b"
+  cp -rL "$root/results/baseline" "$dir/b"   # -L: baseline is a link to a record
   rm -rf "$dir/b/plots" "$dir/b/REPORT.md" "$dir/b/instructions.csv" "$dir/b/instructions.json"
   # a violation planted in the copy: REPORT.md must list it and count the run
   /usr/bin/python3 - "$dir/b/expiry.json" <<'PY' || fail "could not plant a violation"
