@@ -185,6 +185,49 @@ static inline __attribute__((always_inline)) int64_t spill_own(struct tmo *e, st
 	return wake_at;
 }
 
+/* The ring arm w leaves for the inbox (mpsc): lf_ring_evict's inbox case
+ * (base.c) with lf_inbox_post's push fused into arm_spill.  Returns a
+ * lower bound on its deadline (0: unknown) for the arm's own look at the
+ * tick word, or INT64_MAX when it was no longer in the ring. */
+static inline __attribute__((always_inline)) int64_t spill_inbox(struct tmo *e,
+                                                                 struct lf_rec *r, uint64_t w)
+{
+	struct lf_node *n = lf_node_at(e, lf_word_idx(w));
+	uint64_t s = w & ~((uint64_t)((1u << LF_IDX_BITS) - 1) << 2);
+	/* announced before the CAS (timer.c, Order): 1, unknown, until its
+	 * bound is known */
+	atomic_store_explicit(&r->transit, 1, memory_order_relaxed);
+	if (LF_UNLIKELY(!atomic_compare_exchange_strong_explicit(
+	        &n->state, &s, s + (LF_QUEUED - LF_RING), memory_order_acq_rel,
+	        memory_order_acquire))) {
+		atomic_store_explicit(&r->transit, 0, memory_order_release);
+		if (s == lf_st(lf_word_gen(w), LF_CANCELLED)) /* another thread's cancel */
+			lf_cache_put(e, r, n);
+		return INT64_MAX; /* else the timer thread stole it */
+	}
+	/* read before the push: once in the inbox it may be filed, and these
+	 * fields written over */
+	uint64_t stamp = atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed);
+	int64_t timeout = atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed);
+	int64_t lower = timeout;
+	if (stamp != LF_STAMP_DEADLINE) {
+		/* near the latest pair the arm lies within a floor either side
+		 * of the conversion: its upper bound less two floors */
+		int64_t hi = lf_cal_near(&e->cal, stamp, e->margin_ns);
+		lower = LF_LIKELY(hi != 0) ? hi - 2 * e->margin_ns + timeout
+		                           : lf_node_deadline_lower(e, stamp, timeout);
+	}
+	if (lower > 0)
+		atomic_store_explicit(&r->transit, lower, memory_order_relaxed);
+	else
+		lower = 0;
+	lf_bump(&r->spilled);
+	ck_stack_push_upmc(&e->inbox, &n->link);
+	atomic_fetch_add_explicit(&e->inbox_in, 1, memory_order_relaxed);
+	atomic_store_explicit(&r->transit, 0, memory_order_release);
+	return lower;
+}
+
 /* arm's look found the timer thread asleep: wake it for this arm, or for
  * `wake_at` (a base's, 0: at once) if earlier.  Returns 0 (arm's
  * result). */
@@ -192,6 +235,13 @@ static __attribute__((noinline)) int arm_wake_at(struct tmo *e, uint64_t stamp, 
                                                  int64_t wake_at)
 {
 	int64_t lower = lf_node_deadline_lower(e, stamp, timeout_ns);
+	/* past INBOX_WAKE nodes in the inbox it wakes whatever the deadlines
+	 * (lf_inbox_post) */
+	if (!e->p->thread_bases && atomic_load_explicit(&e->inbox_in, memory_order_relaxed) -
+	                                   atomic_load_explicit(&e->inbox_out,
+	                                                        memory_order_relaxed) >=
+	                               INBOX_WAKE)
+		wake_at = 0;
 	lf_wake_for(e, wake_at < lower ? wake_at : lower);
 	return 0;
 }
@@ -223,7 +273,7 @@ static __attribute__((noinline)) int arm_spill(struct tmo *e, struct tmo_timer *
 	if (b != NULL)
 		wake_at = spill_own(e, r, b, prev);
 	else
-		lf_ring_evict(e, r, prev);
+		wake_at = spill_inbox(e, r, prev);
 	uint64_t tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
 	arm_publish_filled(e, r, n, i, t);
 	lf_light_barrier(tw);
