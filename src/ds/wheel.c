@@ -167,9 +167,7 @@ static inline void slot_mark(struct tmo_wheel *w, unsigned l, unsigned s)
 /* Slot s of level l is empty, or about to be taken whole. */
 static inline void slot_unmark(struct tmo_wheel *w, unsigned l, unsigned s)
 {
-	w->occupied[l][s >> TMO_WHEEL_BITS] &= ~(UINT64_C(1) << (s & SLOT_MASK));
-	if (l > 0)
-		w->placed[l - 1][s] = 0;
+	tmo__wheel_unmark(w, l, s);
 }
 
 /* Put n where its tick belongs (see Placement at the top): on `expired` when
@@ -214,26 +212,7 @@ void tmo_wheel_add(struct tmo_wheel *w, struct tmo_wheel_node *n, int64_t deadli
 	w->count++;
 }
 
-void tmo_wheel_del(struct tmo_wheel *w, struct tmo_wheel_node *n)
-{
-	struct tmo_wheel_node **pprev = n->pprev;
-	*pprev = n->next;
-	if (n->next)
-		n->next->pprev = pprev;
-	/* The slot became empty iff we were its only node: pprev is then the
-	 * slot's own head and nothing followed us.  Recognise a slot head by its
-	 * address, so no level/slot index has to be stored in the node. */
-	if (n->next == NULL) {
-		uintptr_t p = (uintptr_t)pprev, base = (uintptr_t)&w->slot[0][0];
-		if (p >= base && p < base + sizeof w->slot) {
-			size_t i = (p - base) / sizeof(struct tmo_wheel_list);
-			slot_unmark(w, (unsigned)(i / RING), (unsigned)(i % RING));
-		}
-	}
-	n->next = NULL;
-	n->pprev = NULL;
-	w->count--;
-}
+/* tmo_wheel_del is inline, in wheel.h (the cancel path calls it). */
 
 /* ---- time passing ---------------------------------------------------------- */
 

@@ -77,8 +77,37 @@ static inline uint64_t tmo_wheel_refiled(const struct tmo_wheel *w) { return w->
  * The node is due at the first tick boundary (origin + k * resolution) at
  * or after its deadline. */
 void tmo_wheel_add(struct tmo_wheel *w, struct tmo_wheel_node *n, int64_t deadline);
-/* Remove a node that is in the wheel. */
-void tmo_wheel_del(struct tmo_wheel *w, struct tmo_wheel_node *n);
+/* Slot s of level l is empty, or about to be taken whole (wheel.c). */
+static inline void tmo__wheel_unmark(struct tmo_wheel *w, unsigned l, unsigned s)
+{
+	w->occupied[l][s >> TMO_WHEEL_BITS] &= ~(UINT64_C(1) << (s & (TMO_WHEEL_SLOTS - 1)));
+	if (l > 0)
+		w->placed[l - 1][s] = 0;
+}
+
+/* Remove a node that is in the wheel.  Inline: a cancel's whole cost is
+ * a few of its instructions, and the call would be a good share. */
+static inline void tmo_wheel_del(struct tmo_wheel *w, struct tmo_wheel_node *n)
+{
+	struct tmo_wheel_node **pprev = n->pprev;
+	*pprev = n->next;
+	if (n->next)
+		n->next->pprev = pprev;
+	/* The slot became empty iff we were its only node: pprev is then the
+	 * slot's own head and nothing followed us.  Recognise a slot head by its
+	 * address, so no level/slot index has to be stored in the node. */
+	if (n->next == NULL) {
+		uintptr_t p = (uintptr_t)pprev, base = (uintptr_t)&w->slot[0][0];
+		if (p >= base && p < base + sizeof w->slot) {
+			size_t i = (p - base) / sizeof(struct tmo_wheel_list);
+			tmo__wheel_unmark(w, (unsigned)(i / (2 * TMO_WHEEL_SLOTS)),
+			                  (unsigned)(i % (2 * TMO_WHEEL_SLOTS)));
+		}
+	}
+	n->next = NULL;
+	n->pprev = NULL;
+	w->count--;
+}
 /* Earliest time (ns) at which advance() may find a due node; INT64_MAX
  * when the wheel is empty (or the time is beyond INT64_MAX).  A lower bound
  * on the next due time (a deadline rounded up to its tick): never later.

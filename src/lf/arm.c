@@ -51,241 +51,6 @@ void lf_inbox_post(struct tmo *e, struct lf_node *n)
 	}
 }
 
-/* A lower bound on the deadline of a node its holder has in transit
- * (timer.c, Order: what the owner announces while it spills). */
-static int64_t deadline_lower(struct tmo *e, struct lf_node *n)
-{
-	return lf_node_deadline_lower(e, atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed),
-	                              atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed));
-}
-
-static void free_to(struct tmo *e, struct lf_rec *r, struct lf_node *n)
-{
-	if (r != NULL)
-		lf_cache_put(e, r, n);
-	else
-		lf_free_bare(e, n);
-}
-
-/* Holder of b: file a node it holds in transit (QUEUED), or free it if a
- * cancel dropped it on the way.  `later`: a clock reading after its arm,
- * or 0 (read one if needed). */
-static void base_file_locked(struct tmo *e, struct lf_base *b, struct lf_node *n, int64_t later,
-                             struct lf_rec *r)
-{
-	const struct lf_sched *sc = e->p->sched;
-	uint64_t s = atomic_load_explicit(&n->state, memory_order_acquire);
-	if (lf_st_of(s) == LF_QUEUED) {
-		int64_t deadline = lf_node_deadline(e, n, later);
-		/* `next` first: a timer thread that finds the base busy holds back
-		 * what is due after `next`, which may be earlier than the base's
-		 * first deadline, never later */
-		if (deadline < atomic_load_explicit(&b->next, memory_order_relaxed))
-			atomic_store_explicit(&b->next, deadline, memory_order_release);
-		atomic_store_explicit(&n->aux, (uintptr_t)b | LF_IN_THREAD, memory_order_relaxed);
-		sc->insert(lf_sched_of(b), n, deadline); /* a wheel never refuses */
-		if (atomic_compare_exchange_strong_explicit(&n->state, &s,
-		                                            lf_st(lf_gen_of(s), LF_IN_STRUCT),
-		                                            memory_order_acq_rel, memory_order_acquire))
-			return;
-		sc->remove(lf_sched_of(b), n);
-	}
-	free_to(e, r, n); /* DROPPED on the way: the holder frees it */
-}
-
-void lf_base_tidy(struct tmo *e, struct lf_base *b, struct lf_rec *r)
-{
-	const struct lf_sched *sc = e->p->sched;
-	/* looked at before it is taken: an exchange would own the line for
-	 * nothing on nearly every filing */
-	ck_stack_entry_t *l = ck_pr_load_ptr(&b->cancels.head) != NULL
-	                          ? ck_stack_batch_pop_upmc(&b->cancels)
-	                          : NULL;
-	while (l != NULL) {
-		ck_stack_entry_t *next = l->next;
-		struct lf_node *n = lf_node_of_link(l);
-		if (sc->contains(n))
-			sc->remove(lf_sched_of(b), n);
-		free_to(e, r, n);
-		l = next;
-	}
-	if (ck_pr_load_ptr(&b->tofile.head) == NULL)
-		return;
-	l = ck_stack_batch_pop_upmc(&b->tofile);
-	int64_t later = tmo_now_ns(); /* after every arm in the chain */
-	ck_stack_entry_t *rev = NULL;
-	while (l != NULL) { /* oldest first */
-		ck_stack_entry_t *next = l->next;
-		l->next = rev;
-		rev = l;
-		l = next;
-	}
-	while (rev != NULL) {
-		struct lf_node *n = lf_node_of_link(rev);
-		rev = rev->next; /* before filing: a cancel may push it again */
-		base_file_locked(e, b, n, later, r);
-	}
-}
-
-struct soon_chain {
-	struct lf_base *b;
-	struct lf_node *head, *tail;
-};
-
-static void soon_add(void *ctx, struct lf_node *n)
-{
-	struct soon_chain *c = ctx;
-	uint64_t s = atomic_load_explicit(&n->state, memory_order_relaxed);
-	/* a node whose cancel won is out of the wheel now: its canceller (or
-	 * the base's next holder, from the cancel stack) frees it */
-	if (lf_st_of(s) != LF_IN_STRUCT ||
-	    !atomic_compare_exchange_strong_explicit(&n->state, &s, lf_st(lf_gen_of(s), LF_QUEUED),
-	                                             memory_order_acq_rel, memory_order_relaxed))
-		return;
-	n->s.soon.next = NULL;
-	if (c->tail != NULL)
-		c->tail->s.soon.next = n;
-	else
-		c->head = n;
-	c->tail = n;
-}
-
-void lf_base_hand_off(struct tmo *e, struct lf_base *b, int64_t horizon)
-{
-	const struct lf_sched *sc = e->p->sched;
-	struct soon_chain c = {b, NULL, NULL};
-	sc->collect(lf_sched_of(b), horizon, soon_add, &c);
-	if (c.head != NULL) {
-		struct lf_node *old = atomic_load_explicit(&b->soon, memory_order_relaxed);
-		do
-			c.tail->s.soon.next = old;
-		while (!atomic_compare_exchange_weak_explicit(&b->soon, &old, c.head,
-		                                              memory_order_release,
-		                                              memory_order_relaxed));
-	}
-	/* After the push: the timer thread reads `next`, then takes the list;
-	 * seeing this value it sees the list too. */
-	atomic_store_explicit(&b->next, sc->next_deadline(lf_sched_of(b)), memory_order_release);
-}
-
-/* The latest tick's clock reading: a `now` no later than now. */
-static inline int64_t coarse_now(struct tmo *e)
-{
-	return atomic_load_explicit(&e->tick_at, memory_order_relaxed);
-}
-
-/* After a filing into our own base: hand what comes due soon to the timer
- * thread, and say when the base wants it to look (0: at once). */
-static int64_t own_base_release(struct tmo *e, struct lf_base *b, struct lf_rec *r)
-{
-	if (ck_pr_load_ptr(&b->cancels.head) != NULL || ck_pr_load_ptr(&b->tofile.head) != NULL)
-		lf_base_tidy(e, b, r);
-	/* While this thread keeps spilling it hands what comes due soon to
-	 * the timer thread itself: that thread need not take the lock
-	 * (which would send our spills the long way meanwhile). */
-	int64_t horizon = coarse_now(e) + LF_SOON_NS;
-	if (atomic_load_explicit(&b->next, memory_order_relaxed) <= horizon)
-		lf_base_hand_off(e, b, horizon);
-	int64_t wake_at = atomic_load_explicit(&b->next, memory_order_relaxed);
-	if (atomic_load_explicit(&b->soon, memory_order_relaxed) != NULL)
-		wake_at = 0;
-	lf_base_unlock(b);
-	return wake_at;
-}
-
-static void wake_if_sleeping(struct tmo *e, int64_t wake_at)
-{
-	uint64_t tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
-	lf_light_barrier(tw);
-	if (atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_SLEEPING)
-		lf_wake_for(e, wake_at);
-}
-
-/* File a node we took out of our ring (QUEUED) in our own base.  With the
- * base busy (the timer thread collecting from it) the node waits on its
- * tofile stack for the next holder: its owner's next filing, or the timer
- * thread, which looks at every such stack. */
-static void file_own_base(struct tmo *e, struct lf_rec *r, struct lf_node *n)
-{
-	struct lf_base *b = r->base;
-	int64_t wake_at = 0;
-	if (lf_base_trylock(b)) {
-		base_file_locked(e, b, n, 0, r);
-		wake_at = own_base_release(e, b, r);
-	} else {
-		/* dated now: the calibration its next holder finds may be newer */
-		int64_t deadline = lf_node_deadline(e, n, 0);
-		atomic_store_explicit(&n->s.q.timeout, deadline, memory_order_relaxed);
-		atomic_store_explicit(&n->s.q.stamp, LF_STAMP_DEADLINE, memory_order_relaxed);
-		ck_stack_push_upmc(&b->tofile, &n->link);
-	}
-	wake_if_sleeping(e, wake_at);
-}
-
-/* The ring arm (n, gen) goes straight into our own base, held: one CAS
- * RING -> IN_STRUCT, no transit.  Its aux already names the base (arm
- * wrote it), so a canceller that wins the node next finds it; until the
- * node is in the wheel only we hold the base, and a cancel that comes
- * between (another thread's: CANCEL_PENDING, on the cancel stack) is
- * undone by the tidy after the insert.  Returns 0 when the node was no
- * longer in the ring (*s: its state). */
-static int file_from_ring(struct tmo *e, struct lf_rec *r, struct lf_node *n, uint64_t *s)
-{
-	struct lf_base *b = r->base;
-	if (!atomic_compare_exchange_strong_explicit(&n->state, s,
-	                                             lf_st(lf_gen_of(*s), LF_IN_STRUCT),
-	                                             memory_order_acq_rel, memory_order_acquire))
-		return 0;
-	/* we own the fields until the insert */
-	int64_t deadline = lf_node_deadline_own(e, r, n);
-	if (deadline < atomic_load_explicit(&b->next, memory_order_relaxed))
-		atomic_store_explicit(&b->next, deadline, memory_order_release);
-	tmo_wheel_add(lf_own_wheel(b), &n->s.wheel, deadline);
-	return 1;
-}
-
-/* A slot of our ring is needed again (or we detach) while it holds arm w:
- * spill the arm if it is still in the ring, reclaim the node if another
- * thread's cancel took the arm back, else (the timer thread stole it)
- * leave it. */
-void lf_ring_evict(struct tmo *e, struct lf_rec *r, uint64_t w)
-{
-	struct lf_node *n = lf_node_at(e, lf_word_idx(w));
-	uint64_t gen = lf_word_gen(w);
-	uint64_t s = lf_st(gen, LF_RING);
-	/* Announced before the CAS (timer.c, Order): a timer thread that finds
-	 * the CAS done finds this too.  Its deadline (1: unknown yet) once the
-	 * CAS won: the node may have moved on before.  Filed straight from the
-	 * ring into our own base, it stays unknown until the insert is done. */
-	atomic_store_explicit(&r->transit, 1, memory_order_relaxed);
-	if (r->base != NULL && lf_base_trylock(r->base)) {
-		if (file_from_ring(e, r, n, &s)) {
-			lf_bump(&r->spilled);
-			int64_t wake_at = own_base_release(e, r->base, r);
-			atomic_store_explicit(&r->transit, 0, memory_order_release);
-			wake_if_sleeping(e, wake_at);
-			return;
-		}
-		lf_base_unlock(r->base);
-	} else if (atomic_compare_exchange_strong_explicit(&n->state, &s, lf_st(gen, LF_QUEUED),
-	                                                   memory_order_acq_rel,
-	                                                   memory_order_acquire)) {
-		int64_t lower = deadline_lower(e, n);
-		if (lower > 0)
-			atomic_store_explicit(&r->transit, lower, memory_order_relaxed);
-		lf_bump(&r->spilled);
-		if (r->base != NULL)
-			file_own_base(e, r, n);
-		else
-			lf_inbox_post(e, n);
-		atomic_store_explicit(&r->transit, 0, memory_order_release);
-		return;
-	}
-	atomic_store_explicit(&r->transit, 0, memory_order_release);
-	if (s == lf_st(gen, LF_CANCELLED))
-		lf_cache_put(e, r, n);
-}
-
 /* ---- arm -------------------------------------------------------------------------- */
 
 static int arm_bare(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
@@ -327,24 +92,34 @@ static __attribute__((noinline)) int arm_wake(struct tmo *e, uint64_t stamp, int
 }
 
 /* Fill n for its next arm, of t in slot i of r, and publish it. */
-static inline void arm_publish(struct tmo *e, struct lf_rec *r, struct lf_node *n, uint32_t i,
-                               struct tmo_timer *t, int64_t timeout_ns, uint64_t stamp,
-                               tmo_callback *cb, void *arg)
+static inline void arm_fill(struct lf_rec *r, struct lf_node *n, struct tmo_timer *t,
+                            int64_t timeout_ns, uint64_t stamp, tmo_callback *cb, void *arg)
 {
-	uint64_t st = lf_next_ring(atomic_load_explicit(&n->state, memory_order_relaxed));
 	n->timer = t;
 	atomic_store_explicit(&n->s.q.timeout, timeout_ns, memory_order_relaxed);
 	atomic_store_explicit(&n->s.q.stamp, stamp, memory_order_relaxed);
 	t->cb = cb;
 	t->arg = arg;
-	uint64_t w = lf_word(lf_idx_of(e, n), lf_gen_of(st), LF_PENDING);
 	atomic_store_explicit(&n->aux, (uintptr_t)r->base | LF_IN_THREAD, memory_order_relaxed);
+}
+static inline void arm_publish_filled(struct tmo *e, struct lf_rec *r, struct lf_node *n,
+                                      uint32_t i, struct tmo_timer *t)
+{
+	uint64_t st = lf_next_ring(atomic_load_explicit(&n->state, memory_order_relaxed));
+	uint64_t w = lf_word(lf_idx_of(e, n), lf_gen_of(st), LF_PENDING);
 	/* the timer's word before the slot: once in the slot the arm may be
 	 * stolen and fire, and fire writes FIRED over it */
 	atomic_store_explicit(&n->state, st, memory_order_release);
 	atomic_store_explicit(lf_timer_word(t), w, memory_order_release);
 	atomic_store_explicit(&r->ring[i], w, memory_order_release);
 	lf_bump(&r->head);
+}
+static inline void arm_publish(struct tmo *e, struct lf_rec *r, struct lf_node *n, uint32_t i,
+                               struct tmo_timer *t, int64_t timeout_ns, uint64_t stamp,
+                               tmo_callback *cb, void *arg)
+{
+	arm_fill(r, n, t, timeout_ns, stamp, cb, arg);
+	arm_publish_filled(e, r, n, i, t);
 }
 
 /* mpsc: the inbox holds more than INBOX_MAX nodes its timer thread has
@@ -356,30 +131,154 @@ static inline int inbox_full(struct tmo *e, const struct lf_rec *r)
 	                              INBOX_MAX;
 }
 
+/* The ring arm w leaves for our own base r->base = b: the common case of
+ * lf_ring_evict (base.c: file_from_ring, then lf_base_release) fused into
+ * arm_spill, every rarer case handed to lf_ring_evict whole.  One CAS RING
+ * -> IN_STRUCT, no transit: its aux already names the base (arm wrote it),
+ * and until it is in the wheel only we hold the base.  The stamp is
+ * converted inline (cal.h), near the latest pair; farther, clock.c caps
+ * it.  Returns when the base wants the timer thread to look (0: at once),
+ * for the arm's own look at the tick word: one look for both. */
+static inline __attribute__((always_inline)) int64_t spill_own(struct tmo *e, struct lf_rec *r,
+                                                               struct lf_base *b, uint64_t w)
+{
+	if (LF_UNLIKELY(!lf_base_trylock(b))) {
+		lf_ring_evict(e, r, w); /* the long way: the tofile stack */
+		return INT64_MAX;
+	}
+	struct lf_node *n = lf_node_at(e, lf_word_idx(w));
+	/* the arm's RING state is its word without the index */
+	uint64_t s = w & ~((uint64_t)((1u << LF_IDX_BITS) - 1) << 2);
+	/* announced before the CAS (timer.c, Order); unknown (1) until the
+	 * insert is done */
+	atomic_store_explicit(&r->transit, 1, memory_order_relaxed);
+	if (LF_UNLIKELY(!atomic_compare_exchange_strong_explicit(
+	        &n->state, &s, s + (LF_IN_STRUCT - LF_RING), memory_order_acq_rel,
+	        memory_order_acquire))) {
+		lf_base_unlock(b);
+		atomic_store_explicit(&r->transit, 0, memory_order_release);
+		if (s == lf_st(lf_word_gen(w), LF_CANCELLED)) /* another thread's cancel */
+			lf_cache_put(e, r, n);
+		return INT64_MAX; /* else the timer thread stole it */
+	}
+	/* we own the fields until the insert */
+	int64_t deadline = lf_node_deadline_own(e, r, n);
+	int64_t next = atomic_load_explicit(&b->next, memory_order_relaxed);
+	if (deadline < next) {
+		next = deadline;
+		atomic_store_explicit(&b->next, deadline, memory_order_release);
+	}
+	tmo_wheel_add(lf_own_wheel(b), &n->s.wheel, deadline);
+	lf_bump(&r->spilled);
+	int64_t wake_at;
+	/* lf_base_release's common case: nothing to tidy, nothing due soon */
+	if (LF_UNLIKELY(ck_pr_load_ptr(&b->cancels.head) != NULL ||
+	                ck_pr_load_ptr(&b->tofile.head) != NULL ||
+	                next <= atomic_load_explicit(&e->tick_at, memory_order_relaxed) + LF_SOON_NS ||
+	                atomic_load_explicit(&b->soon, memory_order_relaxed) != NULL)) {
+		wake_at = lf_base_release(e, b, r);
+	} else {
+		lf_base_unlock(b);
+		wake_at = next;
+	}
+	atomic_store_explicit(&r->transit, 0, memory_order_release);
+	return wake_at;
+}
+
+/* The ring arm w leaves for the inbox (mpsc): lf_ring_evict's inbox case
+ * (base.c) with lf_inbox_post's push fused into arm_spill.  Returns a
+ * lower bound on its deadline (0: unknown) for the arm's own look at the
+ * tick word, or INT64_MAX when it was no longer in the ring. */
+static inline __attribute__((always_inline)) int64_t spill_inbox(struct tmo *e,
+                                                                 struct lf_rec *r, uint64_t w)
+{
+	struct lf_node *n = lf_node_at(e, lf_word_idx(w));
+	uint64_t s = w & ~((uint64_t)((1u << LF_IDX_BITS) - 1) << 2);
+	/* announced before the CAS (timer.c, Order): 1, unknown, until its
+	 * bound is known */
+	atomic_store_explicit(&r->transit, 1, memory_order_relaxed);
+	if (LF_UNLIKELY(!atomic_compare_exchange_strong_explicit(
+	        &n->state, &s, s + (LF_QUEUED - LF_RING), memory_order_acq_rel,
+	        memory_order_acquire))) {
+		atomic_store_explicit(&r->transit, 0, memory_order_release);
+		if (s == lf_st(lf_word_gen(w), LF_CANCELLED)) /* another thread's cancel */
+			lf_cache_put(e, r, n);
+		return INT64_MAX; /* else the timer thread stole it */
+	}
+	/* read before the push: once in the inbox it may be filed, and these
+	 * fields written over */
+	uint64_t stamp = atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed);
+	int64_t timeout = atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed);
+	int64_t lower = timeout;
+	if (stamp != LF_STAMP_DEADLINE) {
+		/* near the latest pair the arm lies within a floor either side
+		 * of the conversion: its upper bound less two floors */
+		int64_t hi = lf_cal_near(&e->cal, stamp, e->margin_ns);
+		lower = LF_LIKELY(hi != 0) ? hi - 2 * e->margin_ns + timeout
+		                           : lf_node_deadline_lower(e, stamp, timeout);
+	}
+	if (lower > 0)
+		atomic_store_explicit(&r->transit, lower, memory_order_relaxed);
+	else
+		lower = 0;
+	lf_bump(&r->spilled);
+	ck_stack_push_upmc(&e->inbox, &n->link);
+	atomic_fetch_add_explicit(&e->inbox_in, 1, memory_order_relaxed);
+	atomic_store_explicit(&r->transit, 0, memory_order_release);
+	return lower;
+}
+
+/* arm's look found the timer thread asleep: wake it for this arm, or for
+ * `wake_at` (a base's, 0: at once) if earlier.  Returns 0 (arm's
+ * result). */
+static __attribute__((noinline)) int arm_wake_at(struct tmo *e, uint64_t stamp, int64_t timeout_ns,
+                                                 int64_t wake_at)
+{
+	int64_t lower = lf_node_deadline_lower(e, stamp, timeout_ns);
+	/* past INBOX_WAKE nodes in the inbox it wakes whatever the deadlines
+	 * (lf_inbox_post) */
+	if (!e->p->thread_bases && atomic_load_explicit(&e->inbox_in, memory_order_relaxed) -
+	                                   atomic_load_explicit(&e->inbox_out,
+	                                                        memory_order_relaxed) >=
+	                               INBOX_WAKE)
+		wake_at = 0;
+	lf_wake_for(e, wake_at < lower ? wake_at : lower);
+	return 0;
+}
+
 /* The fast path's arm whose ring slot still holds an arm: a timer that
  * outlived the ring (held timers).  The slot's arm goes to our base (or
  * the inbox), then this one takes its place, dated by the fast path's
- * stamp. */
+ * stamp; one look at the tick word serves both. */
 static __attribute__((noinline)) int arm_spill(struct tmo *e, struct tmo_timer *t,
                                                int64_t timeout_ns, tmo_callback *cb, void *arg,
                                                uint64_t stamp)
 {
 	struct lf_rec *r = lf_tls_hot.rec;
-	uint64_t tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
+	struct lf_base *b = r->base;
 	uint32_t i = (uint32_t)atomic_load_explicit(&r->head, memory_order_relaxed) &
 	             (LF_RING_SLOTS - 1);
+	uint64_t prev = atomic_load_explicit(&r->ring[i], memory_order_relaxed);
 	if (LF_UNLIKELY(inbox_full(e, r))) {
 		lf_ec_wake(&e->wake_ec); /* whatever it sleeps for: drain */
 		return TMO_EAGAIN;
 	}
-	lf_ring_evict(e, r, atomic_load_explicit(&r->ring[i], memory_order_relaxed));
-	struct lf_node *n = r->cache; /* the fast path saw one; evicting only adds */
+	/* This arm's node is filled first (ours until published): fewer
+	 * values live across the filing. */
+	struct lf_node *n = r->cache; /* the fast path saw one */
 	r->cache = n->free_next;
 	r->cache_n--;
-	arm_publish(e, r, n, i, t, timeout_ns, stamp, cb, arg);
+	arm_fill(r, n, t, timeout_ns, stamp, cb, arg);
+	int64_t wake_at = INT64_MAX;
+	if (b != NULL)
+		wake_at = spill_own(e, r, b, prev);
+	else
+		wake_at = spill_inbox(e, r, prev);
+	uint64_t tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
+	arm_publish_filled(e, r, n, i, t);
 	lf_light_barrier(tw);
 	if (atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_SLEEPING)
-		return arm_wake(e, stamp, timeout_ns);
+		return arm_wake_at(e, stamp, timeout_ns, wake_at);
 	return 0;
 }
 

@@ -32,4 +32,35 @@ struct lf_cal_prev {
 	_Atomic int64_t err;
 };
 
+/* x * fx >> 32, for a 32.32 fixed-point fx. */
+static inline uint64_t lf_fx_mul(uint64_t x, uint64_t fx)
+{
+	return (uint64_t)(((unsigned __int128)x * fx) >> 32);
+}
+
+/* A stamp's upper bound when it lies within near_ticks of c's latest pair,
+ * either side (its margin is within the floor, `margin`), else 0: the
+ * common case, cheaply, and inline where an owner files (arm.c).  A stamp
+ * before that pair is converted back from it, as clock.c's tsc_bounds
+ * converts one before both pairs: the margin covers the distance either
+ * way. */
+static inline int64_t lf_cal_near(const struct lf_cal *c, uint64_t st, int64_t margin)
+{
+	uint64_t tsc, rate, near;
+	int64_t ns;
+	uint32_t s0, s1;
+	do {
+		s0 = atomic_load_explicit(&c->seq, memory_order_acquire);
+		tsc = atomic_load_explicit(&c->tsc, memory_order_relaxed);
+		ns = atomic_load_explicit(&c->ns, memory_order_relaxed);
+		rate = atomic_load_explicit(&c->rate_fx, memory_order_relaxed);
+		near = atomic_load_explicit(&c->near_ticks, memory_order_relaxed);
+		atomic_thread_fence(memory_order_acquire);
+		s1 = atomic_load_explicit(&c->seq, memory_order_relaxed);
+	} while (__builtin_expect((s0 & 1) || s0 != s1, 0));
+	if (st >= tsc)
+		return st - tsc <= near ? ns + (int64_t)lf_fx_mul(st - tsc, rate) + margin : 0;
+	return tsc - st <= near ? ns - (int64_t)lf_fx_mul(tsc - st, rate) + margin : 0;
+}
+
 #endif

@@ -205,12 +205,6 @@ static void once_init(void)
 }
 
 
-/* x * fx >> 32, for a 32.32 fixed-point fx. */
-static inline uint64_t fx_mul(uint64_t x, uint64_t fx)
-{
-	return (uint64_t)(((unsigned __int128)x * fx) >> 32);
-}
-
 /* v * 2^32 rounded up, as a 32.32 fixed-point value (v >= 0, small). */
 static uint64_t fx_of(double v)
 {
@@ -298,8 +292,8 @@ static int64_t tsc_bounds(struct tmo *e, uint64_t st, int64_t *lo, int64_t *hi)
 		*lo = *hi = 0;
 		return 0;
 	}
-	int64_t d = (int64_t)fx_mul(st >= tsc ? st - tsc : tsc - st, rate);
-	int64_t margin = err + 1000 + (int64_t)fx_mul((uint64_t)d, rel);
+	int64_t d = (int64_t)lf_fx_mul(st >= tsc ? st - tsc : tsc - st, rate);
+	int64_t margin = err + 1000 + (int64_t)lf_fx_mul((uint64_t)d, rel);
 	int64_t t = st >= tsc ? ns + d : ns - d;
 	*hi = t + (margin > e->margin_ns ? margin : e->margin_ns);
 	*lo = t - margin;
@@ -329,29 +323,9 @@ int64_t lf_tick_publish(struct tmo *e, unsigned flags)
 	return ns;
 }
 
-/* A stamp's upper bound when it lies within lf_cal.near_ticks of the
- * latest pair, either side (its margin is within the floor), else 0: the
- * common case, cheaply.  A stamp before that pair is converted back from
- * it, as tsc_bounds converts one before both pairs: the margin covers the
- * distance either way. */
 static inline int64_t near_bound(struct tmo *e, uint64_t st)
 {
-	struct lf_cal *c = &e->cal;
-	uint64_t tsc, rate, near;
-	int64_t ns;
-	uint32_t s0, s1;
-	do {
-		s0 = atomic_load_explicit(&c->seq, memory_order_acquire);
-		tsc = atomic_load_explicit(&c->tsc, memory_order_relaxed);
-		ns = atomic_load_explicit(&c->ns, memory_order_relaxed);
-		rate = atomic_load_explicit(&c->rate_fx, memory_order_relaxed);
-		near = atomic_load_explicit(&c->near_ticks, memory_order_relaxed);
-		atomic_thread_fence(memory_order_acquire);
-		s1 = atomic_load_explicit(&c->seq, memory_order_relaxed);
-	} while (LF_UNLIKELY((s0 & 1) || s0 != s1));
-	if (st >= tsc)
-		return st - tsc <= near ? ns + (int64_t)fx_mul(st - tsc, rate) + e->margin_ns : 0;
-	return tsc - st <= near ? ns - (int64_t)fx_mul(tsc - st, rate) + e->margin_ns : 0;
+	return lf_cal_near(&e->cal, st, e->margin_ns);
 }
 
 int64_t lf_node_deadline(struct tmo *e, const struct lf_node *n, int64_t later_ns)
@@ -379,12 +353,21 @@ int64_t lf_node_deadline(struct tmo *e, const struct lf_node *n, int64_t later_n
 	return (hi != 0 && hi < now ? hi : now) + timeout;
 }
 
-/* lf_node_deadline_own's stamp that is not near the latest pair. */
-static __attribute__((noinline)) int64_t deadline_far(struct tmo *e, struct lf_rec *r,
-                                                       const struct lf_node *n, uint64_t stamp)
+int64_t lf_node_deadline_far(struct tmo *e, struct lf_rec *r, const struct lf_node *n)
 {
-	/* A cap: r's last clock reading, if it came after this arm.  Its TSC
-	 * read completes before the clock's own (fenced) read, and an arm
+	uint64_t stamp = atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed);
+	int64_t timeout = atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed);
+	if (stamp == LF_STAMP_DEADLINE)
+		return timeout;
+	if (!g_use_tsc)
+		return (int64_t)stamp + timeout;
+	/* lf_node_deadline's steps after its near_bound, which the caller
+	 * took: both pairs, then a cap */
+	int64_t lo, hi;
+	if (tsc_bounds(e, stamp, &lo, &hi) <= e->margin_ns && hi != 0)
+		return hi + timeout;
+	/* The cap: r's last clock reading, if it came after this arm.  Its
+	 * TSC read completes before the clock's own (fenced) read, and an arm
 	 * later in program order reads the TSC after that: a stamp below
 	 * cap_tsc was made before cap_ns was read.  r's arms are filed eight
 	 * arms after they were made, so one reading serves the eight arms
@@ -393,18 +376,7 @@ static __attribute__((noinline)) int64_t deadline_far(struct tmo *e, struct lf_r
 		r->cap_tsc = read_tsc();
 		r->cap_ns = tmo_now_ns();
 	}
-	return lf_node_deadline(e, n, r->cap_ns);
-}
-
-int64_t lf_node_deadline_own(struct tmo *e, struct lf_rec *r, const struct lf_node *n)
-{
-	uint64_t stamp = atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed);
-	if (LF_UNLIKELY(stamp == LF_STAMP_DEADLINE || !g_use_tsc))
-		return lf_node_deadline(e, n, 0);
-	int64_t hi = near_bound(e, stamp);
-	if (LF_UNLIKELY(hi == 0))
-		return deadline_far(e, r, n, stamp);
-	return hi + atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed);
+	return (hi != 0 && hi < r->cap_ns ? hi : r->cap_ns) + timeout;
 }
 
 int64_t lf_node_deadline_lower(struct tmo *e, uint64_t stamp, int64_t timeout_ns)

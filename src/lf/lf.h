@@ -60,7 +60,8 @@
  * generation) never matches again.
  *
  * Files, by who runs the code: the application's threads run arm.c (arm,
- * and filing into a base they hold), cancel.c and rec.c (their records);
+ * and its fused filing of an evicted arm), base.c (filing into a base
+ * they hold: the timer thread too), cancel.c and rec.c (their records);
  * the timer thread runs timer.c (its loop, stealing, draining) and fire.c
  * (collect, order, fire); engine.c is the engine's life (create, destroy,
  * stats, park); pool.c is memory (trim.c gives it back), clock.c the time
@@ -369,9 +370,22 @@ static inline int lf_stamp_fresh(struct tmo *e, uint64_t stamp)
  * a clock reading after the arm, or one now if 0) plus its timeout, or
  * the deadline it holds (LF_STAMP_DEADLINE). */
 int64_t lf_node_deadline(struct tmo *e, const struct lf_node *n, int64_t later_ns);
-/* The same, by r's owner for a node of r's ring: a cap it needs is r's
- * last clock reading when that came after the arm. */
-int64_t lf_node_deadline_own(struct tmo *e, struct lf_rec *r, const struct lf_node *n);
+/* The same, by r's owner for a node of r's ring whose stamp
+ * lf_cal_near (cal.h) did not convert (or that holds its deadline): a cap
+ * it needs is r's last clock reading when that came after the arm. */
+int64_t lf_node_deadline_far(struct tmo *e, struct lf_rec *r, const struct lf_node *n);
+/* The deadline of a node of r's ring, by r's owner. */
+static inline int64_t lf_node_deadline_own(struct tmo *e, struct lf_rec *r,
+                                           const struct lf_node *n)
+{
+	uint64_t stamp = atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed);
+	int64_t hi = stamp != LF_STAMP_DEADLINE && LF_LIKELY(lf_use_tsc)
+	                     ? lf_cal_near(&e->cal, stamp, e->margin_ns)
+	                     : 0;
+	if (LF_UNLIKELY(hi == 0))
+		return lf_node_deadline_far(e, r, n);
+	return hi + atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed);
+}
 /* Lower bound on that deadline, for waking the timer thread; 0 if unknown. */
 int64_t lf_node_deadline_lower(struct tmo *e, uint64_t stamp, int64_t timeout_ns);
 /* Timer thread: refresh the TSC calibration. */
@@ -420,7 +434,7 @@ static inline void lf_bump(_Atomic uint64_t *c)
 	                      memory_order_relaxed);
 }
 
-/* ---- arm.c, cancel.c ------------------------------------------------------- */
+/* ---- arm.c, base.c, cancel.c ------------------------------------------------ */
 
 /* The arm w in a slot of r's ring leaves it for its base or the inbox. */
 void lf_ring_evict(struct tmo *e, struct lf_rec *r, uint64_t w);
@@ -445,6 +459,10 @@ static inline void lf_base_unlock(struct lf_base *b)
 }
 /* How far ahead an owner hands its due timers to the timer thread. */
 #define LF_SOON_NS TMO_NSEC_PER_MSEC
+/* Holder of b, its owner r after a filing: tidy, hand what comes due soon
+ * to the timer thread, unlock; returns when the base wants the timer
+ * thread to look (0: at once). */
+int64_t lf_base_release(struct tmo *e, struct lf_base *b, struct lf_rec *r);
 /* Holder of b, owner: hand what is due by `horizon` to the timer thread. */
 void lf_base_hand_off(struct tmo *e, struct lf_base *b, int64_t horizon);
 /* Holder of b: remove and free what cancellers left on its cancel stack,
