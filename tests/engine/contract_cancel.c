@@ -327,7 +327,7 @@ static void test_cancel_races_rearm(void)
 	struct tmo *e = ct_new_engine();
 	if (!e)
 		return;
-	struct et_rng rng;
+	struct sk_rng rng;
 	et_rng_seed(&rng, 9);
 	int iters = (int)et_scaled(40, 8), prevented = 0;
 	long long total_fires = 0;
@@ -340,10 +340,10 @@ static void test_cancel_races_rearm(void)
 		c->e = e;
 		c->limit = 0;
 		/* 0: the callback re-arms as fast as the engine fires */
-		c->timeout = i % 3 == 0 ? 0 : (int64_t)et_below(&rng, 200 * US);
+		c->timeout = i % 3 == 0 ? 0 : (int64_t)sk_below(&rng, 200 * US);
 		CHECK_EQ(ct_arm(e, &c->t, c->timeout, rearm_cb, c), 0);
 		atomic_fetch_add(&c->arms, 1);
-		et_sleep_ns((int64_t)et_below(&rng, 3 * MS));
+		et_sleep_ns((int64_t)sk_below(&rng, 3 * MS));
 		int rc = tmo_cancel(e, &c->t);
 		/* The callback always re-arms, so once any running callback has
 		 * returned there is a pending arm for this cancel to prevent. */
@@ -437,11 +437,11 @@ static void test_independence(void)
 {
 	enum { N = 100 };
 	int cancel[N], idx[N];
-	struct et_rng rng;
+	struct sk_rng rng;
 	et_rng_seed(&rng, 10);
 	for (int i = 0; i < N; i++)
 		idx[i] = i;
-	et_shuffle(&rng, idx, N);
+	sk_shuffle(&rng, idx, N);
 	for (int k = 0; k < N; k++)
 		cancel[idx[k]] = k < N / 2;
 	struct tmo *e = ct_new_engine();

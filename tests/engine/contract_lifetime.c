@@ -101,7 +101,7 @@ static void hr_free_cb(struct tmo_timer *t, void *arg)
 
 /* A case's start: n fire counters at 0, an empty grave, its random stream,
  * a fresh engine (NULL: the check failed). */
-static struct tmo *hr_start(int n, struct et_rng *rng, uint64_t stream)
+static struct tmo *hr_start(int n, struct sk_rng *rng, uint64_t stream)
 {
 	hr_n = n;
 	hr_fires = calloc((size_t)n, sizeof *hr_fires);
@@ -126,7 +126,7 @@ static void test_free_after_cancel(void)
 {
 	int n = (int)et_scaled(et_thread_per_timer() ? 300 : 1000, 50);
 	char *prevented = calloc((size_t)n, 1);
-	struct et_rng rng;
+	struct sk_rng rng;
 	struct tmo *e = hr_start(n, &rng, 11);
 	if (!e)
 		return;
@@ -134,9 +134,9 @@ static void test_free_after_cancel(void)
 	for (int i = 0; i < n; i++) {
 		struct heap_rec *r = hr_new(i);
 		static const int64_t choice[] = {0, 20 * US, 300 * US, 100 * MS};
-		CHECK_EQ(ct_arm(e, &r->t, choice[et_below(&rng, 4)], hr_cb, r), 0);
-		if (et_below(&rng, 4) == 0)
-			et_sleep_ns((int64_t)et_below(&rng, 500 * US));
+		CHECK_EQ(ct_arm(e, &r->t, choice[sk_below(&rng, 4)], hr_cb, r), 0);
+		if (sk_below(&rng, 4) == 0)
+			et_sleep_ns((int64_t)sk_below(&rng, 500 * US));
 		int rc = tmo_cancel(e, &r->t);
 		if (rc == TMO_CANCEL_PREVENTED)
 			prevented[i] = 1;
@@ -165,13 +165,13 @@ static void test_free_after_cancel(void)
 static void test_callback_frees_timer(void)
 {
 	int n = (int)et_scaled(et_thread_per_timer() ? 200 : 1000, 50);
-	struct et_rng rng;
+	struct sk_rng rng;
 	struct tmo *e = hr_start(n, &rng, 12);
 	if (!e)
 		return;
 	for (int i = 0; i < n; i++) {
 		struct heap_rec *r = hr_new(i);
-		CHECK_EQ(ct_arm(e, &r->t, (int64_t)et_below(&rng, 2 * MS), hr_free_cb, r), 0);
+		CHECK_EQ(ct_arm(e, &r->t, (int64_t)sk_below(&rng, 2 * MS), hr_free_cb, r), 0);
 	}
 	CHECK(et_wait_ge(&hr_total, n, LIVENESS));
 	et_sleep_ns(10 * MS);
@@ -227,14 +227,14 @@ static void test_destroy_pending(void)
 	struct tmo *e = ct_new_engine();
 	if (!e)
 		return;
-	struct et_rng rng;
+	struct sk_rng rng;
 	et_rng_seed(&rng, 13);
 	/* a callback that is running when destroy is called */
 	CHECK_EQ(ct_arm(e, &t[n], 0, dp_slow_cb, NULL), 0);
 	for (int i = 0; i < n; i++) {
 		/* a tenth may fire before destroy, the rest are pending */
-		int64_t to = i % 10 == 0 ? (int64_t)et_below(&rng, 2 * MS)
-		                         : TMO_NSEC_PER_SEC + (int64_t)et_below(&rng, 10 * TMO_NSEC_PER_SEC);
+		int64_t to = i % 10 == 0 ? (int64_t)sk_below(&rng, 2 * MS)
+		                         : TMO_NSEC_PER_SEC + (int64_t)sk_below(&rng, 10 * TMO_NSEC_PER_SEC);
 		CHECK_EQ(ct_arm(e, &t[i], to, dp_cb, i % 10 == 0 ? NULL : DP_LONG), 0);
 	}
 	CHECK(ET_WAIT_UNTIL(atomic_load(&dp_slow_started), LIVENESS));
