@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cases.h"
 #include "check.h"
 #include "contract_test.h"
 #include "engine_test.h"
@@ -412,10 +411,11 @@ static void test_stats(void)
 
 int main(int argc, char **argv)
 {
-	et_init(argc, argv, "engine_contract");
-	static const struct et_case cases[] = {
-		ET_CASE(test_exactly_once_concurrent), ET_CASE(test_never_early), ET_CASE(test_order),
-		ET_CASE(test_timeout_zero), ET_CASE(test_stats),
-	};
-	return ct_run(argc, argv, cases, ET_NCASES(cases));
+	ct_begin(argc, argv, "engine_contract");
+	RUN(test_exactly_once_concurrent);
+	RUN(test_never_early);
+	RUN(test_order);
+	RUN(test_timeout_zero);
+	RUN(test_stats);
+	return ct_end();
 }

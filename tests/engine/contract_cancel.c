@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cases.h"
 #include "check.h"
 #include "contract_test.h"
 #include "engine_test.h"
@@ -467,12 +466,13 @@ static void test_independence(void)
 
 int main(int argc, char **argv)
 {
-	et_init(argc, argv, "engine_contract_cancel");
-	static const struct et_case cases[] = {
-		ET_CASE(test_cancel_before_deadline), ET_CASE(test_cancel_after_fire),
-		ET_CASE(test_cancel_self), ET_CASE(test_cancel_waits_for_running),
-		ET_CASE(test_rearm_in_callback), ET_CASE(test_cancel_races_rearm),
-		ET_CASE(test_independence),
-	};
-	return ct_run(argc, argv, cases, ET_NCASES(cases));
+	ct_begin(argc, argv, "engine_contract_cancel");
+	RUN(test_cancel_before_deadline);
+	RUN(test_cancel_after_fire);
+	RUN(test_cancel_self);
+	RUN(test_cancel_waits_for_running);
+	RUN(test_rearm_in_callback);
+	RUN(test_cancel_races_rearm);
+	RUN(test_independence);
+	return ct_end();
 }

@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cases.h"
 #include "check.h"
 #include "contract_test.h"
 #include "engine_test.h"
@@ -266,10 +265,9 @@ static void test_destroy_pending(void)
 
 int main(int argc, char **argv)
 {
-	et_init(argc, argv, "engine_contract_lifetime");
-	static const struct et_case cases[] = {
-		ET_CASE(test_free_after_cancel), ET_CASE(test_callback_frees_timer),
-		ET_CASE(test_destroy_pending),
-	};
-	return ct_run(argc, argv, cases, ET_NCASES(cases));
+	ct_begin(argc, argv, "engine_contract_lifetime");
+	RUN(test_free_after_cancel);
+	RUN(test_callback_frees_timer);
+	RUN(test_destroy_pending);
+	return ct_end();
 }
