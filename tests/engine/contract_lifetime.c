@@ -189,7 +189,9 @@ static void test_callback_frees_timer(void)
 
 static atomic_int dp_destroyed, dp_late, dp_inflight, dp_slow_started, dp_slow_returned;
 static atomic_llong dp_fires, dp_long_fires;
-#define DP_LONG ((void *)1) /* arg of a timer due in 1 s or more */
+/* arg of a timer due in 5 s or more: long after the arming (a thread each,
+ * under a sanitizer, can take a second for all) and the destroy after it. */
+#define DP_LONG ((void *)1)
 
 static void dp_cb(struct tmo_timer *t, void *arg)
 {
@@ -202,11 +204,20 @@ static void dp_cb(struct tmo_timer *t, void *arg)
 	atomic_fetch_sub(&dp_inflight, 1);
 }
 
+/* The callback that runs when destroy is called: it holds its thread from
+ * just before the destroy call (dp_destroying) for DP_HOLD, so a destroy
+ * that does not wait for it returns while it still runs, whatever the
+ * machine's speed: its end is never a race with the arming before. */
+#define DP_HOLD (100 * MS)
+static atomic_int dp_destroying, dp_slow_saw_destroy;
+
 static void dp_slow_cb(struct tmo_timer *t, void *arg)
 {
 	atomic_fetch_add(&dp_inflight, 1);
 	atomic_store(&dp_slow_started, 1);
-	et_sleep_ns(30 * MS);
+	if (ET_WAIT_UNTIL(atomic_load(&dp_destroying), LIVENESS))
+		atomic_store(&dp_slow_saw_destroy, 1);
+	et_sleep_ns(DP_HOLD);
 	atomic_store(&dp_slow_returned, 1);
 	atomic_fetch_sub(&dp_inflight, 1);
 }
@@ -223,6 +234,8 @@ static void test_destroy_pending(void)
 	atomic_store(&dp_long_fires, 0);
 	atomic_store(&dp_slow_started, 0);
 	atomic_store(&dp_slow_returned, 0);
+	atomic_store(&dp_destroying, 0);
+	atomic_store(&dp_slow_saw_destroy, 0);
 	struct tmo *e = ct_new_engine();
 	if (!e)
 		return;
@@ -233,13 +246,14 @@ static void test_destroy_pending(void)
 	for (int i = 0; i < n; i++) {
 		/* a tenth may fire before destroy, the rest are pending */
 		int64_t to = i % 10 == 0 ? (int64_t)sk_below(&rng, 2 * MS)
-		                         : TMO_NSEC_PER_SEC + (int64_t)sk_below(&rng, 10 * TMO_NSEC_PER_SEC);
+		                         : 5 * TMO_NSEC_PER_SEC + (int64_t)sk_below(&rng, 10 * TMO_NSEC_PER_SEC);
 		CHECK_EQ(ct_arm(e, &t[i], to, dp_cb, i % 10 == 0 ? NULL : DP_LONG), 0);
 	}
 	CHECK(ET_WAIT_UNTIL(atomic_load(&dp_slow_started), LIVENESS));
 	struct tmo_stats st;
 	CHECK_EQ(tmo_stats(e, &st), 0);
 	long long fired_before = atomic_load(&dp_fires);
+	atomic_store(&dp_destroying, 1);
 	int64_t t0 = tmo_now_ns();
 	ct_destroy_engine(&e);
 	int64_t dt = tmo_now_ns() - t0;
@@ -256,6 +270,9 @@ static void test_destroy_pending(void)
 	       threads1, (long long)live0, (long long)tmo_testing_live_allocs());
 	CHECK_EQ(atomic_load(&dp_late), 0);
 	CHECK_EQ(atomic_load(&dp_long_fires), 0);
+	/* Not a check on the engine: that the callback ran on until destroy
+	 * was called, so the case tried what it checks. */
+	CHECK_EQ(atomic_load(&dp_slow_saw_destroy), 1);
 	CHECK_EQ(inflight, 0);
 	CHECK_EQ(slow_done, 1);
 	CHECK_EQ(tmo_testing_live_allocs(), live0);

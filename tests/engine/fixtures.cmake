@@ -23,7 +23,7 @@ set(tmo_fx_rows
     "contract_liar|contract|fx-liar|exactly_once|1|^FAIL test_exactly_once"
     "contract_lossy|contract|fx-lossy|exactly_once|1|^FAIL test_exactly_once"
     "contract_cancel_honest|contract_cancel|fx-honest||0|"
-    "contract_cancel_deaf|contract_cancel|fx-deaf|cancel_before_deadline|1|^FAIL test_cancel_before_deadline$"
+    "contract_cancel_fibber|contract_cancel|fx-fibber|cancel_before_deadline|1|^FAIL test_cancel_before_deadline$"
     "contract_cancel_liar|contract_cancel|fx-liar|cancel_after_fire|1|^FAIL test_cancel_after_fire$"
     "contract_cancel_nowait|contract_cancel|fx-nowait|waits_for_running|1|^FAIL test_cancel_waits_for_running$"
     "contract_lifetime_honest|contract_lifetime|fx-honest||0|"
