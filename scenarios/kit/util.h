@@ -15,23 +15,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "shared.h" /* the PRNG (sk_rng) and TMO_TEST_SCALE (sk_scale), the tests' too */
 #include "sk.h"
 
 static inline int64_t sk_now_ns(void) { return tmo_now_ns(); }
-
-/* splitmix64: a seeded, reproducible stream (seed from --seed). */
-struct sk_rng {
-	uint64_t s;
-};
-static inline uint64_t sk_rand(struct sk_rng *r)
-{
-	uint64_t z = (r->s += UINT64_C(0x9E3779B97F4A7C15));
-	z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-	z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-	return z ^ (z >> 31);
-}
-/* Uniform in [0, n) (n > 0); the modulo bias is below 2^-40 for our n. */
-static inline uint64_t sk_below(struct sk_rng *r, uint64_t n) { return sk_rand(r) % n; }
 
 static inline void sk_sleep_ns(int64_t ns)
 {
@@ -94,21 +81,6 @@ static inline double sk_median(double *v, size_t n)
 {
 	qsort(v, n, sizeof *v, sk_cmp_double);
 	return n == 0 ? NAN : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-/* TMO_TEST_SCALE (0 < s <= 1) shrinks scenario sizes: the sanitizer steps
- * of scripts/check set it (a sanitized run is 5-15x slower).  Scaled sizes
- * are what the scenarios print and report, never the nominal ones. */
-static inline double sk_scale(void)
-{
-	const char *s = getenv("TMO_TEST_SCALE");
-	double v = s != NULL ? atof(s) : 1.0;
-	return v > 0 && v <= 1 ? v : 1.0;
-}
-static inline uint64_t sk_scaled(uint64_t n)
-{
-	double v = (double)n * sk_scale();
-	return v < 1 ? 1 : (uint64_t)v;
 }
 
 /* Engines whose arms are OS threads or kernel objects cannot hold a million

@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cases.h"
 #include "check.h"
 #include "contract_test.h"
 #include "engine_test.h"
@@ -55,16 +54,16 @@ struct eo_worker {
 static void *eo_run(void *arg)
 {
 	struct eo_worker *w = arg;
-	struct et_rng rng;
+	struct sk_rng rng;
 	et_rng_seed(&rng, 100 + (uint64_t)w->id);
 	int *order = calloc((size_t)w->slots, sizeof *order);
 	for (int round = 0; round < w->rounds; round++) {
 		for (int s = 0; s < w->slots; s++) {
 			struct arm_rec *r = &w->recs[round * w->slots + s];
-			switch (et_below(&rng, 4)) {
+			switch (sk_below(&rng, 4)) {
 			case 0: r->timeout = 0; break;
-			case 1: r->timeout = (int64_t)et_below(&rng, 500 * US); break;
-			case 2: r->timeout = 500 * US + (int64_t)et_below(&rng, 2500 * US); break;
+			case 1: r->timeout = (int64_t)sk_below(&rng, 500 * US); break;
+			case 2: r->timeout = 500 * US + (int64_t)sk_below(&rng, 2500 * US); break;
 			default: r->timeout = 50 * MS; break;
 			}
 			r->t_arm = tmo_now_ns();
@@ -76,12 +75,12 @@ static void *eo_run(void *arg)
 			}
 			order[s] = s;
 		}
-		et_shuffle(&rng, order, w->slots);
+		sk_shuffle(&rng, order, w->slots);
 		for (int k = 0; k < w->slots; k++) {
 			int s = order[k];
 			struct arm_rec *r = &w->recs[round * w->slots + s];
-			if (et_below(&rng, 3) == 0)
-				et_sleep_ns((int64_t)et_below(&rng, 400 * US));
+			if (sk_below(&rng, 3) == 0)
+				et_sleep_ns((int64_t)sk_below(&rng, 400 * US));
 			if (r->result == -100)
 				continue;
 			int rc = tmo_cancel(w->e, &w->timers[s]);
@@ -203,12 +202,12 @@ static void test_never_early(void)
 	struct tmo *e = ct_new_engine();
 	if (!e)
 		return;
-	struct et_rng rng;
+	struct sk_rng rng;
 	et_rng_seed(&rng, 2);
 	atomic_store(&ne_count, 0);
 	for (int i = 0; i < n; i++) {
 		/* the listed values, then random ones with sub-tick offsets */
-		s[i].timeout = i < nb ? base[i] : base[i % nb] + (int64_t)et_below(&rng, 1000);
+		s[i].timeout = i < nb ? base[i] : base[i % nb] + (int64_t)sk_below(&rng, 1000);
 		s[i].t_arm = tmo_now_ns();
 		CHECK_EQ(ct_arm(e, &s[i].t, s[i].timeout, ne_cb, &s[i]), 0);
 	}
@@ -265,9 +264,9 @@ static void test_order(void)
 	int idx[N];
 	for (int i = 0; i < N; i++)
 		idx[i] = i;
-	struct et_rng rng;
+	struct sk_rng rng;
 	et_rng_seed(&rng, 3);
-	et_shuffle(&rng, idx, N);
+	sk_shuffle(&rng, idx, N);
 	struct tmo *e = ct_new_engine();
 	if (!e)
 		return;
@@ -412,10 +411,11 @@ static void test_stats(void)
 
 int main(int argc, char **argv)
 {
-	et_init(argc, argv, "engine_contract");
-	static const struct et_case cases[] = {
-		ET_CASE(test_exactly_once_concurrent), ET_CASE(test_never_early), ET_CASE(test_order),
-		ET_CASE(test_timeout_zero), ET_CASE(test_stats),
-	};
-	return ct_run(argc, argv, cases, ET_NCASES(cases));
+	ct_begin(argc, argv, "engine_contract");
+	RUN(test_exactly_once_concurrent);
+	RUN(test_never_early);
+	RUN(test_order);
+	RUN(test_timeout_zero);
+	RUN(test_stats);
+	return ct_end();
 }

@@ -1,7 +1,8 @@
 /*
  * Lifecycle and misuse (CONTRACT.md "Lifecycle and misuse"), on one engine:
- * `test_engine_lifecycle ENGINE [CASE]` (the case runner, its watchdog and
- * the skip on a shortage: lifecycle.h; fork: lifecycle_fork.c).  One case
+ * `test_engine_lifecycle ENGINE [CASE]` (main's start and the skip on a
+ * shortage: lifecycle.h; each case's watchdog: cases.h; fork:
+ * lifecycle_fork.c).  One case
  * per item:
  *
  *  destroy         destroy cancels every timer whose callback has not
@@ -294,7 +295,7 @@ static struct tmo *create_at(const struct tmo_engine_ops *ops, void *want, int *
 	struct tmo *e = NULL;
 	for (int i = 0; i < 16; i++) {
 		int rc = tmo_create_ops(ops, NULL, &e);
-		et_skip_if_shortage(et_ops, rc, current_case);
+		et_skip_if_shortage(et_ops, rc, et_case_now());
 		CHECK_EQ(rc, 0);
 		if (rc != 0 || (void *)e == want || i == 15)
 			break;
@@ -386,7 +387,12 @@ static void test_stale_identity(void)
 
 int main(int argc, char **argv)
 {
-	static const struct lifecycle_case cases[] = {
-		CASE(test_destroy, 60), CASE(test_callback_misuse, 30), CASE(test_stale_identity, 60)};
-	return lifecycle_main(argc, argv, "engine_lifecycle", cases, 3);
+	lifecycle_begin(argc, argv, "engine_lifecycle");
+	et_case_watchdog(60);
+	RUN(test_destroy);
+	et_case_watchdog(30);
+	RUN(test_callback_misuse);
+	et_case_watchdog(60);
+	RUN(test_stale_identity);
+	return TEST_EXIT();
 }

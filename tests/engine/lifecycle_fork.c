@@ -1,7 +1,7 @@
 /*
  * Fork (CONTRACT.md "Lifecycle and misuse"), on one engine:
- * `test_engine_lifecycle_fork ENGINE [CASE]` (the case runner, its watchdog
- * and the skip on a shortage: lifecycle.h).  One case per item:
+ * `test_engine_lifecycle_fork ENGINE [CASE]` (main's start and the skip on a
+ * shortage: lifecycle.h; each case's watchdog: cases.h).  One case per item:
  *
  *  fork            in a child, the inherited engine answers TMO_EFORKED to
  *                  arm, cancel, stats and park; tmo_destroy returns 0 and
@@ -262,7 +262,10 @@ static void test_fork_in_callback(void)
 
 int main(int argc, char **argv)
 {
-	static const struct lifecycle_case cases[] = {
-		CASE(test_fork, 60), CASE(test_fork_busy, 60), CASE(test_fork_in_callback, 60)};
-	return lifecycle_main(argc, argv, "engine_lifecycle_fork", cases, 3);
+	lifecycle_begin(argc, argv, "engine_lifecycle_fork");
+	et_case_watchdog(60);
+	RUN(test_fork);
+	RUN(test_fork_busy);
+	RUN(test_fork_in_callback);
+	return TEST_EXIT();
 }

@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cases.h"
 #include "check.h"
 #include "engine_test.h"
 #include "scope_test.h"
@@ -21,7 +20,7 @@
 #include "tmo/testing.h"
 #include "tmo/tmo.h"
 
-static struct tmo *eng; /* the engine of every case (sc_run creates it) */
+static struct tmo *eng; /* the engine of every case (sc_begin creates it) */
 
 /* ---- simple blocks ---------------------------------------------------------- */
 
@@ -331,12 +330,15 @@ static void test_cond_interrupted(void)
 
 int main(int argc, char **argv)
 {
-	et_init(argc, argv, "engine_scope");
-	static const struct et_case cases[] = {
-		ET_CASE(test_value_returned), ET_CASE(test_zero_means_none), ET_CASE(test_bad_input),
-		ET_CASE(test_pop_interrupted), ET_CASE(test_pop_own_timeout), ET_CASE(test_queue_misuse),
-		ET_CASE(test_busy_loop_interrupted), ET_CASE(test_sleep_interrupted),
-		ET_CASE(test_cond_interrupted),
-	};
-	return sc_run(argc, argv, &eng, cases, ET_NCASES(cases));
+	sc_begin(argc, argv, "engine_scope", &eng);
+	RUN(test_value_returned);
+	RUN(test_zero_means_none);
+	RUN(test_bad_input);
+	RUN(test_pop_interrupted);
+	RUN(test_pop_own_timeout);
+	RUN(test_queue_misuse);
+	RUN(test_busy_loop_interrupted);
+	RUN(test_sleep_interrupted);
+	RUN(test_cond_interrupted);
+	return sc_end(&eng);
 }

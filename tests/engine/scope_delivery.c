@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cases.h"
 #include "check.h"
 #include "engine_test.h"
 #include "kit/ruby_timeout.h"
@@ -20,7 +19,7 @@
 #include "tmo/testing.h"
 #include "tmo/tmo.h"
 
-static struct tmo *eng; /* the engine of every case (sc_run creates it) */
+static struct tmo *eng; /* the engine of every case (sc_begin creates it) */
 
 /* ---- the three modes: Ruby's test_skip_rescue and its siblings ------------ */
 
@@ -284,10 +283,11 @@ static void test_no_late_interrupt(void)
 
 int main(int argc, char **argv)
 {
-	et_init(argc, argv, "engine_scope_delivery");
-	static const struct et_case cases[] = {
-		ET_CASE(test_modes), ET_CASE(test_own_errors_pass),
-		ET_CASE(test_masking), ET_CASE(test_ensure_once), ET_CASE(test_no_late_interrupt),
-	};
-	return sc_run(argc, argv, &eng, cases, ET_NCASES(cases));
+	sc_begin(argc, argv, "engine_scope_delivery", &eng);
+	RUN(test_modes);
+	RUN(test_own_errors_pass);
+	RUN(test_masking);
+	RUN(test_ensure_once);
+	RUN(test_no_late_interrupt);
+	return sc_end(&eng);
 }

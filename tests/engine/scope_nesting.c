@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cases.h"
 #include "check.h"
 #include "engine_test.h"
 #include "kit/ruby_timeout.h"
@@ -23,7 +22,7 @@
 #include "tmo/testing.h"
 #include "tmo/tmo.h"
 
-static struct tmo *eng; /* the engine of every case (sc_run creates it) */
+static struct tmo *eng; /* the engine of every case (sc_begin creates it) */
 
 /* ---- nesting by identity -------------------------------------------------- */
 
@@ -390,11 +389,12 @@ static void test_deep_nesting(void)
 
 int main(int argc, char **argv)
 {
-	et_init(argc, argv, "engine_scope_nesting");
-	static const struct et_case cases[] = {
-		ET_CASE(test_nesting), ET_CASE(test_stale_identity), ET_CASE(test_scope_in_callback),
-		ET_CASE(test_both_expired_outer_wins),
-		ET_CASE(test_threads_independent), ET_CASE(test_deep_nesting),
-	};
-	return sc_run(argc, argv, &eng, cases, ET_NCASES(cases));
+	sc_begin(argc, argv, "engine_scope_nesting", &eng);
+	RUN(test_nesting);
+	RUN(test_stale_identity);
+	RUN(test_scope_in_callback);
+	RUN(test_both_expired_outer_wins);
+	RUN(test_threads_independent);
+	RUN(test_deep_nesting);
+	return sc_end(&eng);
 }

@@ -22,7 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../kit/rng.h"
+#include "../../scenarios/kit/shared.h" /* sk_rng */
 #include "input.h"
 
 static const char *current_name = "(none)";
@@ -163,14 +163,14 @@ int main(int argc, char **argv)
 		fprintf(stderr, "fuzz-replay: no input files under the given paths\n");
 		return 1;
 	}
-	struct et_rng rng;
-	et_rng_init(&rng, 1); /* the random inputs are this sequence: keep the seed */
+	struct sk_rng rng;
+	sk_rng_init(&rng, 1); /* the random inputs are this sequence: keep the seed */
 	static uint8_t buf[1024];
 	char name[64];
 	for (long i = 0; i < random_n; i++) {
-		size_t len = (size_t)(et_rand(&rng) % sizeof buf) + 1;
+		size_t len = (size_t)(sk_rand(&rng) % sizeof buf) + 1;
 		for (size_t j = 0; j < len; j++)
-			buf[j] = (uint8_t)et_rand(&rng);
+			buf[j] = (uint8_t)sk_rand(&rng);
 		snprintf(name, sizeof name, "random input #%ld", i);
 		run_one(name, buf, len, 1);
 	}

@@ -1,22 +1,32 @@
-/* A test's cases as a table, run in order: each reported as check.h's RUN
- * does ("PASS name" or "FAIL name"), and argv[2], when given, a filter:
- * only the cases whose names contain it run. */
+/* How a test declares its cases, the one way: main calls RUN(fn) for each,
+ * in order.  A case is a function `void fn(void)` that reports what it
+ * finds through check.h's CHECK; after it RUN prints "PASS fn" or
+ * "FAIL fn" on a line of its own (stdout), the form that the
+ * checks_can_fail ctests (tests/engine/fixtures.cmake) look for.  main
+ * returns TEST_EXIT() (check.h): non-zero when any check failed.
+ *
+ * Engine tests, run as `test_engine_<name> ENGINE [CASE]`, pass argv to
+ * et_cases_from_args, so that CASE picks the cases to run; a test whose
+ * cases may hang sets a watchdog (et_case_watchdog), so that a deadlock
+ * fails that case by name instead of running into ctest's timeout. */
 #ifndef TMO_TEST_CASES_H
 #define TMO_TEST_CASES_H
 
-/* One case: a test function and its name. */
-struct et_case {
-	const char *name;
-	void (*fn)(void);
-};
+/* Run case fn, under its own name; see above. */
+#define RUN(fn) et_run_case(#fn, fn)
+void et_run_case(const char *name, void (*fn)(void));
 
-/* The table entry of test function fn. */
-#define ET_CASE(fn) {#fn, fn}
+/* argv[2], when given (argc > 2): from now on only the cases whose names
+ * contain it run; the others are left out, reported neither way. */
+void et_cases_from_args(int argc, char **argv);
 
-/* How many entries a table (an array, not a pointer) has. */
-#define ET_NCASES(table) ((int)(sizeof(table) / sizeof((table)[0])))
+/* From now on each case runs under an alarm of `seconds` (0: none): a case
+ * still running then prints "case NAME did not finish in S s (a
+ * deadlock?)" on stderr and the process exits 1. */
+void et_case_watchdog(int seconds);
 
-/* Run the n cases of the table in order, argv[2] (if argc > 2) filtering. */
-void et_run_cases(int argc, char **argv, const struct et_case *cases, int n);
+/* The name of the case that runs now ("?" outside RUN): for a skip's or a
+ * failure's message. */
+const char *et_case_now(void);
 
 #endif

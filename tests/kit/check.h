@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "cases.h" /* RUN: how a test declares a case */
+
 extern int tmo_test_failures;
 
 #define CHECK(cond)                                                              \
@@ -23,15 +25,6 @@ extern int tmo_test_failures;
 			        __FILE__, __LINE__, #a, #b, va_, vb_);                       \
 			tmo_test_failures++;                                                 \
 		}                                                                        \
-	} while (0)
-
-/* Run a test function by name; prints PASS/FAIL per case. */
-#define RUN(fn)                                                                  \
-	do {                                                                         \
-		int before_ = tmo_test_failures;                                         \
-		fn();                                                                    \
-		printf("%s %s\n", tmo_test_failures == before_ ? "PASS" : "FAIL", #fn);    \
-		fflush(stdout);                                                          \
 	} while (0)
 
 /* Exit status for main(): 0 when no check failed. */

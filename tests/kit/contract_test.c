@@ -5,7 +5,7 @@
 
 #include "check.h"
 
-static atomic_llong eagain_retries; /* ct_arm's second asks, for ct_run's note */
+static atomic_llong eagain_retries; /* ct_arm's second asks, for ct_end's note */
 
 struct tmo *ct_new_engine(void)
 {
@@ -39,9 +39,14 @@ int ct_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback 
 	return rc;
 }
 
-int ct_run(int argc, char **argv, const struct et_case *cases, int n)
+void ct_begin(int argc, char **argv, const char *test)
 {
-	et_run_cases(argc, argv, cases, n);
+	et_init(argc, argv, test);
+	et_cases_from_args(argc, argv);
+}
+
+int ct_end(void)
+{
 	if (atomic_load(&eagain_retries))
 		printf("note: arms refused with TMO_EAGAIN (the engine's flow control) were asked "
 		       "again %lld times\n",

@@ -1,8 +1,8 @@
 /* What the engine-contract tests (tests/engine/contract*.c) share: their
  * time units and liveness bound, an engine created and destroyed under
  * CHECK, an arm that asks again while the engine refuses for capacity, and
- * main's run of the case table (argv[2] filters it: `test_engine_contract*
- * ENGINE [CASE]`).
+ * main's start and end around its cases (RUN, cases.h; argv[2] picks them:
+ * `test_engine_contract* ENGINE [CASE]`).
  *
  * Every case creates its own engine, counts what it sees, and reports each
  * violation through CHECK (the exit status is non-zero if any check failed).
@@ -14,7 +14,7 @@
 
 #include <stdint.h>
 
-#include "cases.h"
+#include "check.h" /* RUN (cases.h) */
 #include "engine_test.h"
 
 #define MS TMO_NSEC_PER_MSEC
@@ -40,9 +40,12 @@ int ct_is_resolved(int rc);
  * there would hold up the very thread that recycles). */
 int ct_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb, void *arg);
 
-/* main's work after et_init: runs the table's cases (et_run_cases: argv[2]
- * filters them), says how often ct_arm asked again if it ever did, and
- * returns the exit status. */
-int ct_run(int argc, char **argv, const struct et_case *cases, int n);
+/* main's start: et_init (argv[1], the engine) and argv[2], the cases to
+ * run (et_cases_from_args); `test` names the test in the banner. */
+void ct_begin(int argc, char **argv, const char *test);
+
+/* main's end, after its cases: says how often ct_arm asked again if it
+ * ever did, and returns the exit status. */
+int ct_end(void);
 
 #endif

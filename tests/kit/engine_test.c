@@ -56,7 +56,7 @@ void et_init(int argc, char **argv, const char *test)
 	if (s && *s)
 		et_seed = strtoull(s, NULL, 0);
 	printf("%s on engine '%s': caps 0x%x, resolution %lld ns, scale %.3g, seed 0x%llx\n", test,
-	       et_name, et_ops->caps, (long long)et_ops->resolution_ns, et_scale(),
+	       et_name, et_ops->caps, (long long)et_ops->resolution_ns, sk_scale(),
 	       (unsigned long long)et_seed);
 	fflush(stdout);
 	/* An engine whose kernel facility is missing here (io_uring disabled):
@@ -71,16 +71,9 @@ void et_init(int argc, char **argv, const char *test)
 		tmo_destroy(&probe);
 }
 
-double et_scale(void)
-{
-	const char *s = getenv("TMO_TEST_SCALE");
-	double v = s && *s ? strtod(s, NULL) : 1;
-	return v > 0 && v <= 1 ? v : 1;
-}
-
 long et_scaled(long n, long min)
 {
-	long v = (long)((double)n * et_scale());
+	long v = (long)((double)n * sk_scale());
 	return v < min ? min : v;
 }
 
@@ -317,9 +310,9 @@ void et_raise_sigpending(void)
 	}
 }
 
-void et_rng_seed(struct et_rng *r, uint64_t stream)
+void et_rng_seed(struct sk_rng *r, uint64_t stream)
 {
-	et_rng_init(r, et_seed ^ (stream * UINT64_C(0x9e3779b97f4a7c15)));
+	sk_rng_init(r, et_seed ^ (stream * UINT64_C(0x9e3779b97f4a7c15)));
 }
 
 int et_cancel_settled(struct tmo *e, struct tmo_timer *t)

@@ -1,6 +1,7 @@
 /* The test kit, linked into every test: engine lookup from argv (the
  * engine tests, tests/engine/), sizes that shrink under sanitizers,
- * sleeping and the one bounded wait, the PRNG (rng.h), what /proc says
+ * sleeping and the one bounded wait, the PRNG and the TMO_TEST_SCALE
+ * reader (scenarios/kit/shared.h, the scenarios' too), what /proc says
  * about this process's threads and kernel timers, counting callbacks
  * (et_count_cb, et_counted) and a unit test's closing allocation check
  * (et_main_end).  Everything but et_init's engine works without et_init
@@ -18,7 +19,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "rng.h"
+#include "../../scenarios/kit/shared.h" /* sk_rng, sk_scale */
 #include "tmo/testing.h"
 #include "tmo/tmo.h"
 
@@ -38,11 +39,7 @@ extern const struct tmo_engine_ops *const *et_extra_engines;
  * Prints a banner with the engine's caps, resolution and the seed. */
 void et_init(int argc, char **argv, const char *test);
 
-/* TMO_TEST_SCALE: a factor in (0, 1], 1 when unset or out of
- * range. */
-double et_scale(void);
-
-/* n scaled by TMO_TEST_SCALE, at least `min`. */
+/* n scaled by TMO_TEST_SCALE (sk_scale), at least `min`. */
 long et_scaled(long n, long min);
 
 /* 1 when the engine runs one OS thread per armed timer. */
@@ -151,7 +148,7 @@ int et_arm_or_skip(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_c
 void et_raise_sigpending(void);
 
 /* Seed r for stream `stream` (each thread its own) from TMO_TEST_SEED. */
-void et_rng_seed(struct et_rng *r, uint64_t stream);
+void et_rng_seed(struct sk_rng *r, uint64_t stream);
 
 /* Cancel of a timer whose callback was seen to run: the callback's last
  * store is not its return, so the engine may still be inside it (WAITED).

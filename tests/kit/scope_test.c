@@ -14,15 +14,22 @@ intptr_t sc_sleep_then(void *arg)
 	return 7;
 }
 
-int sc_run(int argc, char **argv, struct tmo **eng, const struct et_case *cases, int n)
+static int64_t allocs0; /* the library's allocations before sc_begin's create */
+
+void sc_begin(int argc, char **argv, const char *test, struct tmo **eng)
 {
-	int64_t allocs0 = tmo_testing_live_allocs();
+	et_init(argc, argv, test);
+	et_cases_from_args(argc, argv);
+	allocs0 = tmo_testing_live_allocs();
 	int rc = tmo_create_ops(et_ops, NULL, eng); /* a loaded engine has no registry name */
 	if (rc != 0) {
 		fprintf(stderr, "engine %s: %s\n", et_name, tmo_strerror(rc));
 		exit(1);
 	}
-	et_run_cases(argc, argv, cases, n);
+}
+
+int sc_end(struct tmo **eng)
+{
 	tmo_destroy(eng);
 	return et_main_end(allocs0);
 }

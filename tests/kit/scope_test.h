@@ -1,7 +1,7 @@
 /* What the timeout-scope tests (tests/engine/scope*.c) share: their
- * deadlines, a block that sleeps, and main's run of the case table on the
- * one engine every case of a test runs its scopes on (argv[2] filters the
- * cases: `test_engine_scope* ENGINE [CASE]`).
+ * deadlines, a block that sleeps, and main's start and end around its
+ * cases (RUN, cases.h), with the one engine every case of a test runs its
+ * scopes on (argv[2] picks the cases: `test_engine_scope* ENGINE [CASE]`).
  *
  * Deadlines are short (5-20 ms) and blocks that must be interrupted wait far
  * longer (LONG_WAIT), so a missed interrupt shows as a failed check rather
@@ -13,7 +13,7 @@
 
 #include <stdint.h>
 
-#include "cases.h"
+#include "check.h" /* RUN (cases.h) */
 #include "tmo/scope.h"
 #include "tmo/tmo.h"
 
@@ -33,11 +33,14 @@ int64_t sc_since(int64_t t0);
 /* A block: sleeps (tmo_sleep) the int64_t nanoseconds at arg, returns 7. */
 intptr_t sc_sleep_then(void *arg);
 
-/* main's work after et_init: creates the engine argv[1] names into *eng
- * (tmo_create; on failure says why and exits 1), runs the table's cases on
- * it (et_run_cases: argv[2] filters them), destroys it, checks that the
- * library is back to the allocations it had before the create (scopes
- * allocate nothing), and returns the exit status. */
-int sc_run(int argc, char **argv, struct tmo **eng, const struct et_case *cases, int n);
+/* main's start: et_init (argv[1], the engine; `test` names the test in the
+ * banner), argv[2], the cases to run (et_cases_from_args), and the engine
+ * every case uses, created into *eng (on failure says why and exits 1). */
+void sc_begin(int argc, char **argv, const char *test, struct tmo **eng);
+
+/* main's end, after its cases (RUN): destroys *eng, checks that the
+ * library is back to the allocations it had before sc_begin's create
+ * (scopes allocate nothing), and returns the exit status. */
+int sc_end(struct tmo **eng);
 
 #endif

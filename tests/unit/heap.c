@@ -14,12 +14,12 @@
 #include "check.h"
 #include "core/internal.h" /* tmo_heap_init: the heap on the counted allocator */
 #include "ds/heap.h"
-#include "rng.h"
+#include "engine_test.h" /* sk_rng */
 #include "tmo/testing.h"
 #include "tmo/tmo.h"
 
-static struct et_rng rng; /* seeded per run: a failure replays from its seed */
-static uint32_t rnd_below(uint32_t n) { return (uint32_t)et_below(&rng, n); }
+static struct sk_rng rng; /* seeded per run: a failure replays from its seed */
+static uint32_t rnd_below(uint32_t n) { return (uint32_t)sk_below(&rng, n); }
 
 struct item {
 	struct tmo_heap_node node;
@@ -102,7 +102,7 @@ static void random_run(unsigned arity, uint32_t min_cap, uint64_t seed, int step
 {
 	struct tmo_heap h;
 	CHECK_EQ(tmo_heap_init(&h, arity, min_cap), 0);
-	et_rng_init(&rng, seed);
+	sk_rng_init(&rng, seed);
 	model_n = 0;
 	for (uint32_t i = 0; i < MAXN; i++) {
 		items[i].id = i;

@@ -128,10 +128,10 @@ static void test_short_timeouts_not_early(void)
 {
 	struct tmo *e = make();
 	static struct shorty s[SHORT_N];
-	struct et_rng rng;
-	et_rng_init(&rng, 42);
+	struct sk_rng rng;
+	sk_rng_init(&rng, 42);
 	for (int i = 0; i < SHORT_N; i++) {
-		s[i].timeout = (int64_t)et_below(&rng, 3000) * TMO_NSEC_PER_USEC; /* 0..3 ms */
+		s[i].timeout = (int64_t)sk_below(&rng, 3000) * TMO_NSEC_PER_USEC; /* 0..3 ms */
 		s[i].armed = tmo_now_ns();
 		CHECK_EQ(tmo_arm(e, &s[i].t, s[i].timeout, short_cb, NULL), 0);
 		if (i % 100 == 99)

@@ -209,8 +209,8 @@ static void test_order_across_ticks(void)
 
 /* ---- randomized comparison with the model --------------------------------- */
 
-static struct et_rng rng;
-static uint64_t below(uint64_t n) { return et_below(&rng, n); }
+static struct sk_rng rng;
+static uint64_t below(uint64_t n) { return sk_below(&rng, n); }
 
 static int64_t sat_add(int64_t a, int64_t b)
 {
@@ -298,7 +298,7 @@ static void model_chase(struct wheel_model *m)
 static long run_model(uint64_t seed, int64_t r, int64_t origin, int ops)
 {
 	static struct wheel_model m;
-	et_rng_init(&rng, seed);
+	sk_rng_init(&rng, seed);
 	if (wm_init(&m, r, origin, NODES, on_mismatch) != 0)
 		return 1;
 	for (int op = 0; op < ops && m.m.mismatches == 0; op++) {
