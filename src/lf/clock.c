@@ -30,7 +30,9 @@
  * covers both pairs' read skew, the rate's error and NTP slew (LF_SLEW_PPM
  * of the stamp's distance from the pair), with a floor (MARGIN_NS, or a
  * twentieth of the resolution).  Without an invariant TSC a stamp is
- * CLOCK_MONOTONIC itself (arm reads the clock).
+ * CLOCK_MONOTONIC itself (arm reads the clock); TMO_LF_CLOCK=1 in the
+ * environment forces that path where the TSC is usable (to test it: on
+ * x86 and under qemu the counter is otherwise always taken).
  *
  * Waking the timer thread.  Before it sleeps the timer thread sets
  * LF_TW_SLEEPING, then looks at every ring, base and the inbox; an arm
@@ -188,7 +190,8 @@ static void tsc_pair(uint64_t *tsc, int64_t *ns, uint64_t *width)
 
 static void once_init(void)
 {
-	g_use_tsc = tsc_usable();
+	const char *clock = getenv("TMO_LF_CLOCK");
+	g_use_tsc = (clock == NULL || strcmp(clock, "1") != 0) && tsc_usable();
 	lf_use_tsc = g_use_tsc;
 	if (g_use_tsc)
 		tsc_pair(&g_cal_tsc, &g_cal_ns, &g_cal_width);
