@@ -195,6 +195,28 @@ static int race(const struct sk_run *run, struct tmo *eng, enum via via, int n)
 
 /* ---- the cost of one receive-with-timeout ------------------------------------------ */
 
+/* A receive (after 1 s) of a message that was there returned r with *got.
+ * Wrong unless it got the message, or the after clause ran with the
+ * message still in the mailbox (taken back here) and 1 s had passed since
+ * *since (the round's start, or the last receive excused so): a stall
+ * between the arm and the pop (a loaded machine, qemu-user, a preempted
+ * VM; seen once under qemu), and each stall excuses one receive.  The
+ * clock is not read per receive: that read would be part of the cost the
+ * rounds measure. */
+static int receive_wrong(struct tmo_queue *q, struct msg *m, int r, const struct msg *got,
+                         int64_t *since, long *stalled)
+{
+	if (r == 0 && got == m)
+		return 0;
+	int64_t now = sk_now_ns();
+	if (r == 1 && now - *since >= TMO_NSEC_PER_SEC && tmo_queue_remove(q, &m->node) == 1) {
+		*since = now;
+		(*stalled)++;
+		return 0;
+	}
+	return 1;
+}
+
 /* Five rounds of n receives of a message that is there: a plain pop, then
  * receive-with-timeout with the timer armed (no fast path), via scope and
  * via marker; the medians.  Returns the receives that got the wrong thing. */
@@ -204,6 +226,7 @@ static int receive_rounds(struct tmo *eng, struct tmo_queue *q, int n, double *p
 	struct msg m = {.kind = MSG_SEQ};
 	double plain[5], scope[5], marker[5];
 	int bad = 0;
+	long stalled = 0;
 	for (int round = 0; round < 5; round++) {
 		/* A plain pop of a message that is there (no timeout at all). */
 		int64_t t0 = sk_now_ns();
@@ -219,10 +242,12 @@ static int receive_rounds(struct tmo *eng, struct tmo_queue *q, int n, double *p
 			struct receiver rx = {.eng = eng, .via = (enum via)via, .mbox = q};
 			rx.marker.kind = MSG_TIMEOUT_MARKER;
 			t0 = sk_now_ns();
+			int64_t since = t0;
 			for (int i = 0; i < n; i++) {
 				struct msg *got;
 				tmo_queue_push(q, &m.node);
-				bad += ac_receive(&rx, TMO_NSEC_PER_SEC, &got) != 0 || got != &m;
+				int r = ac_receive(&rx, TMO_NSEC_PER_SEC, &got);
+				bad += receive_wrong(q, &m, r, got, &since, &stalled);
 			}
 			double ns = (double)(sk_now_ns() - t0) / n;
 			ac_eagain += rx.eagain;
@@ -233,6 +258,10 @@ static int receive_rounds(struct tmo *eng, struct tmo_queue *q, int n, double *p
 		}
 	}
 	*p = sk_median(plain, 5), *s = sk_median(scope, 5), *mk = sk_median(marker, 5);
+	if (stalled)
+		printf("  receive cost: %ld receives ran their after clause (1 s) with the message "
+		       "there, their round stalled past the deadline (not wrong: the deadline passed)\n",
+		       stalled);
 	return bad;
 }
 

@@ -18,6 +18,7 @@ struct lf_debug {
 	uint64_t trims;       /* pages given back */
 	uint64_t cache_count; /* free nodes in the calling thread's cache */
 	uint64_t fence;       /* 1: arms fence before reading the tick word */
+	uint64_t clock;       /* 1: arms stamp with the clock, not the TSC */
 };
 void lf_debug(struct tmo *e, struct lf_debug *out);
 /* Free nodes in the calling thread's cache for e (tests). */

@@ -230,6 +230,7 @@ void lf_debug(struct tmo *e, struct lf_debug *out)
 	out->inbox = atomic_load_explicit(&e->tt->via_inbox, memory_order_relaxed);
 	out->trims = atomic_load_explicit(&e->pool.trimmed_pages, memory_order_relaxed);
 	out->fence = (atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_FENCE) != 0;
+	out->clock = !lf_use_tsc;
 	out->cache_count = lf_my_cache_count(e);
 	pthread_mutex_lock(&e->rec_lock);
 	for (struct lf_rec *r = atomic_load_explicit(&e->recs, memory_order_acquire); r != NULL;

@@ -80,14 +80,17 @@ static void test_annihilation(void)
 	struct lf_debug d;
 	CHECK_EQ(tmo_stats(e, &st), 0);
 	lf_debug(e, &d);
-	printf("  %s: %ld pairs: %llu nodes held, %llu stolen, %llu spilled, %llu via inbox\n", eng,
-	       n, (unsigned long long)st.held_nodes, (unsigned long long)d.stolen,
-	       (unsigned long long)d.spilled, (unsigned long long)d.inbox);
+	printf("  %s: %ld pairs: %llu nodes held, %llu stolen, %llu spilled, %llu via inbox; arms stamp with the %s\n",
+	       eng, n, (unsigned long long)st.held_nodes, (unsigned long long)d.stolen,
+	       (unsigned long long)d.spilled, (unsigned long long)d.inbox, d.clock ? "clock" : "TSC");
 	CHECK_EQ(st.pending, 0);
 	CHECK_EQ(st.cancelled, n);
 	const char *fence = getenv("TMO_LF_FENCE");
 	if (fence != NULL && strcmp(fence, "1") == 0)
 		CHECK_EQ(d.fence, 1); /* the fallback is what ran (tests/engine/lf_fence.cmake) */
+	const char *clock = getenv("TMO_LF_CLOCK");
+	if (clock != NULL && strcmp(clock, "1") == 0)
+		CHECK_EQ(d.clock, 1); /* arms read the clock (tests/engine/lf_fence.cmake) */
 	/* one growth step (4 pages) serves them all */
 	CHECK(st.held_nodes <= 256);
 	CHECK_EQ(d.spilled, 0);
