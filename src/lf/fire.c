@@ -13,6 +13,8 @@
 #define RETRY_DIV 16
 /* Pauses the timer thread spins for a per-thread base's lock. */
 #define BASE_SPINS 256
+/* The most due nodes a round collects from a base with collect_max. */
+#define COLLECT_BATCH 4096u
 
 /* collect() hands each due node here; due_reserve made room first. */
 static void due_add(void *ctx, struct lf_node *n)
@@ -81,15 +83,33 @@ void lf_due_shrink(struct tmo *e)
 	tt_bytes_update(e);
 }
 
-/* Collect from base b (held).  Returns its next deadline. */
-static int64_t collect_base(struct tmo *e, struct lf_base *b, struct lf_rec *free_to, int64_t now)
+/* Collect from base b (held).  Returns its next deadline.  A structure that
+ * can stop early (collect_max) gives at most COLLECT_BATCH nodes a round:
+ * a starved timer thread popped a burst of 1e6 due timers for over 5 s
+ * before firing the first (issue 19).  What it leaves is due no earlier
+ * than what it gave, so *hold drops to just after it: the round fires
+ * this batch, and nothing due later (from an earlier round's leftovers)
+ * before the rest is collected. */
+static int64_t collect_base(struct tmo *e, struct lf_base *b, struct lf_rec *free_to, int64_t now,
+                            int64_t *hold)
 {
 	const struct lf_sched *sc = e->p->sched;
 	lf_base_tidy(e, b, free_to);
 	void *s = lf_sched_of(b);
-	if (sc->next_deadline(s) <= now && due_reserve(e, sc->count(s)))
-		sc->collect(s, now, due_add, e);
+	if (sc->next_deadline(s) <= now) {
+		uint64_t max = sc->count(s);
+		if (sc->collect_max == NULL) {
+			if (due_reserve(e, max))
+				sc->collect(s, now, due_add, e);
+		} else {
+			max = max < COLLECT_BATCH ? max : COLLECT_BATCH;
+			if (due_reserve(e, max))
+				sc->collect_max(s, now, (size_t)max, due_add, e);
+		}
+	}
 	int64_t next = sc->next_deadline(s);
+	if (sc->collect_max != NULL && next <= now && next < *hold)
+		*hold = next + 1;
 	atomic_store_explicit(&b->next, next, memory_order_relaxed);
 	return next;
 }
@@ -147,7 +167,7 @@ static void take_soon(struct tmo *e, struct lf_base *b)
 int64_t lf_collect_all(struct tmo *e, int64_t now, int64_t *wake)
 {
 	int64_t hold = INT64_MAX;
-	int64_t next = collect_base(e, e->tt_base, e->tt_rec, now);
+	int64_t next = collect_base(e, e->tt_base, e->tt_rec, now, &hold);
 	if (next < *wake)
 		*wake = next;
 	uint64_t filed = e->p->sched->count(lf_sched_of(e->tt_base));
@@ -165,7 +185,7 @@ int64_t lf_collect_all(struct tmo *e, int64_t now, int64_t *wake)
 		if (next <= now || ck_pr_load_ptr(&b->tofile.head) != NULL ||
 		    ck_pr_load_ptr(&b->cancels.head) != NULL) {
 			if (base_lock_spin(b)) {
-				next = collect_base(e, b, e->tt_rec, now);
+				next = collect_base(e, b, e->tt_rec, now, &hold);
 				/* under the lock nothing more is handed over */
 				if (atomic_load_explicit(&b->soon, memory_order_relaxed) != NULL)
 					take_soon(e, b);
