@@ -63,22 +63,22 @@ struct tmo_wheel {
 };
 
 /* Returns 0, or TMO_WHEEL_EINVAL for a resolution <= 0. */
-int tmo_wheel_init(struct tmo_wheel *w, int64_t resolution_ns, int64_t now_ns);
+int tmo__wheel_init(struct tmo_wheel *w, int64_t resolution_ns, int64_t now_ns);
 
-static inline void tmo_wheel_node_init(struct tmo_wheel_node *n) { n->pprev = NULL; }
-static inline int tmo_wheel_contains(const struct tmo_wheel_node *n) { return n->pprev != NULL; }
-static inline uint64_t tmo_wheel_count(const struct tmo_wheel *w) { return w->count; }
+static inline void tmo__wheel_node_init(struct tmo_wheel_node *n) { n->pprev = NULL; }
+static inline int tmo__wheel_contains(const struct tmo_wheel_node *n) { return n->pprev != NULL; }
+static inline uint64_t tmo__wheel_count(const struct tmo_wheel *w) { return w->count; }
 /* How many times a node has been moved from one list to another by
  * advance() (a level down, or off the overflow list): the work time costs. */
-static inline uint64_t tmo_wheel_refiled(const struct tmo_wheel *w) { return w->refiled; }
+static inline uint64_t tmo__wheel_refiled(const struct tmo_wheel *w) { return w->refiled; }
 
 /* Insert a node that is not in the wheel; deadline in ns on the caller's
  * clock (may be in the past: the node is then due at the next advance).
  * The node is due at the first tick boundary (origin + k * resolution) at
  * or after its deadline. */
-void tmo_wheel_add(struct tmo_wheel *w, struct tmo_wheel_node *n, int64_t deadline);
+void tmo__wheel_add(struct tmo_wheel *w, struct tmo_wheel_node *n, int64_t deadline);
 /* Remove a node that is in the wheel. */
-void tmo_wheel_del(struct tmo_wheel *w, struct tmo_wheel_node *n);
+void tmo__wheel_del(struct tmo_wheel *w, struct tmo_wheel_node *n);
 /* Earliest time (ns) at which advance() may find a due node; INT64_MAX
  * when the wheel is empty (or the time is beyond INT64_MAX).  A lower bound
  * on the next due time (a deadline rounded up to its tick): never later.
@@ -89,7 +89,7 @@ void tmo_wheel_del(struct tmo_wheel *w, struct tmo_wheel_node *n);
  * steps reach a due node.  When a node is already due it is <= the last
  * `now` advanced to.  Cost: a few find-first-sets per empty level, plus at
  * most 32 nodes read. */
-int64_t tmo_wheel_next_expiry(const struct tmo_wheel *w);
+int64_t tmo__wheel_next_expiry(const struct tmo_wheel *w);
 /* Advance to `now`, moving every due node out of the wheel onto the end of
  * *due, ordered by tick (nodes of one tick in no particular order).
  * Returns how many.  Exact guarantee, with r = resolution:
@@ -99,12 +99,12 @@ int64_t tmo_wheel_next_expiry(const struct tmo_wheel *w);
  *                first tick boundary >= its deadline), and so is a node
  *                added after its tick had already been processed.
  * Nodes on *due are linked through `next` and are out of the wheel
- * (tmo_wheel_contains() is false): read `next` before re-adding a node.
+ * (tmo__wheel_contains() is false): read `next` before re-adding a node.
  * A `now` earlier than a previous one, or than the `now_ns` given to init
  * (the origin), processes nothing.  Cost: the nodes handed out, plus, for
  * each tick passed, a share of the next blocks' nodes filed a level down
  * (about 64/63 of the nodes due per tick, per level; a jump past ticks
  * where nothing was due files what it skipped at once). */
-size_t tmo_wheel_advance(struct tmo_wheel *w, int64_t now, struct tmo_wheel_list *due);
+size_t tmo__wheel_advance(struct tmo_wheel *w, int64_t now, struct tmo_wheel_list *due);
 
 #endif

@@ -240,7 +240,7 @@ static int file_from_ring(struct tmo *e, struct lf_rec *r, struct lf_node *n, ui
 	int64_t deadline = lf_node_deadline_own(e, r, n);
 	if (deadline < atomic_load_explicit(&b->next, memory_order_relaxed))
 		atomic_store_explicit(&b->next, deadline, memory_order_release);
-	tmo_wheel_add(lf_own_wheel(b), &n->s.wheel, deadline);
+	tmo__wheel_add(lf_own_wheel(b), &n->s.wheel, deadline);
 	return 1;
 }
 
