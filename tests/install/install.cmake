@@ -17,4 +17,6 @@ add_test(NAME install/find_package
                  ${CMAKE_CURRENT_LIST_DIR}/find_package ${CMAKE_GENERATOR} ${CMAKE_C_COMPILER}
                  "${CMAKE_C_FLAGS}" "${CMAKE_EXE_LINKER_FLAGS}" "${CMAKE_TOOLCHAIN_FILE}"
                  ${CMAKE_CROSSCOMPILING_EMULATOR})
-set_tests_properties(install/find_package PROPERTIES TIMEOUT ${TMO_TEST_TIMEOUT})
+# Two CMake configures and builds: twice the usual timeout.
+math(EXPR tmo_find_package_timeout "2 * ${TMO_TEST_TIMEOUT}")
+set_tests_properties(install/find_package PROPERTIES TIMEOUT ${tmo_find_package_timeout})
