@@ -124,7 +124,7 @@ static void *timer_thread(void *arg)
 		tmo__park_point(&e->park); /* holding m */
 		if (e->stop)
 			break;
-		struct tmo_heap_node *top = tmo_heap_peek(&e->heap);
+		struct tmo_heap_node *top = tmo__heap_peek(&e->heap);
 		if (top == NULL) {
 			e->wake_at = INT64_MAX;
 			pthread_cond_wait(&e->cv, &e->m);
@@ -140,8 +140,8 @@ static void *timer_thread(void *arg)
 			continue; /* re-read the heap: an arm or cancel may have changed it */
 		}
 		/* Run what is due at `now`, earliest first. */
-		while (!e->stop && (top = tmo_heap_peek(&e->heap)) != NULL && top->deadline <= now) {
-			tmo_heap_pop(&e->heap);
+		while (!e->stop && (top = tmo__heap_peek(&e->heap)) != NULL && top->deadline <= now) {
+			tmo__heap_pop(&e->heap);
 			struct tmo_timer *t = timer_of(top);
 			priv(t)->state = CV_FIRED;
 			tmo__gate_begin(&e->gate, t);
@@ -205,7 +205,7 @@ static int cv_create(const struct tmo_config *cfg, struct tmo **out)
 	struct tmo *e = tmo__calloc(1, sizeof *e);
 	if (e == NULL)
 		return TMO_ENOMEM;
-	int rc = tmo_heap_init(&e->heap, TMO_HEAP_DEFAULT_ARITY, 64);
+	int rc = tmo__heap_init(&e->heap, TMO_HEAP_DEFAULT_ARITY, 64);
 	if (rc != 0) {
 		tmo__free(e);
 		return rc;
@@ -214,7 +214,7 @@ static int cv_create(const struct tmo_config *cfg, struct tmo **out)
 	    tmo__gate_init(&e->gate) != 0 || tmo__park_init(&e->park) != 0) {
 		/* glibc's init of these cannot fail; no partial cleanup needed
 		 * beyond memory (destroying never-initialised objects is UB). */
-		tmo_heap_fini(&e->heap);
+		tmo__heap_fini(&e->heap);
 		tmo__free(e);
 		return TMO_ESYS;
 	}
@@ -222,7 +222,7 @@ static int cv_create(const struct tmo_config *cfg, struct tmo **out)
 	rc = tmo__thread_create(&e->thread, NULL, timer_thread, e);
 	if (rc != 0) {
 		destroy_sync(e);
-		tmo_heap_fini(&e->heap);
+		tmo__heap_fini(&e->heap);
 		tmo__free(e);
 		return rc;
 	}
@@ -235,7 +235,7 @@ static int cv_create(const struct tmo_config *cfg, struct tmo **out)
 static void drain_heap(struct tmo *e)
 {
 	struct tmo_heap_node *n;
-	while ((n = tmo_heap_pop(&e->heap)) != NULL) {
+	while ((n = tmo__heap_pop(&e->heap)) != NULL) {
 		struct cv_priv *p = (struct cv_priv *)(void *)n;
 		p->state = CV_IDLE;
 		e->cancelled++;
@@ -255,7 +255,7 @@ static void cv_destroy(struct tmo *e)
 	pthread_join(e->thread, NULL);
 	/* A callback that was running may have re-armed: cancel that too. */
 	drain_heap(e);
-	tmo_heap_fini(&e->heap);
+	tmo__heap_fini(&e->heap);
 	destroy_sync(e);
 	tmo__free(e);
 }
@@ -270,7 +270,7 @@ static void cv_destroy_forked(struct tmo *e)
 	tmo__fork_set_leave(&forks, &e->fork_link);
 	if (pthread_mutex_trylock(&e->m) == 0) {
 		e->heap.n = 0;
-		tmo_heap_fini(&e->heap);
+		tmo__heap_fini(&e->heap);
 		pthread_mutex_unlock(&e->m);
 	}
 	tmo__free(e);
@@ -287,7 +287,7 @@ static int cv_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_ca
 		pthread_mutex_unlock(&e->m);
 		return TMO_EARMED;
 	}
-	int rc = tmo_heap_push(&e->heap, &p->node, deadline);
+	int rc = tmo__heap_push(&e->heap, &p->node, deadline);
 	if (rc != 0) {
 		pthread_mutex_unlock(&e->m);
 		return rc; /* the timer is unchanged */
@@ -319,7 +319,7 @@ static int cv_cancel(struct tmo *e, struct tmo_timer *t)
 		res = waited; /* TMO_EDEADLK: nothing changed, the callback still runs */
 	} else if (p->state == CV_PENDING) {
 		/* The first arm, or the re-arm of the callback we waited for. */
-		tmo_heap_remove(&e->heap, &p->node);
+		tmo__heap_remove(&e->heap, &p->node);
 		p->state = CV_IDLE;
 		e->cancelled++;
 		res = TMO_CANCEL_PREVENTED;
@@ -333,9 +333,9 @@ static int cv_cancel(struct tmo *e, struct tmo_timer *t)
 static int cv_stats(struct tmo *e, struct tmo_stats *out)
 {
 	pthread_mutex_lock(&e->m);
-	out->pending = tmo_heap_size(&e->heap);
+	out->pending = tmo__heap_size(&e->heap);
 	out->held_nodes = out->pending; /* nodes live in the callers' timers */
-	out->held_bytes = tmo_heap_bytes(&e->heap);
+	out->held_bytes = tmo__heap_bytes(&e->heap);
 	out->threads = 1;
 	out->fired = e->fired;
 	out->cancelled = e->cancelled;
@@ -360,7 +360,7 @@ static int cv_park(struct tmo *e, int on)
 
 static const struct tmo_testing_ops testing_ops = {.park = cv_park};
 
-const struct tmo_engine_ops tmo_engine_condvar = {
+const struct tmo_engine_ops tmo__engine_condvar = {
 	.name = "condvar",
 	.summary = "one timer thread, mutex + CLOCK_MONOTONIC condvar, 4-ary heap of "
 	           "intrusive nodes; resolution = thread wake-up latency (~50 us idle)",

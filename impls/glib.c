@@ -61,7 +61,7 @@ static gint lgl_poll(GPollFD *fds, guint n, gint timeout)
 }
 
 /* GLib dispatches the sources one iteration found ready in the order they
- * were attached, not by deadline; peer_fire puts them in order. */
+ * were attached, not by deadline; tmo__peer_fire puts them in order. */
 static gboolean lgl_timeout(gpointer data)
 {
 	struct peer_rec *r = data;
@@ -71,7 +71,7 @@ static gboolean lgl_timeout(gpointer data)
 	 * one. */
 	g_source_unref(*SRC(e, r));
 	*SRC(e, r) = NULL;
-	peer_fire(e, r);
+	tmo__peer_fire(e, r);
 	return G_SOURCE_REMOVE;
 }
 
@@ -152,10 +152,10 @@ static const struct peer_backend lgl_backend = {
 static int lgl_create(const struct tmo_config *cfg, struct tmo **out)
 {
 	(void)cfg; /* no granularity of its own */
-	return peer_create(&lgl_backend, out);
+	return tmo__peer_create(&lgl_backend, out);
 }
 
-const struct tmo_engine_ops tmo_engine_glib = {
+const struct tmo_engine_ops tmo__engine_glib = {
 	.name = "glib",
 	.summary = "GLib 2.74 GMainContext on one loop thread; arm = g_timeout_source_new + "
 	           "g_source_attach from any thread, cancel = g_source_destroy; adapter adds "

@@ -39,10 +39,10 @@
 static int lev_create(const struct tmo_config *cfg, struct tmo **out)
 {
 	(void)cfg; /* no granularity of its own */
-	return peer_create(&tmo__peer_libev, out);
+	return tmo__peer_create(&tmo__peer_libev, out);
 }
 
-const struct tmo_engine_ops tmo_engine_libev = {
+const struct tmo_engine_ops tmo__engine_libev = {
 	.name = "libev",
 	.summary = "libev 4.33 ev_timer (4-ary heap) on one loop thread; other threads' arms "
 	           "and cancels queue + ev_async_send, the loop thread starts/stops them; "

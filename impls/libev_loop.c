@@ -17,12 +17,12 @@ extern const struct peer_backend tmo__peer_libev_loop;
 static int levl_create(const struct tmo_config *cfg, struct tmo **out)
 {
 	(void)cfg;
-	return peer_create(&tmo__peer_libev_loop, out);
+	return tmo__peer_create(&tmo__peer_libev_loop, out);
 }
 
-static const struct tmo_testing_ops levl_testing = {.run_on_loop = peer_run_on_loop};
+static const struct tmo_testing_ops levl_testing = {.run_on_loop = tmo__peer_run_on_loop};
 
-const struct tmo_engine_ops tmo_engine_libev_loop = {
+const struct tmo_engine_ops tmo__engine_libev_loop = {
 	.name = "libev_loop",
 	.summary = "libev 4.33 ev_timer driven from its own loop thread "
 	           "(tmo_testing_run_on_loop: arm/cancel call ev_timer_start/stop directly); "

@@ -133,7 +133,7 @@ static void lev_fire(evutil_socket_t fd, short what, void *arg)
 	tmo__gate_end(&e->gate, &e->m);
 	pthread_mutex_unlock(&e->m);
 	tmo__free(r);
-	lev_fork_point(e);
+	tmo__lev_fork_point(e);
 }
 
 /* Called by event_base_foreach_event with the base lock held. */
@@ -159,7 +159,7 @@ static void lev_ctl(evutil_socket_t fd, short what, void *arg)
 	}
 	if (tmo__park_requested(&e->park) && event_base_foreach_event(e->eb, park_hold, e) == 0)
 		park_hold(NULL, NULL, e); /* visited nothing: park without the lock */
-	lev_fork_point(e);
+	tmo__lev_fork_point(e);
 }
 
 static void *lev_main(void *arg)
@@ -220,9 +220,9 @@ static int lev_create(const struct tmo_config *cfg, struct tmo **out)
 	if (!tmo__fault(TMO_FAULT_SYSRES) && (ec = event_config_new()) != NULL) {
 		event_config_set_flag(ec, EVENT_BASE_FLAG_PRECISE_TIMER |
 		                              EVENT_BASE_FLAG_NO_CACHE_TIME);
-		pthread_mutex_lock(&lev_forks.mu);
+		pthread_mutex_lock(&tmo__lev_forks.mu);
 		e->eb = event_base_new_with_config(ec);
-		pthread_mutex_unlock(&lev_forks.mu);
+		pthread_mutex_unlock(&tmo__lev_forks.mu);
 		event_config_free(ec);
 	}
 	if (e->eb == NULL)
@@ -236,16 +236,16 @@ static int lev_create(const struct tmo_config *cfg, struct tmo **out)
 	rc = tmo__thread_create(&e->thread, NULL, lev_main, e);
 	if (rc != 0)
 		goto fail_thread;
-	tmo__fork_set_join(&lev_forks, &e->fork_link);
+	tmo__fork_set_join(&tmo__lev_forks, &e->fork_link);
 	*out = e;
 	return 0;
 
 fail_thread:
 	event_del(e->ctl);
 fail_ctl:
-	pthread_mutex_lock(&lev_forks.mu);
+	pthread_mutex_lock(&tmo__lev_forks.mu);
 	event_base_free(e->eb);
-	pthread_mutex_unlock(&lev_forks.mu);
+	pthread_mutex_unlock(&tmo__lev_forks.mu);
 fail_base:
 	destroy_sync(e);
 	tmo__free(e->ctl);
@@ -255,7 +255,7 @@ fail_base:
 
 static void lev_destroy(struct tmo *e)
 {
-	tmo__fork_set_leave(&lev_forks, &e->fork_link);
+	tmo__fork_set_leave(&tmo__lev_forks, &e->fork_link);
 	tmo__park_release(&e->park);
 
 	pthread_mutex_lock(&e->m);
@@ -278,9 +278,9 @@ static void lev_destroy(struct tmo *e)
 		tmo__free(r);
 	}
 	event_del(e->ctl);
-	pthread_mutex_lock(&lev_forks.mu);
+	pthread_mutex_lock(&tmo__lev_forks.mu);
 	event_base_free(e->eb);
-	pthread_mutex_unlock(&lev_forks.mu);
+	pthread_mutex_unlock(&tmo__lev_forks.mu);
 	destroy_sync(e);
 	tmo__free(e->ctl);
 	tmo__free(e);
@@ -358,11 +358,11 @@ static int lev_cancel(struct tmo *e, struct tmo_timer *t)
 		e->pending--;
 		e->cancelled++;
 		atomic_store_explicit(&p->rec, NULL, memory_order_relaxed);
-		lev_outside_enter(e);
+		tmo__lev_outside_enter(e);
 		pthread_mutex_unlock(&e->m);
 		/* Never under m: it may wait for lev_fire, which takes m. */
 		event_del(rec_ev(e, r));
-		lev_outside_leave(e);
+		tmo__lev_outside_leave(e);
 		tmo__free(r);
 		pthread_mutex_lock(&e->m);
 		e->records--;
@@ -412,7 +412,7 @@ static int lev_park(struct tmo *e, int on)
 
 static const struct tmo_testing_ops testing_ops = {.park = lev_park};
 
-const struct tmo_engine_ops tmo_engine_libevent = {
+const struct tmo_engine_ops tmo__engine_libevent = {
 	.name = "libevent",
 	.summary = "libevent 2.1 event_base (pthreads locking, PRECISE_TIMER + NO_CACHE_TIME: "
 	           "CLOCK_MONOTONIC read per event_add, timerfd) run by one engine thread; "
@@ -420,6 +420,8 @@ const struct tmo_engine_ops tmo_engine_libevent = {
 	           "engine mutex decides cancel vs fire; park holds the base lock",
 	.caps = TMO_CAP_PARK,
 	.resolution_ns = 50 * TMO_NSEC_PER_USEC,
-	TMO__ENGINE_OPS(lev),
+	/* TMO__ENGINE_OPS(lev) spelled out: destroy_forked is libevent/fork.c's */
+	.create = lev_create, .destroy = lev_destroy, .arm = lev_arm, .cancel = lev_cancel,
+	.stats = lev_stats, .destroy_forked = tmo__lev_destroy_forked,
 	.testing = &testing_ops,
 };

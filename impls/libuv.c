@@ -36,10 +36,10 @@
 static int luv_create(const struct tmo_config *cfg, struct tmo **out)
 {
 	(void)cfg; /* no granularity of its own */
-	return peer_create(&tmo__peer_libuv, out);
+	return tmo__peer_create(&tmo__peer_libuv, out);
 }
 
-const struct tmo_engine_ops tmo_engine_libuv = {
+const struct tmo_engine_ops tmo__engine_libuv = {
 	.name = "libuv",
 	.summary = "libuv 1.44 uv_timer (binary heap, ms) on one loop thread; other threads' "
 	           "arms and cancels queue + uv_async_send, the loop thread starts/stops them; "

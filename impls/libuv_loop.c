@@ -18,12 +18,12 @@ extern const struct peer_backend tmo__peer_libuv_loop;
 static int luvl_create(const struct tmo_config *cfg, struct tmo **out)
 {
 	(void)cfg;
-	return peer_create(&tmo__peer_libuv_loop, out);
+	return tmo__peer_create(&tmo__peer_libuv_loop, out);
 }
 
-static const struct tmo_testing_ops luvl_testing = {.run_on_loop = peer_run_on_loop};
+static const struct tmo_testing_ops luvl_testing = {.run_on_loop = tmo__peer_run_on_loop};
 
-const struct tmo_engine_ops tmo_engine_libuv_loop = {
+const struct tmo_engine_ops tmo__engine_libuv_loop = {
 	.name = "libuv_loop",
 	.summary = "libuv 1.44 uv_timer driven from its own loop thread "
 	           "(tmo_testing_run_on_loop: arm/cancel call uv_timer_start/stop directly); "

@@ -18,23 +18,23 @@ static int h_init(void *s, int64_t resolution_ns, int64_t origin_ns)
 {
 	(void)resolution_ns;
 	(void)origin_ns;
-	return tmo_heap_init(s, TMO_HEAP_DEFAULT_ARITY, 1024);
+	return tmo__heap_init(s, TMO_HEAP_DEFAULT_ARITY, 1024);
 }
 
-static void h_fini(void *s) { tmo_heap_fini(s); }
+static void h_fini(void *s) { tmo__heap_fini(s); }
 
 static int h_insert(void *s, struct lf_node *n, int64_t deadline)
 {
-	tmo_heap_node_init(&n->s.heap);
-	return tmo_heap_push(s, &n->s.heap, deadline);
+	tmo__heap_node_init(&n->s.heap);
+	return tmo__heap_push(s, &n->s.heap, deadline);
 }
 
-static void h_remove(void *s, struct lf_node *n) { tmo_heap_remove(s, &n->s.heap); }
-static int h_contains(const struct lf_node *n) { return tmo_heap_contains(&n->s.heap); }
+static void h_remove(void *s, struct lf_node *n) { tmo__heap_remove(s, &n->s.heap); }
+static int h_contains(const struct lf_node *n) { return tmo__heap_contains(&n->s.heap); }
 
 static int64_t h_next(const void *s)
 {
-	const struct tmo_heap_node *top = tmo_heap_peek(s);
+	const struct tmo_heap_node *top = tmo__heap_peek(s);
 	return top != NULL ? top->deadline : INT64_MAX;
 }
 
@@ -56,8 +56,8 @@ static void h_collect(void *s, int64_t now, void (*due)(void *ctx, struct lf_nod
 	(void)h_collect_max(s, now, SIZE_MAX, due, ctx);
 }
 
-static uint64_t h_bytes(const void *s) { return tmo_heap_bytes(s); }
-static uint64_t h_count(const void *s) { return tmo_heap_size(s); }
+static uint64_t h_bytes(const void *s) { return tmo__heap_bytes(s); }
+static uint64_t h_count(const void *s) { return tmo__heap_size(s); }
 static int64_t h_deadline(const struct lf_node *n) { return n->s.heap.deadline; }
 
 static const struct lf_sched heap_sched = {
@@ -80,7 +80,7 @@ static const struct lf_sched heap_sched = {
 
 static int mpsc_create(const struct tmo_config *cfg, struct tmo **out);
 
-const struct tmo_engine_ops tmo_engine_mpsc = {
+const struct tmo_engine_ops tmo__engine_mpsc = {
 	.name = "mpsc",
 	.summary = "lock-free arm/cancel (per-thread rings: a thread's cancel takes its own arm "
 	           "back with one CAS), arms dated by the TSC, a CK inbox to one timer thread "
@@ -94,7 +94,7 @@ const struct tmo_engine_ops tmo_engine_mpsc = {
 static int mpsc_create(const struct tmo_config *cfg, struct tmo **out)
 {
 	static const struct lf_params params = {
-		.ops = &tmo_engine_mpsc,
+		.ops = &tmo__engine_mpsc,
 		.sched = &heap_sched,
 		.resolution_ns = MPSC_RESOLUTION_NS,
 		.tick_ns = 0, /* looks every resolution_ns while arms come */

@@ -148,7 +148,7 @@ static int px_create(const struct tmo_config *cfg, struct tmo **out)
 	int rc = TMO_ESYS;
 	if (pthread_attr_init(&attr) == 0) {
 		if (pthread_attr_setsigmask_np(&attr, &set) == 0)
-			rc = tmo__thread_create(&e->thread, &attr, px_main, e);
+			rc = tmo__thread_create(&e->thread, &attr, tmo__px_main, e);
 		pthread_attr_destroy(&attr);
 	}
 	if (rc != 0) {
@@ -198,7 +198,7 @@ static void px_destroy(struct tmo *e)
 	tmo__park_release(&e->park);
 	atomic_store(&e->stop, 1); /* from here px_fire starts no callback */
 	sweep(e); /* kernel timers gone before the thread that receives them */
-	px_ctl_kick(e);
+	tmo__px_ctl_kick(e);
 	pthread_join(e->thread, NULL);
 	sweep(e); /* arms made by a callback that ran during the first sweep */
 	timer_delete(e->ctl);
@@ -279,7 +279,7 @@ static int px_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_ca
 	               PX_GEN_MASK;
 	if (gen == 0)
 		gen = 1; /* ref 0 means idle; generation 0 is the control timer's */
-	rc = px_make_ktimer(e, (uint64_t)gen << 32 | idx, &s->ktimer);
+	rc = tmo__px_make_ktimer(e, (uint64_t)gen << 32 | idx, &s->ktimer);
 	if (rc != 0) {
 		px_slot_put(e, idx);
 		return rc;
@@ -443,12 +443,12 @@ static int px_stats(struct tmo *e, struct tmo_stats *out)
 
 static int px_park(struct tmo *e, int on)
 {
-	return tmo__park_set(&e->park, on, NULL, px_ctl_kick, e);
+	return tmo__park_set(&e->park, on, NULL, tmo__px_ctl_kick, e);
 }
 
 static const struct tmo_testing_ops testing_ops = {.park = px_park};
 
-const struct tmo_engine_ops tmo_engine_posix = {
+const struct tmo_engine_ops tmo__engine_posix = {
 	.name = "posix",
 	.summary = "one kernel POSIX timer per arm (timer_create CLOCK_MONOTONIC, absolute, "
 	           "SIGEV_THREAD_ID) delivering SIGRTMIN+6 to one sigwaitinfo engine thread "

@@ -111,7 +111,7 @@ static void *rec_thread(void *arg)
 	pthread_mutex_lock(&e->m);
 	struct timespec ts = tmo__ts_from_ns(r->deadline);
 	while (r->state == R_WAITING) {
-		if (!tmo_heap_contains(&r->node) || e->closing) {
+		if (!tmo__heap_contains(&r->node) || e->closing) {
 			/* Held by a cancel, or the engine is being destroyed:
 			 * the canceller (or destroy) decides. */
 			pthread_cond_wait(&r->cv, &e->m);
@@ -123,16 +123,16 @@ static void *rec_thread(void *arg)
 		}
 		struct rec *pred = NULL;
 		int64_t until = 0;
-		enum turn turn = thr_my_turn(e, r, &pred, &until);
+		enum turn turn = tmo__thr_my_turn(e, r, &pred, &until);
 		if (turn == TURN_BLOCKED) {
 			/* An earlier record's thread has not fired yet: it (or
 			 * whoever takes it out of the heap) wakes us. */
 			if (r->in != IN_BLOCKED)
-				thr_set_in(e, r, IN_BLOCKED);
+				tmo__thr_set_in(e, r, IN_BLOCKED);
 			pthread_cond_wait(&r->cv, &e->m);
 			continue;
 		}
-		thr_set_in(e, r, IN_NONE);
+		tmo__thr_set_in(e, r, IN_NONE);
 		if (turn == TURN_ENTERING) {
 			/* An earlier one fires: until its callback returns (its
 			 * thread wakes us) or we should look whether it is past
@@ -140,13 +140,13 @@ static void *rec_thread(void *arg)
 			struct timespec grace = tmo__ts_from_ns(until);
 			pred->waiters++;
 			pthread_cond_timedwait(&pred->cv, &e->m, &grace);
-			thr_unwait(e, pred);
+			tmo__thr_unwait(e, pred);
 			continue;
 		}
 		/* WAITING and not held: the timer is pending, its words valid. */
 		struct tmo_timer *t = r->timer;
-		thr_unqueue(e, r); /* out of the heap: later ones may decide now, */
-		thr_set_in(e, r, IN_ENTERING); /* but call theirs only after ours */
+		tmo__thr_unqueue(e, r); /* out of the heap: later ones may decide now, */
+		tmo__thr_set_in(e, r, IN_ENTERING); /* but call theirs only after ours */
 		r->state = R_RUNNING;
 		tmo_list_add(&e->running, &r->run_link);
 		e->npending--;
@@ -169,13 +169,13 @@ static void *rec_thread(void *arg)
 		cur_rec = NULL;
 		pthread_mutex_lock(&e->m);
 		tmo__cb_end();
-		thr_set_in(e, r, IN_NONE); /* if nobody took it out of `entering` */
+		tmo__thr_set_in(e, r, IN_NONE); /* if nobody took it out of `entering` */
 		r->state = R_DONE;
 		tmo_list_del(&r->run_link);
 		if (r->waiters > 0) /* cancels, and later timers waiting for our turn */
 			pthread_cond_broadcast(&r->cv); /* the last waiter moves it to done */
 		else
-			thr_done_add(e, r);
+			tmo__thr_done_add(e, r);
 	}
 	/* CANCELLED: the canceller joins us.  DONE: a later call reaps us. */
 	pthread_mutex_unlock(&e->m);
@@ -208,7 +208,7 @@ static void fork_parent(void)
 static void fork_child(void)
 {
 	tmo_list_init(&forks.engines);
-	atomic_store_explicit(&thr_process_threads, 0, memory_order_relaxed);
+	atomic_store_explicit(&tmo__thr_process_threads, 0, memory_order_relaxed);
 	pthread_mutex_unlock(&forks.mu);
 }
 
@@ -220,20 +220,20 @@ static int thr_create(const struct tmo_config *cfg, struct tmo **out)
 	struct tmo *e = tmo__calloc(1, sizeof *e);
 	if (e == NULL)
 		return TMO_ENOMEM;
-	int rc = tmo_heap_init(&e->heap, TMO_HEAP_DEFAULT_ARITY, 16);
+	int rc = tmo__heap_init(&e->heap, TMO_HEAP_DEFAULT_ARITY, 16);
 	if (rc != 0) {
 		tmo__free(e);
 		return rc;
 	}
 	if (pthread_attr_init(&e->attr) != 0) {
-		tmo_heap_fini(&e->heap);
+		tmo__heap_fini(&e->heap);
 		tmo__free(e);
 		return TMO_ESYS;
 	}
 	if (pthread_attr_setstacksize(&e->attr, REC_STACK_SIZE) != 0 ||
 	    pthread_mutex_init(&e->m, NULL) != 0) {
 		pthread_attr_destroy(&e->attr);
-		tmo_heap_fini(&e->heap);
+		tmo__heap_fini(&e->heap);
 		tmo__free(e);
 		return TMO_ESYS;
 	}
@@ -251,7 +251,7 @@ static int thr_create(const struct tmo_config *cfg, struct tmo **out)
 static void cancel_rec(struct tmo *e, struct rec *r)
 {
 	struct thr_priv *p = priv(r->timer);
-	thr_unqueue(e, r);
+	tmo__thr_unqueue(e, r);
 	r->state = R_CANCELLED;
 	pthread_cond_signal(&r->cv);
 	p->state = T_IDLE;
@@ -271,7 +271,7 @@ static void thr_destroy(struct tmo *e)
 		 * in progress) is that cancel's to resolve before its callback
 		 * returns, which we wait for below. */
 		struct tmo_heap_node *n;
-		while ((n = tmo_heap_peek(&e->heap)) != NULL) {
+		while ((n = tmo__heap_peek(&e->heap)) != NULL) {
 			struct rec *r = rec_of(n);
 			cancel_rec(e, r);
 			r->next = tojoin;
@@ -284,13 +284,13 @@ static void thr_destroy(struct tmo *e)
 		run->waiters++;
 		while (run->state == R_RUNNING)
 			pthread_cond_wait(&run->cv, &e->m);
-		thr_unwait(e, run);
+		tmo__thr_unwait(e, run);
 	}
-	struct rec *done = thr_take_done(e);
+	struct rec *done = tmo__thr_take_done(e);
 	pthread_mutex_unlock(&e->m);
-	thr_reap(e, tojoin);
-	thr_reap(e, done);
-	tmo_heap_fini(&e->heap);
+	tmo__thr_reap(e, tojoin);
+	tmo__thr_reap(e, done);
+	tmo__heap_fini(&e->heap);
 	pthread_mutex_destroy(&e->m);
 	pthread_attr_destroy(&e->attr);
 	tmo__free(e);
@@ -302,7 +302,7 @@ static void thr_destroy(struct tmo *e)
  * they are left alone, as is the attr (plain memory in it). */
 static void thr_destroy_forked(struct tmo *e)
 {
-	tmo_heap_fini(&e->heap); /* first: it writes to the nodes it still holds */
+	tmo__heap_fini(&e->heap); /* first: it writes to the nodes it still holds */
 	tmo_list_for_each_safe(r, &e->all, struct rec, all_link)
 		tmo__free(r);
 	tmo__free(e);
@@ -319,7 +319,7 @@ static int thr_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_c
 		tmo__free(r);
 		return TMO_ESYS;
 	}
-	tmo_heap_node_init(&r->node);
+	tmo__heap_node_init(&r->node);
 	r->e = e;
 	r->timer = t;
 	r->state = R_WAITING;
@@ -327,37 +327,37 @@ static int thr_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_c
 	r->deadline = deadline;
 
 	pthread_mutex_lock(&e->m);
-	struct rec *done = thr_take_done(e);
+	struct rec *done = tmo__thr_take_done(e);
 	/* Held (not in the heap) while a cancel of this timer is in progress:
 	 * that cancel will prevent it. */
 	bool held = p->cancelling > 0;
 	int rc = 0;
 	if (p->state == T_PENDING) {
 		rc = TMO_EARMED;
-	} else if (atomic_fetch_add_explicit(&thr_process_threads, 1, memory_order_relaxed) >=
+	} else if (atomic_fetch_add_explicit(&tmo__thr_process_threads, 1, memory_order_relaxed) >=
 	           THREAD_ENGINE_MAX_THREADS) {
-		atomic_fetch_sub_explicit(&thr_process_threads, 1, memory_order_relaxed);
+		atomic_fetch_sub_explicit(&tmo__thr_process_threads, 1, memory_order_relaxed);
 		rc = TMO_EAGAIN;
 	} else {
 		/* A new record never takes a turn from anyone: it is not due
 		 * yet, and every blocked record is. */
-		rc = held ? 0 : tmo_heap_push(&e->heap, &r->node, deadline);
+		rc = held ? 0 : tmo__heap_push(&e->heap, &r->node, deadline);
 		/* Created under the mutex: r->th is written before any other
 		 * thread can compare it, and the new thread (which starts by
 		 * taking the mutex) cannot fire before the record is complete. */
 		if (rc == 0) {
 			rc = tmo__thread_create(&r->th, &e->attr, rec_thread, r);
 			if (rc != 0 && !held)
-				tmo_heap_remove(&e->heap, &r->node);
+				tmo__heap_remove(&e->heap, &r->node);
 		}
 		if (rc != 0)
-			atomic_fetch_sub_explicit(&thr_process_threads, 1, memory_order_relaxed);
+			atomic_fetch_sub_explicit(&tmo__thr_process_threads, 1, memory_order_relaxed);
 	}
 	if (rc != 0) {
 		pthread_mutex_unlock(&e->m);
 		pthread_cond_destroy(&r->cv);
 		tmo__free(r);
-		thr_reap(e, done);
+		tmo__thr_reap(e, done);
 		return rc;
 	}
 	atomic_fetch_add_explicit(&e->threads, 1, memory_order_relaxed);
@@ -369,7 +369,7 @@ static int thr_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_c
 	p->rec = r;
 	p->state = T_PENDING;
 	pthread_mutex_unlock(&e->m);
-	thr_reap(e, done);
+	tmo__thr_reap(e, done);
 	return 0;
 }
 
@@ -378,8 +378,8 @@ static int thr_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_c
  * TMO_ENOMEM when the heap cannot take it back (the hold stays). */
 static int thr_unhold(struct tmo *e, struct thr_priv *p)
 {
-	if (p->cancelling == 1 && p->state == T_PENDING && !tmo_heap_contains(&p->rec->node)) {
-		int rc = tmo_heap_push(&e->heap, &p->rec->node, p->rec->deadline);
+	if (p->cancelling == 1 && p->state == T_PENDING && !tmo__heap_contains(&p->rec->node)) {
+		int rc = tmo__heap_push(&e->heap, &p->rec->node, p->rec->deadline);
 		if (rc != 0)
 			return rc;
 		pthread_cond_signal(&p->rec->cv); /* it slept held: look again */
@@ -398,7 +398,7 @@ static int thr_wait_running(struct tmo *e, struct thr_priv *p, struct tmo_timer 
 	struct rec *r;
 	int waited = 0;
 	bool check = true;
-	while ((r = thr_running_of(e, t)) != NULL) {
+	while ((r = tmo__thr_running_of(e, t)) != NULL) {
 		if (check && tmo__wait_begin(r->ref) != 0) {
 			if (thr_unhold(e, p) == 0)
 				return TMO_EDEADLK;
@@ -407,7 +407,7 @@ static int thr_wait_running(struct tmo *e, struct thr_priv *p, struct tmo_timer 
 		r->waiters++;
 		while (r->state == R_RUNNING)
 			pthread_cond_wait(&r->cv, &e->m);
-		thr_unwait(e, r);
+		tmo__thr_unwait(e, r);
 		waited = 1;
 	}
 	return waited;
@@ -420,14 +420,14 @@ static int thr_cancel(struct tmo *e, struct tmo_timer *t)
 	bool self = cur_rec != NULL && cur_rec->e == e && cur_rec->timer == t;
 	/* Hold the pending arm, if any, while we wait (see the design). */
 	if (p->cancelling++ == 0 && p->state == T_PENDING)
-		thr_unqueue(e, p->rec);
+		tmo__thr_unqueue(e, p->rec);
 	/* From another thread: wait for every running invocation. */
 	int w = self ? 0 : thr_wait_running(e, p, t);
 	tmo__wait_end();
 	if (w < 0) {
-		struct rec *done = thr_take_done(e);
+		struct rec *done = tmo__thr_take_done(e);
 		pthread_mutex_unlock(&e->m);
-		thr_reap(e, done);
+		tmo__thr_reap(e, done);
 		return w; /* TMO_EDEADLK: nothing changed, the callback still runs */
 	}
 	bool waited = w > 0;
@@ -450,13 +450,13 @@ static int thr_cancel(struct tmo *e, struct tmo_timer *t)
 	/* Nothing is pending now, and nothing can be armed until we unlock:
 	 * no arm is left held. */
 	p->cancelling--;
-	struct rec *done = thr_take_done(e);
+	struct rec *done = tmo__thr_take_done(e);
 	if (victim != NULL) {
 		victim->next = done;
 		done = victim;
 	}
 	pthread_mutex_unlock(&e->m);
-	thr_reap(e, done);
+	tmo__thr_reap(e, done);
 	return res;
 }
 
@@ -467,7 +467,7 @@ static int thr_stats(struct tmo *e, struct tmo_stats *out)
 	out->fired = e->fired_count;
 	out->cancelled = e->cancelled_count;
 	/* The heap's floor array is part of the engine's fixed size. */
-	uint64_t heap_bytes = tmo_heap_bytes(&e->heap) - (uint64_t)e->heap.min_cap * sizeof(void *);
+	uint64_t heap_bytes = tmo__heap_bytes(&e->heap) - (uint64_t)e->heap.min_cap * sizeof(void *);
 	pthread_mutex_unlock(&e->m);
 	out->held_nodes = atomic_load_explicit(&e->records, memory_order_relaxed);
 	/* Records and the heap's growth.  Not the threads' stacks (320 KiB of
@@ -478,7 +478,7 @@ static int thr_stats(struct tmo *e, struct tmo_stats *out)
 	return 0;
 }
 
-const struct tmo_engine_ops tmo_engine_thread = {
+const struct tmo_engine_ops tmo__engine_thread = {
 	.name = "thread",
 	.summary = "one OS thread per armed timer (320 KiB stack, at most 10000 per "
 	           "process) sleeping on its own monotonic condvar; fire order by turns "

@@ -176,7 +176,7 @@ static void ltf_rec_free(struct peer *e, struct peer_rec *r)
 
 static void ltf_wake(struct peer *e) { ltf_kick(LIB(e)); }
 
-/* Returns how many records it passed to peer_fire. */
+/* Returns how many records it passed to tmo__peer_fire. */
 static int ltf_collect(struct peer *e, const struct epoll_event *evs, int n)
 {
 	struct ltf *l = LIB(e);
@@ -190,7 +190,7 @@ static int ltf_collect(struct peer *e, const struct epoll_event *evs, int n)
 		}
 		if (r->state != PR_STARTED)
 			continue; /* cancelled (disarmed) since it was collected */
-		peer_fire(e, r);
+		tmo__peer_fire(e, r);
 		fired++;
 	}
 	return fired;
@@ -249,10 +249,10 @@ static const struct peer_backend ltf_backend = {
 static int ltf_create(const struct tmo_config *cfg, struct tmo **out)
 {
 	(void)cfg; /* deadlines are exact */
-	return peer_create(&ltf_backend, out);
+	return tmo__peer_create(&ltf_backend, out);
 }
 
-const struct tmo_engine_ops tmo_engine_timerfd = {
+const struct tmo_engine_ops tmo__engine_timerfd = {
 	.name = "timerfd",
 	.summary = "a timerfd per timer (CLOCK_MONOTONIC, absolute) in one epoll set, one loop "
 	           "thread; arm = timerfd_settime from any thread (create + epoll_ctl on a "

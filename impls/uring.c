@@ -160,9 +160,9 @@ static void lur_complete(struct peer *e, struct io_uring_cqe *cqe)
 		return; /* a wake-up, or a remove's own completion */
 	struct peer_rec *r = data;
 	if (r->state == PR_DEAD)
-		peer_release(e, r); /* cancelled: the kernel is done with it */
+		tmo__peer_release(e, r); /* cancelled: the kernel is done with it */
 	else if (r->state == PR_STARTED)
-		peer_fire(e, r);    /* -ETIME; peer_fire checks the deadline */
+		tmo__peer_fire(e, r);    /* -ETIME; tmo__peer_fire checks the deadline */
 }
 
 static void lur_collect(struct peer *e);
@@ -188,7 +188,7 @@ static void lur_collect(struct peer *e)
 	struct lur *l = LIB(e);
 	struct io_uring_cqe *cqe;
 	while (io_uring_peek_cqe(&l->ring, &cqe) == 0) {
-		/* Retire it first: peer_fire releases the lock for the callback. */
+		/* Retire it first: tmo__peer_fire releases the lock for the callback. */
 		struct io_uring_cqe c = *cqe;
 		io_uring_cqe_seen(&l->ring, cqe);
 		lur_complete(e, &c);
@@ -213,10 +213,10 @@ static const struct peer_backend lur_backend = {
 static int lur_create(const struct tmo_config *cfg, struct tmo **out)
 {
 	(void)cfg; /* deadlines are exact */
-	return peer_create(&lur_backend, out);
+	return tmo__peer_create(&lur_backend, out);
 }
 
-const struct tmo_engine_ops tmo_engine_uring = {
+const struct tmo_engine_ops tmo__engine_uring = {
 	.name = "uring",
 	.summary = "io_uring (liburing 2.3): IORING_OP_TIMEOUT per arm, TIMEOUT_REMOVE by "
 	           "user_data per cancel, submitted under the engine mutex from any thread; one "

@@ -17,25 +17,25 @@
 
 static int w_init(void *s, int64_t resolution_ns, int64_t origin_ns)
 {
-	return tmo_wheel_init(s, resolution_ns, origin_ns);
+	return tmo__wheel_init(s, resolution_ns, origin_ns);
 }
 
 static void w_fini(void *s) { (void)s; }
 
 static int w_insert(void *s, struct lf_node *n, int64_t deadline)
 {
-	tmo_wheel_add(s, &n->s.wheel, deadline);
+	tmo__wheel_add(s, &n->s.wheel, deadline);
 	return 0;
 }
 
-static void w_remove(void *s, struct lf_node *n) { tmo_wheel_del(s, &n->s.wheel); }
-static int w_contains(const struct lf_node *n) { return tmo_wheel_contains(&n->s.wheel); }
-static int64_t w_next(const void *s) { return tmo_wheel_next_expiry(s); }
+static void w_remove(void *s, struct lf_node *n) { tmo__wheel_del(s, &n->s.wheel); }
+static int w_contains(const struct lf_node *n) { return tmo__wheel_contains(&n->s.wheel); }
+static int64_t w_next(const void *s) { return tmo__wheel_next_expiry(s); }
 
 static void w_collect(void *s, int64_t now, void (*due)(void *ctx, struct lf_node *n), void *ctx)
 {
 	struct tmo_wheel_list list = {NULL};
-	if (tmo_wheel_advance(s, now, &list) == 0)
+	if (tmo__wheel_advance(s, now, &list) == 0)
 		return;
 	for (struct tmo_wheel_node *wn = list.head, *next; wn != NULL; wn = next) {
 		next = wn->next;
@@ -50,7 +50,7 @@ static uint64_t w_bytes(const void *s)
 	return 0;
 }
 
-static uint64_t w_count(const void *s) { return tmo_wheel_count(s); }
+static uint64_t w_count(const void *s) { return tmo__wheel_count(s); }
 static int64_t w_deadline(const struct lf_node *n) { return n->s.wheel.deadline; }
 
 static const struct lf_sched wheel_sched = {
@@ -79,7 +79,7 @@ static const struct lf_sched wheel_sched = {
 
 static int wheel_create(const struct tmo_config *cfg, struct tmo **out);
 
-const struct tmo_engine_ops tmo_engine_wheel = {
+const struct tmo_engine_ops tmo__engine_wheel = {
 	.name = "wheel",
 	.summary = "lock-free arm/cancel (per-thread rings: a thread's cancel takes its own arm "
 	           "back with one CAS), arms dated by the TSC, hierarchical wheels "
@@ -93,7 +93,7 @@ const struct tmo_engine_ops tmo_engine_wheel = {
 static int wheel_create(const struct tmo_config *cfg, struct tmo **out)
 {
 	static const struct lf_params params = {
-		.ops = &tmo_engine_wheel,
+		.ops = &tmo__engine_wheel,
 		.sched = &wheel_sched,
 		.resolution_ns = WHEEL_TICK_NS,
 		.tick_ns = WHEEL_TICK_NS / 4,

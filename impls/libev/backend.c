@@ -40,7 +40,7 @@ static void lev_async(struct ev_loop *loop, ev_async *w, int revents)
 static void lev_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	(void)revents;
-	peer_fire(ev_userdata(loop), w->data);
+	tmo__peer_fire(ev_userdata(loop), w->data);
 }
 
 static int lev_init(struct peer *e)

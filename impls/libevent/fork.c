@@ -46,9 +46,9 @@
  * left without it.  Dekker pair with fork_prepare: leaving decrements then
  * reads fork_waiting; the handler sets fork_waiting then reads the count
  * (seq_cst), so one of them sees the other. */
-void lev_outside_enter(struct tmo *e) { atomic_fetch_add(&e->outside, 1); }
+void tmo__lev_outside_enter(struct tmo *e) { atomic_fetch_add(&e->outside, 1); }
 
-void lev_outside_leave(struct tmo *e)
+void tmo__lev_outside_leave(struct tmo *e)
 {
 	if (atomic_fetch_sub(&e->outside, 1) == 1 && atomic_load(&e->fork_waiting)) {
 		pthread_mutex_lock(&e->gm);
@@ -60,7 +60,7 @@ void lev_outside_leave(struct tmo *e)
 /* Where the engine thread holds while a fork is prepared: called where it
  * holds no libevent lock and not `m` (end of lev_fire, the control event's
  * callback). */
-void lev_fork_point(struct tmo *e)
+void tmo__lev_fork_point(struct tmo *e)
 {
 	if (!atomic_load_explicit(&e->fork_req, memory_order_acquire))
 		return;
@@ -77,13 +77,13 @@ void lev_fork_point(struct tmo *e)
 
 /* ---- fork ------------------------------------------------------------------- */
 
-/* Live engines.  lev_forks.mu is held across the fork (prepare to parent/child),
+/* Live engines.  tmo__lev_forks.mu is held across the fork (prepare to parent/child),
  * and around event_base_new/free, which take libevent's global signal lock. */
-TMO__FORK_SET(, lev_forks, fork_prepare, fork_release, fork_release);
+TMO__FORK_SET(, tmo__lev_forks, fork_prepare, fork_release, fork_release);
 
 static void fork_prepare(void)
 {
-	pthread_mutex_lock(&lev_forks.mu);
+	pthread_mutex_lock(&tmo__lev_forks.mu);
 	int64_t end = tmo_now_ns() + FORK_QUIESCE_NS;
 	struct timespec ts = tmo__ts_from_ns(end);
 	/* pthread_mutex_timedlock takes CLOCK_REALTIME (ThreadSanitizer does
@@ -92,7 +92,7 @@ static void fork_prepare(void)
 	clock_gettime(CLOCK_REALTIME, &rts);
 	rts.tv_sec += FORK_QUIESCE_NS / TMO_NSEC_PER_SEC;
 	/* 1. Ask every engine thread to hold (all first, then wait for each). */
-	tmo_list_for_each(e, &lev_forks.engines, struct tmo, fork_link) {
+	tmo_list_for_each(e, &tmo__lev_forks.engines, struct tmo, fork_link) {
 		e->fork_safe = false;
 		if (tmo__thread_engine == e)
 			continue; /* forking from its own callback: it holds nothing */
@@ -106,7 +106,7 @@ static void fork_prepare(void)
 		if (!parked)
 			event_active(e->ctl, EV_TIMEOUT, 1);
 	}
-	tmo_list_for_each(e, &lev_forks.engines, struct tmo, fork_link) {
+	tmo_list_for_each(e, &tmo__lev_forks.engines, struct tmo, fork_link) {
 		if (tmo__thread_engine == e) {
 			e->fork_safe = true;
 			continue;
@@ -120,7 +120,7 @@ static void fork_prepare(void)
 	}
 	/* 2. Take every engine mutex, then wait for the calls made without it
 	 * to leave libevent. */
-	tmo_list_for_each(e, &lev_forks.engines, struct tmo, fork_link) {
+	tmo_list_for_each(e, &tmo__lev_forks.engines, struct tmo, fork_link) {
 		e->fork_locked = pthread_mutex_timedlock(&e->m, &rts) == 0;
 		if (!e->fork_locked) {
 			e->fork_safe = false;
@@ -142,7 +142,7 @@ static void fork_prepare(void)
  * flags matter: the engine threads are not there). */
 static void fork_release(void)
 {
-	tmo_list_for_each(e, &lev_forks.engines, struct tmo, fork_link) {
+	tmo_list_for_each(e, &tmo__lev_forks.engines, struct tmo, fork_link) {
 		if (e->fork_locked)
 			pthread_mutex_unlock(&e->m);
 		pthread_mutex_lock(&e->park.mu);
@@ -150,7 +150,7 @@ static void fork_release(void)
 		pthread_cond_broadcast(&e->park.cv);
 		pthread_mutex_unlock(&e->park.mu);
 	}
-	pthread_mutex_unlock(&lev_forks.mu);
+	pthread_mutex_unlock(&tmo__lev_forks.mu);
 }
 
 /* In a child after fork(): see the header comment.  Never waits: the
@@ -158,9 +158,9 @@ static void fork_release(void)
  * condition variables are left alone (glibc's pthread_cond_destroy waits
  * for waiters the parent's threads were), and so are the callers' timers
  * (the child can never resolve them, so it may have freed them). */
-void lev_destroy_forked(struct tmo *e)
+void tmo__lev_destroy_forked(struct tmo *e)
 {
-	tmo__fork_set_leave(&lev_forks, &e->fork_link);
+	tmo__fork_set_leave(&tmo__lev_forks, &e->fork_link);
 	/* The record list is whole unless a thread held m at the fork (never,
 	 * once quiesced). */
 	bool list_ok = pthread_mutex_trylock(&e->m) == 0;

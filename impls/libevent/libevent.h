@@ -79,15 +79,15 @@ static inline struct event *rec_ev(struct tmo *e, struct lev_rec *r)
 
 /* Live libevent engines; its mutex is also held around event_base_new and
  * event_base_free, which take libevent's global signal lock. */
-extern struct tmo__fork_set lev_forks;
+extern struct tmo__fork_set tmo__lev_forks;
 /* Engine thread: hold here while a fork is prepared; called where it holds
  * no libevent lock and not `m`. */
-void lev_fork_point(struct tmo *e);
+void tmo__lev_fork_point(struct tmo *e);
 /* Around a call into libevent made without `m` (a cancel's event_del):
  * entered with m held, left without it. */
-void lev_outside_enter(struct tmo *e);
-void lev_outside_leave(struct tmo *e);
+void tmo__lev_outside_enter(struct tmo *e);
+void tmo__lev_outside_leave(struct tmo *e);
 /* The destroy_forked op. */
-void lev_destroy_forked(struct tmo *e);
+void tmo__lev_destroy_forked(struct tmo *e);
 
 #endif /* TMO_LIBEVENT_LIBEVENT_H */

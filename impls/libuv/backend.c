@@ -38,7 +38,7 @@ static void luv_async(uv_async_t *h) { (void)h; /* the loop thread drains after 
 static void luv_timer(uv_timer_t *h)
 {
 	struct peer_rec *r = h->data;
-	peer_fire(r->eng, r);
+	tmo__peer_fire(r->eng, r);
 }
 
 static int luv_init(struct peer *e)

@@ -134,7 +134,7 @@ static struct px_due due_pop(struct px_due *h, int *n)
 	return top;
 }
 
-void *px_main(void *arg)
+void *tmo__px_main(void *arg)
 {
 	struct tmo *e = arg;
 	tmo__thread_enter(e, "posix");
@@ -151,7 +151,7 @@ void *px_main(void *arg)
 	 * the thread ends by itself.  Stopping it from outside would need a
 	 * queued signal, which the same full quota refuses. */
 	e->tid = gettid();
-	int rc = px_make_ktimer(e, PX_CTRL, &e->ctl);
+	int rc = tmo__px_make_ktimer(e, PX_CTRL, &e->ctl);
 	pthread_mutex_lock(&e->wm);
 	e->start_rc = rc;
 	e->started = true;

@@ -38,7 +38,7 @@ struct px_slot {
 	tmo_callback *cb;
 	void *arg;
 	_Atomic uint32_t next; /* free list / returned stack link */
-	/* Absolute deadline of the current arm, for px_main's window; relaxed:
+	/* Absolute deadline of the current arm, for tmo__px_main's window; relaxed:
 	 * a stale value only misplaces an entry whose CAS then fails. */
 	_Atomic int64_t deadline;
 };
@@ -117,13 +117,13 @@ static inline void px_slot_put(struct tmo *e, uint32_t i)
 }
 
 /* Ask the engine thread to look at stop and park.req. */
-void px_ctl_kick(struct tmo *e);
+void tmo__px_ctl_kick(struct tmo *e);
 /* A one-shot CLOCK_MONOTONIC kernel timer signalling the engine thread with
  * `sival`: 0, TMO_EAGAIN, TMO_ENOMEM or TMO_ESYS. */
-int px_make_ktimer(struct tmo *e, uint64_t sival, timer_t *out);
+int tmo__px_make_ktimer(struct tmo *e, uint64_t sival, timer_t *out);
 
 /* ---- the engine thread (impls/posix/loop.c) ------------------------------ */
 
-void *px_main(void *arg);
+void *tmo__px_main(void *arg);
 
 #endif /* TMO_POSIX_POSIX_H */

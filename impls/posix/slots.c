@@ -11,10 +11,10 @@
  * sigqueue entry is preallocated: this cannot fail for lack of signal queue)
  * is re-armed only when no control signal is outstanding, i.e. after the
  * engine thread dequeued the previous one: a one-shot timer is never re-armed
- * while its own signal is still queued.  Dekker pair with px_main: the
+ * while its own signal is still queued.  Dekker pair with tmo__px_main: the
  * requester writes its flag then ctl_out; the engine thread clears ctl_out
  * then reads the flags, so one of them sees the other (seq_cst). */
-void px_ctl_kick(struct tmo *e)
+void tmo__px_ctl_kick(struct tmo *e)
 {
 	if (atomic_exchange(&e->ctl_out, 1) != 0)
 		return;
@@ -22,7 +22,7 @@ void px_ctl_kick(struct tmo *e)
 	timer_settime(e->ctl, 0, &its, NULL);
 }
 
-int px_make_ktimer(struct tmo *e, uint64_t sival, timer_t *out)
+int tmo__px_make_ktimer(struct tmo *e, uint64_t sival, timer_t *out)
 {
 	if (tmo__fault(TMO_FAULT_SYSRES))
 		return TMO_EAGAIN;

@@ -13,15 +13,15 @@
  */
 #include "thread.h"
 
-atomic_int thr_process_threads;
+atomic_int tmo__thr_process_threads;
 
-void thr_done_add(struct tmo *e, struct rec *r)
+void tmo__thr_done_add(struct tmo *e, struct rec *r)
 {
 	r->next = e->done;
 	e->done = r;
 }
 
-struct rec *thr_running_of(struct tmo *e, const struct tmo_timer *t)
+struct rec *tmo__thr_running_of(struct tmo *e, const struct tmo_timer *t)
 {
 	tmo_list_for_each(r, &e->running, struct rec, run_link)
 		if (r->timer == t)
@@ -29,10 +29,10 @@ struct rec *thr_running_of(struct tmo *e, const struct tmo_timer *t)
 	return NULL;
 }
 
-void thr_unwait(struct tmo *e, struct rec *r)
+void tmo__thr_unwait(struct tmo *e, struct rec *r)
 {
 	if (--r->waiters == 0 && r->state == R_DONE)
-		thr_done_add(e, r);
+		tmo__thr_done_add(e, r);
 }
 
 static void thr_rec_free(struct tmo *e, struct rec *r)
@@ -42,7 +42,7 @@ static void thr_rec_free(struct tmo *e, struct rec *r)
 	atomic_fetch_sub_explicit(&e->records, 1, memory_order_relaxed);
 }
 
-struct rec *thr_take_done(struct tmo *e)
+struct rec *tmo__thr_take_done(struct tmo *e)
 {
 	struct rec *out = e->done;
 	e->done = NULL;
@@ -51,14 +51,14 @@ struct rec *thr_take_done(struct tmo *e)
 
 /* Outside the mutex: join the threads of a list of records (cancelled or
  * DONE: each has left its loop or is leaving it), then free the records. */
-void thr_reap(struct tmo *e, struct rec *list)
+void tmo__thr_reap(struct tmo *e, struct rec *list)
 {
 	if (list == NULL)
 		return;
 	for (struct rec *r = list; r != NULL; r = r->next) {
 		pthread_join(r->th, NULL);
 		atomic_fetch_sub_explicit(&e->threads, 1, memory_order_relaxed);
-		atomic_fetch_sub_explicit(&thr_process_threads, 1, memory_order_relaxed);
+		atomic_fetch_sub_explicit(&tmo__thr_process_threads, 1, memory_order_relaxed);
 	}
 	pthread_mutex_lock(&e->m);
 	for (struct rec *r = list; r != NULL; r = r->next)

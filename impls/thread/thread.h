@@ -106,31 +106,31 @@ static inline struct rec *rec_of(struct tmo_heap_node *n)
 enum turn { TURN_GO, TURN_BLOCKED, TURN_ENTERING };
 
 /* Move r to `blocked`, `entering` or neither (IN_NONE). */
-void thr_set_in(struct tmo *e, struct rec *r, int where);
+void tmo__thr_set_in(struct tmo *e, struct rec *r, int where);
 /* r is in the heap and due: whether it may fire now, and if not, what holds
  * it back: *pred, the record to wait for until *until. */
-enum turn thr_my_turn(struct tmo *e, const struct rec *r, struct rec **pred, int64_t *until);
+enum turn tmo__thr_my_turn(struct tmo *e, const struct rec *r, struct rec **pred, int64_t *until);
 /* Take a WAITING record out of the heap and of `blocked` (it fires, is
  * cancelled, or is held by a cancel), handing on the turns it held. */
-void thr_unqueue(struct tmo *e, struct rec *r);
+void tmo__thr_unqueue(struct tmo *e, struct rec *r);
 
 /* ---- record sets (impls/thread/records.c) ------------------------------------- */
 
 /* Threads all thread engines of the process hold now. */
-extern atomic_int thr_process_threads;
+extern atomic_int tmo__thr_process_threads;
 
 /* Under the mutex: a DONE record nobody waits on goes to `done`. */
-void thr_done_add(struct tmo *e, struct rec *r);
+void tmo__thr_done_add(struct tmo *e, struct rec *r);
 /* Under the mutex: a record running t's callback, or NULL. */
-struct rec *thr_running_of(struct tmo *e, const struct tmo_timer *t);
+struct rec *tmo__thr_running_of(struct tmo *e, const struct tmo_timer *t);
 /* Under the mutex: a waiter (a cancel waiting for r's callback, or a later
  * timer waiting for its turn) lets go of r. */
-void thr_unwait(struct tmo *e, struct rec *r);
+void tmo__thr_unwait(struct tmo *e, struct rec *r);
 /* Under the mutex: take the DONE records nobody waits on (linked through
  * `next`), to be joined and freed after the unlock. */
-struct rec *thr_take_done(struct tmo *e);
+struct rec *tmo__thr_take_done(struct tmo *e);
 /* Outside the mutex: join the threads of a list of records (cancelled or
  * DONE), then free the records. */
-void thr_reap(struct tmo *e, struct rec *list);
+void tmo__thr_reap(struct tmo *e, struct rec *list);
 
 #endif /* TMO_THREAD_THREAD_H */

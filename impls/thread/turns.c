@@ -109,7 +109,7 @@ static void ph_remove(struct rec **root, struct rec *r)
 	r->ph_child = r->ph_next = r->ph_prev = NULL;
 }
 
-void thr_set_in(struct tmo *e, struct rec *r, int where)
+void tmo__thr_set_in(struct tmo *e, struct rec *r, int where)
 {
 	if (r->in == IN_BLOCKED)
 		ph_remove(&e->blocked, r);
@@ -139,10 +139,10 @@ static bool past_the_call(const struct rec *p)
 
 /* Under the mutex; r is in the heap and due.  Whether it may fire now, and
  * if not, what holds it back: *pred, the record to wait for until *until. */
-enum turn thr_my_turn(struct tmo *e, const struct rec *r, struct rec **pred, int64_t *until)
+enum turn tmo__thr_my_turn(struct tmo *e, const struct rec *r, struct rec **pred, int64_t *until)
 {
 	int64_t floor = r->deadline - THREAD_RESOLUTION_NS;
-	if (tmo_heap_peek(&e->heap)->deadline < floor)
+	if (tmo__heap_peek(&e->heap)->deadline < floor)
 		return TURN_BLOCKED;
 	int64_t now = 0;
 	while (e->entering != NULL && e->entering->deadline < floor) {
@@ -159,7 +159,7 @@ enum turn thr_my_turn(struct tmo *e, const struct rec *r, struct rec **pred, int
 			*until = (now < p->entered_at + ENTRY_GRACE ? p->entered_at : now) + ENTRY_GRACE;
 			return TURN_ENTERING;
 		}
-		thr_set_in(e, p, IN_NONE); /* a long callback: it holds nobody back */
+		tmo__thr_set_in(e, p, IN_NONE); /* a long callback: it holds nobody back */
 	}
 	return TURN_GO;
 }
@@ -168,23 +168,23 @@ enum turn thr_my_turn(struct tmo *e, const struct rec *r, struct rec **pred, int
  * whose turn (as far as the heap goes) has come. */
 static void next_turns(struct tmo *e)
 {
-	const struct tmo_heap_node *top = tmo_heap_peek(&e->heap);
+	const struct tmo_heap_node *top = tmo__heap_peek(&e->heap);
 	int64_t through = top != NULL ? top->deadline + THREAD_RESOLUTION_NS : INT64_MAX;
 	while (e->blocked != NULL && e->blocked->deadline <= through) {
 		struct rec *r = e->blocked;
-		thr_set_in(e, r, IN_NONE);
+		tmo__thr_set_in(e, r, IN_NONE);
 		pthread_cond_signal(&r->cv);
 	}
 }
 
 /* Under the mutex: take a WAITING record out of the heap and of `blocked`
  * (it fires, is cancelled, or is held by a cancel). */
-void thr_unqueue(struct tmo *e, struct rec *r)
+void tmo__thr_unqueue(struct tmo *e, struct rec *r)
 {
-	thr_set_in(e, r, IN_NONE);
-	if (tmo_heap_contains(&r->node)) {
-		bool was_top = tmo_heap_peek(&e->heap) == &r->node;
-		tmo_heap_remove(&e->heap, &r->node);
+	tmo__thr_set_in(e, r, IN_NONE);
+	if (tmo__heap_contains(&r->node)) {
+		bool was_top = tmo__heap_peek(&e->heap) == &r->node;
+		tmo__heap_remove(&e->heap, &r->node);
 		if (was_top && e->blocked != NULL)
 			next_turns(e);
 	}

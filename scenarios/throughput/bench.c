@@ -65,10 +65,10 @@ TP_INLINE int op_arm(struct tp_ctx *c, enum tp_on on, struct tmo_timer *ts, uint
 	if (on == TP_ENGINE)
 		return tp_arm(c, &ts[k], timeout);
 	if (on == TP_WHEEL) {
-		tmo_wheel_add(&d->wheel, &d->wn[k], d->now + timeout);
+		tmo__wheel_add(&d->wheel, &d->wn[k], d->now + timeout);
 		return 0;
 	}
-	return tmo_heap_push(&d->heap, &d->hn[k], d->now + timeout);
+	return tmo__heap_push(&d->heap, &d->hn[k], d->now + timeout);
 }
 
 TP_INLINE int op_cancel(struct tp_ctx *c, enum tp_on on, struct tmo_timer *ts, uint32_t k)
@@ -77,14 +77,14 @@ TP_INLINE int op_cancel(struct tp_ctx *c, enum tp_on on, struct tmo_timer *ts, u
 	if (on == TP_ENGINE)
 		return tmo_cancel(c->e, &ts[k]);
 	if (on == TP_WHEEL) {
-		if (!tmo_wheel_contains(&d->wn[k]))
+		if (!tmo__wheel_contains(&d->wn[k]))
 			return TMO_CANCEL_FIRED;
-		tmo_wheel_del(&d->wheel, &d->wn[k]);
+		tmo__wheel_del(&d->wheel, &d->wn[k]);
 		return TMO_CANCEL_PREVENTED;
 	}
-	if (!tmo_heap_contains(&d->hn[k]))
+	if (!tmo__heap_contains(&d->hn[k]))
 		return TMO_CANCEL_FIRED;
-	tmo_heap_remove(&d->heap, &d->hn[k]);
+	tmo__heap_remove(&d->heap, &d->hn[k]);
 	return TMO_CANCEL_PREVENTED;
 }
 
@@ -97,7 +97,7 @@ TP_INLINE void op_batch(struct tp_ctx *c, enum tp_on on, int64_t now)
 	d->now = now;
 	if (on == TP_WHEEL) {
 		struct tmo_wheel_list due = {NULL};
-		d->fired += (long long)tmo_wheel_advance(&d->wheel, now, &due);
+		d->fired += (long long)tmo__wheel_advance(&d->wheel, now, &due);
 	}
 }
 

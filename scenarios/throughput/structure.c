@@ -28,9 +28,9 @@ static void ds_nodes_init(struct tp_ds *d, size_t from, size_t to, int backgroun
 {
 	for (size_t i = from; i < to; i++) {
 		if (d->kind == TP_WHEEL)
-			tmo_wheel_node_init(background ? &d->wbg[i] : &d->wn[i]);
+			tmo__wheel_node_init(background ? &d->wbg[i] : &d->wn[i]);
 		else
-			tmo_heap_node_init(background ? &d->hbg[i] : &d->hn[i]);
+			tmo__heap_node_init(background ? &d->hbg[i] : &d->hn[i]);
 	}
 }
 
@@ -51,14 +51,14 @@ struct tp_ds *tp_ds_new(const struct sk_run *run)
 	int rc;
 	if (d->kind == TP_WHEEL) {
 		d->wn = calloc(HELD_RING, sizeof *d->wn);
-		rc = tmo_wheel_init(&d->wheel, run->ops->resolution_ns, d->now);
+		rc = tmo__wheel_init(&d->wheel, run->ops->resolution_ns, d->now);
 	} else {
 		d->hn = calloc(HELD_RING, sizeof *d->hn);
-		rc = tmo_heap_init_with(&d->heap, TMO_HEAP_DEFAULT_ARITY, 1024, &ds_mem);
+		rc = tmo__heap_init_with(&d->heap, TMO_HEAP_DEFAULT_ARITY, 1024, &ds_mem);
 	}
 	if (rc != 0 || d->held.at == NULL || (d->wn == NULL && d->hn == NULL)) {
 		if (rc == 0 && d->kind == TP_HEAP)
-			tmo_heap_fini(&d->heap);
+			tmo__heap_fini(&d->heap);
 		free(d->held.at), free(d->wn), free(d->hn), free(d);
 		goto short_of_memory;
 	}
@@ -75,7 +75,7 @@ void tp_ds_free(struct tp_ds *d)
 		return;
 	tp_ds_drain(d);
 	if (d->kind == TP_HEAP)
-		tmo_heap_fini(&d->heap);
+		tmo__heap_fini(&d->heap);
 	free(d->held.at), free(d->wn), free(d->hn), free(d);
 }
 
@@ -96,8 +96,8 @@ int tp_ds_fill(struct tp_ds *d, size_t n, struct sk_rng *rng)
 		int64_t timeout = 60 * TMO_NSEC_PER_SEC + (int64_t)sk_below(rng, 3540) * TMO_NSEC_PER_SEC +
 		                  (int64_t)sk_below(rng, (uint64_t)TMO_NSEC_PER_SEC);
 		if (d->kind == TP_WHEEL) {
-			tmo_wheel_add(&d->wheel, &d->wbg[i], d->now + timeout);
-		} else if (tmo_heap_push(&d->heap, &d->hbg[i], d->now + timeout) != 0) {
+			tmo__wheel_add(&d->wheel, &d->wbg[i], d->now + timeout);
+		} else if (tmo__heap_push(&d->heap, &d->hbg[i], d->now + timeout) != 0) {
 			d->nbg = i;
 			return -1;
 		}
@@ -110,13 +110,13 @@ size_t tp_ds_drain(struct tp_ds *d)
 	size_t gone = 0;
 	for (size_t i = 0; i < d->nbg; i++) {
 		if (d->kind == TP_WHEEL) {
-			if (tmo_wheel_contains(&d->wbg[i]))
-				tmo_wheel_del(&d->wheel, &d->wbg[i]);
+			if (tmo__wheel_contains(&d->wbg[i]))
+				tmo__wheel_del(&d->wheel, &d->wbg[i]);
 			else
 				gone++;
 		} else {
-			if (tmo_heap_contains(&d->hbg[i]))
-				tmo_heap_remove(&d->heap, &d->hbg[i]);
+			if (tmo__heap_contains(&d->hbg[i]))
+				tmo__heap_remove(&d->heap, &d->hbg[i]);
 			else
 				gone++;
 		}

@@ -77,9 +77,9 @@ void tmo__free(void *p)
 
 static const struct tmo_heap_mem heap_mem = {tmo__malloc, tmo__free};
 
-int tmo_heap_init(struct tmo_heap *h, unsigned arity, uint32_t initial_cap)
+int tmo__heap_init(struct tmo_heap *h, unsigned arity, uint32_t initial_cap)
 {
-	return tmo_heap_init_with(h, arity, initial_cap, &heap_mem);
+	return tmo__heap_init_with(h, arity, initial_cap, &heap_mem);
 }
 
 /* Every engine thread runs callbacks: its stack must leave them at least

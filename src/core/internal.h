@@ -26,9 +26,9 @@ void tmo__free(void *p);
 int tmo__thread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *),
                        void *arg);
 /* The library's heaps (src/ds/heap.h) on the counted allocator above: what
- * every engine calls; tmo_heap_init_with with tmo__malloc and tmo__free. */
+ * every engine calls; tmo__heap_init_with with tmo__malloc and tmo__free. */
 struct tmo_heap;
-int tmo_heap_init(struct tmo_heap *h, unsigned arity, uint32_t initial_cap);
+int tmo__heap_init(struct tmo_heap *h, unsigned arity, uint32_t initial_cap);
 /* tmo_testing_timely_timer(): 1 when on */
 int tmo__timely_timer(void);
 /* tmo_testing_set_node_cap(): 0 or the cap. */

@@ -45,8 +45,8 @@ static int resize(struct tmo_heap *h, uint32_t cap)
 	return 0;
 }
 
-int tmo_heap_init_with(struct tmo_heap *h, unsigned arity, uint32_t initial_cap,
-                       const struct tmo_heap_mem *mem)
+int tmo__heap_init_with(struct tmo_heap *h, unsigned arity, uint32_t initial_cap,
+                        const struct tmo_heap_mem *mem)
 {
 	memset(h, 0, sizeof *h);
 	h->mem = mem;
@@ -62,7 +62,7 @@ int tmo_heap_init_with(struct tmo_heap *h, unsigned arity, uint32_t initial_cap,
 	return resize(h, initial_cap);
 }
 
-void tmo_heap_fini(struct tmo_heap *h)
+void tmo__heap_fini(struct tmo_heap *h)
 {
 	/* Nodes still inside are the caller's; they are only marked out. */
 	for (uint32_t i = 0; i < h->n; i++)
@@ -120,7 +120,7 @@ static void sift_down(struct tmo_heap *h, uint32_t i, struct tmo_heap_node *x)
 	set_slot(a, i, x);
 }
 
-int tmo_heap_push(struct tmo_heap *h, struct tmo_heap_node *n, int64_t deadline)
+int tmo__heap_push(struct tmo_heap *h, struct tmo_heap_node *n, int64_t deadline)
 {
 	if (h->n == h->cap) {
 		if (h->cap >= HEAP_MAX_CAP)
@@ -148,7 +148,7 @@ static void maybe_shrink(struct tmo_heap *h)
 	}
 }
 
-void tmo_heap_remove(struct tmo_heap *h, struct tmo_heap_node *n)
+void tmo__heap_remove(struct tmo_heap *h, struct tmo_heap_node *n)
 {
 	uint32_t i = n->index;
 	struct tmo_heap_node *last = h->a[--h->n];
@@ -163,16 +163,16 @@ void tmo_heap_remove(struct tmo_heap *h, struct tmo_heap_node *n)
 	maybe_shrink(h);
 }
 
-struct tmo_heap_node *tmo_heap_pop(struct tmo_heap *h)
+struct tmo_heap_node *tmo__heap_pop(struct tmo_heap *h)
 {
 	if (h->n == 0)
 		return NULL;
 	struct tmo_heap_node *top = h->a[0];
-	tmo_heap_remove(h, top);
+	tmo__heap_remove(h, top);
 	return top;
 }
 
-uint64_t tmo_heap_bytes(const struct tmo_heap *h)
+uint64_t tmo__heap_bytes(const struct tmo_heap *h)
 {
 	return (uint64_t)h->cap * sizeof *h->a;
 }

@@ -23,7 +23,7 @@
 
 /* Where the array's memory comes from: the heap's owner says (ds imports
  * nothing).  free must accept NULL, as free(3) does.  The library's engines
- * use tmo_heap_init (src/core/internal.h): this heap on the counted
+ * use tmo__heap_init (src/core/internal.h): this heap on the counted
  * allocator, so fault injection and leak accounting reach the array. */
 struct tmo_heap_mem {
 	void *(*alloc)(size_t n);
@@ -53,29 +53,29 @@ struct tmo_heap {
 /* arity 2 or 4; initial_cap slots are reserved (and kept as the floor the
  * array shrinks to); mem must outlive the heap.  Returns 0, TMO_HEAP_EINVAL
  * or TMO_HEAP_ENOMEM. */
-int tmo_heap_init_with(struct tmo_heap *h, unsigned arity, uint32_t initial_cap,
-                       const struct tmo_heap_mem *mem);
-void tmo_heap_fini(struct tmo_heap *h);
+int tmo__heap_init_with(struct tmo_heap *h, unsigned arity, uint32_t initial_cap,
+                        const struct tmo_heap_mem *mem);
+void tmo__heap_fini(struct tmo_heap *h);
 
-static inline void tmo_heap_node_init(struct tmo_heap_node *n) { n->index = TMO_HEAP_NOT_IN; }
-static inline int tmo_heap_contains(const struct tmo_heap_node *n)
+static inline void tmo__heap_node_init(struct tmo_heap_node *n) { n->index = TMO_HEAP_NOT_IN; }
+static inline int tmo__heap_contains(const struct tmo_heap_node *n)
 {
 	return n->index != TMO_HEAP_NOT_IN;
 }
-static inline uint32_t tmo_heap_size(const struct tmo_heap *h) { return h->n; }
-static inline struct tmo_heap_node *tmo_heap_peek(const struct tmo_heap *h)
+static inline uint32_t tmo__heap_size(const struct tmo_heap *h) { return h->n; }
+static inline struct tmo_heap_node *tmo__heap_peek(const struct tmo_heap *h)
 {
 	return h->n ? h->a[0] : (struct tmo_heap_node *)0;
 }
 
 /* Insert with this deadline.  Returns 0, or TMO_HEAP_ENOMEM when the array
  * had to grow and could not (the node is then not in the heap). */
-int tmo_heap_push(struct tmo_heap *h, struct tmo_heap_node *n, int64_t deadline);
+int tmo__heap_push(struct tmo_heap *h, struct tmo_heap_node *n, int64_t deadline);
 /* Remove a node that is in the heap. */
-void tmo_heap_remove(struct tmo_heap *h, struct tmo_heap_node *n);
+void tmo__heap_remove(struct tmo_heap *h, struct tmo_heap_node *n);
 /* Remove and return the minimum, or NULL when empty. */
-struct tmo_heap_node *tmo_heap_pop(struct tmo_heap *h);
+struct tmo_heap_node *tmo__heap_pop(struct tmo_heap *h);
 /* Bytes the heap's array holds now. */
-uint64_t tmo_heap_bytes(const struct tmo_heap *h);
+uint64_t tmo__heap_bytes(const struct tmo_heap *h);
 
 #endif

@@ -56,7 +56,7 @@ _Static_assert(TMO_WHEEL_SLOTS == 64, "one uint64_t bitmap per level");
 _Static_assert(EPOCH_SHIFT < 64, "levels must leave room for the epoch");
 _Static_assert(RING == 128, "a level's slot: its digit and its block's parity");
 
-int tmo_wheel_init(struct tmo_wheel *w, int64_t resolution_ns, int64_t now_ns)
+int tmo__wheel_init(struct tmo_wheel *w, int64_t resolution_ns, int64_t now_ns)
 {
 	if (w == NULL || resolution_ns <= 0)
 		return TMO_WHEEL_EINVAL;
@@ -204,7 +204,7 @@ static void refile_chain(struct tmo_wheel *w, struct tmo_wheel_node *n)
 	}
 }
 
-void tmo_wheel_add(struct tmo_wheel *w, struct tmo_wheel_node *n, int64_t deadline)
+void tmo__wheel_add(struct tmo_wheel *w, struct tmo_wheel_node *n, int64_t deadline)
 {
 	n->deadline = deadline;
 	n->expires = tick_ceil(w, deadline);
@@ -356,7 +356,7 @@ static uint64_t list_min(const struct tmo_wheel_list *l)
 	return n == NULL ? min : UINT64_MAX;
 }
 
-int64_t tmo_wheel_next_expiry(const struct tmo_wheel *w)
+int64_t tmo__wheel_next_expiry(const struct tmo_wheel *w)
 {
 	if (w->expired.head)
 		/* Already due: the start of the last processed tick, a time the
@@ -412,7 +412,7 @@ static size_t hand_out(struct tmo_wheel_node ***tail, struct tmo_wheel_node *n)
 	return k;
 }
 
-size_t tmo_wheel_advance(struct tmo_wheel *w, int64_t now, struct tmo_wheel_list *due)
+size_t tmo__wheel_advance(struct tmo_wheel *w, int64_t now, struct tmo_wheel_list *due)
 {
 	struct tmo_wheel_node **tail = &due->head;
 	while (*tail)

@@ -63,14 +63,14 @@ struct tmo_wheel {
 };
 
 /* Returns 0, or TMO_WHEEL_EINVAL for a resolution <= 0. */
-int tmo_wheel_init(struct tmo_wheel *w, int64_t resolution_ns, int64_t now_ns);
+int tmo__wheel_init(struct tmo_wheel *w, int64_t resolution_ns, int64_t now_ns);
 
-static inline void tmo_wheel_node_init(struct tmo_wheel_node *n) { n->pprev = NULL; }
-static inline int tmo_wheel_contains(const struct tmo_wheel_node *n) { return n->pprev != NULL; }
-static inline uint64_t tmo_wheel_count(const struct tmo_wheel *w) { return w->count; }
+static inline void tmo__wheel_node_init(struct tmo_wheel_node *n) { n->pprev = NULL; }
+static inline int tmo__wheel_contains(const struct tmo_wheel_node *n) { return n->pprev != NULL; }
+static inline uint64_t tmo__wheel_count(const struct tmo_wheel *w) { return w->count; }
 /* How many times a node has been moved from one list to another by
  * advance() (a level down, or off the overflow list): the work time costs. */
-static inline uint64_t tmo_wheel_refiled(const struct tmo_wheel *w) { return w->refiled; }
+static inline uint64_t tmo__wheel_refiled(const struct tmo_wheel *w) { return w->refiled; }
 
 /* Insert a node that is not in the wheel; deadline in ns on the caller's
  * clock (may be in the past: the node is then due at the next advance).
@@ -118,7 +118,7 @@ static inline void tmo_wheel_del(struct tmo_wheel *w, struct tmo_wheel_node *n)
  * steps reach a due node.  When a node is already due it is <= the last
  * `now` advanced to.  Cost: a few find-first-sets per empty level, plus at
  * most 32 nodes read. */
-int64_t tmo_wheel_next_expiry(const struct tmo_wheel *w);
+int64_t tmo__wheel_next_expiry(const struct tmo_wheel *w);
 /* Advance to `now`, moving every due node out of the wheel onto the end of
  * *due, ordered by tick (nodes of one tick in no particular order).
  * Returns how many.  Exact guarantee, with r = resolution:
@@ -128,12 +128,12 @@ int64_t tmo_wheel_next_expiry(const struct tmo_wheel *w);
  *                first tick boundary >= its deadline), and so is a node
  *                added after its tick had already been processed.
  * Nodes on *due are linked through `next` and are out of the wheel
- * (tmo_wheel_contains() is false): read `next` before re-adding a node.
+ * (tmo__wheel_contains() is false): read `next` before re-adding a node.
  * A `now` earlier than a previous one, or than the `now_ns` given to init
  * (the origin), processes nothing.  Cost: the nodes handed out, plus, for
  * each tick passed, a share of the next blocks' nodes filed a level down
  * (about 64/63 of the nodes due per tick, per level; a jump past ticks
  * where nothing was due files what it skipped at once). */
-size_t tmo_wheel_advance(struct tmo_wheel *w, int64_t now, struct tmo_wheel_list *due);
+size_t tmo__wheel_advance(struct tmo_wheel *w, int64_t now, struct tmo_wheel_list *due);
 
 #endif

@@ -260,8 +260,8 @@ static __attribute__((noinline)) int cancel_filed(struct tmo *e, struct tmo_time
 	if (atomic_load_explicit(&n->aux, memory_order_relaxed) == ((uintptr_t)b | LF_IN_THREAD) &&
 	    b != NULL && lf_base_trylock(b)) {
 		/* in our own base (unfile's case, without its look-ups) */
-		if (tmo_wheel_contains(&n->s.wheel))
-			tmo_wheel_del(lf_own_wheel(b), &n->s.wheel);
+		if (tmo__wheel_contains(&n->s.wheel))
+			tmo__wheel_del(lf_own_wheel(b), &n->s.wheel);
 		lf_base_unlock(b);
 		lf_cache_put(e, r, n);
 	} else {

@@ -8,9 +8,9 @@
 #include "core/forkset.h"
 #include "peer/peer.h"
 
-void peer_drain(struct peer *e);
-void peer_run_due(struct peer *e);
-void peer_drop_all(struct peer *e, bool library);
+void tmo__peer_drain(struct peer *e);
+void tmo__peer_run_due(struct peer *e);
+void tmo__peer_drop_all(struct peer *e, bool library);
 
 #define P(self) ((struct peer *)(void *)(self))
 
@@ -38,8 +38,8 @@ static void *loop_main(void *arg)
 	tmo__thread_enter((struct tmo *)(void *)e, e->be->name);
 	peer_lock(e);
 	for (;;) {
-		peer_drain(e);
-		peer_run_due(e);
+		tmo__peer_drain(e);
+		tmo__peer_run_due(e);
 		run_work(e);
 		if (e->stop)
 			break;
@@ -78,12 +78,12 @@ static void fork_release(void)
 /* In a child: see peer.h.  Never waits (the loop thread is not here); the
  * mutexes and condition variables are left alone (glibc's
  * pthread_cond_destroy waits for waiters the parent's threads were). */
-void peer_destroy_forked(struct tmo *self)
+void tmo__peer_destroy_forked(struct tmo *self)
 {
 	struct peer *e = P(self);
 	tmo__fork_set_leave(&peer_forks, &e->fork_link);
 	if (e->fork_locked && pthread_mutex_trylock(&e->m) == 0) {
-		peer_drop_all(e, false);
+		tmo__peer_drop_all(e, false);
 		e->be->fini_forked(e);
 		tmo_list_for_each_safe(r, &e->dead, struct peer_rec, link)
 			tmo__free(r);
@@ -102,7 +102,7 @@ static void destroy_sync(struct peer *e)
 	pthread_mutex_destroy(&e->m);
 }
 
-int peer_create(const struct peer_backend *be, struct tmo **out)
+int tmo__peer_create(const struct peer_backend *be, struct tmo **out)
 {
 	struct peer *e = tmo__calloc(1, sizeof *e);
 	if (e == NULL)
@@ -139,7 +139,7 @@ fail:
 	return rc;
 }
 
-void peer_destroy(struct tmo *self)
+void tmo__peer_destroy(struct tmo *self)
 {
 	struct peer *e = P(self);
 	tmo__fork_set_leave(&peer_forks, &e->fork_link);
@@ -150,7 +150,7 @@ void peer_destroy(struct tmo *self)
 	peer_unlock(e);
 	pthread_join(e->thread, NULL);
 	/* The loop is gone: what is listed never ran its callback. */
-	peer_drop_all(e, true);
+	tmo__peer_drop_all(e, true);
 	e->pending = 0;
 	e->be->fini(e);
 	tmo_list_for_each_safe(r, &e->dead, struct peer_rec, link)
@@ -163,7 +163,7 @@ void peer_destroy(struct tmo *self)
 
 /* tmo_testing_run_on_loop: fn(arg) runs on the loop thread, between two
  * turns of the loop; no timer of this engine fires while it runs. */
-int peer_run_on_loop(struct tmo *self, void (*fn)(void *), void *arg)
+int tmo__peer_run_on_loop(struct tmo *self, void (*fn)(void *), void *arg)
 {
 	struct peer *e = P(self);
 	if (peer_on_loop(e)) {

@@ -44,14 +44,14 @@
  * call the library at once.
  *
  * Exactly once: a record's state changes only under `m`; the library's
- * expiry reaches peer_fire(), which takes only a STARTED record (a cancel
+ * expiry reaches tmo__peer_fire(), which takes only a STARTED record (a cancel
  * made it QUEUED->freed, STARTED->STOPPING or ->DEAD) into `due`; the loop
  * thread then runs the due callbacks one at a time in deadline order
  * (never from inside the library's dispatch), taking in what other threads
  * queued before each one, so an arm still queued when the library
  * collected later expiries runs before them (order: a library collects a
  * whole turn's expiries at once, GLib dispatches them in attach order).
- * Never early: peer_fire() compares the clock with the record's deadline
+ * Never early: tmo__peer_fire() compares the clock with the record's deadline
  * and, when the library fired early (millisecond loop clocks, a coarse
  * clock, rounding), starts the library's timer again for the remainder.
  * Cancel waits for a running callback through the callback gate
@@ -59,7 +59,7 @@
  * would deadlock across engines (the gate's check, core/internal.h) is
  * refused with TMO_EDEADLK before the cancel changed anything.
  *
- * Destroy sets `stop` (peer_fire then runs nothing more), wakes and joins
+ * Destroy sets `stop` (tmo__peer_fire then runs nothing more), wakes and joins
  * the loop thread (which finishes a running callback first), stops what is
  * still started or queued (their timers become idle) and frees everything.
  *
@@ -117,7 +117,7 @@ enum peer_flags {
 	/* start and stop may be called from any thread (under m) */
 	PEER_ANY_THREAD = 1u << 0,
 	/* after stop the library may still report the record: it goes to
-	 * `dead` and the backend calls peer_release() */
+	 * `dead` and the backend calls tmo__peer_release() */
 	PEER_ASYNC_STOP = 1u << 1,
 };
 
@@ -148,9 +148,9 @@ struct peer_backend {
 	/* Make the loop thread return from iterate soon (any thread). */
 	void (*wake)(struct peer *e);
 	/* Loop thread: wait for events once, releasing m only while blocked
-	 * (peer_unlock/peer_lock), and report expiries through peer_fire. */
+	 * (peer_unlock/peer_lock), and report expiries through tmo__peer_fire. */
 	void (*iterate)(struct peer *e);
-	/* Loop thread, under m, optional: report through peer_fire the
+	/* Loop thread, under m, optional: report through tmo__peer_fire the
 	 * expiries already there, without blocking.  Called between callbacks
 	 * at most every PEER_COLLECT_NS, so that a timer the kernel reported
 	 * late (another CPU's hrtimer) does not wait behind a long due list,
@@ -172,7 +172,7 @@ struct peer {
 	struct tmo__gate gate; /* under m */
 	struct tmo_list queue, started, due, dead, free; /* under m */
 	uint64_t nfree, records, pending, fired, cancelled;
-	bool stop;  /* under m: destroy began, peer_fire runs nothing */
+	bool stop;  /* under m: destroy began, tmo__peer_fire runs nothing */
 	bool woken; /* under m: a wake-up is owed to the loop (coalesced) */
 	bool due_unsorted; /* under m: `due` needs sorting before a callback */
 
@@ -203,25 +203,26 @@ static inline void peer_lock(struct peer *e) { pthread_mutex_lock(&e->m); }
 static inline void peer_unlock(struct peer *e) { pthread_mutex_unlock(&e->m); }
 
 /* The vtable entries (`struct tmo` is a `struct peer`); each engine's
- * create calls peer_create with its backend. */
-int peer_create(const struct peer_backend *be, struct tmo **out);
-void peer_destroy(struct tmo *self);
-int peer_arm(struct tmo *self, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
-             void *arg);
-int peer_cancel(struct tmo *self, struct tmo_timer *t);
-int peer_stats(struct tmo *self, struct tmo_stats *out);
-void peer_destroy_forked(struct tmo *self);
+ * create calls tmo__peer_create with its backend. */
+int tmo__peer_create(const struct peer_backend *be, struct tmo **out);
+void tmo__peer_destroy(struct tmo *self);
+int tmo__peer_arm(struct tmo *self, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
+                  void *arg);
+int tmo__peer_cancel(struct tmo *self, struct tmo_timer *t);
+int tmo__peer_stats(struct tmo *self, struct tmo_stats *out);
+void tmo__peer_destroy_forked(struct tmo *self);
 /* The run_on_loop testing op (tmo/testing.h). */
-int peer_run_on_loop(struct tmo *self, void (*fn)(void *), void *arg);
+int tmo__peer_run_on_loop(struct tmo *self, void (*fn)(void *), void *arg);
 
 /* Backend, loop thread, under m: r's library timer expired (r joins `due`,
  * or is started again if the library fired early; never releases m). */
-void peer_fire(struct peer *e, struct peer_rec *r);
+void tmo__peer_fire(struct peer *e, struct peer_rec *r);
 /* Backend, under m: a DEAD record can no longer be reported. */
-void peer_release(struct peer *e, struct peer_rec *r);
+void tmo__peer_release(struct peer *e, struct peer_rec *r);
 
-#define PEER_ENGINE_OPS(create_fn)                                                      \
-	.create = create_fn, .destroy = peer_destroy, .arm = peer_arm, .cancel = peer_cancel, \
-	.stats = peer_stats, .destroy_forked = peer_destroy_forked
+#define PEER_ENGINE_OPS(create_fn)                                                \
+	.create = create_fn, .destroy = tmo__peer_destroy, .arm = tmo__peer_arm,         \
+	.cancel = tmo__peer_cancel, .stats = tmo__peer_stats,                            \
+	.destroy_forked = tmo__peer_destroy_forked
 
 #endif /* TMO_PEER_PEER_H */

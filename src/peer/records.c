@@ -47,7 +47,7 @@ static void rec_put(struct peer *e, struct peer_rec *r)
 		tmo__free(r);
 }
 
-void peer_release(struct peer *e, struct peer_rec *r)
+void tmo__peer_release(struct peer *e, struct peer_rec *r)
 {
 	tmo_list_del(&r->link);
 	rec_put(e, r);
@@ -72,8 +72,8 @@ static void owe_wake(struct peer *e)
 
 /* ---- arm / cancel --------------------------------------------------------- */
 
-int peer_arm(struct tmo *self, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
-             void *arg)
+int tmo__peer_arm(struct tmo *self, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
+                  void *arg)
 {
 	struct peer *e = P(self);
 	struct peer_priv *p = peer_priv(t);
@@ -136,7 +136,7 @@ static void stop_started(struct peer *e, struct peer_rec *r)
 	owe_wake(e);
 }
 
-int peer_cancel(struct tmo *self, struct tmo_timer *t)
+int tmo__peer_cancel(struct tmo *self, struct tmo_timer *t)
 {
 	struct peer *e = P(self);
 	struct peer_priv *p = peer_priv(t);
@@ -176,7 +176,7 @@ int peer_cancel(struct tmo *self, struct tmo_timer *t)
 	return res;
 }
 
-int peer_stats(struct tmo *self, struct tmo_stats *out)
+int tmo__peer_stats(struct tmo *self, struct tmo_stats *out)
 {
 	struct peer *e = P(self);
 	peer_lock(e);
@@ -261,7 +261,7 @@ static void peer_sort_due(struct peer *e)
 	e->due.prev = prev;
 }
 
-void peer_fire(struct peer *e, struct peer_rec *r)
+void tmo__peer_fire(struct peer *e, struct peer_rec *r)
 {
 	if (r->state != PR_STARTED || e->stop)
 		return; /* cancelled (its stop is queued or done), or destroy began */
@@ -311,7 +311,7 @@ static void fire_first(struct peer *e)
 /* Loop thread, under m: start what other threads queued (what is due
  * already joins `due`: it must not wait for the library's next turn behind
  * later deadlines), stop what they cancelled. */
-void peer_drain(struct peer *e)
+void tmo__peer_drain(struct peer *e)
 {
 	e->woken = false;
 	if (tmo_list_empty(&e->queue))
@@ -343,14 +343,14 @@ void peer_drain(struct peer *e)
  * other threads armed meanwhile before each callback, so that a queued arm
  * due earlier runs first (the libraries collect a turn's expiries at once,
  * then the adapter's queue would wait behind them all). */
-void peer_run_due(struct peer *e)
+void tmo__peer_run_due(struct peer *e)
 {
 	int64_t collected = e->be->collect != NULL ? tmo_now_ns() : 0;
 	while (!e->stop && !tmo_list_empty(&e->due)) {
 		if (e->due_unsorted)
 			peer_sort_due(e);
 		fire_first(e);
-		peer_drain(e);
+		tmo__peer_drain(e);
 		if (e->be->collect != NULL && !e->stop) {
 			int64_t now = tmo_now_ns();
 			if (now - collected >= PEER_COLLECT_NS) {
@@ -364,7 +364,7 @@ void peer_run_due(struct peer *e)
 /* After the loop thread was joined (destroy), or in a fork child
  * (library = false: the library's state is the backend's fini_forked's):
  * every record still listed never ran its callback. */
-void peer_drop_all(struct peer *e, bool library)
+void tmo__peer_drop_all(struct peer *e, bool library)
 {
 	tmo_list_for_each_safe(r, &e->started, struct peer_rec, link) {
 		if (library)

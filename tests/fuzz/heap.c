@@ -18,7 +18,7 @@
  */
 #include <string.h>
 
-#include "core/internal.h" /* tmo_heap_init: the heap on the counted allocator */
+#include "core/internal.h" /* tmo__heap_init: the heap on the counted allocator */
 #include "ds/heap.h"
 #include "input.h"
 #include "model.h"
@@ -45,13 +45,13 @@ static int fault_hook(enum tmo_fault_kind kind, void *ctx)
 
 static void check_state(struct fuzz_heap *f)
 {
-	FUZZ_CHECK(tmo_heap_size(&f->h) == (uint32_t)f->m.n, "size %u, model %d",
-	           tmo_heap_size(&f->h), f->m.n);
+	FUZZ_CHECK(tmo__heap_size(&f->h) == (uint32_t)f->m.n, "size %u, model %d",
+	           tmo__heap_size(&f->h), f->m.n);
 	FUZZ_CHECK(f->h.n <= f->h.cap, "size %u above capacity %u", f->h.n, f->h.cap);
-	FUZZ_CHECK(tmo_heap_bytes(&f->h) >= (uint64_t)f->h.n * sizeof(void *),
-	           "heap_bytes %llu for %u nodes", (unsigned long long)tmo_heap_bytes(&f->h),
+	FUZZ_CHECK(tmo__heap_bytes(&f->h) >= (uint64_t)f->h.n * sizeof(void *),
+	           "heap_bytes %llu for %u nodes", (unsigned long long)tmo__heap_bytes(&f->h),
 	           f->h.n);
-	struct tmo_heap_node *top = tmo_heap_peek(&f->h);
+	struct tmo_heap_node *top = tmo__heap_peek(&f->h);
 	if (f->m.n == 0)
 		FUZZ_CHECK(top == NULL, "peek of an empty heap is not NULL");
 	else
@@ -61,10 +61,10 @@ static void check_state(struct fuzz_heap *f)
 
 static void cancel(struct fuzz_heap *f, int idx)
 {
-	if (!model_armed(&f->m, idx, tmo_heap_contains(&f->node[idx])))
+	if (!model_armed(&f->m, idx, tmo__heap_contains(&f->node[idx])))
 		return;
-	tmo_heap_remove(&f->h, &f->node[idx]);
-	FUZZ_CHECK(!tmo_heap_contains(&f->node[idx]), "node %d still in after remove", idx);
+	tmo__heap_remove(&f->h, &f->node[idx]);
+	FUZZ_CHECK(!tmo__heap_contains(&f->node[idx]), "node %d still in after remove", idx);
 	model_drop(&f->m, idx);
 }
 
@@ -73,15 +73,15 @@ static void arm(struct fuzz_heap *f, int idx, int64_t deadline, int fail)
 	cancel(f, idx); /* re-arm: like an engine's reschedule */
 	int must_grow = f->h.n == f->h.cap;
 	fail_allocs = fail;
-	int rc = tmo_heap_push(&f->h, &f->node[idx], deadline);
+	int rc = tmo__heap_push(&f->h, &f->node[idx], deadline);
 	fail_allocs = 0;
 	if (fail && must_grow) {
 		FUZZ_CHECK(rc == TMO_ENOMEM, "push that had to grow with allocations failing: %d", rc);
-		FUZZ_CHECK(!tmo_heap_contains(&f->node[idx]), "node %d in after a failed push", idx);
+		FUZZ_CHECK(!tmo__heap_contains(&f->node[idx]), "node %d in after a failed push", idx);
 		return;
 	}
 	FUZZ_CHECK(rc == 0, "push returned %d (n %u cap %u)", rc, f->h.n, f->h.cap);
-	FUZZ_CHECK(tmo_heap_contains(&f->node[idx]), "node %d not in after push", idx);
+	FUZZ_CHECK(tmo__heap_contains(&f->node[idx]), "node %d not in after push", idx);
 	FUZZ_CHECK(f->node[idx].deadline == deadline, "push did not record the deadline");
 	/* After every live timer with deadline <= this one: arm order breaks ties. */
 	model_insert(&f->m, (struct model_entry){.idx = idx, .due = deadline, .key = deadline});
@@ -95,15 +95,15 @@ static void advance(struct fuzz_heap *f, int64_t now, int fail)
 	f->now = now;
 	fail_allocs = fail; /* a failing shrink must be harmless */
 	for (;;) {
-		struct tmo_heap_node *top = tmo_heap_peek(&f->h);
+		struct tmo_heap_node *top = tmo__heap_peek(&f->h);
 		if (top == NULL || top->deadline > now)
 			break;
-		struct tmo_heap_node *got = tmo_heap_pop(&f->h);
+		struct tmo_heap_node *got = tmo__heap_pop(&f->h);
 		FUZZ_CHECK(got == top, "pop returned another node than peek");
 		FUZZ_CHECK(f->m.n > 0, "fired node %d but the model is empty", (int)(got - f->node));
 		FUZZ_CHECK(got == &f->node[f->m.sorted[0].idx], "fired node %d, model says %d",
 		           (int)(got - f->node), f->m.sorted[0].idx);
-		FUZZ_CHECK(!tmo_heap_contains(got), "popped node still in");
+		FUZZ_CHECK(!tmo__heap_contains(got), "popped node still in");
 		model_remove_at(&f->m, 0);
 	}
 	fail_allocs = 0;
@@ -124,9 +124,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	tmo_testing_set_fault(fault_hook, NULL);
 	unsigned arity = (cfg & 1) ? 4 : 2;
 	uint32_t initial_cap = (cfg >> 1) & 7; /* 0 .. 7: growth from tiny arrays */
-	FUZZ_CHECK(tmo_heap_init(&f.h, arity, initial_cap) == 0, "init failed");
+	FUZZ_CHECK(tmo__heap_init(&f.h, arity, initial_cap) == 0, "init failed");
 	for (int i = 0; i < NODES; i++)
-		tmo_heap_node_init(&f.node[i]);
+		tmo__heap_node_init(&f.node[i]);
 
 	while (fuzz_more(&in)) {
 		uint8_t op = fuzz_u8(&in);
@@ -156,7 +156,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				break;
 			default:
 				if (f.m.n == 0)
-					FUZZ_CHECK(tmo_heap_pop(&f.h) == NULL, "pop of an empty heap");
+					FUZZ_CHECK(tmo__heap_pop(&f.h) == NULL, "pop of an empty heap");
 				advance(&f, f.now, 0);
 				break;
 			}
@@ -165,14 +165,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	if (cfg & 0x10) {
 		/* fini with timers still in: they are the caller's, marked out */
-		tmo_heap_fini(&f.h);
+		tmo__heap_fini(&f.h);
 		for (int i = 0; i < NODES; i++)
-			FUZZ_CHECK(!tmo_heap_contains(&f.node[i]), "node %d in after fini", i);
+			FUZZ_CHECK(!tmo__heap_contains(&f.node[i]), "node %d in after fini", i);
 	} else {
 		advance(&f, INT64_MAX, 0);
 		check_state(&f);
 		FUZZ_CHECK(f.m.n == 0, "%d timers never fired", f.m.n);
-		tmo_heap_fini(&f.h);
+		tmo__heap_fini(&f.h);
 	}
 	tmo_testing_set_fault(NULL, NULL);
 	FUZZ_CHECK(tmo_testing_live_allocs() == live_before, "fini left %lld allocations",

@@ -54,7 +54,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				break;
 			}
 			case 1:
-				wm_advance(&f, tmo_wheel_next_expiry(&f.w));
+				wm_advance(&f, tmo__wheel_next_expiry(&f.w));
 				break;
 			case 2: /* exactly the next due time, or one before it */
 				if (f.m.n > 0 && !f.m.sorted[0].never)

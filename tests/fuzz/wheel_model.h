@@ -34,7 +34,7 @@ struct wheel_model {
 };
 
 /* A fresh wheel of resolution r at `origin`, `nodes` timers, mismatches
- * to `on_mismatch` (model.h).  Returns tmo_wheel_init's answer. */
+ * to `on_mismatch` (model.h).  Returns tmo__wheel_init's answer. */
 static inline int wm_init(struct wheel_model *f, int64_t r, int64_t origin, int nodes,
                           void (*on_mismatch)(const struct model *, const char *, int,
                                               const char *))
@@ -46,8 +46,8 @@ static inline int wm_init(struct wheel_model *f, int64_t r, int64_t origin, int 
 	f->origin = origin;
 	f->now = origin;
 	for (int i = 0; i < nodes; i++)
-		tmo_wheel_node_init(&f->node[i]);
-	return tmo_wheel_init(&f->w, r, origin);
+		tmo__wheel_node_init(&f->node[i]);
+	return tmo__wheel_init(&f->w, r, origin);
 }
 
 /* due(d), see the top; *never when it lies beyond INT64_MAX. */
@@ -74,9 +74,9 @@ static inline int64_t wm_next_due(const struct wheel_model *f)
 
 static inline void wm_cancel(struct wheel_model *f, int idx)
 {
-	if (!model_armed(&f->m, idx, tmo_wheel_contains(&f->node[idx])))
+	if (!model_armed(&f->m, idx, tmo__wheel_contains(&f->node[idx])))
 		return;
-	tmo_wheel_del(&f->w, &f->node[idx]);
+	tmo__wheel_del(&f->w, &f->node[idx]);
 	model_drop(&f->m, idx);
 }
 
@@ -90,7 +90,7 @@ static inline void wm_arm(struct wheel_model *f, int idx, int64_t deadline)
 	e.key = e.due <= f->now
 	            ? f->now - (int64_t)(((uint64_t)f->now - (uint64_t)f->origin) % (uint64_t)f->r)
 	            : e.due;
-	tmo_wheel_add(&f->w, &f->node[idx], deadline);
+	tmo__wheel_add(&f->w, &f->node[idx], deadline);
 	model_insert(&f->m, e);
 }
 
@@ -103,7 +103,7 @@ static inline size_t wm_advance(struct wheel_model *f, int64_t now)
 		now = f->now; /* the virtual clock never goes back */
 	f->now = now;
 	struct tmo_wheel_list due = {NULL};
-	size_t k = tmo_wheel_advance(&f->w, now, &due), seen = 0;
+	size_t k = tmo__wheel_advance(&f->w, now, &due), seen = 0;
 	int64_t prev_key = INT64_MIN;
 	for (struct tmo_wheel_node *n = due.head; n; n = n->next) {
 		int idx = (int)(n - f->node);
@@ -111,7 +111,7 @@ static inline size_t wm_advance(struct wheel_model *f, int64_t now)
 		if (!MODEL_CHECK(m, idx >= 0 && idx < f->nodes, "a node that is not ours came back") ||
 		    !MODEL_CHECK(m, m->live[idx], "node %d fired but was not armed", idx))
 			continue;
-		MODEL_CHECK(m, !tmo_wheel_contains(n), "node %d fired but is still in the wheel", idx);
+		MODEL_CHECK(m, !tmo__wheel_contains(n), "node %d fired but is still in the wheel", idx);
 		int i = model_find(m, idx);
 		struct model_entry e = m->sorted[i];
 		MODEL_CHECK(m, n->deadline <= now, "early: deadline %lld fired at now %lld",
@@ -137,13 +137,13 @@ static inline size_t wm_advance(struct wheel_model *f, int64_t now)
 static inline void wm_check_state(struct wheel_model *f)
 {
 	struct model *m = &f->m;
-	MODEL_CHECK(m, tmo_wheel_count(&f->w) == (uint64_t)m->n, "count %llu, model %d",
-	            (unsigned long long)tmo_wheel_count(&f->w), m->n);
+	MODEL_CHECK(m, tmo__wheel_count(&f->w) == (uint64_t)m->n, "count %llu, model %d",
+	            (unsigned long long)tmo__wheel_count(&f->w), m->n);
 	for (int i = 0; i < f->nodes; i++)
-		MODEL_CHECK(m, !!tmo_wheel_contains(&f->node[i]) == m->live[i],
-		            "node %d: contains %d, model live %d", i, tmo_wheel_contains(&f->node[i]),
+		MODEL_CHECK(m, !!tmo__wheel_contains(&f->node[i]) == m->live[i],
+		            "node %d: contains %d, model live %d", i, tmo__wheel_contains(&f->node[i]),
 		            m->live[i]);
-	int64_t ne = tmo_wheel_next_expiry(&f->w);
+	int64_t ne = tmo__wheel_next_expiry(&f->w);
 	if (m->n == 0) {
 		MODEL_CHECK(m, ne == INT64_MAX, "empty wheel, next_expiry %lld", (long long)ne);
 		return;

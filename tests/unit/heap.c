@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "core/internal.h" /* tmo_heap_init: the heap on the counted allocator */
+#include "core/internal.h" /* tmo__heap_init: the heap on the counted allocator */
 #include "ds/heap.h"
 #include "engine_test.h" /* sk_rng */
 #include "tmo/testing.h"
@@ -86,7 +86,7 @@ static uint64_t push_order;
 
 static int push(struct tmo_heap *h, struct item *it, int64_t deadline)
 {
-	int rc = tmo_heap_push(h, &it->node, deadline);
+	int rc = tmo__heap_push(h, &it->node, deadline);
 	if (rc == 0) {
 		it->deadline = deadline;
 		it->order = push_order++;
@@ -106,7 +106,7 @@ static void random_run(unsigned arity, uint32_t min_cap, uint64_t seed, int step
 	model_n = 0;
 	for (uint32_t i = 0; i < MAXN; i++) {
 		items[i].id = i;
-		tmo_heap_node_init(&items[i].node);
+		tmo__heap_node_init(&items[i].node);
 	}
 	/* Phases bias the mix toward growth, then toward draining, so the
 	 * array grows and shrinks several times within one run. */
@@ -120,11 +120,11 @@ static void random_run(unsigned arity, uint32_t min_cap, uint64_t seed, int step
 			struct item *it;
 			do
 				it = &items[rnd_below(MAXN)];
-			while (tmo_heap_contains(&it->node));
+			while (tmo__heap_contains(&it->node));
 			if (push(&h, it, (int64_t)rnd_below((uint32_t)spread) - spread / 2) != 0)
 				bad++;
 		} else if (r < p_push + 15 || model_n == 0) {
-			struct tmo_heap_node *top = tmo_heap_pop(&h);
+			struct tmo_heap_node *top = tmo__heap_pop(&h);
 			if (model_n == 0) {
 				if (top != NULL)
 					bad++;
@@ -136,23 +136,23 @@ static void random_run(unsigned arity, uint32_t min_cap, uint64_t seed, int step
 					        (long long)want->deadline);
 					bad++;
 				}
-				if (top != NULL && tmo_heap_contains(top))
+				if (top != NULL && tmo__heap_contains(top))
 					bad++;
 				model_erase(want);
 			}
 		} else {
 			struct item *it = model[rnd_below(model_n)];
-			tmo_heap_remove(&h, &it->node);
-			if (tmo_heap_contains(&it->node))
+			tmo__heap_remove(&h, &it->node);
+			if (tmo__heap_contains(&it->node))
 				bad++;
 			model_erase(it);
 		}
-		if (tmo_heap_size(&h) != model_n)
+		if (tmo__heap_size(&h) != model_n)
 			bad++;
-		struct tmo_heap_node *pk = tmo_heap_peek(&h);
+		struct tmo_heap_node *pk = tmo__heap_peek(&h);
 		if (model_n ? pk != &model[0]->node : pk != NULL)
 			bad++;
-		if (tmo_heap_bytes(&h) != (uint64_t)h.cap * sizeof(void *))
+		if (tmo__heap_bytes(&h) != (uint64_t)h.cap * sizeof(void *))
 			bad++;
 		/* Shrink bound: after any remove the array is not mostly empty
 		 * (the floor is min_cap). */
@@ -167,7 +167,7 @@ static void random_run(unsigned arity, uint32_t min_cap, uint64_t seed, int step
 	CHECK(peak > 1000); /* the run really grew the array */
 	/* Drain what is left: the order must be the model's. */
 	while (model_n > 0) {
-		struct tmo_heap_node *top = tmo_heap_pop(&h);
+		struct tmo_heap_node *top = tmo__heap_pop(&h);
 		if (top != &model[0]->node) {
 			bad++;
 			break;
@@ -175,9 +175,9 @@ static void random_run(unsigned arity, uint32_t min_cap, uint64_t seed, int step
 		model_erase(model[0]);
 	}
 	CHECK_EQ(bad, 0);
-	CHECK(tmo_heap_pop(&h) == NULL);
+	CHECK(tmo__heap_pop(&h) == NULL);
 	CHECK(h.cap <= (min_cap > 8 ? min_cap : 8));
-	tmo_heap_fini(&h);
+	tmo__heap_fini(&h);
 }
 
 static void test_random_binary(void)
@@ -200,22 +200,22 @@ static void test_fifo_ties(void)
 {
 	for (unsigned arity = 2; arity <= 4; arity += 2) {
 		struct tmo_heap h;
-		CHECK_EQ(tmo_heap_init(&h, arity, 4), 0);
+		CHECK_EQ(tmo__heap_init(&h, arity, 4), 0);
 		static struct item t[200];
 		for (uint32_t i = 0; i < 200; i++) {
 			t[i].id = i;
-			tmo_heap_node_init(&t[i].node);
+			tmo__heap_node_init(&t[i].node);
 			int64_t d = i % 3 == 0 ? INT64_MAX : i % 3 == 1 ? 5 : INT64_MIN;
-			CHECK_EQ(tmo_heap_push(&h, &t[i].node, d), 0);
+			CHECK_EQ(tmo__heap_push(&h, &t[i].node, d), 0);
 		}
 		for (uint32_t i = 0; i < 200; i += 7)
-			tmo_heap_remove(&h, &t[i].node);
+			tmo__heap_remove(&h, &t[i].node);
 		int bad = 0;
 		int64_t last_d = INT64_MIN;
 		int last_id = -1;
 		struct tmo_heap_node *x;
 		uint32_t popped = 0;
-		while ((x = tmo_heap_pop(&h)) != NULL) {
+		while ((x = tmo__heap_pop(&h)) != NULL) {
 			struct item *it = (struct item *)(void *)x;
 			if (it->id % 7 == 0)
 				bad++; /* a removed node came back */
@@ -227,7 +227,7 @@ static void test_fifo_ties(void)
 		}
 		CHECK_EQ(bad, 0);
 		CHECK_EQ(popped, 200 - 29);
-		tmo_heap_fini(&h);
+		tmo__heap_fini(&h);
 	}
 }
 
@@ -237,38 +237,38 @@ static void test_bytes(void)
 {
 	int64_t live0 = tmo_testing_live_allocs();
 	struct tmo_heap h;
-	CHECK_EQ(tmo_heap_init(&h, 4, 32), 0);
-	CHECK_EQ(tmo_heap_bytes(&h), 32 * sizeof(void *));
+	CHECK_EQ(tmo__heap_init(&h, 4, 32), 0);
+	CHECK_EQ(tmo__heap_bytes(&h), 32 * sizeof(void *));
 	static struct item t[4096];
 	for (uint32_t i = 0; i < 4096; i++) {
-		tmo_heap_node_init(&t[i].node);
-		CHECK_EQ(tmo_heap_push(&h, &t[i].node, (int64_t)(i * 7919 % 4096)), 0);
+		tmo__heap_node_init(&t[i].node);
+		CHECK_EQ(tmo__heap_push(&h, &t[i].node, (int64_t)(i * 7919 % 4096)), 0);
 	}
-	CHECK_EQ(tmo_heap_bytes(&h), 4096 * sizeof(void *));
+	CHECK_EQ(tmo__heap_bytes(&h), 4096 * sizeof(void *));
 	/* One more node doubles the array... */
 	static struct item extra;
-	tmo_heap_node_init(&extra.node);
-	CHECK_EQ(tmo_heap_push(&h, &extra.node, 0), 0);
-	CHECK_EQ(tmo_heap_bytes(&h), 8192 * sizeof(void *));
+	tmo__heap_node_init(&extra.node);
+	CHECK_EQ(tmo__heap_push(&h, &extra.node, 0), 0);
+	CHECK_EQ(tmo__heap_bytes(&h), 8192 * sizeof(void *));
 	/* ...and removing it again does not shrink (hysteresis). */
-	tmo_heap_remove(&h, &extra.node);
-	CHECK_EQ(tmo_heap_bytes(&h), 8192 * sizeof(void *));
+	tmo__heap_remove(&h, &extra.node);
+	CHECK_EQ(tmo__heap_bytes(&h), 8192 * sizeof(void *));
 	/* Cancel a burst: down to 2047 live of 8192 slots -> halve. */
 	uint32_t live = 4096;
 	for (uint32_t i = 0; live > 2048; i++, live--)
-		tmo_heap_remove(&h, &t[i].node);
-	CHECK_EQ(tmo_heap_bytes(&h), 8192 * sizeof(void *));
-	tmo_heap_remove(&h, &t[2048].node);
+		tmo__heap_remove(&h, &t[i].node);
+	CHECK_EQ(tmo__heap_bytes(&h), 8192 * sizeof(void *));
+	tmo__heap_remove(&h, &t[2048].node);
 	live--;
-	CHECK_EQ(tmo_heap_size(&h), 2047);
-	CHECK_EQ(tmo_heap_bytes(&h), 4096 * sizeof(void *));
+	CHECK_EQ(tmo__heap_size(&h), 2047);
+	CHECK_EQ(tmo__heap_bytes(&h), 4096 * sizeof(void *));
 	/* Drain completely: back to the floor, not below it. */
-	while (tmo_heap_pop(&h) != NULL)
+	while (tmo__heap_pop(&h) != NULL)
 		;
-	CHECK_EQ(tmo_heap_bytes(&h), 32 * sizeof(void *));
+	CHECK_EQ(tmo__heap_bytes(&h), 32 * sizeof(void *));
 	CHECK_EQ(tmo_testing_live_allocs(), live0 + 1);
-	tmo_heap_fini(&h);
-	CHECK_EQ(tmo_heap_bytes(&h), 0);
+	tmo__heap_fini(&h);
+	CHECK_EQ(tmo__heap_bytes(&h), 0);
 	CHECK_EQ(tmo_testing_live_allocs(), live0);
 }
 
@@ -284,42 +284,42 @@ static int fail_alloc(enum tmo_fault_kind kind, void *ctx)
 static void test_enomem(void)
 {
 	struct tmo_heap h;
-	CHECK_EQ(tmo_heap_init(&h, 2, 4), 0);
+	CHECK_EQ(tmo__heap_init(&h, 2, 4), 0);
 	static struct item t[64];
 	for (uint32_t i = 0; i < 64; i++)
-		tmo_heap_node_init(&t[i].node);
+		tmo__heap_node_init(&t[i].node);
 	for (uint32_t i = 0; i < 4; i++)
-		CHECK_EQ(tmo_heap_push(&h, &t[i].node, 10 - (int64_t)i), 0);
+		CHECK_EQ(tmo__heap_push(&h, &t[i].node, 10 - (int64_t)i), 0);
 	tmo_testing_set_fault(fail_alloc, NULL);
-	CHECK_EQ(tmo_heap_push(&h, &t[4].node, 0), TMO_ENOMEM);
+	CHECK_EQ(tmo__heap_push(&h, &t[4].node, 0), TMO_ENOMEM);
 	tmo_testing_set_fault(NULL, NULL);
-	CHECK(!tmo_heap_contains(&t[4].node));
-	CHECK_EQ(tmo_heap_size(&h), 4);
+	CHECK(!tmo__heap_contains(&t[4].node));
+	CHECK_EQ(tmo__heap_size(&h), 4);
 	CHECK_EQ(heap_violations(&h), 0);
 	for (uint32_t i = 4; i < 64; i++)
-		CHECK_EQ(tmo_heap_push(&h, &t[i].node, (int64_t)i), 0);
-	CHECK_EQ(tmo_heap_bytes(&h), 64 * sizeof(void *));
+		CHECK_EQ(tmo__heap_push(&h, &t[i].node, (int64_t)i), 0);
+	CHECK_EQ(tmo__heap_bytes(&h), 64 * sizeof(void *));
 	tmo_testing_set_fault(fail_alloc, NULL);
 	for (uint32_t i = 0; i < 60; i++)
-		tmo_heap_remove(&h, &t[i].node);
+		tmo__heap_remove(&h, &t[i].node);
 	tmo_testing_set_fault(NULL, NULL);
-	CHECK_EQ(tmo_heap_bytes(&h), 64 * sizeof(void *)); /* could not shrink */
+	CHECK_EQ(tmo__heap_bytes(&h), 64 * sizeof(void *)); /* could not shrink */
 	CHECK_EQ(heap_violations(&h), 0);
-	CHECK(tmo_heap_pop(&h) == &t[60].node);
-	tmo_heap_fini(&h);
-	CHECK(!tmo_heap_contains(&t[61].node)); /* fini marks leftovers out */
+	CHECK(tmo__heap_pop(&h) == &t[60].node);
+	tmo__heap_fini(&h);
+	CHECK(!tmo__heap_contains(&t[61].node)); /* fini marks leftovers out */
 }
 
 static void test_bad_init(void)
 {
 	struct tmo_heap h;
-	CHECK_EQ(tmo_heap_init(&h, 3, 0), TMO_EINVAL);
-	CHECK_EQ(tmo_heap_init(&h, 8, 0), TMO_EINVAL);
-	CHECK_EQ(tmo_heap_init(&h, 0, 0), TMO_EINVAL);
-	CHECK_EQ(tmo_heap_init(&h, 2, 0), 0);
-	CHECK(tmo_heap_peek(&h) == NULL);
-	CHECK(tmo_heap_pop(&h) == NULL);
-	tmo_heap_fini(&h);
+	CHECK_EQ(tmo__heap_init(&h, 3, 0), TMO_EINVAL);
+	CHECK_EQ(tmo__heap_init(&h, 8, 0), TMO_EINVAL);
+	CHECK_EQ(tmo__heap_init(&h, 0, 0), TMO_EINVAL);
+	CHECK_EQ(tmo__heap_init(&h, 2, 0), 0);
+	CHECK(tmo__heap_peek(&h) == NULL);
+	CHECK(tmo__heap_pop(&h) == NULL);
+	tmo__heap_fini(&h);
 }
 
 int main(void)

@@ -24,16 +24,16 @@
 /* A fresh node, added at `deadline`. */
 static void add_new(struct tmo_wheel *w, struct tmo_wheel_node *n, int64_t deadline)
 {
-	tmo_wheel_node_init(n);
-	tmo_wheel_add(w, n, deadline);
+	tmo__wheel_node_init(n);
+	tmo__wheel_add(w, n, deadline);
 }
 
 static size_t drain(struct tmo_wheel *w, int64_t now, struct tmo_wheel_node **out, size_t max)
 {
 	struct tmo_wheel_list due = {NULL};
-	size_t k = tmo_wheel_advance(w, now, &due), i = 0;
+	size_t k = tmo__wheel_advance(w, now, &due), i = 0;
 	for (struct tmo_wheel_node *n = due.head; n; n = n->next) {
-		CHECK(!tmo_wheel_contains(n));
+		CHECK(!tmo__wheel_contains(n));
 		if (i < max)
 			out[i] = n;
 		i++;
@@ -45,11 +45,11 @@ static size_t drain(struct tmo_wheel *w, int64_t now, struct tmo_wheel_node **ou
 static void test_init_rejects_bad_resolution(void)
 {
 	struct tmo_wheel w;
-	CHECK_EQ(tmo_wheel_init(&w, 0, 0), TMO_EINVAL);
-	CHECK_EQ(tmo_wheel_init(&w, -5, 0), TMO_EINVAL);
-	CHECK_EQ(tmo_wheel_init(&w, 1, 0), 0);
-	CHECK_EQ(tmo_wheel_next_expiry(&w), INT64_MAX);
-	CHECK_EQ(tmo_wheel_count(&w), 0);
+	CHECK_EQ(tmo__wheel_init(&w, 0, 0), TMO_EINVAL);
+	CHECK_EQ(tmo__wheel_init(&w, -5, 0), TMO_EINVAL);
+	CHECK_EQ(tmo__wheel_init(&w, 1, 0), 0);
+	CHECK_EQ(tmo__wheel_next_expiry(&w), INT64_MAX);
+	CHECK_EQ(tmo__wheel_count(&w), 0);
 }
 
 /* r = 10, origin 1000: a deadline on a boundary is due at it, one past a
@@ -58,26 +58,26 @@ static void test_tick_boundaries(void)
 {
 	struct tmo_wheel w;
 	struct tmo_wheel_node a, b, c, *out[4];
-	tmo_wheel_init(&w, 10, 1000);
+	tmo__wheel_init(&w, 10, 1000);
 	add_new(&w, &a, 1010); /* on a boundary */
 	add_new(&w, &b, 1011); /* just past one */
 	add_new(&w, &c, 1000); /* at the origin */
-	CHECK(tmo_wheel_contains(&a));
-	CHECK_EQ(tmo_wheel_count(&w), 3);
-	CHECK_EQ(tmo_wheel_next_expiry(&w), 1000);
+	CHECK(tmo__wheel_contains(&a));
+	CHECK_EQ(tmo__wheel_count(&w), 3);
+	CHECK_EQ(tmo__wheel_next_expiry(&w), 1000);
 	CHECK_EQ(drain(&w, 999, out, 4), 0);
 	CHECK_EQ(drain(&w, 1000, out, 4), 1);
 	CHECK(out[0] == &c);
-	CHECK_EQ(tmo_wheel_next_expiry(&w), 1010);
+	CHECK_EQ(tmo__wheel_next_expiry(&w), 1010);
 	CHECK_EQ(drain(&w, 1009, out, 4), 0);
 	CHECK_EQ(drain(&w, 1010, out, 4), 1);
 	CHECK(out[0] == &a);
-	CHECK_EQ(tmo_wheel_next_expiry(&w), 1020);
+	CHECK_EQ(tmo__wheel_next_expiry(&w), 1020);
 	CHECK_EQ(drain(&w, 1019, out, 4), 0);
 	CHECK_EQ(drain(&w, 1020, out, 4), 1);
 	CHECK(out[0] == &b);
-	CHECK_EQ(tmo_wheel_count(&w), 0);
-	CHECK_EQ(tmo_wheel_next_expiry(&w), INT64_MAX);
+	CHECK_EQ(tmo__wheel_count(&w), 0);
+	CHECK_EQ(tmo__wheel_next_expiry(&w), INT64_MAX);
 }
 
 /* A node added with a deadline whose tick was already processed is due at
@@ -86,18 +86,18 @@ static void test_past_deadline_due_next_advance(void)
 {
 	struct tmo_wheel w;
 	struct tmo_wheel_node a, *out[2];
-	tmo_wheel_init(&w, 100, 0);
+	tmo__wheel_init(&w, 100, 0);
 	CHECK_EQ(drain(&w, 550, out, 2), 0);
-	tmo_wheel_node_init(&a);
-	tmo_wheel_add(&w, &a, 500);
-	CHECK(tmo_wheel_next_expiry(&w) <= 550);
+	tmo__wheel_node_init(&a);
+	tmo__wheel_add(&w, &a, 500);
+	CHECK(tmo__wheel_next_expiry(&w) <= 550);
 	CHECK_EQ(drain(&w, 550, out, 2), 1);
-	tmo_wheel_add(&w, &a, -1000000); /* before the origin */
+	tmo__wheel_add(&w, &a, -1000000); /* before the origin */
 	CHECK_EQ(drain(&w, 550, out, 2), 1);
 	/* 550 is inside tick 5 (500..599), not processed past 600: a deadline
 	 * of 560 is still in the future and due at 600. */
-	tmo_wheel_add(&w, &a, 560);
-	CHECK_EQ(tmo_wheel_next_expiry(&w), 600);
+	tmo__wheel_add(&w, &a, 560);
+	CHECK_EQ(tmo__wheel_next_expiry(&w), 600);
 	CHECK_EQ(drain(&w, 599, out, 2), 0);
 	CHECK_EQ(drain(&w, 600, out, 2), 1);
 }
@@ -108,18 +108,18 @@ static void test_del_updates_bitmap(void)
 {
 	struct tmo_wheel w;
 	struct tmo_wheel_node a, b, c, *out[2];
-	tmo_wheel_init(&w, 1, 0);
+	tmo__wheel_init(&w, 1, 0);
 	add_new(&w, &a, 5000);
 	add_new(&w, &b, 5000);
 	add_new(&w, &c, 7);
-	tmo_wheel_del(&w, &c);
-	CHECK(!tmo_wheel_contains(&c));
-	CHECK(tmo_wheel_next_expiry(&w) > 7);
-	tmo_wheel_del(&w, &a);
-	CHECK(tmo_wheel_next_expiry(&w) <= 5000);
-	tmo_wheel_del(&w, &b);
-	CHECK_EQ(tmo_wheel_next_expiry(&w), INT64_MAX);
-	CHECK_EQ(tmo_wheel_count(&w), 0);
+	tmo__wheel_del(&w, &c);
+	CHECK(!tmo__wheel_contains(&c));
+	CHECK(tmo__wheel_next_expiry(&w) > 7);
+	tmo__wheel_del(&w, &a);
+	CHECK(tmo__wheel_next_expiry(&w) <= 5000);
+	tmo__wheel_del(&w, &b);
+	CHECK_EQ(tmo__wheel_next_expiry(&w), INT64_MAX);
+	CHECK_EQ(tmo__wheel_count(&w), 0);
 	CHECK_EQ(drain(&w, INT64_MAX, out, 2), 0);
 }
 
@@ -130,14 +130,14 @@ static void test_overflow_and_big_jumps(void)
 	struct tmo_wheel w;
 	struct tmo_wheel_node n[4], *out[4];
 	const int64_t top = INT64_C(1) << (TMO_WHEEL_BITS * TMO_WHEEL_LEVELS);
-	tmo_wheel_init(&w, 1, 0);
+	tmo__wheel_init(&w, 1, 0);
 	for (int i = 0; i < 4; i++)
-		tmo_wheel_node_init(&n[i]);
-	tmo_wheel_add(&w, &n[0], 3 * top + 17);
-	tmo_wheel_add(&w, &n[1], top - 1);
-	tmo_wheel_add(&w, &n[2], TMO_TIMEOUT_MAX);
-	tmo_wheel_add(&w, &n[3], top);
-	CHECK(tmo_wheel_next_expiry(&w) <= top - 1);
+		tmo__wheel_node_init(&n[i]);
+	tmo__wheel_add(&w, &n[0], 3 * top + 17);
+	tmo__wheel_add(&w, &n[1], top - 1);
+	tmo__wheel_add(&w, &n[2], TMO_TIMEOUT_MAX);
+	tmo__wheel_add(&w, &n[3], top);
+	CHECK(tmo__wheel_next_expiry(&w) <= top - 1);
 	CHECK_EQ(drain(&w, top - 2, out, 4), 0);
 	CHECK_EQ(drain(&w, top, out, 4), 2);
 	CHECK(out[0] == &n[1] && out[1] == &n[3]);
@@ -157,37 +157,37 @@ static void test_next_expiry_exact_when_sparse(void)
 	const int64_t ms = TMO_NSEC_PER_MSEC, s = TMO_NSEC_PER_SEC;
 	struct tmo_wheel w;
 	struct tmo_wheel_node a, b, c, crowd[20], *out[20];
-	tmo_wheel_init(&w, ms, 0);
+	tmo__wheel_init(&w, ms, 0);
 	add_new(&w, &a, 10 * s);
 	add_new(&w, &b, 20 * s + 1); /* rounded up to 20.001 s */
 	add_new(&w, &c, 300 * s);
-	CHECK_EQ(tmo_wheel_next_expiry(&w), 10 * s);
+	CHECK_EQ(tmo__wheel_next_expiry(&w), 10 * s);
 	CHECK_EQ(drain(&w, 10 * s - 1, out, 3), 0);
-	CHECK_EQ(tmo_wheel_next_expiry(&w), 10 * s);
+	CHECK_EQ(tmo__wheel_next_expiry(&w), 10 * s);
 	CHECK_EQ(drain(&w, 10 * s, out, 3), 1);
-	CHECK_EQ(tmo_wheel_next_expiry(&w), 20 * s + ms);
+	CHECK_EQ(tmo__wheel_next_expiry(&w), 20 * s + ms);
 	CHECK_EQ(drain(&w, 20 * s + ms, out, 3), 1);
-	CHECK_EQ(tmo_wheel_next_expiry(&w), 300 * s);
-	tmo_wheel_del(&w, &c);
+	CHECK_EQ(tmo__wheel_next_expiry(&w), 300 * s);
+	tmo__wheel_del(&w, &c);
 
 	/* beyond the top level: exact from the overflow list's minimum */
 	struct tmo_wheel w1;
-	tmo_wheel_init(&w1, 1, 0);
-	tmo_wheel_add(&w1, &a, (INT64_C(1) << 50) + 5);
-	tmo_wheel_add(&w1, &b, (INT64_C(1) << 51));
-	CHECK_EQ(tmo_wheel_next_expiry(&w1), (INT64_C(1) << 50) + 5);
+	tmo__wheel_init(&w1, 1, 0);
+	tmo__wheel_add(&w1, &a, (INT64_C(1) << 50) + 5);
+	tmo__wheel_add(&w1, &b, (INT64_C(1) << 51));
+	CHECK_EQ(tmo__wheel_next_expiry(&w1), (INT64_C(1) << 50) + 5);
 
 	/* Now at tick 20001 (64 * 312 + 33).  20 timers at ticks 20136 ..
 	 * 20155, all in the level-1 slot of ticks 20096 .. 20159: more than
 	 * the scan reads, so next_expiry is the slot's start. */
 	for (int i = 0; i < 20; i++) {
-		tmo_wheel_node_init(&crowd[i]);
-		tmo_wheel_add(&w, &crowd[i], (20136 + i) * ms);
+		tmo__wheel_node_init(&crowd[i]);
+		tmo__wheel_add(&w, &crowd[i], (20136 + i) * ms);
 	}
-	CHECK_EQ(tmo_wheel_next_expiry(&w), 20096 * ms);
+	CHECK_EQ(tmo__wheel_next_expiry(&w), 20096 * ms);
 	CHECK_EQ(drain(&w, 20096 * ms, out, 20), 0);
 	/* that advance cascaded the slot to level 0: exact again */
-	CHECK_EQ(tmo_wheel_next_expiry(&w), 20136 * ms);
+	CHECK_EQ(tmo__wheel_next_expiry(&w), 20136 * ms);
 	CHECK_EQ(drain(&w, 20155 * ms, out, 20), 20);
 }
 
@@ -196,11 +196,11 @@ static void test_order_across_ticks(void)
 {
 	struct tmo_wheel w;
 	struct tmo_wheel_node n[64], *out[64];
-	tmo_wheel_init(&w, 3, 0);
+	tmo__wheel_init(&w, 3, 0);
 	for (int i = 0; i < 64; i++) {
-		tmo_wheel_node_init(&n[i]);
+		tmo__wheel_node_init(&n[i]);
 		/* scrambled deadlines 0 .. 63*4100, across levels 0..2 */
-		tmo_wheel_add(&w, &n[i], (int64_t)((i * 37) % 64) * 4100);
+		tmo__wheel_add(&w, &n[i], (int64_t)((i * 37) % 64) * 4100);
 	}
 	CHECK_EQ(drain(&w, 64 * 4100, out, 64), 64);
 	for (int i = 1; i < 64; i++)
@@ -266,7 +266,7 @@ static int64_t random_now(struct wheel_model *m)
 		int64_t d = wm_next_due(m);
 		return d == INT64_MAX ? now : d - (int64_t)below(2);
 	}
-	case 3: return tmo_wheel_next_expiry(&m->w);
+	case 3: return tmo__wheel_next_expiry(&m->w);
 	case 4: { /* a big jump */
 		unsigned bits = (unsigned)below(52);
 		int64_t span;
@@ -285,7 +285,7 @@ static void model_chase(struct wheel_model *m)
 	if (m->m.n == 0)
 		return;
 	for (int step = 0; step < TMO_WHEEL_LEVELS + 2; step++) {
-		int64_t ne = tmo_wheel_next_expiry(&m->w);
+		int64_t ne = tmo__wheel_next_expiry(&m->w);
 		if (ne == INT64_MAX && wm_next_due(m) == INT64_MAX)
 			return; /* only nodes beyond the clock's range */
 		if (wm_advance(m, ne) > 0)
@@ -352,29 +352,29 @@ static void test_extreme_range(void)
 		for (unsigned j = 0; j < sizeof dl / sizeof dl[0]; j++) {
 			struct tmo_wheel w;
 			struct tmo_wheel_node n, *out[1];
-			tmo_wheel_init(&w, res[i], INT64_MIN);
-			tmo_wheel_node_init(&n);
-			tmo_wheel_add(&w, &n, dl[j]);
+			tmo__wheel_init(&w, res[i], INT64_MIN);
+			tmo__wheel_node_init(&n);
+			tmo__wheel_add(&w, &n, dl[j]);
 			__int128 dist = (__int128)dl[j] - INT64_MIN, r = res[i];
 			__int128 due = (__int128)INT64_MIN + (dist + r - 1) / r * r;
-			int64_t ne = tmo_wheel_next_expiry(&w);
+			int64_t ne = tmo__wheel_next_expiry(&w);
 			if (due > INT64_MAX) {
 				/* beyond the clock: never due (next_expiry is only a
 				 * lower bound: it may be a slot start before INT64_MAX) */
 				CHECK_EQ(drain(&w, INT64_MAX, out, 1), 0);
-				CHECK_EQ(tmo_wheel_count(&w), 1);
+				CHECK_EQ(tmo__wheel_count(&w), 1);
 				continue;
 			}
 			CHECK(ne <= (int64_t)due);
 			if ((int64_t)due > INT64_MIN)
 				CHECK_EQ(drain(&w, (int64_t)due - 1, out, 1), 0);
 			/* follow next_expiry as an engine would */
-			for (int step = 0; step < TMO_WHEEL_LEVELS + 2 && tmo_wheel_count(&w); step++)
-				drain(&w, tmo_wheel_next_expiry(&w), out, 1);
-			if (tmo_wheel_count(&w) != 0)
+			for (int step = 0; step < TMO_WHEEL_LEVELS + 2 && tmo__wheel_count(&w); step++)
+				drain(&w, tmo__wheel_next_expiry(&w), out, 1);
+			if (tmo__wheel_count(&w) != 0)
 				fprintf(stderr, "r %lld deadline %lld: not due at %lld\n", (long long)res[i],
 				        (long long)dl[j], (long long)due);
-			CHECK_EQ(tmo_wheel_count(&w), 0);
+			CHECK_EQ(tmo__wheel_count(&w), 0);
 		}
 	}
 }
@@ -395,8 +395,8 @@ static void refiling_is_spread(int n, int64_t span)
 	static struct tmo_wheel w;
 	struct tmo_wheel_list due = {NULL};
 	const int64_t start = 3000;
-	tmo_wheel_init(&w, 1, 0);
-	tmo_wheel_advance(&w, start, &due);
+	tmo__wheel_init(&w, 1, 0);
+	tmo__wheel_advance(&w, start, &due);
 	uint64_t x = 88172645463325252u;
 	for (int i = 0; i < n; i++) {
 		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
@@ -406,14 +406,14 @@ static void refiling_is_spread(int n, int64_t span)
 	uint64_t worst = 0, fired = 0;
 	int64_t worst_at = 0, prev = INT64_MIN;
 	for (int64_t t = start + 1; t <= start + 50 + span; t++) {
-		uint64_t before = tmo_wheel_refiled(&w);
+		uint64_t before = tmo__wheel_refiled(&w);
 		due.head = NULL;
-		fired += tmo_wheel_advance(&w, t, &due);
+		fired += tmo__wheel_advance(&w, t, &due);
 		for (struct tmo_wheel_node *d = due.head; d; d = d->next) {
 			CHECK(d->deadline <= t && d->deadline >= prev);
 			prev = d->deadline;
 		}
-		uint64_t moved = tmo_wheel_refiled(&w) - before;
+		uint64_t moved = tmo__wheel_refiled(&w) - before;
 		if (moved > worst)
 			worst = moved, worst_at = t;
 	}
@@ -423,7 +423,7 @@ static void refiling_is_spread(int n, int64_t span)
 		        (unsigned long long)bound);
 	CHECK(worst <= bound);
 	CHECK_EQ(fired, (uint64_t)n);
-	CHECK_EQ(tmo_wheel_count(&w), 0);
+	CHECK_EQ(tmo__wheel_count(&w), 0);
 }
 
 static void test_refiling_is_spread(void)

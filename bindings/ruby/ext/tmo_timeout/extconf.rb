@@ -16,9 +16,11 @@ if lib && !lib.empty?
   abort "extconf: TMO_LIB=#{lib} does not exist" unless File.file?(lib)
   $INCFLAGS << " -I#{root}/include"
   $LOCAL_LIBS << " #{lib}"
-  deps = `pkg-config --libs libevent_core libevent_pthreads ck`.strip
-  abort "extconf: pkg-config cannot find libevent or ck (scripts/deps)" unless $?.success?
-  $libs << " #{deps} -lpthread -lrt"
+  # libtmo's private libraries, as cmake/tmo.pc.in lists them (the peer
+  # engines' libev, libuv, GLib and liburing included).
+  deps = `pkg-config --libs libevent_core libevent_pthreads ck libuv glib-2.0 liburing`.strip
+  abort "extconf: pkg-config cannot find libevent, ck, libuv, glib-2.0 or liburing (scripts/deps)" unless $?.success?
+  $libs << " #{deps} -lev -lpthread -lrt -ldl"
 else
   cflags = `pkg-config --cflags tmo`.strip
   libs = `pkg-config --static --libs tmo`.strip
