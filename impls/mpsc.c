@@ -43,8 +43,8 @@ static size_t h_collect_max(void *s, int64_t now, size_t max,
 {
 	struct tmo_heap_node *top;
 	size_t k = 0;
-	while (k < max && (top = tmo_heap_peek(s)) != NULL && top->deadline <= now) {
-		tmo_heap_pop(s);
+	while (k < max && (top = tmo__heap_peek(s)) != NULL && top->deadline <= now) {
+		tmo__heap_pop(s);
 		due(ctx, tmo_container_of(top, struct lf_node, s.heap));
 		k++;
 	}
@@ -100,5 +100,5 @@ static int mpsc_create(const struct tmo_config *cfg, struct tmo **out)
 		.tick_ns = 0, /* looks every resolution_ns while arms come */
 		.thread_bases = 0,
 	};
-	return lf_create(&params, cfg, out);
+	return tmo__lf_create(&params, cfg, out);
 }

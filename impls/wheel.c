@@ -99,5 +99,5 @@ static int wheel_create(const struct tmo_config *cfg, struct tmo **out)
 		.tick_ns = WHEEL_TICK_NS / 4,
 		.thread_bases = 1,
 	};
-	return lf_create(&params, cfg, out);
+	return tmo__lf_create(&params, cfg, out);
 }

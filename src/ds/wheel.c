@@ -212,7 +212,7 @@ void tmo__wheel_add(struct tmo_wheel *w, struct tmo_wheel_node *n, int64_t deadl
 	w->count++;
 }
 
-/* tmo_wheel_del is inline, in wheel.h (the cancel path calls it). */
+/* tmo__wheel_del is inline, in wheel.h (the cancel path calls it). */
 
 /* ---- time passing ---------------------------------------------------------- */
 

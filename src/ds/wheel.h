@@ -76,7 +76,7 @@ static inline uint64_t tmo__wheel_refiled(const struct tmo_wheel *w) { return w-
  * clock (may be in the past: the node is then due at the next advance).
  * The node is due at the first tick boundary (origin + k * resolution) at
  * or after its deadline. */
-void tmo_wheel_add(struct tmo_wheel *w, struct tmo_wheel_node *n, int64_t deadline);
+void tmo__wheel_add(struct tmo_wheel *w, struct tmo_wheel_node *n, int64_t deadline);
 /* Slot s of level l is empty, or about to be taken whole (wheel.c). */
 static inline void tmo__wheel_unmark(struct tmo_wheel *w, unsigned l, unsigned s)
 {
@@ -87,7 +87,7 @@ static inline void tmo__wheel_unmark(struct tmo_wheel *w, unsigned l, unsigned s
 
 /* Remove a node that is in the wheel.  Inline: a cancel's whole cost is
  * a few of its instructions, and the call would be a good share. */
-static inline void tmo_wheel_del(struct tmo_wheel *w, struct tmo_wheel_node *n)
+static inline void tmo__wheel_del(struct tmo_wheel *w, struct tmo_wheel_node *n)
 {
 	struct tmo_wheel_node **pprev = n->pprev;
 	*pprev = n->next;

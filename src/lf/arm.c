@@ -29,7 +29,7 @@
 
 /* ---- publishing: inbox and bases ------------------------------------------------ */
 
-void lf_inbox_post(struct tmo *e, struct lf_node *n)
+void tmo__lf_inbox_post(struct tmo *e, struct lf_node *n)
 {
 	/* read before the push: once in the inbox the node may be filed, and
 	 * these fields written over */
@@ -46,8 +46,8 @@ void lf_inbox_post(struct tmo *e, struct lf_node *n)
 		 * deadline's bound is worked out here only (a conversion). */
 		int64_t deadline_lower = 0;
 		if (in - atomic_load_explicit(&e->inbox_out, memory_order_relaxed) < INBOX_WAKE)
-			deadline_lower = lf_node_deadline_lower(e, stamp, timeout);
-		lf_wake_for(e, deadline_lower);
+			deadline_lower = tmo__lf_node_deadline_lower(e, stamp, timeout);
+		tmo__lf_wake_for(e, deadline_lower);
 	}
 }
 
@@ -57,7 +57,7 @@ static int arm_bare(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_
                     void *arg)
 {
 	int err = TMO_ENOMEM;
-	struct lf_node *n = lf_alloc_bare(e, &err);
+	struct lf_node *n = tmo__lf_alloc_bare(e, &err);
 	if (n == NULL)
 		return err;
 	uint64_t gen = (lf_gen_of(atomic_load_explicit(&n->state, memory_order_relaxed)) + 1) &
@@ -71,7 +71,7 @@ static int arm_bare(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_
 	atomic_store_explicit(lf_timer_word(t), lf_word(lf_idx_of(e, n), gen, LF_PENDING),
 	                      memory_order_release);
 	atomic_fetch_add_explicit(&e->armed_bare, 1, memory_order_relaxed);
-	lf_inbox_post(e, n);
+	tmo__lf_inbox_post(e, n);
 	return 0;
 }
 
@@ -79,7 +79,7 @@ static __attribute__((noinline)) int arm_slow(struct tmo *e, struct tmo_timer *t
                                               int64_t timeout_ns, tmo_callback *cb, void *arg)
 {
 	if (tmo__thread_engine == e)
-		return lf_arm_on_timer(e, t, timeout_ns, cb, arg);
+		return tmo__lf_arm_on_timer(e, t, timeout_ns, cb, arg);
 	return arm_bare(e, t, timeout_ns, cb, arg);
 }
 
@@ -87,7 +87,7 @@ static __attribute__((noinline)) int arm_slow(struct tmo *e, struct tmo_timer *t
  * and filed, and its fields rewritten.  Returns 0 (arm's result). */
 static __attribute__((noinline)) int arm_wake(struct tmo *e, uint64_t stamp, int64_t timeout_ns)
 {
-	lf_wake_for(e, lf_node_deadline_lower(e, stamp, timeout_ns));
+	tmo__lf_wake_for(e, tmo__lf_node_deadline_lower(e, stamp, timeout_ns));
 	return 0;
 }
 
@@ -132,8 +132,8 @@ static inline int inbox_full(struct tmo *e, const struct lf_rec *r)
 }
 
 /* The ring arm w leaves for our own base r->base = b: the common case of
- * lf_ring_evict (base.c: file_from_ring, then lf_base_release) fused into
- * arm_spill, every rarer case handed to lf_ring_evict whole.  One CAS RING
+ * tmo__lf_ring_evict (base.c: file_from_ring, then tmo__lf_base_release) fused into
+ * arm_spill, every rarer case handed to tmo__lf_ring_evict whole.  One CAS RING
  * -> IN_STRUCT, no transit: its aux already names the base (arm wrote it),
  * and until it is in the wheel only we hold the base.  The stamp is
  * converted inline (cal.h), near the latest pair; farther, clock.c caps
@@ -143,7 +143,7 @@ static inline __attribute__((always_inline)) int64_t spill_own(struct tmo *e, st
                                                                struct lf_base *b, uint64_t w)
 {
 	if (LF_UNLIKELY(!lf_base_trylock(b))) {
-		lf_ring_evict(e, r, w); /* the long way: the tofile stack */
+		tmo__lf_ring_evict(e, r, w); /* the long way: the tofile stack */
 		return INT64_MAX;
 	}
 	struct lf_node *n = lf_node_at(e, lf_word_idx(w));
@@ -162,21 +162,21 @@ static inline __attribute__((always_inline)) int64_t spill_own(struct tmo *e, st
 		return INT64_MAX; /* else the timer thread stole it */
 	}
 	/* we own the fields until the insert */
-	int64_t deadline = lf_node_deadline_own(e, r, n);
+	int64_t deadline = tmo__lf_node_deadline_own(e, r, n);
 	int64_t next = atomic_load_explicit(&b->next, memory_order_relaxed);
 	if (deadline < next) {
 		next = deadline;
 		atomic_store_explicit(&b->next, deadline, memory_order_release);
 	}
-	tmo_wheel_add(lf_own_wheel(b), &n->s.wheel, deadline);
+	tmo__wheel_add(lf_own_wheel(b), &n->s.wheel, deadline);
 	lf_bump(&r->spilled);
 	int64_t wake_at;
-	/* lf_base_release's common case: nothing to tidy, nothing due soon */
+	/* tmo__lf_base_release's common case: nothing to tidy, nothing due soon */
 	if (LF_UNLIKELY(ck_pr_load_ptr(&b->cancels.head) != NULL ||
 	                ck_pr_load_ptr(&b->tofile.head) != NULL ||
 	                next <= atomic_load_explicit(&e->tick_at, memory_order_relaxed) + LF_SOON_NS ||
 	                atomic_load_explicit(&b->soon, memory_order_relaxed) != NULL)) {
-		wake_at = lf_base_release(e, b, r);
+		wake_at = tmo__lf_base_release(e, b, r);
 	} else {
 		lf_base_unlock(b);
 		wake_at = next;
@@ -185,8 +185,8 @@ static inline __attribute__((always_inline)) int64_t spill_own(struct tmo *e, st
 	return wake_at;
 }
 
-/* The ring arm w leaves for the inbox (mpsc): lf_ring_evict's inbox case
- * (base.c) with lf_inbox_post's push fused into arm_spill.  Returns a
+/* The ring arm w leaves for the inbox (mpsc): tmo__lf_ring_evict's inbox case
+ * (base.c) with tmo__lf_inbox_post's push fused into arm_spill.  Returns a
  * lower bound on its deadline (0: unknown) for the arm's own look at the
  * tick word, or INT64_MAX when it was no longer in the ring. */
 static inline __attribute__((always_inline)) int64_t spill_inbox(struct tmo *e,
@@ -215,7 +215,7 @@ static inline __attribute__((always_inline)) int64_t spill_inbox(struct tmo *e,
 		 * of the conversion: its upper bound less two floors */
 		int64_t hi = lf_cal_near(&e->cal, stamp, e->margin_ns);
 		lower = LF_LIKELY(hi != 0) ? hi - 2 * e->margin_ns + timeout
-		                           : lf_node_deadline_lower(e, stamp, timeout);
+		                           : tmo__lf_node_deadline_lower(e, stamp, timeout);
 	}
 	if (lower > 0)
 		atomic_store_explicit(&r->transit, lower, memory_order_relaxed);
@@ -234,15 +234,15 @@ static inline __attribute__((always_inline)) int64_t spill_inbox(struct tmo *e,
 static __attribute__((noinline)) int arm_wake_at(struct tmo *e, uint64_t stamp, int64_t timeout_ns,
                                                  int64_t wake_at)
 {
-	int64_t lower = lf_node_deadline_lower(e, stamp, timeout_ns);
+	int64_t lower = tmo__lf_node_deadline_lower(e, stamp, timeout_ns);
 	/* past INBOX_WAKE nodes in the inbox it wakes whatever the deadlines
-	 * (lf_inbox_post) */
+	 * (tmo__lf_inbox_post) */
 	if (!e->p->thread_bases && atomic_load_explicit(&e->inbox_in, memory_order_relaxed) -
 	                                   atomic_load_explicit(&e->inbox_out,
 	                                                        memory_order_relaxed) >=
 	                               INBOX_WAKE)
 		wake_at = 0;
-	lf_wake_for(e, wake_at < lower ? wake_at : lower);
+	tmo__lf_wake_for(e, wake_at < lower ? wake_at : lower);
 	return 0;
 }
 
@@ -254,13 +254,13 @@ static __attribute__((noinline)) int arm_spill(struct tmo *e, struct tmo_timer *
                                                int64_t timeout_ns, tmo_callback *cb, void *arg,
                                                uint64_t stamp)
 {
-	struct lf_rec *r = lf_tls_hot.rec;
+	struct lf_rec *r = tmo__lf_tls_hot.rec;
 	struct lf_base *b = r->base;
 	uint32_t i = (uint32_t)atomic_load_explicit(&r->head, memory_order_relaxed) &
 	             (LF_RING_SLOTS - 1);
 	uint64_t prev = atomic_load_explicit(&r->ring[i], memory_order_relaxed);
 	if (LF_UNLIKELY(inbox_full(e, r))) {
-		lf_ec_wake(&e->wake_ec); /* whatever it sleeps for: drain */
+		tmo__lf_ec_wake(&e->wake_ec); /* whatever it sleeps for: drain */
 		return TMO_EAGAIN;
 	}
 	/* This arm's node is filled first (ours until published): fewer
@@ -299,7 +299,7 @@ static __attribute__((noinline)) int arm_general(struct tmo *e, struct tmo_timer
 	struct lf_node *n = r->cache;
 	if (n == NULL) {
 		int err = TMO_ENOMEM;
-		if ((n = lf_cache_refill(e, r, &err)) == NULL)
+		if ((n = tmo__lf_cache_refill(e, r, &err)) == NULL)
 			return err;
 	}
 	r->cache = n->free_next;
@@ -320,10 +320,10 @@ static __attribute__((noinline)) int arm_general(struct tmo *e, struct tmo_timer
 		 * INBOX_MAX nodes behind; refuse this arm instead. */
 		if (inbox_full(e, r)) {
 			lf_cache_put(e, r, n);
-			lf_ec_wake(&e->wake_ec); /* whatever it sleeps for: drain */
+			tmo__lf_ec_wake(&e->wake_ec); /* whatever it sleeps for: drain */
 			return TMO_EAGAIN;
 		}
-		lf_ring_evict(e, r, prev);
+		tmo__lf_ring_evict(e, r, prev);
 	}
 	arm_publish(e, r, n, i, t, timeout_ns, stamp, cb, arg);
 	lf_light_barrier(tw);
@@ -341,7 +341,7 @@ static inline __attribute__((always_inline)) int arm_fast(struct tmo *e, struct 
                                                           int64_t timeout_ns, tmo_callback *cb,
                                                           void *arg)
 {
-	struct lf_rec *r = lf_tls_hot.rec;
+	struct lf_rec *r = tmo__lf_tls_hot.rec;
 	struct lf_node *n = r->cache;
 	uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
 	_Atomic uint64_t *slot = &r->ring[head & (LF_RING_SLOTS - 1)];
@@ -378,11 +378,11 @@ static inline __attribute__((always_inline)) int arm_fast(struct tmo *e, struct 
 }
 
 /* mpsc's and the wheel's arm. */
-int lf_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb, void *arg)
+int tmo__lf_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb, void *arg)
 {
 	uint64_t tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
-	if (LF_UNLIKELY(lf_tls_hot.id != e->base.id || (tw & (LF_TW_SLEEPING | LF_TW_FENCE)) != 0 ||
-	                !lf_use_tsc))
+	if (LF_UNLIKELY(tmo__lf_tls_hot.id != e->base.id || (tw & (LF_TW_SLEEPING | LF_TW_FENCE)) != 0 ||
+	                !tmo__lf_use_tsc))
 		return arm_general(e, t, timeout_ns, cb, arg, 0);
 	return arm_fast(e, t, timeout_ns, cb, arg);
 }

@@ -11,8 +11,8 @@
  * (timer.c, Order: what the owner announces while it spills). */
 static int64_t deadline_lower(struct tmo *e, struct lf_node *n)
 {
-	return lf_node_deadline_lower(e, atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed),
-	                              atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed));
+	return tmo__lf_node_deadline_lower(e, atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed),
+	                                   atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed));
 }
 
 static void free_to(struct tmo *e, struct lf_rec *r, struct lf_node *n)
@@ -20,7 +20,7 @@ static void free_to(struct tmo *e, struct lf_rec *r, struct lf_node *n)
 	if (r != NULL)
 		lf_cache_put(e, r, n);
 	else
-		lf_free_bare(e, n);
+		tmo__lf_free_bare(e, n);
 }
 
 /* Holder of b: file a node it holds in transit (QUEUED), or free it if a
@@ -32,7 +32,7 @@ static void base_file_locked(struct tmo *e, struct lf_base *b, struct lf_node *n
 	const struct lf_sched *sc = e->p->sched;
 	uint64_t s = atomic_load_explicit(&n->state, memory_order_acquire);
 	if (lf_st_of(s) == LF_QUEUED) {
-		int64_t deadline = lf_node_deadline(e, n, later);
+		int64_t deadline = tmo__lf_node_deadline(e, n, later);
 		/* `next` first: a timer thread that finds the base busy holds back
 		 * what is due after `next`, which may be earlier than the base's
 		 * first deadline, never later */
@@ -49,7 +49,7 @@ static void base_file_locked(struct tmo *e, struct lf_base *b, struct lf_node *n
 	free_to(e, r, n); /* DROPPED on the way: the holder frees it */
 }
 
-void lf_base_tidy(struct tmo *e, struct lf_base *b, struct lf_rec *r)
+void tmo__lf_base_tidy(struct tmo *e, struct lf_base *b, struct lf_rec *r)
 {
 	const struct lf_sched *sc = e->p->sched;
 	/* looked at before it is taken: an exchange would own the line for
@@ -106,7 +106,8 @@ static void soon_add(void *ctx, struct lf_node *n)
 	c->tail = n;
 }
 
-void lf_base_hand_off(struct tmo *e, struct lf_base *b, int64_t horizon)
+/* Holder of b, owner: hand what is due by `horizon` to the timer thread. */
+static void base_hand_off(struct tmo *e, struct lf_base *b, int64_t horizon)
 {
 	const struct lf_sched *sc = e->p->sched;
 	struct soon_chain c = {b, NULL, NULL};
@@ -132,16 +133,16 @@ static inline int64_t coarse_now(struct tmo *e)
 
 /* After a filing into our own base: hand what comes due soon to the timer
  * thread, and say when the base wants it to look (0: at once). */
-int64_t lf_base_release(struct tmo *e, struct lf_base *b, struct lf_rec *r)
+int64_t tmo__lf_base_release(struct tmo *e, struct lf_base *b, struct lf_rec *r)
 {
 	if (ck_pr_load_ptr(&b->cancels.head) != NULL || ck_pr_load_ptr(&b->tofile.head) != NULL)
-		lf_base_tidy(e, b, r);
+		tmo__lf_base_tidy(e, b, r);
 	/* While this thread keeps spilling it hands what comes due soon to
 	 * the timer thread itself: that thread need not take the lock
 	 * (which would send our spills the long way meanwhile). */
 	int64_t horizon = coarse_now(e) + LF_SOON_NS;
 	if (atomic_load_explicit(&b->next, memory_order_relaxed) <= horizon)
-		lf_base_hand_off(e, b, horizon);
+		base_hand_off(e, b, horizon);
 	int64_t wake_at = atomic_load_explicit(&b->next, memory_order_relaxed);
 	if (atomic_load_explicit(&b->soon, memory_order_relaxed) != NULL)
 		wake_at = 0;
@@ -154,7 +155,7 @@ static void wake_if_sleeping(struct tmo *e, int64_t wake_at)
 	uint64_t tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
 	lf_light_barrier(tw);
 	if (atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_SLEEPING)
-		lf_wake_for(e, wake_at);
+		tmo__lf_wake_for(e, wake_at);
 }
 
 /* File a node we took out of our ring (QUEUED) in our own base.  With the
@@ -167,10 +168,10 @@ static void file_own_base(struct tmo *e, struct lf_rec *r, struct lf_node *n)
 	int64_t wake_at = 0;
 	if (lf_base_trylock(b)) {
 		base_file_locked(e, b, n, 0, r);
-		wake_at = lf_base_release(e, b, r);
+		wake_at = tmo__lf_base_release(e, b, r);
 	} else {
 		/* dated now: the calibration its next holder finds may be newer */
-		int64_t deadline = lf_node_deadline(e, n, 0);
+		int64_t deadline = tmo__lf_node_deadline(e, n, 0);
 		atomic_store_explicit(&n->s.q.timeout, deadline, memory_order_relaxed);
 		atomic_store_explicit(&n->s.q.stamp, LF_STAMP_DEADLINE, memory_order_relaxed);
 		ck_stack_push_upmc(&b->tofile, &n->link);
@@ -193,10 +194,10 @@ static int file_from_ring(struct tmo *e, struct lf_rec *r, struct lf_node *n, ui
 	                                             memory_order_acq_rel, memory_order_acquire))
 		return 0;
 	/* we own the fields until the insert */
-	int64_t deadline = lf_node_deadline_own(e, r, n);
+	int64_t deadline = tmo__lf_node_deadline_own(e, r, n);
 	if (deadline < atomic_load_explicit(&b->next, memory_order_relaxed))
 		atomic_store_explicit(&b->next, deadline, memory_order_release);
-	tmo_wheel_add(lf_own_wheel(b), &n->s.wheel, deadline);
+	tmo__wheel_add(lf_own_wheel(b), &n->s.wheel, deadline);
 	return 1;
 }
 
@@ -204,7 +205,7 @@ static int file_from_ring(struct tmo *e, struct lf_rec *r, struct lf_node *n, ui
  * spill the arm if it is still in the ring, reclaim the node if another
  * thread's cancel took the arm back, else (the timer thread stole it)
  * leave it. */
-void lf_ring_evict(struct tmo *e, struct lf_rec *r, uint64_t w)
+void tmo__lf_ring_evict(struct tmo *e, struct lf_rec *r, uint64_t w)
 {
 	struct lf_node *n = lf_node_at(e, lf_word_idx(w));
 	uint64_t gen = lf_word_gen(w);
@@ -217,7 +218,7 @@ void lf_ring_evict(struct tmo *e, struct lf_rec *r, uint64_t w)
 	if (r->base != NULL && lf_base_trylock(r->base)) {
 		if (file_from_ring(e, r, n, &s)) {
 			lf_bump(&r->spilled);
-			int64_t wake_at = lf_base_release(e, r->base, r);
+			int64_t wake_at = tmo__lf_base_release(e, r->base, r);
 			atomic_store_explicit(&r->transit, 0, memory_order_release);
 			wake_if_sleeping(e, wake_at);
 			return;
@@ -233,7 +234,7 @@ void lf_ring_evict(struct tmo *e, struct lf_rec *r, uint64_t w)
 		if (r->base != NULL)
 			file_own_base(e, r, n);
 		else
-			lf_inbox_post(e, n);
+			tmo__lf_inbox_post(e, n);
 		atomic_store_explicit(&r->transit, 0, memory_order_release);
 		return;
 	}

@@ -22,7 +22,7 @@ struct lf_cal {
 	_Atomic int64_t err;
 	/* a stamp at most near_ticks away from tsc, either side, has a margin
 	 * within the floor (e->margin_ns): it converts to ns + rate * (stamp -
-	 * tsc) + the floor (clock.c, lf_node_deadline) */
+	 * tsc) + the floor (clock.c, tmo__lf_node_deadline) */
 	_Atomic uint64_t near_ticks;
 };
 /* The pair before it, under the same sequence count. */

@@ -33,13 +33,13 @@ static int wait_firing(struct tmo *e, struct lf_node *n, uint64_t gen)
 	if (tmo__thread_engine == e)
 		return TMO_CANCEL_SELF;
 	for (;;) {
-		uint32_t v = lf_ec_value(&e->done_ec);
+		uint32_t v = tmo__lf_ec_value(&e->done_ec);
 		uint64_t ref = atomic_load_explicit(&e->cb_ref, memory_order_acquire);
 		if (atomic_load_explicit(&n->state, memory_order_acquire) != lf_st(gen, LF_FIRING))
 			return 0;
 		if (tmo__wait_begin(ref) != 0)
 			return TMO_EDEADLK;
-		lf_ec_wait(&e->done_ec, v, INT64_MAX);
+		tmo__lf_ec_wait(&e->done_ec, v, INT64_MAX);
 	}
 }
 
@@ -48,13 +48,13 @@ static int wait_firing(struct tmo *e, struct lf_node *n, uint64_t gen)
 static int wait_running(struct tmo *e, struct tmo_timer *t, bool check)
 {
 	for (;;) {
-		uint32_t v = lf_ec_value(&e->done_ec);
+		uint32_t v = tmo__lf_ec_value(&e->done_ec);
 		uint64_t ref = atomic_load_explicit(&e->cb_ref, memory_order_acquire);
 		if (atomic_load_explicit(&e->running, memory_order_acquire) != t)
 			return 0;
 		if (check && tmo__wait_begin(ref) != 0)
 			return TMO_EDEADLK;
-		lf_ec_wait(&e->done_ec, v, INT64_MAX);
+		tmo__lf_ec_wait(&e->done_ec, v, INT64_MAX);
 	}
 }
 
@@ -113,7 +113,7 @@ static void unfile(struct tmo *e, struct lf_node *n, struct lf_rec *r)
 	uint64_t tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
 	lf_light_barrier(tw);
 	if (atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_SLEEPING)
-		lf_wake_for(e, 0);
+		tmo__lf_wake_for(e, 0);
 }
 
 static void ring_take_back(struct tmo *e, uint64_t w, struct lf_node *n);
@@ -272,13 +272,13 @@ static __attribute__((noinline)) int cancel_filed(struct tmo *e, struct tmo_time
 
 /* The fast path: the arm is still in a ring, and it is the last arm of
  * this thread's hot record. */
-int lf_cancel(struct tmo *e, struct tmo_timer *t)
+int tmo__lf_cancel(struct tmo *e, struct tmo_timer *t)
 {
 	_Atomic uint64_t *word = lf_timer_word(t);
 	uint64_t w = atomic_load_explicit(word, memory_order_acquire);
-	if (LF_UNLIKELY(lf_word_out(w) != LF_PENDING || lf_tls_hot.id != e->base.id))
+	if (LF_UNLIKELY(lf_word_out(w) != LF_PENDING || tmo__lf_tls_hot.id != e->base.id))
 		return cancel_slow(e, t, w);
-	struct lf_rec *r = lf_tls_hot.rec;
+	struct lf_rec *r = tmo__lf_tls_hot.rec;
 	uint32_t k = (uint32_t)(atomic_load_explicit(&r->head, memory_order_relaxed) - 1) &
 	             (LF_RING_SLOTS - 1);
 	if (atomic_load_explicit(&r->ring[k], memory_order_relaxed) != w)

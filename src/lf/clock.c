@@ -10,7 +10,7 @@
  * CLOCK_MONOTONIC, rounded up, and adds the timeout, from the newer of the
  * calibration's two latest pairs that is not after the stamp; a stamp whose
  * margin grew past the floor is also capped by a clock read taken after
- * the arm (lf_node_deadline).  Every ring arm is stolen and every
+ * the arm (tmo__lf_node_deadline).  Every ring arm is stolen and every
  * inbox node taken in the timer thread's next round, so at most one
  * calibration comes between a stamp and its filing: it is converted from
  * the pair it was made under, within lf_fresh_ns() of it, however late it
@@ -26,7 +26,7 @@
  *
  * Conversion: a rate measured against CLOCK_MONOTONIC since the first
  * engine was created, anchored at a (TSC, clock) pair the timer thread
- * takes as its rounds go (lf_cal_update), rounded UP by a margin that
+ * takes as its rounds go (tmo__lf_cal_update), rounded UP by a margin that
  * covers both pairs' read skew, the rate's error and NTP slew (LF_SLEW_PPM
  * of the stamp's distance from the pair), with a floor (MARGIN_NS, or a
  * twentieth of the resolution).  Without an invariant TSC a stamp is
@@ -106,7 +106,7 @@ static int clamp_to_deadline(const struct ck_ec_wait_state *st, struct timespec 
 	return 0;
 }
 
-void lf_ec_wait(struct ck_ec32 *ec, uint32_t v, int64_t deadline_ns)
+void tmo__lf_ec_wait(struct ck_ec32 *ec, uint32_t v, int64_t deadline_ns)
 {
 	if (deadline_ns == INT64_MAX) {
 		ck_ec32_wait(ec, &ec_mode, v, NULL);
@@ -116,8 +116,8 @@ void lf_ec_wait(struct ck_ec32 *ec, uint32_t v, int64_t deadline_ns)
 	}
 }
 
-void lf_ec_wake(struct ck_ec32 *ec) { ck_ec32_add(ec, &ec_mode, 1); }
-uint32_t lf_ec_value(struct ck_ec32 *ec) { return ck_ec32_value(ec); }
+void tmo__lf_ec_wake(struct ck_ec32 *ec) { ck_ec32_add(ec, &ec_mode, 1); }
+uint32_t tmo__lf_ec_value(struct ck_ec32 *ec) { return ck_ec32_value(ec); }
 
 /* ---- the TSC ---------------------------------------------------------------- */
 
@@ -176,7 +176,7 @@ static inline uint64_t read_tsc(void) { return lf_tsc(); }
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static int g_use_tsc;
-int lf_use_tsc; /* g_use_tsc, for lf_stamp() */
+int tmo__lf_use_tsc; /* g_use_tsc, for lf_stamp() */
 static uint64_t g_cal_tsc, g_cal_width;
 static int64_t g_cal_ns;
 static int g_membarrier; /* 1: registered and working */
@@ -200,7 +200,7 @@ static void once_init(void)
 {
 	const char *clock = getenv("TMO_LF_CLOCK");
 	g_use_tsc = (clock == NULL || strcmp(clock, "1") != 0) && tsc_usable();
-	lf_use_tsc = g_use_tsc;
+	tmo__lf_use_tsc = g_use_tsc;
 	if (g_use_tsc)
 		tsc_pair(&g_cal_tsc, &g_cal_ns, &g_cal_width);
 #ifndef TMO__UNDER_TSAN
@@ -224,7 +224,7 @@ static uint64_t fx_of(double v)
 	return (double)u < f ? u + 1 : u;
 }
 
-void lf_cal_update(struct tmo *e)
+void tmo__lf_cal_update(struct tmo *e)
 {
 	if (!g_use_tsc)
 		return;
@@ -313,16 +313,16 @@ static int64_t tsc_bounds(struct tmo *e, uint64_t st, int64_t *lo, int64_t *hi)
 
 /* ---- ticks ------------------------------------------------------------------- */
 
-void lf_clock_init(struct tmo *e)
+void tmo__lf_clock_init(struct tmo *e)
 {
 	pthread_once(&g_once, once_init);
 	unsigned fence = g_membarrier ? 0 : LF_TW_FENCE;
 	atomic_store_explicit(&e->tickw, fence, memory_order_relaxed);
 	atomic_store_explicit(&e->tick_at, tmo_now_ns(), memory_order_relaxed);
-	lf_cal_update(e);
+	tmo__lf_cal_update(e);
 }
 
-int64_t lf_tick_publish(struct tmo *e, unsigned flags)
+int64_t tmo__lf_tick_publish(struct tmo *e, unsigned flags)
 {
 	uint64_t tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
 	uint64_t k = (tw >> LF_TW_SHIFT) + 1;
@@ -339,7 +339,7 @@ static inline int64_t near_bound(struct tmo *e, uint64_t st)
 	return lf_cal_near(&e->cal, st, e->margin_ns);
 }
 
-int64_t lf_node_deadline(struct tmo *e, const struct lf_node *n, int64_t later_ns)
+int64_t tmo__lf_node_deadline(struct tmo *e, const struct lf_node *n, int64_t later_ns)
 {
 	uint64_t stamp = atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed);
 	int64_t timeout = atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed);
@@ -364,7 +364,7 @@ int64_t lf_node_deadline(struct tmo *e, const struct lf_node *n, int64_t later_n
 	return (hi != 0 && hi < now ? hi : now) + timeout;
 }
 
-int64_t lf_node_deadline_far(struct tmo *e, struct lf_rec *r, const struct lf_node *n)
+int64_t tmo__lf_node_deadline_far(struct tmo *e, struct lf_rec *r, const struct lf_node *n)
 {
 	uint64_t stamp = atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed);
 	int64_t timeout = atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed);
@@ -372,7 +372,7 @@ int64_t lf_node_deadline_far(struct tmo *e, struct lf_rec *r, const struct lf_no
 		return timeout;
 	if (!g_use_tsc)
 		return (int64_t)stamp + timeout;
-	/* lf_node_deadline's steps after its near_bound, which the caller
+	/* tmo__lf_node_deadline's steps after its near_bound, which the caller
 	 * took: both pairs, then a cap */
 	int64_t lo, hi;
 	if (tsc_bounds(e, stamp, &lo, &hi) <= e->margin_ns && hi != 0)
@@ -390,7 +390,7 @@ int64_t lf_node_deadline_far(struct tmo *e, struct lf_rec *r, const struct lf_no
 	return (hi != 0 && hi < r->cap_ns ? hi : r->cap_ns) + timeout;
 }
 
-int64_t lf_node_deadline_lower(struct tmo *e, uint64_t stamp, int64_t timeout_ns)
+int64_t tmo__lf_node_deadline_lower(struct tmo *e, uint64_t stamp, int64_t timeout_ns)
 {
 	if (stamp == LF_STAMP_DEADLINE)
 		return timeout_ns;
@@ -403,7 +403,7 @@ int64_t lf_node_deadline_lower(struct tmo *e, uint64_t stamp, int64_t timeout_ns
 
 /* ---- waking the timer thread ------------------------------------------------- */
 
-void lf_heavy_barrier(struct tmo *e)
+void tmo__lf_heavy_barrier(struct tmo *e)
 {
 	uint64_t tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
 	if (!(tw & LF_TW_FENCE) &&
@@ -416,12 +416,12 @@ void lf_heavy_barrier(struct tmo *e)
 	atomic_thread_fence(memory_order_seq_cst);
 }
 
-void lf_wake_for(struct tmo *e, int64_t deadline_lower)
+void tmo__lf_wake_for(struct tmo *e, int64_t deadline_lower)
 {
 	atomic_thread_fence(memory_order_acquire); /* sleep_until is stored before SLEEPING */
 	int64_t until = atomic_load_explicit(&e->sleep_until, memory_order_relaxed);
 	if (deadline_lower > 0 && deadline_lower >= until)
 		return; /* it wakes by itself in time */
-	lf_ec_wake(&e->wake_ec);
+	tmo__lf_ec_wake(&e->wake_ec);
 }
 

@@ -10,7 +10,7 @@
  *                   it (the architecture lets an mrs of the counter execute
  *                   out of order; a stamp taken early would date an arm
  *                   early); 0 elsewhere.  clock.c decides, once, whether
- *                   it is used (lf_use_tsc): x86 where CPUID says the TSC
+ *                   it is used (tmo__lf_use_tsc): x86 where CPUID says the TSC
  *                   is invariant; arm64 where CNTFRQ_EL0 is set, the
  *                   counter advances and a read measures cheaper than a
  *                   clock read (a kernel that traps EL0 counter reads for

@@ -20,8 +20,8 @@ struct lf_debug {
 	uint64_t fence;       /* 1: arms fence before reading the tick word */
 	uint64_t clock;       /* 1: arms stamp with the clock, not the TSC */
 };
-void lf_debug(struct tmo *e, struct lf_debug *out);
+void tmo__lf_debug(struct tmo *e, struct lf_debug *out);
 /* Free nodes in the calling thread's cache for e (tests). */
-uint64_t lf_my_cache_count(struct tmo *e);
+uint64_t tmo__lf_my_cache_count(struct tmo *e);
 
 #endif

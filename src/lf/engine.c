@@ -11,7 +11,7 @@
 
 /* ---- bases ---------------------------------------------------------------------- */
 
-struct lf_base *lf_base_new(struct tmo *e)
+struct lf_base *tmo__lf_base_new(struct tmo *e)
 {
 	const struct lf_sched *sc = e->p->sched;
 	struct lf_base *b = tmo__aligned_alloc(64, sizeof *b + sc->size);
@@ -29,7 +29,7 @@ struct lf_base *lf_base_new(struct tmo *e)
 	return b;
 }
 
-void lf_base_free(struct tmo *e, struct lf_base *b)
+void tmo__lf_base_free(struct tmo *e, struct lf_base *b)
 {
 	e->p->sched->fini(lf_sched_of(b));
 	tmo__free(b);
@@ -39,9 +39,9 @@ void lf_base_free(struct tmo *e, struct lf_base *b)
 
 static void engine_free(struct tmo *e)
 {
-	lf_recs_free(e);
+	tmo__lf_recs_free(e);
 	if (e->tt_base != NULL)
-		lf_base_free(e, e->tt_base);
+		tmo__lf_base_free(e, e->tt_base);
 	tmo__free(e->tt_rec);
 	if (e->tt != NULL) {
 		tmo__free(e->tt->due);
@@ -49,11 +49,11 @@ static void engine_free(struct tmo *e)
 		tmo__free(e->tt);
 	}
 	if (e->pool.arena != NULL)
-		lf_pool_fini(e);
+		tmo__lf_pool_fini(e);
 	tmo__free(e);
 }
 
-int lf_create(const struct lf_params *p, const struct tmo_config *cfg, struct tmo **out)
+int tmo__lf_create(const struct lf_params *p, const struct tmo_config *cfg, struct tmo **out)
 {
 	if (p->thread_bases && !p->sched->wheel)
 		return TMO_EINVAL; /* per-thread bases are wheels (lf_own_wheel) */
@@ -78,9 +78,9 @@ int lf_create(const struct lf_params *p, const struct tmo_config *cfg, struct tm
 		goto fail_free;
 	if (tmo__park_init(&e->park) != 0)
 		goto fail_rec;
-	if ((rc = lf_pool_init(e)) != 0)
+	if ((rc = tmo__lf_pool_init(e)) != 0)
 		goto fail_park;
-	lf_clock_init(e);
+	tmo__lf_clock_init(e);
 	rc = TMO_ENOMEM;
 	e->tt = tmo__calloc(1, sizeof *e->tt);
 	if (e->tt == NULL)
@@ -90,14 +90,14 @@ int lf_create(const struct lf_params *p, const struct tmo_config *cfg, struct tm
 	e->tt->tmp = tmo__malloc(DUE_FIRST * sizeof *e->tt->tmp);
 	if (e->tt->due == NULL || e->tt->tmp == NULL)
 		goto fail_mem;
-	if ((e->tt_base = lf_base_new(e)) == NULL)
+	if ((e->tt_base = tmo__lf_base_new(e)) == NULL)
 		goto fail_mem;
 	if ((e->tt_rec = tmo__aligned_alloc(64, sizeof *e->tt_rec)) == NULL)
 		goto fail_mem;
 	memset(e->tt_rec, 0, sizeof *e->tt_rec);
-	if ((rc = tmo__thread_create(&e->thread, NULL, lf_timer_main, e)) != 0)
+	if ((rc = tmo__thread_create(&e->thread, NULL, tmo__lf_timer_main, e)) != 0)
 		goto fail_mem;
-	lf_engine_register(e);
+	tmo__lf_engine_register(e);
 	*out = e;
 	return 0;
 
@@ -126,25 +126,25 @@ static void cancel_left(struct tmo *e, struct lf_node *n)
 		                      memory_order_release);
 }
 
-void lf_destroy(struct tmo *e)
+void tmo__lf_destroy(struct tmo *e)
 {
 	atomic_store_explicit(&e->stop, 1, memory_order_release);
 	tmo__park_release(&e->park);
-	lf_ec_wake(&e->wake_ec);
+	tmo__lf_ec_wake(&e->wake_ec);
 	pthread_join(e->thread, NULL);
 	/* no thread exit touches our records after this */
-	lf_engine_unregister(e);
-	lf_pool_each(e, cancel_left);
+	tmo__lf_engine_unregister(e);
+	tmo__lf_pool_each(e, cancel_left);
 	tmo__park_fini(&e->park);
 	pthread_mutex_destroy(&e->rec_lock);
 	engine_free(e);
 }
 
-void lf_destroy_forked(struct tmo *e)
+void tmo__lf_destroy_forked(struct tmo *e)
 {
 	/* The child has no timer thread; the parent's locks may have been
 	 * held at fork time: free memory only. */
-	lf_engine_unregister(e);
+	tmo__lf_engine_unregister(e);
 	engine_free(e);
 }
 /* ---- stats, park, debug ------------------------------------------------------------------ */
@@ -167,20 +167,20 @@ static void lf_counts(struct tmo *e, uint64_t *armed_out, uint64_t *prevented_ou
 	*fired_out = atomic_load_explicit(&e->fired, memory_order_relaxed);
 }
 
-uint64_t lf_pending(struct tmo *e)
+uint64_t tmo__lf_pending(struct tmo *e)
 {
 	uint64_t armed, prevented, fired;
 	lf_counts(e, &armed, &prevented, &fired);
 	return armed > fired + prevented ? armed - fired - prevented : 0;
 }
 
-int lf_stats(struct tmo *e, struct tmo_stats *out)
+int tmo__lf_stats(struct tmo *e, struct tmo_stats *out)
 {
 	uint64_t armed, prevented, fired;
 	lf_counts(e, &armed, &prevented, &fired);
 	out->pending = armed > fired + prevented ? armed - fired - prevented : 0;
-	out->held_nodes = lf_pool_nodes(e);
-	out->held_bytes = lf_pool_bytes(e) + atomic_load_explicit(&e->rec_bytes, memory_order_relaxed) +
+	out->held_nodes = tmo__lf_pool_nodes(e);
+	out->held_bytes = tmo__lf_pool_bytes(e) + atomic_load_explicit(&e->rec_bytes, memory_order_relaxed) +
 	                  atomic_load_explicit(&e->tt->bytes, memory_order_relaxed);
 	out->threads = 1;
 	out->fired = fired;
@@ -189,19 +189,19 @@ int lf_stats(struct tmo *e, struct tmo_stats *out)
 }
 
 /* Park's wake-up: the timer thread sees the request at the top of its loop. */
-static void lf_park_wake(struct tmo *e) { lf_ec_wake(&e->wake_ec); }
+static void lf_park_wake(struct tmo *e) { tmo__lf_ec_wake(&e->wake_ec); }
 
 static int lf_park(struct tmo *e, int on) { return tmo__park_set(&e->park, on, NULL, lf_park_wake, e); }
 
-const struct tmo_testing_ops lf_testing_ops = {.park = lf_park};
+const struct tmo_testing_ops tmo__lf_testing_ops = {.park = lf_park};
 
-int lf_arm_on_timer(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
-                    void *arg)
+int tmo__lf_arm_on_timer(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
+                         void *arg)
 {
 	struct lf_rec *r = e->tt_rec;
 	int err = TMO_ENOMEM;
 	struct lf_node *n = r->cache;
-	if (n == NULL && (n = lf_cache_refill(e, r, &err)) == NULL)
+	if (n == NULL && (n = tmo__lf_cache_refill(e, r, &err)) == NULL)
 		return err;
 	r->cache = n->free_next;
 	r->cache_n--;
@@ -222,7 +222,7 @@ int lf_arm_on_timer(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_
 	return 0;
 }
 
-void lf_debug(struct tmo *e, struct lf_debug *out)
+void tmo__lf_debug(struct tmo *e, struct lf_debug *out)
 {
 	memset(out, 0, sizeof *out);
 	out->filed = atomic_load_explicit(&e->tt->filed, memory_order_relaxed);
@@ -230,8 +230,8 @@ void lf_debug(struct tmo *e, struct lf_debug *out)
 	out->inbox = atomic_load_explicit(&e->tt->via_inbox, memory_order_relaxed);
 	out->trims = atomic_load_explicit(&e->pool.trimmed_pages, memory_order_relaxed);
 	out->fence = (atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_FENCE) != 0;
-	out->clock = !lf_use_tsc;
-	out->cache_count = lf_my_cache_count(e);
+	out->clock = !tmo__lf_use_tsc;
+	out->cache_count = tmo__lf_my_cache_count(e);
 	pthread_mutex_lock(&e->rec_lock);
 	for (struct lf_rec *r = atomic_load_explicit(&e->recs, memory_order_acquire); r != NULL;
 	     r = atomic_load_explicit(&r->next, memory_order_relaxed))

@@ -63,7 +63,7 @@ static void tt_bytes_update(struct tmo *e)
 }
 
 /* Idle: a due array grown by a burst goes back to its first size. */
-void lf_due_shrink(struct tmo *e)
+void tmo__lf_due_shrink(struct tmo *e)
 {
 	struct lf_tt *tt = e->tt;
 	if (tt->due_cap > DUE_FIRST && tt->due_n == 0) {
@@ -94,7 +94,7 @@ static int64_t collect_base(struct tmo *e, struct lf_base *b, struct lf_rec *fre
                             int64_t *hold)
 {
 	const struct lf_sched *sc = e->p->sched;
-	lf_base_tidy(e, b, free_to);
+	tmo__lf_base_tidy(e, b, free_to);
 	void *s = lf_sched_of(b);
 	if (sc->next_deadline(s) <= now) {
 		uint64_t max = sc->count(s);
@@ -164,7 +164,7 @@ static void take_soon(struct tmo *e, struct lf_base *b)
  * hold (INT64_MAX: none was busy): nothing due later may fire before it is
  * collected, or deadlines further apart than the resolution would run out
  * of order. */
-int64_t lf_collect_all(struct tmo *e, int64_t now, int64_t *wake)
+int64_t tmo__lf_collect_all(struct tmo *e, int64_t now, int64_t *wake)
 {
 	int64_t hold = INT64_MAX;
 	int64_t next = collect_base(e, e->tt_base, e->tt_rec, now, &hold);
@@ -241,7 +241,7 @@ static int tick_sorted(const struct due *a, size_t n, int64_t r)
 /* Drop what was cancelled while it waited in the due array: a handed-over
  * node its canceller dropped is freed here, so nodes in transit are bounded
  * by one round's arms rather than one tick's. */
-void lf_due_compact(struct tmo *e)
+void tmo__lf_due_compact(struct tmo *e)
 {
 	struct lf_tt *tt = e->tt;
 	size_t k = 0, sorted = 0;
@@ -263,7 +263,7 @@ void lf_due_compact(struct tmo *e)
  * order.  Its first tt->sorted entries are in order already (what waited
  * from the last round); what this round added is sorted (unless a large
  * batch in tick order already: one wheel's burst) and merged in. */
-void lf_due_order(struct tmo *e)
+void tmo__lf_due_order(struct tmo *e)
 {
 	struct lf_tt *tt = e->tt;
 	size_t n = tt->due_n, m = tt->sorted;
@@ -284,7 +284,7 @@ void lf_due_order(struct tmo *e)
 	tt->sorted = n;
 }
 
-void lf_fire(struct tmo *e, struct due *d)
+void tmo__lf_fire(struct tmo *e, struct due *d)
 {
 	struct lf_node *n = d->n;
 	/* a handed-over node is in transit (QUEUED): a cancel drops it and we
@@ -315,7 +315,7 @@ void lf_fire(struct tmo *e, struct due *d)
 	tmo__cb_end();
 	atomic_store_explicit(&e->running, NULL, memory_order_release);
 	atomic_store_explicit(&n->state, lf_st(d->gen, LF_FREE), memory_order_release);
-	lf_ec_wake(&e->done_ec); /* after that store: a cancel waiting on FIRING wakes */
+	tmo__lf_ec_wake(&e->done_ec); /* after that store: a cancel waiting on FIRING wakes */
 	lf_cache_put(e, e->tt_rec, n);
 }
 

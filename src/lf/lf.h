@@ -147,7 +147,7 @@ struct lf_base {
 	 * next holder removes and frees them */
 	ck_stack_t cancels;
 	/* QUEUED nodes its owner spilled while the base was busy: the next
-	 * holder files them (lf_base_tidy) */
+	 * holder files them (tmo__lf_base_tidy) */
 	ck_stack_t tofile;
 	/* Nodes due within LF_SOON_NS that the owner handed to the timer
 	 * thread, linked through s.soon.next: the timer thread takes them
@@ -197,7 +197,7 @@ struct lf_rec {
 	/* Timer thread only: `head` when it last looked. */
 	uint64_t seen_head;
 	/* Owner only: a clock reading and a TSC read just before it (clock.c,
-	 * lf_node_deadline_own) */
+	 * tmo__lf_node_deadline_own) */
 	uint64_t cap_tsc;
 	int64_t cap_ns;
 };
@@ -307,8 +307,8 @@ struct tmo {
 
 /* ---- pool.c ------------------------------------------------------------------ */
 
-int lf_pool_init(struct tmo *e);
-void lf_pool_fini(struct tmo *e);
+int tmo__lf_pool_init(struct tmo *e);
+void tmo__lf_pool_fini(struct tmo *e);
 static inline struct lf_node *lf_node_at(const struct tmo *e, uint32_t idx)
 {
 	return (struct lf_node *)(void *)(e->pool.arena + ((size_t)idx << 6));
@@ -319,40 +319,40 @@ static inline uint32_t lf_idx_of(const struct tmo *e, const struct lf_node *n)
 }
 /* A free node for r's cache: refills it from the depot or the arena.
  * Returns NULL with *err = TMO_ENOMEM or TMO_EAGAIN (the arena is full). */
-struct lf_node *lf_cache_refill(struct tmo *e, struct lf_rec *r, int *err);
+struct lf_node *tmo__lf_cache_refill(struct tmo *e, struct lf_rec *r, int *err);
 /* r's cache grew past LF_CACHE_MAX: a chain goes to the depot. */
-void lf_cache_spill(struct tmo *e, struct lf_rec *r);
+void tmo__lf_cache_spill(struct tmo *e, struct lf_rec *r);
 static inline void lf_cache_put(struct tmo *e, struct lf_rec *r, struct lf_node *n)
 {
 	n->free_next = r->cache;
 	r->cache = n;
 	if (LF_UNLIKELY(++r->cache_n > LF_CACHE_MAX))
-		lf_cache_spill(e, r);
+		tmo__lf_cache_spill(e, r);
 }
 /* A thread with no record frees one node / takes one. */
-void lf_free_bare(struct tmo *e, struct lf_node *n);
-struct lf_node *lf_alloc_bare(struct tmo *e, int *err);
+void tmo__lf_free_bare(struct tmo *e, struct lf_node *n);
+struct lf_node *tmo__lf_alloc_bare(struct tmo *e, int *err);
 /* A whole cache goes back (a record detaches). */
-void lf_cache_return(struct tmo *e, struct lf_rec *r);
+void tmo__lf_cache_return(struct tmo *e, struct lf_rec *r);
 /* Timer thread: give back fully free pages (keeping `keep` free nodes). */
-void lf_pool_trim(struct tmo *e);
-uint64_t lf_pool_bytes(const struct tmo *e);
-uint64_t lf_pool_nodes(const struct tmo *e);
+void tmo__lf_pool_trim(struct tmo *e);
+uint64_t tmo__lf_pool_bytes(const struct tmo *e);
+uint64_t tmo__lf_pool_nodes(const struct tmo *e);
 /* Every node in a populated page, for destroy. */
-void lf_pool_each(struct tmo *e, void (*fn)(struct tmo *e, struct lf_node *n));
+void tmo__lf_pool_each(struct tmo *e, void (*fn)(struct tmo *e, struct lf_node *n));
 
 /* ---- clock.c ----------------------------------------------------------------- */
 
-void lf_clock_init(struct tmo *e);
+void tmo__lf_clock_init(struct tmo *e);
 /* Timer thread: publish the next tick (flags: LF_TW_*); returns its clock
  * reading, taken after the tick is visible. */
-int64_t lf_tick_publish(struct tmo *e, unsigned flags);
+int64_t tmo__lf_tick_publish(struct tmo *e, unsigned flags);
 /* An arm's stamp: the TSC (cpu.h: arm64's virtual counter too), or
  * CLOCK_MONOTONIC where there is none that is invariant and cheap. */
-extern int lf_use_tsc;
+extern int tmo__lf_use_tsc;
 static inline uint64_t lf_stamp(void)
 {
-	if (LF_LIKELY(lf_use_tsc))
+	if (LF_LIKELY(tmo__lf_use_tsc))
 		return lf_tsc();
 	return (uint64_t)tmo_now_ns();
 }
@@ -369,40 +369,40 @@ static inline int lf_stamp_fresh(struct tmo *e, uint64_t stamp)
 {
 	/* acquire: the pair behind the bound is then visible to this thread,
 	 * which may file the arm itself (src/lf/memory-order.md) */
-	return !lf_use_tsc || stamp <= atomic_load_explicit(&e->fresh_until, memory_order_acquire);
+	return !tmo__lf_use_tsc || stamp <= atomic_load_explicit(&e->fresh_until, memory_order_acquire);
 }
 /* The deadline of a node in a ring or in transit (RING, QUEUED): the time
  * of its arm (its stamp converted, never early, no later than `later_ns`,
  * a clock reading after the arm, or one now if 0) plus its timeout, or
  * the deadline it holds (LF_STAMP_DEADLINE). */
-int64_t lf_node_deadline(struct tmo *e, const struct lf_node *n, int64_t later_ns);
+int64_t tmo__lf_node_deadline(struct tmo *e, const struct lf_node *n, int64_t later_ns);
 /* The same, by r's owner for a node of r's ring whose stamp
  * lf_cal_near (cal.h) did not convert (or that holds its deadline): a cap
  * it needs is r's last clock reading when that came after the arm. */
-int64_t lf_node_deadline_far(struct tmo *e, struct lf_rec *r, const struct lf_node *n);
+int64_t tmo__lf_node_deadline_far(struct tmo *e, struct lf_rec *r, const struct lf_node *n);
 /* The deadline of a node of r's ring, by r's owner. */
-static inline int64_t lf_node_deadline_own(struct tmo *e, struct lf_rec *r,
-                                           const struct lf_node *n)
+static inline int64_t tmo__lf_node_deadline_own(struct tmo *e, struct lf_rec *r,
+                                                const struct lf_node *n)
 {
 	uint64_t stamp = atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed);
-	int64_t hi = stamp != LF_STAMP_DEADLINE && LF_LIKELY(lf_use_tsc)
+	int64_t hi = stamp != LF_STAMP_DEADLINE && LF_LIKELY(tmo__lf_use_tsc)
 	                     ? lf_cal_near(&e->cal, stamp, e->margin_ns)
 	                     : 0;
 	if (LF_UNLIKELY(hi == 0))
-		return lf_node_deadline_far(e, r, n);
+		return tmo__lf_node_deadline_far(e, r, n);
 	return hi + atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed);
 }
 /* Lower bound on that deadline, for waking the timer thread; 0 if unknown. */
-int64_t lf_node_deadline_lower(struct tmo *e, uint64_t stamp, int64_t timeout_ns);
+int64_t tmo__lf_node_deadline_lower(struct tmo *e, uint64_t stamp, int64_t timeout_ns);
 /* Timer thread: refresh the TSC calibration. */
-void lf_cal_update(struct tmo *e);
+void tmo__lf_cal_update(struct tmo *e);
 /* Sleep / wake (futex event counts through ck_ec). */
-void lf_ec_wait(struct ck_ec32 *ec, uint32_t v, int64_t deadline_ns);
-void lf_ec_wake(struct ck_ec32 *ec);
-uint32_t lf_ec_value(struct ck_ec32 *ec);
+void tmo__lf_ec_wait(struct ck_ec32 *ec, uint32_t v, int64_t deadline_ns);
+void tmo__lf_ec_wake(struct ck_ec32 *ec);
+uint32_t tmo__lf_ec_value(struct ck_ec32 *ec);
 /* The timer thread's side of the asymmetric Dekker with arm: after it set
  * LF_TW_SLEEPING and before it looks at rings, bases and the inbox. */
-void lf_heavy_barrier(struct tmo *e);
+void tmo__lf_heavy_barrier(struct tmo *e);
 /* Producers: after publishing work, before reading the tick word again. */
 static inline void lf_light_barrier(uint64_t tw)
 {
@@ -413,7 +413,7 @@ static inline void lf_light_barrier(uint64_t tw)
 }
 /* Producers: make sure the timer thread will look at work due no earlier
  * than `deadline_lower` (0: as soon as possible). */
-void lf_wake_for(struct tmo *e, int64_t deadline_lower);
+void tmo__lf_wake_for(struct tmo *e, int64_t deadline_lower);
 
 /* ---- rec.c: the calling thread's record ------------------------------------- */
 
@@ -423,15 +423,15 @@ struct lf_tls_ent {
 };
 #define LF_TLS_IE __attribute__((tls_model("initial-exec"), visibility("hidden")))
 /* The record of the engine this thread used last. */
-extern _Thread_local struct lf_tls_ent lf_tls_hot LF_TLS_IE;
+extern _Thread_local struct lf_tls_ent tmo__lf_tls_hot LF_TLS_IE;
 /* Any other engine's record: found, attached or made (NULL once this
  * thread's exit hook ran, or out of memory). */
-struct lf_rec *lf_rec_slow(struct tmo *e);
+struct lf_rec *tmo__lf_rec_slow(struct tmo *e);
 static inline struct lf_rec *lf_rec_get(struct tmo *e)
 {
-	if (LF_LIKELY(lf_tls_hot.id == e->base.id))
-		return lf_tls_hot.rec;
-	return lf_rec_slow(e);
+	if (LF_LIKELY(tmo__lf_tls_hot.id == e->base.id))
+		return tmo__lf_tls_hot.rec;
+	return tmo__lf_rec_slow(e);
 }
 static inline void lf_bump(_Atomic uint64_t *c)
 {
@@ -443,14 +443,13 @@ static inline void lf_bump(_Atomic uint64_t *c)
 /* ---- arm.c, base.c, cancel.c ------------------------------------------------ */
 
 /* The arm w in a slot of r's ring leaves it for its base or the inbox. */
-void lf_ring_evict(struct tmo *e, struct lf_rec *r, uint64_t w);
+void tmo__lf_ring_evict(struct tmo *e, struct lf_rec *r, uint64_t w);
 
-int lf_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb, void *arg);
-int lf_cancel(struct tmo *e, struct tmo_timer *t);
-struct lf_rec *lf_rec_new(struct tmo *e);
-void lf_recs_free(struct tmo *e);
+int tmo__lf_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb, void *arg);
+int tmo__lf_cancel(struct tmo *e, struct tmo_timer *t);
+void tmo__lf_recs_free(struct tmo *e);
 /* Put a QUEUED node in the inbox and wake the timer thread if needed. */
-void lf_inbox_post(struct tmo *e, struct lf_node *n);
+void tmo__lf_inbox_post(struct tmo *e, struct lf_node *n);
 /* Base lock (trylock only, except the owner of a dying record). */
 static inline int lf_base_trylock(struct lf_base *b)
 {
@@ -468,34 +467,32 @@ static inline void lf_base_unlock(struct lf_base *b)
 /* Holder of b, its owner r after a filing: tidy, hand what comes due soon
  * to the timer thread, unlock; returns when the base wants the timer
  * thread to look (0: at once). */
-int64_t lf_base_release(struct tmo *e, struct lf_base *b, struct lf_rec *r);
-/* Holder of b, owner: hand what is due by `horizon` to the timer thread. */
-void lf_base_hand_off(struct tmo *e, struct lf_base *b, int64_t horizon);
+int64_t tmo__lf_base_release(struct tmo *e, struct lf_base *b, struct lf_rec *r);
 /* Holder of b: remove and free what cancellers left on its cancel stack,
  * file what its owner left on its tofile stack (frees go to r's cache, or
  * the depot when r is NULL). */
-void lf_base_tidy(struct tmo *e, struct lf_base *b, struct lf_rec *r);
-void lf_engine_register(struct tmo *e);
-void lf_engine_unregister(struct tmo *e);
+void tmo__lf_base_tidy(struct tmo *e, struct lf_base *b, struct lf_rec *r);
+void tmo__lf_engine_register(struct tmo *e);
+void tmo__lf_engine_unregister(struct tmo *e);
 
 /* ---- engine.c, timer.c, fire.c ------------------------------------------------ */
 
-int lf_create(const struct lf_params *p, const struct tmo_config *cfg, struct tmo **out);
-void lf_destroy(struct tmo *e);
-void lf_destroy_forked(struct tmo *e);
-int lf_stats(struct tmo *e, struct tmo_stats *out);
+int tmo__lf_create(const struct lf_params *p, const struct tmo_config *cfg, struct tmo **out);
+void tmo__lf_destroy(struct tmo *e);
+void tmo__lf_destroy_forked(struct tmo *e);
+int tmo__lf_stats(struct tmo *e, struct tmo_stats *out);
 /* Armed, neither fired nor prevented (a sum over every thread's counters). */
-uint64_t lf_pending(struct tmo *e);
+uint64_t tmo__lf_pending(struct tmo *e);
 /* What mpsc's and wheel's vtables share: every op but create. */
-extern const struct tmo_testing_ops lf_testing_ops;
+extern const struct tmo_testing_ops tmo__lf_testing_ops;
 #define LF_ENGINE_OPS                                                                    \
-	.arm = lf_arm, .destroy = lf_destroy, .cancel = lf_cancel, .stats = lf_stats,     \
-	.destroy_forked = lf_destroy_forked, .testing = &lf_testing_ops
+	.arm = tmo__lf_arm, .destroy = tmo__lf_destroy, .cancel = tmo__lf_cancel, .stats = tmo__lf_stats,     \
+	.destroy_forked = tmo__lf_destroy_forked, .testing = &tmo__lf_testing_ops
 /* The timer thread's own arm (from a callback): filed at once. */
-int lf_arm_on_timer(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
-                    void *arg);
-struct lf_base *lf_base_new(struct tmo *e);
-void lf_base_free(struct tmo *e, struct lf_base *b);
+int tmo__lf_arm_on_timer(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
+                         void *arg);
+struct lf_base *tmo__lf_base_new(struct tmo *e);
+void tmo__lf_base_free(struct tmo *e, struct lf_base *b);
 static inline void *lf_sched_of(struct lf_base *b) { return b->sched; }
 /* A per-thread base's wheel (lf_sched.wheel). */
 static inline struct tmo_wheel *lf_own_wheel(struct lf_base *b) { return (void *)b->sched; }

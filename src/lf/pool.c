@@ -27,7 +27,7 @@
  * TMO_EAGAIN at once, as it does when the reservation is used up.
  *
  * Giving memory back: when the timer thread is about to sleep (or a
- * cache spill wakes it, lf_cache_spill), it returns its own cache to the
+ * cache spill wakes it, tmo__lf_cache_spill), it returns its own cache to the
  * depot (a free node in a cache pins its page), and when the depot holds
  * more than TRIM_KEEP nodes it takes it, returns every page whose 64 nodes
  * are all free with madvise(MADV_DONTNEED), and puts the rest back as
@@ -41,7 +41,7 @@
 
 #include "pool.h"
 
-int lf_pool_init(struct tmo *e)
+int tmo__lf_pool_init(struct tmo *e)
 {
 	struct lf_pool *p = &e->pool;
 	if (tmo__fault(TMO_FAULT_ALLOC))
@@ -82,7 +82,7 @@ static void runs_free(ck_stack_entry_t *r)
 	}
 }
 
-void lf_pool_fini(struct tmo *e)
+void tmo__lf_pool_fini(struct tmo *e)
 {
 	struct lf_pool *p = &e->pool;
 	runs_free(ck_stack_batch_pop_upmc(&p->released));
@@ -104,7 +104,7 @@ static int may_grow(struct tmo *e)
 {
 	uint64_t held =
 	    atomic_load_explicit(&e->pool.populated_pages, memory_order_relaxed) * PAGE_NODES;
-	return held < LF_SOFT_NODES + 2 * lf_pending(e);
+	return held < LF_SOFT_NODES + 2 * tmo__lf_pending(e);
 }
 
 /* Take up to GROW_PAGES pages of a run given back earlier (grow_lock held).
@@ -205,7 +205,7 @@ static inline uint64_t depot_word(const struct tmo *e, uint64_t old, struct lf_n
 
 /* Push a chain of count nodes.  The count is added first, so depot_nodes
  * never reads below what the stack holds. */
-void lf_depot_push(struct tmo *e, struct lf_node *head, uint32_t count)
+void tmo__lf_depot_push(struct tmo *e, struct lf_node *head, uint32_t count)
 {
 	struct lf_pool *p = &e->pool;
 	head->s.chain_n = count;
@@ -239,7 +239,7 @@ static struct lf_node *depot_pop(struct tmo *e, uint32_t *count)
 }
 
 /* Every chain at once (the trimmer); the caller subtracts what it counts. */
-struct lf_node *lf_depot_take_all(struct tmo *e)
+struct lf_node *tmo__lf_depot_take_all(struct tmo *e)
 {
 	struct lf_pool *p = &e->pool;
 	uint64_t w = atomic_load_explicit(&p->depot, memory_order_acquire);
@@ -261,7 +261,7 @@ static void depot_push_list(struct tmo *e, struct lf_node *list)
 			tail = tail->free_next;
 		list = tail->free_next;
 		tail->free_next = NULL;
-		lf_depot_push(e, head, k);
+		tmo__lf_depot_push(e, head, k);
 	}
 }
 
@@ -281,7 +281,7 @@ static uint32_t chain_trim(struct tmo *e, struct lf_node *c, uint32_t count)
 	return LF_CHAIN;
 }
 
-struct lf_node *lf_cache_refill(struct tmo *e, struct lf_rec *r, int *err)
+struct lf_node *tmo__lf_cache_refill(struct tmo *e, struct lf_rec *r, int *err)
 {
 	uint32_t count = 0;
 	struct lf_node *c = depot_pop(e, &count);
@@ -302,7 +302,7 @@ struct lf_node *lf_cache_refill(struct tmo *e, struct lf_rec *r, int *err)
  * chains, the newest (hot) stay.  A cache whose bottom never moved would
  * pin a few early pages for the thread's life (trim gives back only
  * wholly free pages). */
-void lf_cache_spill(struct tmo *e, struct lf_rec *r)
+void tmo__lf_cache_spill(struct tmo *e, struct lf_rec *r)
 {
 	uint32_t keep = r->cache_n - (r->cache_n - LF_CHAIN) / LF_CHAIN * LF_CHAIN;
 	struct lf_node *tail = r->cache;
@@ -320,45 +320,45 @@ void lf_cache_spill(struct tmo *e, struct lf_rec *r)
 	    atomic_load_explicit(&p->depot_nodes, memory_order_relaxed) > TRIM_WAKE &&
 	    !atomic_load_explicit(&p->trim_asked, memory_order_relaxed)) {
 		atomic_store_explicit(&p->trim_asked, 1, memory_order_relaxed);
-		lf_wake_for(e, 0);
+		tmo__lf_wake_for(e, 0);
 	}
 }
 
-void lf_cache_return(struct tmo *e, struct lf_rec *r)
+void tmo__lf_cache_return(struct tmo *e, struct lf_rec *r)
 {
 	depot_push_list(e, r->cache);
 	r->cache = NULL;
 	r->cache_n = 0;
 }
 
-void lf_free_bare(struct tmo *e, struct lf_node *n)
+void tmo__lf_free_bare(struct tmo *e, struct lf_node *n)
 {
 	ck_stack_push_upmc(&e->pool.loose, &n->link);
 }
 
-struct lf_node *lf_alloc_bare(struct tmo *e, int *err)
+struct lf_node *tmo__lf_alloc_bare(struct tmo *e, int *err)
 {
 	uint32_t count = 0;
 	struct lf_node *c = depot_pop(e, &count);
 	if (c == NULL && (c = grow(e, &count, err)) == NULL)
 		return NULL;
 	if (count > 1)
-		lf_depot_push(e, c->free_next, count - 1);
+		tmo__lf_depot_push(e, c->free_next, count - 1);
 	c->free_next = NULL;
 	return c;
 }
 
-uint64_t lf_pool_nodes(const struct tmo *e)
+uint64_t tmo__lf_pool_nodes(const struct tmo *e)
 {
 	return atomic_load_explicit(&e->pool.populated_pages, memory_order_relaxed) * PAGE_NODES;
 }
 
-uint64_t lf_pool_bytes(const struct tmo *e)
+uint64_t tmo__lf_pool_bytes(const struct tmo *e)
 {
 	return atomic_load_explicit(&e->pool.populated_pages, memory_order_relaxed) * PAGE_BYTES;
 }
 
-void lf_pool_each(struct tmo *e, void (*fn)(struct tmo *e, struct lf_node *n))
+void tmo__lf_pool_each(struct tmo *e, void (*fn)(struct tmo *e, struct lf_node *n))
 {
 	uint32_t hwm = atomic_load_explicit(&e->pool.hwm_pages, memory_order_acquire);
 	for (uint64_t i = 0; i < (uint64_t)hwm * PAGE_NODES; i++)

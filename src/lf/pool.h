@@ -35,8 +35,8 @@ static inline uint32_t page_of(const struct tmo *e, const struct lf_node *n)
 }
 
 /* The depot (pool.c). */
-void lf_depot_push(struct tmo *e, struct lf_node *head, uint32_t count);
-struct lf_node *lf_depot_take_all(struct tmo *e);
+void tmo__lf_depot_push(struct tmo *e, struct lf_node *head, uint32_t count);
+struct lf_node *tmo__lf_depot_take_all(struct tmo *e);
 static inline struct lf_node *lf_chain_next(struct lf_node *head)
 {
 	return (struct lf_node *)atomic_load_explicit(&head->aux, memory_order_relaxed);

@@ -14,7 +14,7 @@
  * detaches the least recently used (its record stays with the engine). */
 #define TLS_MORE 4
 
-_Thread_local struct lf_tls_ent lf_tls_hot LF_TLS_IE;
+_Thread_local struct lf_tls_ent tmo__lf_tls_hot LF_TLS_IE;
 static _Thread_local struct lf_tls_ent tls_more[TLS_MORE];
 static _Thread_local unsigned tls_victim;
 /* 0: no exit hook yet; 1: the exit hook will run; 2: it ran (this thread
@@ -39,7 +39,7 @@ static void once_init(void)
 	pthread_atfork(fork_prepare, fork_after, fork_after);
 }
 
-void lf_engine_register(struct tmo *e)
+void tmo__lf_engine_register(struct tmo *e)
 {
 	pthread_once(&g_once, once_init);
 	pthread_mutex_lock(&g_lock);
@@ -55,7 +55,7 @@ void lf_engine_register(struct tmo *e)
 	pthread_mutex_unlock(&g_lock);
 }
 
-void lf_engine_unregister(struct tmo *e)
+void tmo__lf_engine_unregister(struct tmo *e)
 {
 	pthread_mutex_lock(&g_lock);
 	for (size_t i = 0; i < g_len; i++)
@@ -81,13 +81,13 @@ static inline uint64_t id_of(struct tmo *e)
 	return atomic_load_explicit((_Atomic uint64_t *)&e->base.id, memory_order_relaxed);
 }
 
-struct lf_rec *lf_rec_new(struct tmo *e)
+static struct lf_rec *rec_new(struct tmo *e)
 {
 	struct lf_rec *r = tmo__aligned_alloc(64, sizeof *r);
 	if (r == NULL)
 		return NULL;
 	memset(r, 0, sizeof *r);
-	if (e->p->thread_bases && (r->base = lf_base_new(e)) == NULL) {
+	if (e->p->thread_bases && (r->base = tmo__lf_base_new(e)) == NULL) {
 		tmo__free(r);
 		return NULL;
 	}
@@ -95,13 +95,13 @@ struct lf_rec *lf_rec_new(struct tmo *e)
 	return r;
 }
 
-void lf_recs_free(struct tmo *e)
+void tmo__lf_recs_free(struct tmo *e)
 {
 	struct lf_rec *r = atomic_load_explicit(&e->recs, memory_order_acquire);
 	while (r != NULL) {
 		struct lf_rec *next = atomic_load_explicit(&r->next, memory_order_relaxed);
 		if (r->base != NULL)
-			lf_base_free(e, r->base);
+			tmo__lf_base_free(e, r->base);
 		tmo__free(r);
 		r = next;
 	}
@@ -116,10 +116,10 @@ static void rec_detach(struct tmo *e, struct lf_rec *r)
 	for (uint32_t i = 0; i < LF_RING_SLOTS; i++) {
 		uint64_t w = atomic_load_explicit(&r->ring[i], memory_order_relaxed);
 		if (w != 0)
-			lf_ring_evict(e, r, w);
+			tmo__lf_ring_evict(e, r, w);
 		atomic_store_explicit(&r->ring[i], 0, memory_order_relaxed);
 	}
-	lf_cache_return(e, r);
+	tmo__lf_cache_return(e, r);
 	pthread_mutex_lock(&e->rec_lock);
 	r->attached = 0;
 	r->next_free = e->free_recs;
@@ -142,7 +142,7 @@ static void tls_exit(void *unused)
 	(void)unused;
 	tls_state = 2;
 	pthread_mutex_lock(&g_lock);
-	ent_drop_locked(&lf_tls_hot);
+	ent_drop_locked(&tmo__lf_tls_hot);
 	for (unsigned i = 0; i < TLS_MORE; i++)
 		ent_drop_locked(&tls_more[i]);
 	pthread_mutex_unlock(&g_lock);
@@ -154,7 +154,7 @@ static struct lf_rec *rec_attach(struct tmo *e)
 	struct lf_rec *r = e->free_recs;
 	if (r != NULL) {
 		e->free_recs = r->next_free;
-	} else if ((r = lf_rec_new(e)) != NULL) {
+	} else if ((r = rec_new(e)) != NULL) {
 		atomic_store_explicit(&r->next, atomic_load_explicit(&e->recs, memory_order_relaxed),
 		                      memory_order_relaxed);
 		/* release: the timer thread walks the list without the lock */
@@ -168,7 +168,7 @@ static struct lf_rec *rec_attach(struct tmo *e)
 
 /* The calling thread's record for e, attaching one; NULL on the timer
  * thread, after this thread's exit hook ran, or out of memory. */
-struct lf_rec *lf_rec_slow(struct tmo *e)
+struct lf_rec *tmo__lf_rec_slow(struct tmo *e)
 {
 	if (tls_state == 2 || tmo__thread_engine == e)
 		return NULL;
@@ -176,19 +176,19 @@ struct lf_rec *lf_rec_slow(struct tmo *e)
 	for (unsigned i = 0; i < TLS_MORE; i++) {
 		if (tls_more[i].id == id) {
 			struct lf_tls_ent x = tls_more[i];
-			tls_more[i] = lf_tls_hot;
-			lf_tls_hot = x;
+			tls_more[i] = tmo__lf_tls_hot;
+			tmo__lf_tls_hot = x;
 			return x.rec;
 		}
 	}
 	pthread_once(&g_once, once_init);
-	if (tls_state == 0 && g_key_ok && pthread_setspecific(g_key, &lf_tls_hot) == 0)
+	if (tls_state == 0 && g_key_ok && pthread_setspecific(g_key, &tmo__lf_tls_hot) == 0)
 		tls_state = 1; /* only so that tls_exit runs */
 	struct lf_rec *r = rec_attach(e);
 	if (r == NULL)
 		return NULL;
 	/* the hot entry moves to a free (or the victim's) place */
-	if (lf_tls_hot.id != 0) {
+	if (tmo__lf_tls_hot.id != 0) {
 		unsigned k = TLS_MORE;
 		for (unsigned i = 0; i < TLS_MORE && k == TLS_MORE; i++)
 			if (tls_more[i].id == 0)
@@ -199,15 +199,15 @@ struct lf_rec *lf_rec_slow(struct tmo *e)
 			ent_drop_locked(&tls_more[k]);
 			pthread_mutex_unlock(&g_lock);
 		}
-		tls_more[k] = lf_tls_hot;
+		tls_more[k] = tmo__lf_tls_hot;
 	}
-	lf_tls_hot.id = id;
-	lf_tls_hot.rec = r;
+	tmo__lf_tls_hot.id = id;
+	tmo__lf_tls_hot.rec = r;
 	return r;
 }
 
 
-uint64_t lf_my_cache_count(struct tmo *e)
+uint64_t tmo__lf_my_cache_count(struct tmo *e)
 {
-	return lf_tls_hot.id == e->base.id ? lf_tls_hot.rec->cache_n : 0;
+	return tmo__lf_tls_hot.id == e->base.id ? tmo__lf_tls_hot.rec->cache_n : 0;
 }

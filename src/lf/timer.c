@@ -97,7 +97,7 @@ static int steal_one(struct tmo *e, uint64_t w)
 	    !atomic_compare_exchange_strong_explicit(&n->state, &s, lf_st(gen, LF_QUEUED),
 	                                             memory_order_acq_rel, memory_order_acquire))
 		return 0;
-	file_tt(e, n, gen, lf_node_deadline(e, n, 0)); /* reads the clock only for a stamp */
+	file_tt(e, n, gen, tmo__lf_node_deadline(e, n, 0)); /* reads the clock only for a stamp */
 	atomic_fetch_add_explicit(&e->tt->stolen, 1, memory_order_relaxed);
 	return 1;
 }
@@ -157,7 +157,7 @@ static int drain_inbox(struct tmo *e)
 			lf_cache_put(e, e->tt_rec, n);
 			continue;
 		}
-		file_tt(e, n, lf_gen_of(s), lf_node_deadline(e, n, later));
+		file_tt(e, n, lf_gen_of(s), tmo__lf_node_deadline(e, n, later));
 		atomic_fetch_add_explicit(&e->tt->via_inbox, 1, memory_order_relaxed);
 	}
 	return 1;
@@ -194,7 +194,7 @@ static int work_waiting(struct tmo *e, int64_t *wake)
 static size_t fire_due(struct tmo *e, int64_t now, int64_t hold, int64_t *wake)
 {
 	struct lf_tt *tt = e->tt;
-	lf_due_order(e);
+	tmo__lf_due_order(e);
 	/* Handed-over timers may not be due yet: they wait here.  On a wheel a
 	 * timer is due at its tick, wherever it waits, so that every source
 	 * releases one tick's timers together. */
@@ -207,7 +207,7 @@ static size_t fire_due(struct tmo *e, int64_t now, int64_t hold, int64_t *wake)
 	for (; k < tt->due_n && tt->due[k].deadline < hold; k++) {
 		if (atomic_load_explicit(&e->stop, memory_order_acquire))
 			break; /* destroy cancels the rest */
-		lf_fire(e, &tt->due[k]);
+		tmo__lf_fire(e, &tt->due[k]);
 	}
 	memmove(tt->due, tt->due + k, (tt->due_n - k) * sizeof *tt->due);
 	tt->due_n -= k;
@@ -230,15 +230,15 @@ static int announce_sleep(struct tmo *e, int64_t now, int64_t poll, int64_t *wak
 {
 	struct lf_tt *tt = e->tt;
 	atomic_store_explicit(&e->sleep_until, *wake, memory_order_relaxed);
-	lf_tick_publish(e, LF_TW_SLEEPING);
+	tmo__lf_tick_publish(e, LF_TW_SLEEPING);
 	/* memory goes back before a long sleep only: a timer thread napping
 	 * between ticks of a stream of fires would walk the depot each time and
 	 * give back pages about to be used */
 	if (*wake - now >= TRIM_SLEEP_MIN) {
-		lf_pool_trim(e);
-		lf_due_shrink(e);
+		tmo__lf_pool_trim(e);
+		tmo__lf_due_shrink(e);
 	}
-	lf_heavy_barrier(e);
+	tmo__lf_heavy_barrier(e);
 	/* look everywhere once more: what arms published before they could see
 	 * SLEEPING */
 	int64_t w2 = *wake;
@@ -248,12 +248,12 @@ static int announce_sleep(struct tmo *e, int64_t now, int64_t poll, int64_t *wak
 	}
 	if (atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_FENCE &&
 	    *wake > now + poll)
-		*wake = now + poll; /* see lf_heavy_barrier */
+		*wake = now + poll; /* see tmo__lf_heavy_barrier */
 	tt->idle = IDLE_ROUNDS;
 	return 1;
 }
 
-void *lf_timer_main(void *arg)
+void *tmo__lf_timer_main(void *arg)
 {
 	struct tmo *e = arg;
 	struct lf_tt *tt = e->tt;
@@ -262,16 +262,16 @@ void *lf_timer_main(void *arg)
 	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
 	for (;;) {
 		if (LF_UNLIKELY(tmo__park_requested(&e->park))) {
-			lf_tick_publish(e, 0);
+			tmo__lf_tick_publish(e, 0);
 			tmo__park_point(&e->park);
 		}
 		if (LF_UNLIKELY(atomic_load_explicit(&e->stop, memory_order_acquire)))
 			break;
 
 		/* 1, 2. tick, steal, drain */
-		int64_t now = lf_tick_publish(e, 0);
+		int64_t now = tmo__lf_tick_publish(e, 0);
 		if (now - tt->last_cal >= CAL_EVERY_NS) {
-			lf_cal_update(e);
+			tmo__lf_cal_update(e);
 			tt->last_cal = now;
 		}
 		int64_t wake = INT64_MAX, transit = INT64_MAX;
@@ -290,11 +290,11 @@ void *lf_timer_main(void *arg)
 		now = tmo_now_ns();
 		transit = INT64_MAX;
 #endif
-		int64_t hold = lf_collect_all(e, now, &wake);
+		int64_t hold = tmo__lf_collect_all(e, now, &wake);
 		if (transit < hold)
 			hold = transit;
 		if (tt->due_n > DUE_COMPACT_MIN)
-			lf_due_compact(e);
+			tmo__lf_due_compact(e);
 		if (tt->due_n > 0 && fire_due(e, now, hold, &wake) > 0) {
 			tt->idle = 0;
 			continue; /* callbacks took time: look again */
@@ -312,7 +312,7 @@ void *lf_timer_main(void *arg)
 				wake = at;
 		}
 		tt->idle = active || tmo__timely_timer() ? 0 : tt->idle + 1;
-		uint32_t v = lf_ec_value(&e->wake_ec);
+		uint32_t v = tmo__lf_ec_value(&e->wake_ec);
 		if (tt->idle < IDLE_ROUNDS) {
 			/* arms keep coming: look again in one tick */
 			if (wake > now + poll)
@@ -322,7 +322,7 @@ void *lf_timer_main(void *arg)
 		}
 		if (tmo__park_requested(&e->park) || atomic_load_explicit(&e->stop, memory_order_acquire))
 			continue;
-		lf_ec_wait(&e->wake_ec, v, wake);
+		tmo__lf_ec_wait(&e->wake_ec, v, wake);
 	}
 	return NULL;
 }

@@ -25,7 +25,7 @@ static uint64_t bucket_by_page(struct tmo *e, uint32_t hwm, uint8_t *free_in,
                                struct lf_node **by_page, struct lf_node **late, uint32_t *late_n)
 {
 	uint64_t taken = 0;
-	for (struct lf_node *c = lf_depot_take_all(e), *next_chain; c != NULL; c = next_chain) {
+	for (struct lf_node *c = tmo__lf_depot_take_all(e), *next_chain; c != NULL; c = next_chain) {
 		next_chain = lf_chain_next(c);
 		for (struct lf_node *n = c, *next; n != NULL; n = next, taken++) {
 			next = n->free_next;
@@ -59,7 +59,7 @@ static uint32_t release_run(struct tmo *e, uint32_t first, uint32_t end, struct 
 	struct lf_run *run = tmo__malloc(sizeof *run);
 	if (run == NULL) { /* keep them */
 		for (uint32_t q = first; q < end; q++)
-			lf_depot_push(e, by_page[q], PAGE_NODES);
+			tmo__lf_depot_push(e, by_page[q], PAGE_NODES);
 		return 0;
 	}
 	run->first = first;
@@ -74,12 +74,12 @@ static uint32_t release_run(struct tmo *e, uint32_t first, uint32_t end, struct 
 	return pages;
 }
 
-void lf_pool_trim(struct tmo *e)
+void tmo__lf_pool_trim(struct tmo *e)
 {
 	struct lf_pool *p = &e->pool;
 	atomic_store_explicit(&p->trim_asked, 0, memory_order_relaxed);
 	loose_collect(e);
-	lf_cache_return(e, e->tt_rec);
+	tmo__lf_cache_return(e, e->tt_rec);
 	if (atomic_load_explicit(&p->depot_nodes, memory_order_relaxed) <= TRIM_KEEP)
 		return;
 	uint32_t hwm = atomic_load_explicit(&p->hwm_pages, memory_order_acquire);
@@ -100,7 +100,7 @@ void lf_pool_trim(struct tmo *e)
 	 * gather in low pages, and the pages above come free together. */
 	uint64_t kept = 0, gave = 0;
 	if (late != NULL)
-		lf_depot_push(e, late, late_n); /* may exceed LF_CHAIN: fine */
+		tmo__lf_depot_push(e, late, late_n); /* may exceed LF_CHAIN: fine */
 	for (uint32_t pg = 0; pg < hwm;) {
 		if (free_in[pg] != PAGE_NODES || kept < TRIM_KEEP) {
 			kept += free_in[pg];
@@ -116,7 +116,7 @@ void lf_pool_trim(struct tmo *e)
 	}
 	for (uint32_t pg = hwm; pg-- > 0;)
 		if (by_page[pg] != NULL)
-			lf_depot_push(e, by_page[pg], free_in[pg]);
+			tmo__lf_depot_push(e, by_page[pg], free_in[pg]);
 	atomic_fetch_add_explicit(&p->trimmed_pages, gave, memory_order_relaxed);
 	tmo__free(free_in);
 	tmo__free(by_page);

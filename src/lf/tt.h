@@ -35,12 +35,12 @@ struct lf_tt {
 };
 
 /* fire.c */
-int64_t lf_collect_all(struct tmo *e, int64_t now, int64_t *wake);
-void lf_due_compact(struct tmo *e);
-void lf_due_order(struct tmo *e);
-void lf_fire(struct tmo *e, struct due *d);
-void lf_due_shrink(struct tmo *e);
+int64_t tmo__lf_collect_all(struct tmo *e, int64_t now, int64_t *wake);
+void tmo__lf_due_compact(struct tmo *e);
+void tmo__lf_due_order(struct tmo *e);
+void tmo__lf_fire(struct tmo *e, struct due *d);
+void tmo__lf_due_shrink(struct tmo *e);
 /* timer.c */
-void *lf_timer_main(void *arg);
+void *tmo__lf_timer_main(void *arg);
 
 #endif /* TMO_LF_TT_H */

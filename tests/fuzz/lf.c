@@ -352,7 +352,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	if (getenv("FUZZ_LF_TRACE") != NULL) {
 		struct lf_debug d;
-		lf_debug(fz.e, &d);
+		tmo__lf_debug(fz.e, &d);
 		fprintf(stderr, "fuzz_lf: stolen %llu, spilled %llu, via inbox %llu, pages given back %llu\n",
 		        (unsigned long long)d.stolen, (unsigned long long)d.spilled,
 		        (unsigned long long)d.inbox, (unsigned long long)d.trims);

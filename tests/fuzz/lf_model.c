@@ -167,7 +167,7 @@ static int tick_reached(void)
 		return 1;
 	/* asleep until a far deadline: a spurious wake-up costs one round */
 	if (tw & LF_TW_SLEEPING)
-		lf_ec_wake(&fz.e->wake_ec);
+		tmo__lf_ec_wake(&fz.e->wake_ec);
 	nap();
 	return 0;
 }

@@ -59,7 +59,7 @@ void on_fire(struct tmo_timer *t, void *arg)
 static void do_call(struct call *c)
 {
 	if (c->op == CALL_ARM) {
-		c->avail = pool_avail(lf_my_cache_count(fz.e));
+		c->avail = pool_avail(tmo__lf_my_cache_count(fz.e));
 		c->a->t_arm = tmo_now_ns();
 		c->rc = tmo_arm(fz.e, &fz.t[c->idx], c->a->timeout, on_fire, c->a);
 	} else {

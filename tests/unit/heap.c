@@ -101,7 +101,7 @@ static void random_run(unsigned arity, uint32_t min_cap, uint64_t seed, int step
                        int64_t spread)
 {
 	struct tmo_heap h;
-	CHECK_EQ(tmo_heap_init(&h, arity, min_cap), 0);
+	CHECK_EQ(tmo__heap_init(&h, arity, min_cap), 0);
 	sk_rng_init(&rng, seed);
 	model_n = 0;
 	for (uint32_t i = 0; i < MAXN; i++) {

@@ -79,7 +79,7 @@ static void test_annihilation(void)
 	struct tmo_stats st;
 	struct lf_debug d;
 	CHECK_EQ(tmo_stats(e, &st), 0);
-	lf_debug(e, &d);
+	tmo__lf_debug(e, &d);
 	printf("  %s: %ld pairs: %llu nodes held, %llu stolen, %llu spilled, %llu via inbox; arms stamp with the %s\n",
 	       eng, n, (unsigned long long)st.held_nodes, (unsigned long long)d.stolen,
 	       (unsigned long long)d.spilled, (unsigned long long)d.inbox, d.clock ? "clock" : "TSC");
@@ -154,7 +154,7 @@ static void test_cross_thread_ring_cancel(void)
 /* Arms that left their rings: spilled by their owners or stolen. */
 static uint64_t left_rings(struct tmo *e, struct lf_debug *d)
 {
-	lf_debug(e, d);
+	tmo__lf_debug(e, d);
 	return d->spilled + d->stolen;
 }
 
@@ -188,7 +188,7 @@ static void test_spill(void)
 	CHECK_EQ(st.pending, 0);
 	CHECK_EQ(st.fired, n - n / 2);
 	CHECK_EQ(atomic_load(&fired), n - n / 2);
-	lf_debug(e, &d);
+	tmo__lf_debug(e, &d);
 	printf("  %s: %ld arms: %llu spilled, %llu stolen, %llu via inbox\n", eng, n,
 	       (unsigned long long)d.spilled, (unsigned long long)d.stolen,
 	       (unsigned long long)d.inbox);
@@ -224,7 +224,7 @@ static void test_retention(void)
 	CHECK_EQ(bad, 0);
 	int ok = wait_stats(e, settled, &st);
 	struct lf_debug d;
-	lf_debug(e, &d);
+	tmo__lf_debug(e, &d);
 	printf("  %s: %ld cancelled 120 s timers: peak %llu B, settled %llu B (%llu pages given "
 	       "back)\n",
 	       eng, n, (unsigned long long)peak.held_bytes, (unsigned long long)st.held_bytes,

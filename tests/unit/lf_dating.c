@@ -237,7 +237,7 @@ int main(void)
 		       "or TSan), so its calibration never ages\n");
 		return 77;
 	}
-	if (!lf_use_tsc) { /* decided once, by the engine fence_mode made */
+	if (!tmo__lf_use_tsc) { /* decided once, by the engine fence_mode made */
 		printf("SKIPPED: arms stamp with the clock here (no usable counter, or "
 		       "TMO_LF_CLOCK=1): nothing is dated by a calibration\n");
 		return 77;
