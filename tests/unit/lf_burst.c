@@ -35,7 +35,7 @@ static void cb(struct tmo_timer *t, void *arg)
 	(void)arg;
 	if (atomic_fetch_add(&fired, 1) == 0) {
 		struct lf_debug d;
-		lf_debug(g_e, &d);
+		tmo__lf_debug(g_e, &d);
 		atomic_store(&filed_at_first, d.filed + 1);
 	}
 	atomic_fetch_add(&runs[t - ts], 1);
@@ -44,7 +44,7 @@ static void cb(struct tmo_timer *t, void *arg)
 static uint64_t filed(void)
 {
 	struct lf_debug d;
-	lf_debug(g_e, &d);
+	tmo__lf_debug(g_e, &d);
 	return d.filed;
 }
 
