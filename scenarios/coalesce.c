@@ -237,7 +237,9 @@ static int coalesce_run(const struct sk_run *run)
 	struct co_user *us = calloc(n, sizeof *us);
 	unsigned char *cancel = calloc(n, 1);
 	struct tmo *e = NULL;
-	int rc = us == NULL || cancel == NULL ? TMO_ENOMEM : tmo_create_ops(run->ops, NULL, &e);
+	/* sk_create_or_skip: short of kernel timers or threads (shared by
+	 * the user's processes) is a skip with its reason */
+	int rc = us == NULL || cancel == NULL ? TMO_ENOMEM : sk_create_or_skip(run, &e);
 	if (rc != 0) {
 		free(us);
 		free(cancel);

@@ -315,7 +315,8 @@ static int progress_run(const struct sk_run *run)
 	c->run = run;
 	c->nworkers = run->threads < MAX_WORKERS ? run->threads : MAX_WORKERS;
 	atomic_store(&c->parked_at, INT64_MAX);
-	int rc = tmo_create_ops(run->ops, NULL, &c->e);
+	/* short of kernel timers or threads: a skip with its reason */
+	int rc = sk_create_or_skip(run, &c->e);
 	if (rc != 0) {
 		free(c);
 		return rc;
