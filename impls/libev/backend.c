@@ -103,27 +103,13 @@ static void lev_wake(struct peer *e) { ev_async_send(LIB(e)->loop, &LIB(e)->wake
 
 static void lev_iterate(struct peer *e) { ev_run(LIB(e)->loop, EVRUN_ONCE); }
 
-const struct peer_backend tmo__peer_libev = {
-	.name = "libev",
-	.area = sizeof(ev_timer),
-	.flags = 0,
-	.init = lev_init,
-	.fini = lev_fini,
-	.start = lev_start,
-	.stop = lev_stop,
-	.wake = lev_wake,
-	.iterate = lev_iterate,
-	.fini_forked = lev_fini_forked,
-};
-const struct peer_backend tmo__peer_libev_loop = {
-	.name = "libev_loop",
-	.area = sizeof(ev_timer),
-	.flags = 0,
-	.init = lev_init,
-	.fini = lev_fini,
-	.start = lev_start,
-	.stop = lev_stop,
-	.wake = lev_wake,
-	.iterate = lev_iterate,
-	.fini_forked = lev_fini_forked,
-};
+/* The two libev engines share the backend; only the name differs (as
+ * libuv's LUV_BACKEND). */
+#define LEV_BACKEND(nm)                                                                    \
+	{                                                                                  \
+		.name = nm, .area = sizeof(ev_timer), .flags = 0, .init = lev_init,        \
+		.fini = lev_fini, .start = lev_start, .stop = lev_stop, .wake = lev_wake,  \
+		.iterate = lev_iterate, .fini_forked = lev_fini_forked,                    \
+	}
+const struct peer_backend tmo__peer_libev = LEV_BACKEND("libev");
+const struct peer_backend tmo__peer_libev_loop = LEV_BACKEND("libev_loop");
