@@ -112,6 +112,7 @@ int tmo__peer_create(const struct peer_backend *be, struct tmo **out)
 	e->area_off = (sizeof(struct peer_rec) + a - 1) / a * a;
 	e->rec_size = e->area_off + be->area;
 	tmo_list_init(&e->queue);
+	tmo_list_init(&e->stopping);
 	tmo_list_init(&e->started);
 	tmo_list_init(&e->due);
 	tmo_list_init(&e->dead);

@@ -25,10 +25,17 @@
  * (be->area bytes at area_off: an ev_timer, a uv_timer_t, a GSource *, a
  * timerfd, an io_uring timespec).  The caller's timer holds only a pointer
  * to its record (struct peer_priv).  A record is in exactly one list:
- *   queue    QUEUED (to start) or STOPPING (to stop) by the loop thread:
- *            arms and cancels from other threads of a library whose timers
+ *   queue    QUEUED (to start) or REARM (to stop, then start) by the loop
+ *            thread: arms from other threads of a library whose timers
  *            belong to its loop thread (libev, libuv), then a wake-up
  *            (ev_async_send, uv_async_send) coalesced while one is owed;
+ *   stopping STOPPING (to stop) by the loop thread: started timers that
+ *            other threads cancelled.  An arm that finds the free list
+ *            empty takes the oldest of these instead of allocating (it
+ *            becomes REARM: the loop thread stops its library timer, then
+ *            starts it for the new arm), so records never outnumber the
+ *            pending timers plus the free list, however far the loop
+ *            thread lags behind other threads' arms and cancels;
  *   started  STARTED in the library;
  *   due      DUE: expired (the library reported it, or it was queued past
  *            its deadline), callback not started; in deadline order
@@ -45,7 +52,7 @@
  *
  * Exactly once: a record's state changes only under `m`; the library's
  * expiry reaches tmo__peer_fire(), which takes only a STARTED record (a cancel
- * made it QUEUED->freed, STARTED->STOPPING or ->DEAD) into `due`; the loop
+ * made it QUEUED->freed, REARM or STARTED->STOPPING, or ->DEAD) into `due`; the loop
  * thread then runs the due callbacks one at a time in deadline order
  * (never from inside the library's dispatch), taking in what other threads
  * queued before each one, so an arm still queued when the library
@@ -89,7 +96,16 @@
 #define PEER_FORK_LOCK_NS TMO_NSEC_PER_SEC
 #define PEER_COLLECT_NS (TMO_NSEC_PER_MSEC / 4)
 
-enum peer_state { PR_FREE = 0, PR_QUEUED, PR_STARTED, PR_DUE, PR_STOPPING, PR_FIRING, PR_DEAD };
+enum peer_state {
+	PR_FREE = 0,
+	PR_QUEUED,
+	PR_STARTED,
+	PR_DUE,
+	PR_STOPPING,
+	PR_FIRING,
+	PR_DEAD,
+	PR_REARM
+};
 
 struct peer;
 
@@ -170,7 +186,7 @@ struct peer {
 
 	pthread_mutex_t m;
 	struct tmo__gate gate; /* under m */
-	struct tmo_list queue, started, due, dead, free; /* under m */
+	struct tmo_list queue, stopping, started, due, dead, free; /* under m */
 	uint64_t nfree, records, pending, fired, cancelled;
 	bool stop;  /* under m: destroy began, tmo__peer_fire runs nothing */
 	bool woken; /* under m: a wake-up is owed to the loop (coalesced) */

@@ -10,12 +10,25 @@
 
 /* ---- records ---------------------------------------------------------------- */
 
+/* An idle record, or the oldest one whose stop the loop thread owes
+ * (state REARM: its library timer must be stopped before it starts again;
+ * on the loop thread it is stopped here), or a new one. */
 static struct peer_rec *rec_get(struct peer *e)
 {
 	if (!tmo_list_empty(&e->free)) {
 		struct peer_rec *r = tmo_container_of(e->free.next, struct peer_rec, link);
 		tmo_list_del(&r->link);
 		e->nfree--;
+		return r;
+	}
+	if (!tmo_list_empty(&e->stopping)) {
+		struct peer_rec *r = tmo_container_of(e->stopping.next, struct peer_rec, link);
+		tmo_list_del(&r->link);
+		r->state = PR_REARM;
+		if (peer_on_loop(e)) {
+			e->be->stop(e, r);
+			r->state = PR_FREE;
+		}
 		return r;
 	}
 	struct peer_rec *r = tmo__calloc(1, e->rec_size);
@@ -104,7 +117,8 @@ int tmo__peer_arm(struct tmo *self, struct tmo_timer *t, int64_t timeout_ns, tmo
 		r->state = PR_STARTED;
 		tmo_list_add_tail(&e->started, &r->link);
 	} else {
-		r->state = PR_QUEUED;
+		if (r->state != PR_REARM)
+			r->state = PR_QUEUED;
 		tmo_list_add_tail(&e->queue, &r->link);
 		owe_wake(e);
 	}
@@ -131,8 +145,8 @@ static void stop_started(struct peer *e, struct peer_rec *r)
 		}
 		return;
 	}
-	r->state = PR_STOPPING; /* the loop thread stops and frees it */
-	tmo_list_add_tail(&e->queue, &r->link);
+	r->state = PR_STOPPING; /* the loop thread stops it, or an arm takes it */
+	tmo_list_add_tail(&e->stopping, &r->link);
 	owe_wake(e);
 }
 
@@ -157,6 +171,12 @@ int tmo__peer_cancel(struct tmo *self, struct tmo_timer *t)
 		if (r->state == PR_QUEUED) {
 			tmo_list_del(&r->link);
 			rec_put(e, r);
+		} else if (r->state == PR_REARM) {
+			/* Its library timer may still run: the loop thread stops it. */
+			tmo_list_del(&r->link);
+			r->state = PR_STOPPING;
+			tmo_list_add_tail(&e->stopping, &r->link);
+			owe_wake(e);
 		} else if (r->state == PR_DUE) {
 			/* Expired in the library, callback not started: the library
 			 * is done with it but for its per-arm resources. */
@@ -314,15 +334,19 @@ static void fire_first(struct peer *e)
 void tmo__peer_drain(struct peer *e)
 {
 	e->woken = false;
+	tmo_list_for_each_safe(r, &e->stopping, struct peer_rec, link) {
+		tmo_list_del(&r->link);
+		e->be->stop(e, r);
+		rec_put(e, r);
+	}
 	if (tmo_list_empty(&e->queue))
 		return;
 	int64_t now = tmo_now_ns();
 	tmo_list_for_each_safe(r, &e->queue, struct peer_rec, link) {
 		tmo_list_del(&r->link);
-		if (r->state == PR_STOPPING) {
-			e->be->stop(e, r);
-			rec_put(e, r);
-			continue;
+		if (r->state == PR_REARM) {
+			e->be->stop(e, r); /* the cancelled arm's timer, then this one */
+			r->state = PR_QUEUED;
 		}
 		if (r->deadline <= now) {
 			make_due(e, r);
@@ -382,8 +406,12 @@ void tmo__peer_drop_all(struct peer *e, bool library)
 		tmo_list_del(&r->link);
 		tmo_list_add(&e->dead, &r->link);
 	}
+	tmo_list_for_each_safe(r, &e->stopping, struct peer_rec, link) {
+		tmo_list_del(&r->link);
+		tmo_list_add(&e->dead, &r->link);
+	}
 	tmo_list_for_each_safe(r, &e->queue, struct peer_rec, link) {
-		if (r->state == PR_QUEUED && library) {
+		if ((r->state == PR_QUEUED || r->state == PR_REARM) && library) {
 			timer_idle(r);
 			e->cancelled++;
 		}

@@ -15,6 +15,13 @@
  * thread, and one made before that thread has published the listener, or
  * while the runtime holds a lock the supervisor's instrumented code needs,
  * never returns.  The release and ASan builds count them.
+ *
+ * NO_ALLOC must hold however far the engine's loop thread lags: an engine
+ * that also declares TMO_CAP_RUN_ON_LOOP has its loop thread held in a
+ * function (tmo_testing_run_on_loop) after it started a timer that this
+ * thread then cancels (the stop the loop thread owes); PAIRS arm+cancel
+ * pairs made meanwhile must not allocate (they reuse the record whose stop
+ * is owed), and a last arm made meanwhile fires once the loop is free.
  */
 #include <errno.h>
 #include <linux/filter.h>
@@ -183,10 +190,66 @@ static void check_caps(void)
 		CHECK(p.calls * 100 < PAIRS);
 }
 
+static atomic_int lag_held, lag_release;
+static atomic_llong lag_fired;
+
+static void hold_loop(void *arg)
+{
+	(void)arg;
+	atomic_store(&lag_held, 1);
+	while (!atomic_load(&lag_release))
+		sched_yield();
+}
+
+static void *lag_holder(void *arg)
+{
+	CHECK_EQ(tmo_testing_run_on_loop(arg, hold_loop, NULL), 0);
+	return NULL;
+}
+
+static void nothing(void *arg) { (void)arg; }
+
+static void check_lagging_loop(void)
+{
+	if (!(et_ops->caps & TMO_CAP_NO_ALLOC) || !(et_ops->caps & TMO_CAP_RUN_ON_LOOP))
+		return;
+	struct tmo *e = NULL;
+	CHECK_EQ(tmo_create_ops(et_ops, NULL, &e), 0);
+	if (e == NULL)
+		return;
+	struct et_counted r;
+	et_counted_init(&r, 1, &lag_fired);
+	CHECK_EQ(tmo_arm(e, &r.t, 60 * TMO_NSEC_PER_SEC, et_counted_cb, &r), 0);
+	/* The loop thread takes in the arm before it runs a function. */
+	CHECK_EQ(tmo_testing_run_on_loop(e, nothing, NULL), 0);
+	pthread_t h;
+	CHECK_EQ(pthread_create(&h, NULL, lag_holder, e), 0);
+	while (!atomic_load(&lag_held))
+		sched_yield();
+	CHECK_EQ(tmo_cancel(e, &r.t), TMO_CANCEL_PREVENTED); /* its stop is owed */
+	thread_allocs = 0;
+	tmo_testing_set_fault(count_allocs, NULL);
+	long bad = run_pairs(e, &r, PAIRS);
+	long allocs = thread_allocs;
+	tmo_testing_set_fault(NULL, NULL);
+	CHECK_EQ(tmo_arm(e, &r.t, TMO_NSEC_PER_MSEC, et_counted_cb, &r), 0);
+	atomic_store(&lag_release, 1);
+	pthread_join(h, NULL);
+	CHECK(et_wait_ge(&lag_fired, 1, 30 * TMO_NSEC_PER_SEC));
+	CHECK_EQ(tmo_destroy(&e), 0);
+	printf("caps: loop thread held with a stop owed: %d arm+cancel pairs made %ld "
+	       "allocations; the last arm fired %lld time(s)\n",
+	       PAIRS, allocs, atomic_load(&lag_fired));
+	CHECK_EQ(bad, 0);
+	CHECK_EQ(allocs, 0);
+	CHECK_EQ(atomic_load(&lag_fired), 1);
+}
+
 int main(int argc, char **argv)
 {
 	et_init(argc, argv, "engine_caps");
 	et_raise_sigpending(); /* the kernel-timer quota (posix) as high as allowed */
 	check_caps();
+	check_lagging_loop();
 	return TEST_EXIT();
 }
