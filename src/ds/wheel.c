@@ -37,6 +37,8 @@
  * top-level epoch while on the overflow list; while T steps tick by tick,
  * a tick's share of that is what is pending over the ticks left for it.
  */
+#include <string.h>
+
 #include "ds/wheel.h"
 
 #define LEVEL_SHIFT(l) ((unsigned)(l) * TMO_WHEEL_BITS)
@@ -60,26 +62,12 @@ int tmo__wheel_init(struct tmo_wheel *w, int64_t resolution_ns, int64_t now_ns)
 {
 	if (w == NULL || resolution_ns <= 0)
 		return TMO_WHEEL_EINVAL;
+	memset(w, 0, sizeof *w); /* every list empty, every count 0 */
 	w->resolution_ns = resolution_ns;
 	w->res_inv = UINT64_MAX / (uint64_t)resolution_ns;
 	w->origin_ns = now_ns;
-	w->now_tick = 0;
-	w->count = 0;
-	w->refiled = 0;
-	for (unsigned l = 0; l < TMO_WHEEL_LEVELS; l++) {
-		w->occupied[l][0] = w->occupied[l][1] = 0;
-		for (unsigned s = 0; s < RING; s++)
-			w->slot[l][s].head = NULL;
-	}
-	for (unsigned l = 0; l < PACED; l++) {
-		for (unsigned s = 0; s < RING; s++)
-			w->placed[l][s] = 0;
-		w->pending[l].head = NULL;
-		w->pending_left[l] = 0;
-	}
-	w->overflow.head = NULL;
 	w->overflow_min = UINT64_MAX;
-	w->expired.head = NULL;
+	w->expired_tick = UINT64_MAX;
 	return 0;
 }
 
@@ -177,6 +165,8 @@ static void place(struct tmo_wheel *w, struct tmo_wheel_node *n)
 	uint64_t e = n->expires, t = w->now_tick;
 	if (e < t) {
 		list_push(&w->expired, n);
+		if (e < w->expired_tick)
+			w->expired_tick = e;
 		return;
 	}
 	for (unsigned l = 0; l < TMO_WHEEL_LEVELS; l++) {
@@ -359,9 +349,11 @@ static uint64_t list_min(const struct tmo_wheel_list *l)
 int64_t tmo__wheel_next_expiry(const struct tmo_wheel *w)
 {
 	if (w->expired.head)
-		/* Already due: the start of the last processed tick, a time the
-		 * caller has already passed to advance(). */
-		return tick_ns(w, w->now_tick - 1);
+		/* Already due: the earliest tick among them, <= the last `now`
+		 * given to advance() (not the last processed tick: an advance to
+		 * a time ahead, then a node added for a tick between, would hide
+		 * that node until the time ahead, behind later ones elsewhere). */
+		return tick_ns(w, w->expired_tick);
 	unsigned level;
 	const struct tmo_wheel_list *list = NULL;
 	uint64_t t = next_tick(w, &level, &list);
@@ -395,34 +387,69 @@ int64_t tmo__wheel_next_expiry(const struct tmo_wheel *w)
 	return tick_ns(w, t);
 }
 
-/* Append a chain (linked by next) to the due list behind *tail; returns how
- * many nodes.  Nodes on the due list are out of the wheel: pprev NULL. */
-static size_t hand_out(struct tmo_wheel_node ***tail, struct tmo_wheel_node *n)
+/* Move at most max nodes from the front of list l to the due list behind
+ * *tail; the rest stay on l.  Returns how many moved. */
+static size_t hand_out_max(struct tmo_wheel_node ***tail, struct tmo_wheel_list *l, size_t max)
 {
+	struct tmo_wheel_node *n = l->head;
 	size_t k = 0;
-	while (n) {
+	for (; n != NULL && k < max; k++) {
 		struct tmo_wheel_node *next = n->next;
 		n->pprev = NULL;
 		n->next = NULL;
 		**tail = n;
 		*tail = &n->next;
 		n = next;
-		k++;
+	}
+	l->head = n;
+	if (n != NULL)
+		n->pprev = &l->head;
+	return k;
+}
+
+/* Take level-0 slot s (tick t) whole: at most max of its nodes to the due
+ * list, the rest behind what is on `expired` (handed out first by the next
+ * advance).  Returns how many were handed out; *left: 1 if any remain. */
+static size_t take_tick(struct tmo_wheel *w, unsigned s, uint64_t t,
+                        struct tmo_wheel_node ***tail, size_t max, int *left)
+{
+	struct tmo_wheel_list rest = {slot_take(w, 0, s)};
+	if (rest.head != NULL)
+		rest.head->pprev = &rest.head;
+	size_t k = hand_out_max(tail, &rest, max);
+	*left = rest.head != NULL;
+	if (*left) {
+		struct tmo_wheel_node **end = &w->expired.head;
+		while (*end != NULL)
+			end = &(*end)->next;
+		*end = rest.head;
+		rest.head->pprev = end;
+		if (t < w->expired_tick)
+			w->expired_tick = t;
 	}
 	return k;
 }
 
 size_t tmo__wheel_advance(struct tmo_wheel *w, int64_t now, struct tmo_wheel_list *due)
 {
+	return tmo__wheel_advance_max(w, now, SIZE_MAX, due);
+}
+
+size_t tmo__wheel_advance_max(struct tmo_wheel *w, int64_t now, size_t max,
+                              struct tmo_wheel_list *due)
+{
 	struct tmo_wheel_node **tail = &due->head;
 	while (*tail)
 		tail = &(*tail)->next;
 
-	/* Nodes added after their tick had been processed come first: they are
-	 * due before anything still in the slots. */
-	size_t k = hand_out(&tail, list_take(&w->expired));
+	/* Nodes added after their tick had been processed (and the rest of a
+	 * tick a bounded advance stopped in) come first: they are due before
+	 * anything still in the slots. */
+	size_t k = hand_out_max(&tail, &w->expired, max);
+	if (w->expired.head == NULL)
+		w->expired_tick = UINT64_MAX;
 
-	if (now >= w->origin_ns) {
+	if (k < max && now >= w->origin_ns) {
 		/* Process every tick whose start is <= now: 0 .. last. */
 		uint64_t rem, last = div_res(w, udiff(now, w->origin_ns), &rem);
 		/* The loop needs last + 1 representable: stop one tick short of
@@ -431,7 +458,7 @@ size_t tmo__wheel_advance(struct tmo_wheel *w, int64_t now, struct tmo_wheel_lis
 		int final_tick = last == UINT64_MAX;
 		if (final_tick)
 			last--;
-		while (w->now_tick <= last) {
+		while (w->now_tick <= last && k < max) {
 			unsigned level;
 			const struct tmo_wheel_list *list;
 			uint64_t t = next_tick(w, &level, &list);
@@ -441,8 +468,11 @@ size_t tmo__wheel_advance(struct tmo_wheel *w, int64_t now, struct tmo_wheel_lis
 			}
 			if (list == NULL) {
 				/* Level 0 slots hold exactly one tick each: all due. */
-				k += hand_out(&tail, slot_take(w, 0, (unsigned)(t & RING_MASK)));
+				int left;
+				k += take_tick(w, (unsigned)(t & RING_MASK), t, &tail, max - k, &left);
 				rebase(w, t + 1);
+				if (left)
+					break; /* max handed out */
 			} else {
 				/* Jump to the start of the earliest list; rebase
 				 * files it to lower levels. */
@@ -450,11 +480,12 @@ size_t tmo__wheel_advance(struct tmo_wheel *w, int64_t now, struct tmo_wheel_lis
 			}
 		}
 		unsigned top = (unsigned)(UINT64_MAX & RING_MASK);
-		if (final_tick && w->now_tick == UINT64_MAX &&
+		if (final_tick && k < max && w->now_tick == UINT64_MAX &&
 		    (w->occupied[0][top >> TMO_WHEEL_BITS] & (UINT64_C(1) << (top & SLOT_MASK)))) {
 			/* T stays at UINT64_MAX: a node filed for it later lands in
 			 * this same slot and is handed out by the next advance. */
-			k += hand_out(&tail, slot_take(w, 0, top));
+			int left;
+			k += take_tick(w, top, UINT64_MAX, &tail, max - k, &left);
 		}
 	}
 	w->count -= k;

@@ -60,6 +60,7 @@ struct tmo_wheel {
 	struct tmo_wheel_list overflow; /* beyond the top level, re-filed later */
 	uint64_t overflow_min;          /* <= the tick of every overflow node */
 	struct tmo_wheel_list expired;  /* added after their tick was processed */
+	uint64_t expired_tick;          /* <= the tick of every expired node */
 };
 
 /* Returns 0, or TMO_WHEEL_EINVAL for a resolution <= 0. */
@@ -135,5 +136,18 @@ int64_t tmo__wheel_next_expiry(const struct tmo_wheel *w);
  * (about 64/63 of the nodes due per tick, per level; a jump past ticks
  * where nothing was due files what it skipped at once). */
 size_t tmo__wheel_advance(struct tmo_wheel *w, int64_t now, struct tmo_wheel_list *due);
+/* advance() that hands out at most max nodes (max >= 1): a burst due at
+ * once comes out a batch at a time.  When it stops inside a tick, that
+ * tick counts as processed and its other nodes wait on `expired`, handed
+ * out first by the next call; next_expiry() is then the tick's time, so
+ * the caller knows the rest is due and no later than what it was given.
+ * Ticks after it are not processed until the next call.  The guarantee of
+ * advance() holds for what it returns (never early, tick order for the
+ * nodes filed before their tick); never late holds over the calls that
+ * follow, the first of which returns fewer than max.  Cost: the nodes
+ * handed out, plus advance()'s per tick; a stop inside a tick walks what
+ * was already on `expired` (nodes added late: few). */
+size_t tmo__wheel_advance_max(struct tmo_wheel *w, int64_t now, size_t max,
+                              struct tmo_wheel_list *due);
 
 #endif

@@ -122,7 +122,7 @@ struct lf_sched {
 	 * deadline order, or (wheel) in tick order. */
 	void (*collect)(void *s, int64_t now, void (*due)(void *ctx, struct lf_node *n), void *ctx);
 	/* Optional (NULL: collect takes all): the same, stopping after `max`
-	 * nodes, the earliest (exact deadline order); returns how many.  The
+	 * nodes, the earliest (deadline order; wheel: tick order); returns how many.  The
 	 * timer thread collects in such batches so that a burst of due timers
 	 * starts firing before the whole burst is out (fire.c). */
 	size_t (*collect_max)(void *s, int64_t now, size_t max,

@@ -15,7 +15,9 @@
  * non-decreasing order of their key: due, or for a timer armed after its
  * tick was processed, the start of the last processed tick.  count() and
  * contains() must agree with the model; next_expiry() must be INT64_MAX
- * when empty, and never later than the next due time.
+ * when empty, and never later than the next due time.  With a bound
+ * (max), advance_max(now, max) returns at most max of them, the same way;
+ * one that returns fewer leaves none due.
  */
 #ifndef TMO_FUZZ_WHEEL_MODEL_H
 #define TMO_FUZZ_WHEEL_MODEL_H
@@ -31,6 +33,9 @@ struct wheel_model {
 	struct tmo_wheel_node node[MODEL_MAX];
 	int nodes; /* node[0 .. nodes-1] are the driver's timers */
 	int64_t origin, r, now;
+	/* advances hand out at most max nodes (SIZE_MAX: advance(), else
+	 * advance_max()); an advance that returns max may leave due ones */
+	size_t max;
 };
 
 /* A fresh wheel of resolution r at `origin`, `nodes` timers, mismatches
@@ -45,6 +50,7 @@ static inline int wm_init(struct wheel_model *f, int64_t r, int64_t origin, int 
 	f->r = r;
 	f->origin = origin;
 	f->now = origin;
+	f->max = SIZE_MAX;
 	for (int i = 0; i < nodes; i++)
 		tmo__wheel_node_init(&f->node[i]);
 	return tmo__wheel_init(&f->w, r, origin);
@@ -103,7 +109,9 @@ static inline size_t wm_advance(struct wheel_model *f, int64_t now)
 		now = f->now; /* the virtual clock never goes back */
 	f->now = now;
 	struct tmo_wheel_list due = {NULL};
-	size_t k = tmo__wheel_advance(&f->w, now, &due), seen = 0;
+	size_t k = f->max == SIZE_MAX ? tmo__wheel_advance(&f->w, now, &due)
+	                              : tmo__wheel_advance_max(&f->w, now, f->max, &due);
+	size_t seen = 0;
 	int64_t prev_key = INT64_MIN;
 	for (struct tmo_wheel_node *n = due.head; n; n = n->next) {
 		int idx = (int)(n - f->node);
@@ -119,12 +127,19 @@ static inline size_t wm_advance(struct wheel_model *f, int64_t now)
 		MODEL_CHECK(m, !e.never && e.due <= now,
 		            "node %d fired before its tick %lld at now %lld", idx, (long long)e.due,
 		            (long long)now);
-		MODEL_CHECK(m, e.key >= prev_key, "order: key %lld after %lld", (long long)e.key,
-		            (long long)prev_key);
-		prev_key = e.key;
+		/* A bounded advance leaves the rest of a tick behind what was
+		 * added late: the order is kept among timers filed in time. */
+		if (f->max == SIZE_MAX || e.key == e.due) {
+			MODEL_CHECK(m, e.key >= prev_key, "order: key %lld after %lld",
+			            (long long)e.key, (long long)prev_key);
+			prev_key = e.key;
+		}
 		model_remove_at(m, i);
 	}
 	MODEL_CHECK(m, seen == k, "advance returned %zu, listed %zu", k, seen);
+	MODEL_CHECK(m, k <= f->max, "advance returned %zu, more than its max %zu", k, f->max);
+	if (k == f->max)
+		return k; /* more may be due: the next advance hands it out */
 	/* The model is sorted: anything still due would be at its head. */
 	MODEL_CHECK(m, m->n == 0 || m->sorted[0].never || m->sorted[0].due > now,
 	            "late: node %d due %lld (deadline %lld) not fired at now %lld (r %lld)",

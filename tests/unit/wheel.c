@@ -295,12 +295,13 @@ static void model_chase(struct wheel_model *m)
 	           TMO_WHEEL_LEVELS + 2);
 }
 
-static long run_model(uint64_t seed, int64_t r, int64_t origin, int ops)
+static long run_model(uint64_t seed, int64_t r, int64_t origin, int ops, size_t max)
 {
 	static struct wheel_model m;
 	sk_rng_init(&rng, seed);
 	if (wm_init(&m, r, origin, NODES, on_mismatch) != 0)
 		return 1;
+	m.max = max;
 	for (int op = 0; op < ops && m.m.mismatches == 0; op++) {
 		int idx = (int)below(NODES);
 		unsigned what = (unsigned)below(16);
@@ -333,9 +334,11 @@ static void test_random_against_model(void)
 	long total = 0;
 	for (int i = 0; i < nres; i++)
 		for (int j = 0; j < norig; j++)
-			for (uint64_t seed = 1; seed <= 4; seed++)
+			for (uint64_t seed = 1; seed <= 6; seed++)
+				/* seeds 5 and 6: advances bounded to 1 and 3 nodes */
 				total += run_model(seed * 1000 + (uint64_t)(i * 10 + j), res[i], origins[j],
-				                   (int)et_scaled(20000, 1000));
+				                   (int)et_scaled(20000, 1000),
+				                   seed <= 4 ? SIZE_MAX : seed == 5 ? 1 : 3);
 	CHECK_EQ(total, 0);
 }
 

@@ -1,0 +1,88 @@
+/*
+ * The timing wheel's bounded advance and its `expired` list
+ * (src/ds/wheel.h: tmo__wheel_advance_max, next_expiry), on a virtual
+ * clock.  The model-based checks of both are unit/wheel.c's and the fuzz
+ * target's (tests/fuzz/wheel_model.h, bounded advances included).
+ */
+#include <stdint.h>
+
+#include "check.h"
+#include "ds/wheel.h"
+#include "tmo/tmo.h"
+
+/* A burst due in one tick comes out of advance_max a batch at a time: the
+ * rest waits, still in the wheel (contains, del, count), due at the tick's
+ * time, and all of it before the next tick's nodes. */
+static void test_bounded_burst(void)
+{
+	enum { BURST = 10000, NEXT = 100, MAX = 1000 };
+	static struct tmo_wheel_node n[BURST + NEXT];
+	struct tmo_wheel w;
+	const int64_t r = TMO_NSEC_PER_MSEC, at = 7 * r;
+	tmo__wheel_init(&w, r, 0);
+	for (int i = 0; i < BURST + NEXT; i++) {
+		tmo__wheel_node_init(&n[i]);
+		tmo__wheel_add(&w, &n[i], i < BURST ? at - 1 - i % 5 : at + r);
+	}
+	struct tmo_wheel_list due = {NULL};
+	CHECK_EQ(tmo__wheel_advance_max(&w, 100 * r, MAX, &due), MAX);
+	CHECK_EQ(tmo__wheel_count(&w), BURST + NEXT - MAX);
+	CHECK_EQ(tmo__wheel_next_expiry(&w), at); /* the rest is due, at its tick */
+	int left = -1;
+	for (int i = 0; i < BURST && left < 0; i++)
+		if (tmo__wheel_contains(&n[i]))
+			left = i;
+	CHECK(left >= 0);
+	tmo__wheel_del(&w, &n[left]); /* a waiting one can still be cancelled */
+	CHECK(!tmo__wheel_contains(&n[left]));
+	long out = MAX, calls = 1, next_early = 0, burst_seen = MAX;
+	size_t k;
+	do {
+		due.head = NULL;
+		k = tmo__wheel_advance_max(&w, 100 * r, MAX, &due);
+		CHECK(k <= MAX);
+		for (struct tmo_wheel_node *p = due.head; p != NULL; p = p->next) {
+			CHECK(p != &n[left]);
+			if (p - n < BURST)
+				burst_seen++;
+			else if (burst_seen < BURST - 1)
+				next_early++; /* a next-tick node before the burst was out */
+		}
+		out += (long)k;
+		calls++;
+	} while (k == MAX);
+	CHECK_EQ(out, BURST + NEXT - 1);
+	CHECK_EQ(burst_seen, BURST - 1);
+	CHECK_EQ(next_early, 0);
+	CHECK_EQ(tmo__wheel_count(&w), 0);
+	CHECK_EQ(tmo__wheel_next_expiry(&w), INT64_MAX);
+	CHECK(calls >= (BURST + NEXT - 1) / MAX);
+}
+
+/* A node added for a tick before the last processed one (an advance went
+ * ahead of the engine's clock: the owner of a per-thread wheel hands out
+ * what is due by now + 1 ms) is due at its own tick: next_expiry must not
+ * say the last processed tick, or a caller at a time between would not
+ * collect it, and would run later timers of other wheels first. */
+static void test_next_expiry_of_late_node(void)
+{
+	const int64_t r = TMO_NSEC_PER_MSEC;
+	struct tmo_wheel w;
+	struct tmo_wheel_node n;
+	tmo__wheel_init(&w, r, 0);
+	tmo__wheel_node_init(&n);
+	struct tmo_wheel_list due = {NULL};
+	CHECK_EQ(tmo__wheel_advance(&w, 5 * r, &due), 0); /* ahead of a clock at 2 ms */
+	tmo__wheel_add(&w, &n, 2 * r - 1);                 /* due at 2 ms */
+	CHECK(tmo__wheel_next_expiry(&w) <= 2 * r);
+	CHECK_EQ(tmo__wheel_advance(&w, 2 * r, &due), 1);
+	CHECK(due.head == &n);
+	CHECK_EQ(tmo__wheel_next_expiry(&w), INT64_MAX);
+}
+
+int main(void)
+{
+	RUN(test_bounded_burst);
+	RUN(test_next_expiry_of_late_node);
+	return TEST_EXIT();
+}
