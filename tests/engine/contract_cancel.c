@@ -87,9 +87,10 @@ static int cbd_round(int64_t margin, int *wrong)
 		}
 		prevented += rc == TMO_CANCEL_PREVENTED;
 	}
-	/* Only what was not prevented fires: wait for it, then a little more
-	 * for a prevented timer that fires anyway. */
-	CHECK(et_wait_ge(&cnt_total, N - prevented, LIVENESS));
+	/* Only what was not prevented fires: wait for it (LIVENESS past the
+	 * last deadline: a retried round's may lie seconds ahead), then a
+	 * little more for a prevented timer that fires anyway. */
+	CHECK(et_wait_ge(&cnt_total, N - prevented, deadline[N - 1] - tmo_now_ns() + LIVENESS));
 	et_sleep_ns(deadline[N - 1] - tmo_now_ns() + 20 * MS);
 	CHECK_EQ(atomic_load(&cnt_total), N - prevented);
 	struct tmo_stats st;
@@ -417,7 +418,8 @@ static int independence_round(int64_t margin, const int *want_cancel, int *wrong
 		if (rc != TMO_CANCEL_PREVENTED)
 			cancel[i] = 0; /* it fired: it counts among those that must */
 	}
-	CHECK(et_wait_ge(&cnt_total, N - prevented, LIVENESS));
+	/* LIVENESS past the deadline: a retried round's may lie seconds ahead */
+	CHECK(et_wait_ge(&cnt_total, N - prevented, deadline - tmo_now_ns() + LIVENESS));
 	et_sleep_ns(20 * MS); /* a prevented timer that fires anyway shows now */
 	int bad = 0;
 	for (int i = 0; i < N; i++)
