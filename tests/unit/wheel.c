@@ -264,7 +264,7 @@ static int64_t random_now(struct wheel_model *m)
 	case 1: return sat_add(now, (int64_t)below((uint64_t)r * 3));
 	case 2: { /* exactly the next due time, or one before */
 		int64_t d = wm_next_due(m);
-		return d == INT64_MAX ? now : d - (int64_t)below(2);
+		return d == INT64_MAX ? now : sat_add(d, -(int64_t)below(2));
 	}
 	case 3: return tmo__wheel_next_expiry(&m->w);
 	case 4: { /* a big jump */
