@@ -264,6 +264,7 @@ void *tmo__lf_timer_main(void *arg)
 		if (LF_UNLIKELY(tmo__park_requested(&e->park))) {
 			tmo__lf_tick_publish(e, 0);
 			tmo__park_point(&e->park);
+			tt->last_cal = 0; /* time went by: the next round calibrates */
 		}
 		if (LF_UNLIKELY(atomic_load_explicit(&e->stop, memory_order_acquire)))
 			break;
