@@ -38,8 +38,8 @@ static int64_t h_next(const void *s)
 	return top != NULL ? top->deadline : INT64_MAX;
 }
 
-static size_t h_collect_max(void *s, int64_t now, size_t max,
-                            void (*due)(void *ctx, struct lf_node *n), void *ctx)
+static size_t h_collect(void *s, int64_t now, size_t max,
+                        void (*due)(void *ctx, struct lf_node *n), void *ctx)
 {
 	struct tmo_heap_node *top;
 	size_t k = 0;
@@ -49,11 +49,6 @@ static size_t h_collect_max(void *s, int64_t now, size_t max,
 		k++;
 	}
 	return k;
-}
-
-static void h_collect(void *s, int64_t now, void (*due)(void *ctx, struct lf_node *n), void *ctx)
-{
-	(void)h_collect_max(s, now, SIZE_MAX, due, ctx);
 }
 
 static uint64_t h_bytes(const void *s) { return tmo__heap_bytes(s); }
@@ -69,7 +64,6 @@ static const struct lf_sched heap_sched = {
 	.contains = h_contains,
 	.next_deadline = h_next,
 	.collect = h_collect,
-	.collect_max = h_collect_max,
 	.bytes = h_bytes,
 	.count = h_count,
 	.deadline = h_deadline,

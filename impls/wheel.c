@@ -34,8 +34,8 @@ static int64_t w_next(const void *s) { return tmo__wheel_next_expiry(s); }
 
 /* At most max due nodes a call (a burst of 1e6 due in one tick is handed
  * to the timer thread a batch at a time: src/lf/fire.c, collect_base). */
-static size_t w_collect_max(void *s, int64_t now, size_t max,
-                            void (*due)(void *ctx, struct lf_node *n), void *ctx)
+static size_t w_collect(void *s, int64_t now, size_t max,
+                        void (*due)(void *ctx, struct lf_node *n), void *ctx)
 {
 	struct tmo_wheel_list list = {NULL};
 	size_t k = tmo__wheel_advance_max(s, now, max, &list);
@@ -44,11 +44,6 @@ static size_t w_collect_max(void *s, int64_t now, size_t max,
 		due(ctx, tmo_container_of(wn, struct lf_node, s.wheel));
 	}
 	return k;
-}
-
-static void w_collect(void *s, int64_t now, void (*due)(void *ctx, struct lf_node *n), void *ctx)
-{
-	(void)w_collect_max(s, now, SIZE_MAX, due, ctx);
 }
 
 /* The wheel is fixed-size, allocated with its base: nothing beyond it. */
@@ -70,7 +65,6 @@ static const struct lf_sched wheel_sched = {
 	.contains = w_contains,
 	.next_deadline = w_next,
 	.collect = w_collect,
-	.collect_max = w_collect_max,
 	.bytes = w_bytes,
 	.count = w_count,
 	.deadline = w_deadline,

@@ -111,7 +111,7 @@ static void base_hand_off(struct tmo *e, struct lf_base *b, int64_t horizon)
 {
 	const struct lf_sched *sc = e->p->sched;
 	struct soon_chain c = {b, NULL, NULL};
-	sc->collect(lf_sched_of(b), horizon, soon_add, &c);
+	sc->collect(lf_sched_of(b), horizon, SIZE_MAX, soon_add, &c);
 	if (c.head != NULL) {
 		struct lf_node *old = atomic_load_explicit(&b->soon, memory_order_relaxed);
 		do

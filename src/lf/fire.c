@@ -13,7 +13,7 @@
 #define RETRY_DIV 16
 /* Pauses the timer thread spins for a per-thread base's lock. */
 #define BASE_SPINS 256
-/* The most due nodes a round collects from a base with collect_max. */
+/* The most due nodes a round collects from a base. */
 #define COLLECT_BATCH 4096u
 
 /* collect() hands each due node here; due_reserve made room first. */
@@ -83,8 +83,8 @@ void tmo__lf_due_shrink(struct tmo *e)
 	tt_bytes_update(e);
 }
 
-/* Collect from base b (held).  Returns its next deadline.  A structure that
- * can stop early (collect_max) gives at most COLLECT_BATCH nodes a round:
+/* Collect from base b (held).  Returns its next deadline.  A base gives at
+ * most COLLECT_BATCH nodes a round:
  * a starved timer thread popped a burst of 1e6 due timers for over 5 s
  * before firing the first (issue 19).  What a heap leaves is due no
  * earlier than what it gave, so *hold drops to just after it: the round
@@ -105,17 +105,12 @@ static int64_t collect_base(struct tmo *e, struct lf_base *b, struct lf_rec *fre
 	void *s = lf_sched_of(b);
 	if (sc->next_deadline(s) <= now) {
 		uint64_t max = sc->count(s);
-		if (sc->collect_max == NULL) {
-			if (due_reserve(e, max))
-				sc->collect(s, now, due_add, e);
-		} else {
-			max = max < COLLECT_BATCH ? max : COLLECT_BATCH;
-			if (due_reserve(e, max))
-				sc->collect_max(s, now, (size_t)max, due_add, e);
-		}
+		max = max < COLLECT_BATCH ? max : COLLECT_BATCH;
+		if (due_reserve(e, max))
+			sc->collect(s, now, (size_t)max, due_add, e);
 	}
 	int64_t next = sc->next_deadline(s);
-	if (sc->collect_max != NULL && next <= now) {
+	if (next <= now) {
 		int64_t h = sc->ordered ? next + 1 : next + 1 - 2 * e->margin_ns;
 		if (h < *hold)
 			*hold = h;

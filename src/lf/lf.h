@@ -118,15 +118,13 @@ struct lf_sched {
 	int (*contains)(const struct lf_node *n);
 	/* A lower bound on the earliest deadline; INT64_MAX if empty. */
 	int64_t (*next_deadline)(const void *s);
-	/* Move every node due at `now` out, handing each to due(ctx, n) in
-	 * deadline order, or (wheel) in tick order. */
-	void (*collect)(void *s, int64_t now, void (*due)(void *ctx, struct lf_node *n), void *ctx);
-	/* Optional (NULL: collect takes all): the same, stopping after `max`
-	 * nodes, the earliest (deadline order; wheel: tick order); returns how many.  The
-	 * timer thread collects in such batches so that a burst of due timers
-	 * starts firing before the whole burst is out (fire.c). */
-	size_t (*collect_max)(void *s, int64_t now, size_t max,
-	                      void (*due)(void *ctx, struct lf_node *n), void *ctx);
+	/* Move the nodes due at `now` out, at most `max` (SIZE_MAX: all), the
+	 * earliest first, handing each to due(ctx, n) in deadline order, or
+	 * (wheel) in tick order; returns how many.  The timer thread collects
+	 * in batches so that a burst of due timers starts firing before the
+	 * whole burst is out (fire.c). */
+	size_t (*collect)(void *s, int64_t now, size_t max,
+	                  void (*due)(void *ctx, struct lf_node *n), void *ctx);
 	uint64_t (*bytes)(const void *s); /* beyond its fixed size */
 	uint64_t (*count)(const void *s); /* nodes filed */
 	int64_t (*deadline)(const struct lf_node *n);
