@@ -414,8 +414,6 @@ static size_t take_tick(struct tmo_wheel *w, unsigned s, uint64_t t,
                         struct tmo_wheel_node ***tail, size_t max, int *left)
 {
 	struct tmo_wheel_list rest = {slot_take(w, 0, s)};
-	if (rest.head != NULL)
-		rest.head->pprev = &rest.head;
 	size_t k = hand_out_max(tail, &rest, max);
 	*left = rest.head != NULL;
 	if (*left) {
