@@ -190,20 +190,15 @@ static void check_caps(void)
 		CHECK(p.calls * 100 < PAIRS);
 }
 
-static atomic_int lag_held, lag_release;
 static atomic_llong lag_fired;
+static struct et_gate lag_gate;
 
-static void hold_loop(void *arg)
-{
-	(void)arg;
-	atomic_store(&lag_held, 1);
-	while (!atomic_load(&lag_release))
-		sched_yield();
-}
+/* The loop thread, held at the kit's gate (et_gate_cb) until it opens. */
+static void hold_loop(void *arg) { et_gate_cb(NULL, arg); }
 
 static void *lag_holder(void *arg)
 {
-	CHECK_EQ(tmo_testing_run_on_loop(arg, hold_loop, NULL), 0);
+	CHECK_EQ(tmo_testing_run_on_loop(arg, hold_loop, &lag_gate), 0);
 	return NULL;
 }
 
@@ -224,7 +219,7 @@ static void check_lagging_loop(void)
 	CHECK_EQ(tmo_testing_run_on_loop(e, nothing, NULL), 0);
 	pthread_t h;
 	CHECK_EQ(pthread_create(&h, NULL, lag_holder, e), 0);
-	while (!atomic_load(&lag_held))
+	while (!atomic_load(&lag_gate.in))
 		sched_yield();
 	CHECK_EQ(tmo_cancel(e, &r.t), TMO_CANCEL_PREVENTED); /* its stop is owed */
 	thread_allocs = 0;
@@ -233,7 +228,7 @@ static void check_lagging_loop(void)
 	long allocs = thread_allocs;
 	tmo_testing_set_fault(NULL, NULL);
 	CHECK_EQ(tmo_arm(e, &r.t, TMO_NSEC_PER_MSEC, et_counted_cb, &r), 0);
-	atomic_store(&lag_release, 1);
+	atomic_store(&lag_gate.open, 1);
 	pthread_join(h, NULL);
 	CHECK(et_wait_ge(&lag_fired, 1, 30 * TMO_NSEC_PER_SEC));
 	CHECK_EQ(tmo_destroy(&e), 0);

@@ -299,7 +299,7 @@ static struct tally phase_arm(enum tmo_fault_kind kind)
 	struct rec *r = malloc((size_t)n_timers * sizeof *r);
 	recs_init(r, n_timers);
 	struct tmo *e = NULL;
-	int rejected = 0, wrong = 0;
+	int rejected = 0, wrong = 0, recounted = 0;
 
 	/* clean run: count the points; where there are more than DENSE (an
 	 * allocation or kernel timer per arm), fewer arms so that every point
@@ -326,8 +326,8 @@ again:
 	}
 	CHECK_EQ(resolve_all(e, r, n_timers, short_ok), 0);
 	tmo_destroy(&e);
-	if (t.points > DENSE && !t.sampled) {
-		t.sampled = 1; /* once */
+	if (t.points > DENSE && !recounted) {
+		recounted = 1;
 		n_timers = (int)((long)n_timers * (DENSE - 50) / t.points);
 		if (n_timers >= 50)
 			goto again;
