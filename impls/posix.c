@@ -92,7 +92,12 @@
  * (impls/posix/loop.c); what arrives after the queue ran empty stays out of
  * order.  So resolution_ns = 1 ms (measurements in loop.c): order is kept
  * for deadlines further apart than that as far as measured; a CPU
- * stalled longer (a descheduled vCPU) can still invert two.
+ * stalled longer (a descheduled vCPU) can still invert two.  THAT IS THIS
+ * ENGINE'S NAMED LIMIT ON GUARANTEE 4 (tmo.h): every signal of a live arm
+ * that arrives after the loop ran a deadline more than the resolution after
+ * its own is counted in tmo_stats' `skewed`, and the expiry scenario
+ * reports those inversions as the limit (seen beside CPU hogs on 2 vCPUs:
+ * one timer 1.056 ms out of order in 1e5).
  */
 #include <errno.h>
 #include <signal.h>
@@ -437,6 +442,7 @@ static int px_stats(struct tmo *e, struct tmo_stats *out)
 	out->held_bytes = (uint64_t)n * sizeof(struct px_slot);
 	out->threads = 1;
 	out->fired = atomic_load_explicit(&e->fired, memory_order_relaxed);
+	out->skewed = atomic_load_explicit(&e->skewed, memory_order_relaxed);
 	out->cancelled = atomic_load_explicit(&e->cancelled, memory_order_relaxed);
 	return 0;
 }
@@ -456,7 +462,7 @@ const struct tmo_engine_ops tmo__engine_posix = {
 	           "arm = 2 syscalls, cancel = 1; kernel timers limited by RLIMIT_SIGPENDING; "
 	           "resolution 1 ms = per-CPU hrtimer expiry skew (queued signals are sorted)",
 	.caps = TMO_CAP_LOCKFREE_ARM | TMO_CAP_PARK,
-	.resolution_ns = TMO_NSEC_PER_MSEC,
+	.resolution_ns = PX_RESOLUTION,
 	TMO__ENGINE_OPS(px),
 	.testing = &testing_ops,
 };

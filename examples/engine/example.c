@@ -37,6 +37,11 @@
  * timeout; -DEXAMPLE_BROKEN=2 "example-nowait", whose cancel returns
  * TMO_CANCEL_FIRED at once while the callback still runs.  scripts/conform
  * must fail both (tests/examples/examples.cmake checks the cases' names).
+ * -DEXAMPLE_BROKEN=3 builds "example-skewed", which runs a timer 2 ms late
+ * and, every other time, the next one first if it is due (silently: the
+ * expiry scenario must fail it); -DEXAMPLE_BROKEN=4 "example-skewed-named"
+ * does the same and counts each such timer in tmo_stats' `skewed` (guarantee
+ * 4's named limit, tmo.h: the scenario must report it as that limit).
  */
 #include <pthread.h>
 #include <stdbool.h>
@@ -53,11 +58,19 @@
 #define EXAMPLE_NAME "example-early"
 #elif EXAMPLE_BROKEN == 2
 #define EXAMPLE_NAME "example-nowait"
+#elif EXAMPLE_BROKEN == 3
+#define EXAMPLE_NAME "example-skewed"
+#elif EXAMPLE_BROKEN == 4
+#define EXAMPLE_NAME "example-skewed-named"
 #else
 #define EXAMPLE_NAME "example"
 #endif
 
 enum { IDLE = 0, PENDING, FIRED };
+
+#define RESOLUTION (50 * TMO_NSEC_PER_USEC)
+/* How late the skewed variants run a timer (0: on time). */
+#define SKEW (EXAMPLE_BROKEN >= 3 ? 2 * TMO_NSEC_PER_MSEC : 0)
 
 /* Arm walks the list: past this many pending timers it answers TMO_EAGAIN
  * (a bounded resource, tmo.h) rather than take O(n^2) to fill. */
@@ -83,6 +96,9 @@ struct tmo {
 	struct tmo_timer *running;
 	uint64_t running_ref; /* its invocation, for the deadlock check */
 	uint64_t gen, waiters, pending, fired, cancelled;
+	uint64_t skewed;     /* example-skewed-named's count (tmo_stats) */
+	int64_t fired_max;   /* the latest deadline run */
+	bool swap;           /* the skewed variants' toggle */
 	bool stop;
 };
 
@@ -95,11 +111,26 @@ static int64_t now_ns(void)
 	return (int64_t)ts.tv_sec * TMO_NSEC_PER_SEC + ts.tv_nsec;
 }
 
-/* Run the head timer's callback (it is due), m held on entry and exit. */
+/* Where the timer to run next is linked: the head; in the skewed variants,
+ * every other time, the second when it is due too. */
+static struct tmo_timer **next_due(struct tmo *e)
+{
+	struct tmo_timer **at = &e->head, *second = priv(e->head)->next;
+	if (SKEW > 0 && (e->swap ^= 1) && second != NULL && priv(second)->deadline <= now_ns())
+		at = &priv(e->head)->next;
+	return at;
+}
+
+/* Run the next timer's callback (it is due), m held on entry and exit. */
 static void fire_head(struct tmo *e)
 {
-	struct tmo_timer *t = e->head;
-	e->head = priv(t)->next;
+	struct tmo_timer **at = next_due(e);
+	struct tmo_timer *t = *at;
+	*at = priv(t)->next;
+	if (EXAMPLE_BROKEN == 4 && priv(t)->deadline < e->fired_max - RESOLUTION)
+		e->skewed++;
+	if (priv(t)->deadline > e->fired_max)
+		e->fired_max = priv(t)->deadline;
 	priv(t)->state = FIRED;
 	e->pending--;
 	e->fired++;
@@ -128,8 +159,8 @@ static void *timer_thread(void *arg)
 	while (!e->stop) {
 		if (e->head == NULL) {
 			pthread_cond_wait(&e->wake, &e->m);
-		} else if (priv(e->head)->deadline > now_ns()) {
-			int64_t d = priv(e->head)->deadline;
+		} else if (priv(e->head)->deadline + SKEW > now_ns()) {
+			int64_t d = priv(e->head)->deadline + SKEW;
 			struct timespec ts = {d / TMO_NSEC_PER_SEC, d % TMO_NSEC_PER_SEC};
 			pthread_cond_timedwait(&e->wake, &e->m, &ts);
 		} else {
@@ -277,6 +308,7 @@ static int ex_stats(struct tmo *e, struct tmo_stats *out)
 	out->threads = 1;
 	out->fired = e->fired;
 	out->cancelled = e->cancelled;
+	out->skewed = e->skewed;
 	pthread_mutex_unlock(&e->m);
 	return 0;
 }
@@ -285,7 +317,7 @@ static const struct tmo_engine_ops example_ops = {
 	.name = EXAMPLE_NAME,
 	.summary = "out-of-tree example: one timer thread, mutex + condvar, sorted list",
 	.caps = TMO_CAP_NO_ALLOC,
-	.resolution_ns = 50 * TMO_NSEC_PER_USEC,
+	.resolution_ns = RESOLUTION,
 	.create = ex_create,
 	.destroy = ex_destroy,
 	.arm = ex_arm,

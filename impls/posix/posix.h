@@ -19,6 +19,8 @@
 
 #define PX_CHUNK_SHIFT 10
 #define PX_CHUNK (1u << PX_CHUNK_SHIFT)
+/* The order resolution (impls/posix.c, Resolution: per-CPU expiry skew). */
+#define PX_RESOLUTION TMO_NSEC_PER_MSEC
 /* 8 Mi slots: far above any RLIMIT_SIGPENDING, so the kernel runs out first. */
 #define PX_MAX_CHUNKS 8192u
 #define PX_NIL UINT32_MAX
@@ -84,6 +86,7 @@ struct tmo {
 	atomic_uint ret_head;     /* lock-free stack of returned slots */
 
 	atomic_ullong pending, fired, cancelled;
+	atomic_ullong skewed; /* tmo_stats' `skewed` (loop.c, px_note_skew) */
 };
 
 static inline struct px_priv *priv(struct tmo_timer *t)

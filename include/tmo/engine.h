@@ -45,10 +45,12 @@
 extern "C" {
 #endif
 
-/* Raised whenever struct tmo_engine_ops, struct tmo_base, struct tmo_timer
- * or struct tmo_engine_host changes layout or meaning: an engine built
- * against another version is refused (TMO_LOAD_EABI), never run. */
-#define TMO_ENGINE_ABI_VERSION 2u
+/* Raised whenever struct tmo_engine_ops, struct tmo_base, struct tmo_timer,
+ * struct tmo_stats (an engine's stats op fills it) or struct
+ * tmo_engine_host changes layout or meaning: an engine built against
+ * another version is refused (TMO_LOAD_EABI), never run.  3: tmo_stats
+ * gained `skewed`. */
+#define TMO_ENGINE_ABI_VERSION 3u
 
 /* The one symbol the loader looks up. */
 #define TMO_ENGINE_SYMBOL "tmo_engine_abi"

@@ -138,6 +138,12 @@
  *  4. Order: deadlines further apart than the resolution fire in order,
  *     however late the engine's threads run: a timer thread starved of CPU
  *     fires late (lateness grows, and is reported), never out of order.
+ *     The one named limit: an engine whose expiries reach it from a source
+ *     it does not order (the kernel's per-CPU timer bases, for posix) says
+ *     so in its header and counts every timer that reached it after it had
+ *     run one due more than the resolution later (tmo_stats' `skewed`);
+ *     the expiry scenario reports such inversions as that limit, and as
+ *     violations where they outnumber the count.
  *  5. Independence: cancelling one timer never affects another.
  *  6. No retention: a cancelled timer's engine-side state is released within
  *     a bounded time that does not grow with its timeout.
@@ -293,6 +299,10 @@ struct tmo_stats {
 	uint64_t threads;      /* threads the engine currently owns */
 	uint64_t fired;        /* callbacks run since create */
 	uint64_t cancelled;    /* cancels that prevented a callback */
+	uint64_t skewed;       /* timers whose expiry reached the engine after
+	                          it had run one due more than its resolution
+	                          later (guarantee 4's named limit); always 0
+	                          for an engine that orders every expiry */
 };
 
 struct tmo; /* an engine instance; its layout is private to the engine */

@@ -35,6 +35,28 @@ add_test(NAME examples/bad/notelf
          COMMAND ${tmo_refused} notelf "TMO_LOAD_EDLOPEN" $<TARGET_FILE:tmo-harness>
                  --impl=${CMAKE_CURRENT_LIST_DIR}/refused.sh)
 
+# examples/skewed/<variant>: guarantee 4's named limit (tmo.h).  The
+# example built to run timers 2 ms late and the last due first: the expiry
+# scenario must fail the variant that does it silently, and report the one
+# that counts each such timer (tmo_stats' skewed) as that limit, passing.
+set(tmo_skewed_rows "skewed\;3\;1\;VIOLATION.*order: a timer due"
+    "skewed_named\;4\;0\;order: [0-9]+ timers ran late for order.*its named limit")
+foreach(row IN LISTS tmo_skewed_rows)
+  list(GET row 0 name)
+  list(GET row 1 broken)
+  list(GET row 2 rc)
+  list(GET row 3 want)
+  add_library(tmo_example_${name} MODULE ${PROJECT_SOURCE_DIR}/examples/engine/example.c)
+  target_compile_definitions(tmo_example_${name} PRIVATE EXAMPLE_BROKEN=${broken})
+  target_include_directories(tmo_example_${name} PRIVATE ${PROJECT_SOURCE_DIR}/include)
+  set_target_properties(tmo_example_${name} PROPERTIES PREFIX "" OUTPUT_NAME example_${name})
+  add_test(NAME examples/skewed/${name}
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/skewed.sh ${rc} "${want}" $<TARGET_FILE:tmo-harness>
+                   --impl=$<TARGET_FILE:tmo_example_${name}> --scenario=expiry --quick)
+  # 100 and 10,000 timers: the example's arm is O(n)
+  set_tests_properties(examples/skewed/${name} PROPERTIES ENVIRONMENT TMO_TEST_SCALE=0.1)
+endforeach()
+
 # examples/conform/<variant>: examples/engine/ built against the INSTALLED
 # headers and tmo.pc (`cmake --install` to a scratch prefix: conform.sh),
 # then scripts/conform on it: the example must pass; each broken variant
