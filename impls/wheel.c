@@ -15,63 +15,6 @@
  */
 #include "lf/lf.h"
 
-static int w_init(void *s, int64_t resolution_ns, int64_t origin_ns)
-{
-	return tmo__wheel_init(s, resolution_ns, origin_ns);
-}
-
-static void w_fini(void *s) { (void)s; }
-
-static int w_insert(void *s, struct lf_node *n, int64_t deadline)
-{
-	tmo__wheel_add(s, &n->s.wheel, deadline);
-	return 0;
-}
-
-static void w_remove(void *s, struct lf_node *n) { tmo__wheel_del(s, &n->s.wheel); }
-static int w_contains(const struct lf_node *n) { return tmo__wheel_contains(&n->s.wheel); }
-static int64_t w_next(const void *s) { return tmo__wheel_next_expiry(s); }
-
-/* At most max due nodes a call (a burst of 1e6 due in one tick is handed
- * to the timer thread a batch at a time: src/lf/fire.c, collect_base). */
-static size_t w_collect(void *s, int64_t now, size_t max,
-                        void (*due)(void *ctx, struct lf_node *n), void *ctx)
-{
-	struct tmo_wheel_list list = {NULL};
-	size_t k = tmo__wheel_advance_max(s, now, max, &list);
-	for (struct tmo_wheel_node *wn = list.head, *next; wn != NULL; wn = next) {
-		next = wn->next;
-		due(ctx, tmo_container_of(wn, struct lf_node, s.wheel));
-	}
-	return k;
-}
-
-/* The wheel is fixed-size, allocated with its base: nothing beyond it. */
-static uint64_t w_bytes(const void *s)
-{
-	(void)s;
-	return 0;
-}
-
-static uint64_t w_count(const void *s) { return tmo__wheel_count(s); }
-static int64_t w_deadline(const struct lf_node *n) { return n->s.wheel.deadline; }
-
-static const struct lf_sched wheel_sched = {
-	.size = sizeof(struct tmo_wheel),
-	.init = w_init,
-	.fini = w_fini,
-	.insert = w_insert,
-	.remove = w_remove,
-	.contains = w_contains,
-	.next_deadline = w_next,
-	.collect = w_collect,
-	.bytes = w_bytes,
-	.count = w_count,
-	.deadline = w_deadline,
-	.ordered = 0, /* one tick's nodes come out in no particular order */
-	.wheel = 1,
-};
-
 /* Default tick, chosen by measurement on the 2-core dev machine (2000
  * timers of 1..200 ms; a producer paced at ~9k arm+cancel pairs/s):
  *   1 ms:   lateness p50 601 us, p99 3.0 ms; timer thread 44 ms CPU/s busy
@@ -97,7 +40,7 @@ static int wheel_create(const struct tmo_config *cfg, struct tmo **out)
 {
 	static const struct lf_params params = {
 		.ops = &tmo__engine_wheel,
-		.sched = &wheel_sched,
+		.sched = &tmo__lf_sched_wheel,
 		.resolution_ns = WHEEL_TICK_NS,
 		.tick_ns = WHEEL_TICK_NS / 4,
 		.thread_bases = 1,

@@ -98,42 +98,10 @@
 #include "cal.h"
 #include "cpu.h"
 #include "node.h"
+#include "schedule.h"
 
 #define LF_LIKELY(x) __builtin_expect(!!(x), 1)
 #define LF_UNLIKELY(x) __builtin_expect(!!(x), 0)
-
-/* ---- the structure behind a base (heap or wheel) ----------------------------- */
-
-/* Every call is made by the base's holder (its lock, or the timer thread
- * for its own base): no synchronization inside. */
-struct lf_sched {
-	size_t size; /* bytes of its state */
-	/* origin_ns: the engine's time origin (wheels of one engine share a
-	 * tick grid).  Returns 0, TMO_EINVAL or TMO_ENOMEM. */
-	int (*init)(void *s, int64_t resolution_ns, int64_t origin_ns);
-	void (*fini)(void *s);
-	/* Returns 0, or TMO_ENOMEM (the node is then not filed). */
-	int (*insert)(void *s, struct lf_node *n, int64_t deadline);
-	void (*remove)(void *s, struct lf_node *n);
-	int (*contains)(const struct lf_node *n);
-	/* A lower bound on the earliest deadline; INT64_MAX if empty. */
-	int64_t (*next_deadline)(const void *s);
-	/* Move the nodes due at `now` out, at most `max` (SIZE_MAX: all), the
-	 * earliest first, handing each to due(ctx, n) in deadline order, or
-	 * (wheel) in tick order; returns how many.  The timer thread collects
-	 * in batches so that a burst of due timers starts firing before the
-	 * whole burst is out (fire.c). */
-	size_t (*collect)(void *s, int64_t now, size_t max,
-	                  void (*due)(void *ctx, struct lf_node *n), void *ctx);
-	uint64_t (*bytes)(const void *s); /* beyond its fixed size */
-	uint64_t (*count)(const void *s); /* nodes filed */
-	int64_t (*deadline)(const struct lf_node *n);
-	/* 1: collect() hands out exact deadline order (no sort needed) */
-	int ordered;
-	/* 1: a struct tmo_wheel of s.wheel nodes; thread_bases requires it
-	 * (an owner's filing and cancel call the wheel: lf_own_wheel) */
-	int wheel;
-};
 
 /* A base: a structure and who may touch it. */
 struct lf_base {
