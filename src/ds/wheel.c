@@ -68,6 +68,7 @@ int tmo__wheel_init(struct tmo_wheel *w, int64_t resolution_ns, int64_t now_ns)
 	w->origin_ns = now_ns;
 	w->overflow_min = UINT64_MAX;
 	w->expired_tick = UINT64_MAX;
+	w->expired_min = INT64_MAX;
 	return 0;
 }
 
@@ -167,6 +168,8 @@ static void place(struct tmo_wheel *w, struct tmo_wheel_node *n)
 		list_push(&w->expired, n);
 		if (e < w->expired_tick)
 			w->expired_tick = e;
+		if (n->deadline < w->expired_min)
+			w->expired_min = n->deadline;
 		return;
 	}
 	for (unsigned l = 0; l < TMO_WHEEL_LEVELS; l++) {
@@ -420,6 +423,9 @@ static size_t take_tick(struct tmo_wheel *w, unsigned s, uint64_t t,
 		struct tmo_wheel_node **end = &w->expired.head;
 		while (*end != NULL)
 			end = &(*end)->next;
+		for (const struct tmo_wheel_node *n = rest.head; n != NULL; n = n->next)
+			if (n->deadline < w->expired_min)
+				w->expired_min = n->deadline;
 		*end = rest.head;
 		rest.head->pprev = end;
 		if (t < w->expired_tick)
@@ -444,8 +450,10 @@ size_t tmo__wheel_advance_max(struct tmo_wheel *w, int64_t now, size_t max,
 	 * tick a bounded advance stopped in) come first: they are due before
 	 * anything still in the slots. */
 	size_t k = hand_out_max(&tail, &w->expired, max);
-	if (w->expired.head == NULL)
+	if (w->expired.head == NULL) {
 		w->expired_tick = UINT64_MAX;
+		w->expired_min = INT64_MAX;
+	}
 
 	if (k < max && now >= w->origin_ns) {
 		/* Process every tick whose start is <= now: 0 .. last. */

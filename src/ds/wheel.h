@@ -61,6 +61,8 @@ struct tmo_wheel {
 	uint64_t overflow_min;          /* <= the tick of every overflow node */
 	struct tmo_wheel_list expired;  /* added after their tick was processed */
 	uint64_t expired_tick;          /* <= the tick of every expired node */
+	int64_t expired_min;            /* <= the deadline of every expired
+	                                   node; INT64_MAX when none */
 };
 
 /* Returns 0, or TMO_WHEEL_EINVAL for a resolution <= 0. */
@@ -69,6 +71,10 @@ int tmo__wheel_init(struct tmo_wheel *w, int64_t resolution_ns, int64_t now_ns);
 static inline void tmo__wheel_node_init(struct tmo_wheel_node *n) { n->pprev = NULL; }
 static inline int tmo__wheel_contains(const struct tmo_wheel_node *n) { return n->pprev != NULL; }
 static inline uint64_t tmo__wheel_count(const struct tmo_wheel *w) { return w->count; }
+/* A lower bound on the deadline of every node on `expired` (what a bounded
+ * advance left of a tick it stopped in, and nodes added late), INT64_MAX
+ * when there are none: what the rest of a split tick may hold. */
+static inline int64_t tmo__wheel_expired_min(const struct tmo_wheel *w) { return w->expired_min; }
 /* How many times a node has been moved from one list to another by
  * advance() (a level down, or off the overflow list): the work time costs. */
 static inline uint64_t tmo__wheel_refiled(const struct tmo_wheel *w) { return w->refiled; }
@@ -146,7 +152,8 @@ size_t tmo__wheel_advance(struct tmo_wheel *w, int64_t now, struct tmo_wheel_lis
  * nodes filed before their tick); never late holds over the calls that
  * follow, the first of which returns fewer than max.  Cost: the nodes
  * handed out, plus advance()'s per tick; a stop inside a tick walks what
- * was already on `expired` (nodes added late: few). */
+ * was already on `expired` (nodes added late: few) and the tick's rest
+ * (for expired_min). */
 size_t tmo__wheel_advance_max(struct tmo_wheel *w, int64_t now, size_t max,
                               struct tmo_wheel_list *due);
 

@@ -83,6 +83,36 @@ void tmo__lf_due_shrink(struct tmo *e)
 	tt_bytes_update(e);
 }
 
+/* What a round may fire, for a base whose collect stopped inside the tick
+ * at `tick` (next_deadline(s) <= now): a deadline before the result.  A
+ * timer left there, filed at d, was armed for d less at most two floors
+ * (clock.c: the dating's spread), so what is due by that, plus the
+ * resolution, runs in order with it; every such d lies after tick less
+ * the resolution, so tick less two floors is always safe, and left_min
+ * (the wheel's least left deadline) lets a burst of one instant fire
+ * batch by batch. */
+static int64_t split_hold(const struct tmo *e, const struct lf_sched *sc, const void *s,
+                          int64_t tick)
+{
+	int64_t h = tick + 1 - 2 * e->margin_ns;
+	int64_t left = sc->left_min != NULL ? sc->left_min(s) : INT64_MAX;
+	if (left != INT64_MAX && left - 2 * e->margin_ns + e->resolution_ns + 1 > h)
+		h = left - 2 * e->margin_ns + e->resolution_ns + 1;
+	return h;
+}
+
+/* A collect that stopped inside a tick gave nodes (tt->due from
+ * `from` on) of which the round's hold fires none: batching only delays
+ * them (and sorts them again each round), so the rest is taken now. */
+static int split_unfireable(struct tmo *e, size_t from, int64_t hold)
+{
+	const struct lf_tt *tt = e->tt;
+	for (size_t i = from; i < tt->due_n; i++)
+		if (tt->due[i].deadline < hold)
+			return 0;
+	return 1;
+}
+
 /* Collect from base b (held).  Returns its next deadline.  A base gives at
  * most COLLECT_BATCH nodes a round:
  * a starved timer thread popped a burst of 1e6 due timers for over 5 s
@@ -103,15 +133,20 @@ static int64_t collect_base(struct tmo *e, struct lf_base *b, struct lf_rec *fre
 	const struct lf_sched *sc = e->p->sched;
 	tmo__lf_base_tidy(e, b, free_to);
 	void *s = lf_sched_of(b);
-	if (sc->next_deadline(s) <= now) {
+	int64_t next = sc->next_deadline(s);
+	while (next <= now) {
 		uint64_t max = sc->count(s);
 		max = max < COLLECT_BATCH ? max : COLLECT_BATCH;
-		if (due_reserve(e, max))
-			sc->collect(s, now, (size_t)max, due_add, e);
+		size_t from = e->tt->due_n;
+		if (max == 0 || !due_reserve(e, max))
+			break;
+		sc->collect(s, now, (size_t)max, due_add, e);
+		next = sc->next_deadline(s);
+		if (sc->ordered || next > now || !split_unfireable(e, from, split_hold(e, sc, s, next)))
+			break;
 	}
-	int64_t next = sc->next_deadline(s);
 	if (next <= now) {
-		int64_t h = sc->ordered ? next + 1 : next + 1 - 2 * e->margin_ns;
+		int64_t h = sc->ordered ? next + 1 : split_hold(e, sc, s, next);
 		if (h < *hold)
 			*hold = h;
 	}

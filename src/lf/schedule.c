@@ -105,6 +105,7 @@ static uint64_t w_bytes(const void *s)
 }
 
 static uint64_t w_count(const void *s) { return tmo__wheel_count(s); }
+static int64_t w_left_min(const void *s) { return tmo__wheel_expired_min(s); }
 static int64_t w_deadline(const struct lf_node *n) { return n->s.wheel.deadline; }
 
 const struct lf_sched tmo__lf_sched_wheel = {
@@ -119,6 +120,7 @@ const struct lf_sched tmo__lf_sched_wheel = {
 	.bytes = w_bytes,
 	.count = w_count,
 	.deadline = w_deadline,
+	.left_min = w_left_min,
 	.ordered = 0, /* one tick's nodes come out in no particular order */
 	.wheel = 1,
 };

@@ -32,6 +32,10 @@ struct lf_sched {
 	uint64_t (*bytes)(const void *s); /* beyond its fixed size */
 	uint64_t (*count)(const void *s); /* nodes filed */
 	int64_t (*deadline)(const struct lf_node *n);
+	/* Unordered ones: a lower bound on the deadlines collect() left in a
+	 * tick it stopped in (and any other it owes), INT64_MAX if none
+	 * (fire.c, collect_base's hold) */
+	int64_t (*left_min)(const void *s);
 	/* 1: collect() hands out exact deadline order (no sort needed) */
 	int ordered;
 	/* 1: a struct tmo_wheel of s.wheel nodes; thread_bases requires it

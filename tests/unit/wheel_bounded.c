@@ -80,9 +80,46 @@ static void test_next_expiry_of_late_node(void)
 	CHECK_EQ(tmo__wheel_next_expiry(&w), INT64_MAX);
 }
 
+/* expired_min bounds what a split tick left: exactly its least deadline
+ * after the split (the engine fires a burst's batches by it: src/lf/fire.c,
+ * split_hold), lowered by a late node, INT64_MAX once `expired` is empty. */
+static void test_expired_min(void)
+{
+	enum { BURST = 3000, MAX = 1000 };
+	static struct tmo_wheel_node n[BURST];
+	static char given[BURST];
+	struct tmo_wheel w;
+	struct tmo_wheel_node late;
+	const int64_t r = TMO_NSEC_PER_MSEC, at = 9 * r;
+	tmo__wheel_init(&w, r, 0);
+	CHECK_EQ(tmo__wheel_expired_min(&w), INT64_MAX);
+	for (int i = 0; i < BURST; i++) {
+		tmo__wheel_node_init(&n[i]);
+		tmo__wheel_add(&w, &n[i], at - 1 - (i * 7919) % 900000); /* one tick, spread */
+	}
+	struct tmo_wheel_list due = {NULL};
+	CHECK_EQ(tmo__wheel_advance_max(&w, at, MAX, &due), MAX);
+	for (struct tmo_wheel_node *p = due.head; p != NULL; p = p->next)
+		given[p - n] = 1;
+	int64_t least = INT64_MAX;
+	for (int i = 0; i < BURST; i++)
+		if (!given[i] && n[i].deadline < least)
+			least = n[i].deadline;
+	CHECK_EQ(tmo__wheel_expired_min(&w), least);
+	tmo__wheel_node_init(&late);
+	tmo__wheel_add(&w, &late, 5 * r + 3); /* a tick already processed */
+	CHECK_EQ(tmo__wheel_expired_min(&w), 5 * r + 3);
+	do
+		due.head = NULL;
+	while (tmo__wheel_advance_max(&w, at, MAX, &due) == MAX);
+	CHECK_EQ(tmo__wheel_count(&w), 0);
+	CHECK_EQ(tmo__wheel_expired_min(&w), INT64_MAX);
+}
+
 int main(void)
 {
 	RUN(test_bounded_burst);
 	RUN(test_next_expiry_of_late_node);
+	RUN(test_expired_min);
 	return TEST_EXIT();
 }
