@@ -18,40 +18,35 @@
 
 #include "lf.h"
 
-/* Nodes the inbox may hold that its timer thread has not taken yet, before
- * an arm that would add one is refused (TMO_EAGAIN): tens of milliseconds
- * of its filing, the lateness (and, deadlines further apart than that,
- * the disorder) a flood of long timers may cause on mpsc. */
-#define INBOX_MAX 65536u
-/* A backlog at which a sleeping timer thread is woken whatever the
- * deadlines (a sixteenth of INBOX_MAX). */
-#define INBOX_WAKE (INBOX_MAX / 16)
-
-/* ---- publishing: inbox and bases ------------------------------------------------ */
-
-void tmo__lf_inbox_post(struct tmo *e, struct lf_node *n)
-{
-	/* read before the push: once in the inbox the node may be filed, and
-	 * these fields written over */
-	uint64_t stamp = atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed);
-	int64_t timeout = atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed);
-	ck_stack_push_upmc(&e->inbox, &n->link);
-	uint64_t in = atomic_fetch_add_explicit(&e->inbox_in, 1, memory_order_relaxed) + 1;
-	uint64_t tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
-	lf_light_barrier(tw);
-	if (atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_SLEEPING) {
-		/* A sleeping timer thread need not wake for a late deadline, but
-		 * a backlog it has not taken holds nodes (and nears INBOX_MAX,
-		 * where arms are refused): past INBOX_WAKE it wakes anyway.  The
-		 * deadline's bound is worked out here only (a conversion). */
-		int64_t deadline_lower = 0;
-		if (in - atomic_load_explicit(&e->inbox_out, memory_order_relaxed) < INBOX_WAKE)
-			deadline_lower = tmo__lf_node_deadline_lower(e, stamp, timeout);
-		tmo__lf_wake_for(e, deadline_lower);
-	}
-}
-
 /* ---- arm -------------------------------------------------------------------------- */
+
+/* The timer thread's own arm (from a callback): filed at once. */
+int tmo__lf_arm_on_timer(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
+                         void *arg)
+{
+	struct lf_rec *r = e->tt_rec;
+	int err = TMO_ENOMEM;
+	struct lf_node *n = r->cache;
+	if (n == NULL && (n = tmo__lf_cache_refill(e, r, &err)) == NULL)
+		return err;
+	r->cache = n->free_next;
+	r->cache_n--;
+	uint64_t gen = (lf_gen_of(atomic_load_explicit(&n->state, memory_order_relaxed)) + 1) &
+	               LF_GEN_MASK;
+	n->timer = t;
+	t->cb = cb;
+	t->arg = arg;
+	atomic_store_explicit(&n->aux, LF_IN_TT, memory_order_relaxed);
+	if (e->p->sched->insert(lf_sched_of(e->tt_base), n, tmo_now_ns() + timeout_ns) != 0) {
+		lf_cache_put(e, r, n);
+		return TMO_ENOMEM;
+	}
+	atomic_store_explicit(&n->state, lf_st(gen, LF_IN_STRUCT), memory_order_release);
+	atomic_store_explicit(lf_timer_word(t), lf_word(lf_idx_of(e, n), gen, LF_PENDING),
+	                      memory_order_release);
+	lf_bump(&r->head);
+	return 0;
+}
 
 static int arm_bare(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
                     void *arg)

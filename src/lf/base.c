@@ -2,10 +2,65 @@
  * The filing a holder of a base does: an arm that outlived its ring slot
  * leaves it for its owner's base (wheel) or the inbox (mpsc), what a busy
  * base's next holder finds on its stacks, and what an owner hands to the
- * timer thread because it comes due soon (lf.h has the design; arm.c the
- * arm's fast path and its fused copy of the common filing, spill_own).
+ * timer thread because it comes due soon; a base's making and freeing, and
+ * the inbox's push (lf.h has the design; arm.c the arm's fast path and
+ * its fused copy of the common filing, spill_own).
  */
+#include <string.h>
+
 #include "lf.h"
+
+/* ---- bases ---------------------------------------------------------------------- */
+
+struct lf_base *tmo__lf_base_new(struct tmo *e)
+{
+	const struct lf_sched *sc = e->p->sched;
+	struct lf_base *b = tmo__aligned_alloc(64, sizeof *b + sc->size);
+	if (b == NULL)
+		return NULL;
+	memset(b, 0, sizeof *b + sc->size);
+	if (sc->init(lf_sched_of(b), e->resolution_ns, e->origin_ns) != 0) {
+		tmo__free(b);
+		return NULL;
+	}
+	atomic_store_explicit(&b->next, INT64_MAX, memory_order_relaxed);
+	ck_stack_init(&b->cancels);
+	ck_stack_init(&b->tofile);
+	atomic_fetch_add_explicit(&e->rec_bytes, sizeof *b + sc->size, memory_order_relaxed);
+	return b;
+}
+
+void tmo__lf_base_free(struct tmo *e, struct lf_base *b)
+{
+	e->p->sched->fini(lf_sched_of(b));
+	tmo__free(b);
+}
+
+/* ---- publishing: the inbox ------------------------------------------------------ */
+
+void tmo__lf_inbox_post(struct tmo *e, struct lf_node *n)
+{
+	/* read before the push: once in the inbox the node may be filed, and
+	 * these fields written over */
+	uint64_t stamp = atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed);
+	int64_t timeout = atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed);
+	ck_stack_push_upmc(&e->inbox, &n->link);
+	uint64_t in = atomic_fetch_add_explicit(&e->inbox_in, 1, memory_order_relaxed) + 1;
+	uint64_t tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
+	lf_light_barrier(tw);
+	if (atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_SLEEPING) {
+		/* A sleeping timer thread need not wake for a late deadline, but
+		 * a backlog it has not taken holds nodes (and nears INBOX_MAX,
+		 * where arms are refused): past INBOX_WAKE it wakes anyway.  The
+		 * deadline's bound is worked out here only (a conversion). */
+		int64_t deadline_lower = 0;
+		if (in - atomic_load_explicit(&e->inbox_out, memory_order_relaxed) < INBOX_WAKE)
+			deadline_lower = tmo__lf_node_deadline_lower(e, stamp, timeout);
+		tmo__lf_wake_for(e, deadline_lower);
+	}
+}
+
+/* ---- filing ----------------------------------------------------------------------- */
 
 /* A lower bound on the deadline of a node its holder has in transit
  * (timer.c, Order: what the owner announces while it spills). */

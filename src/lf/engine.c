@@ -1,39 +1,13 @@
 /*
- * The lock-free engine's life: its bases, create, destroy (also in a
- * forked child), stats, park, debug, and an arm made by its own timer
- * thread (a callback's).  lf.h has the design.
+ * The lock-free engine's life: create, destroy (also in a forked child),
+ * stats, park, debug.  lf.h has the design; the last file of src/lf/'s
+ * order (docs/lockfree.md): it uses every other.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "debug.h"
 #include "tt.h"
-
-/* ---- bases ---------------------------------------------------------------------- */
-
-struct lf_base *tmo__lf_base_new(struct tmo *e)
-{
-	const struct lf_sched *sc = e->p->sched;
-	struct lf_base *b = tmo__aligned_alloc(64, sizeof *b + sc->size);
-	if (b == NULL)
-		return NULL;
-	memset(b, 0, sizeof *b + sc->size);
-	if (sc->init(lf_sched_of(b), e->resolution_ns, e->origin_ns) != 0) {
-		tmo__free(b);
-		return NULL;
-	}
-	atomic_store_explicit(&b->next, INT64_MAX, memory_order_relaxed);
-	ck_stack_init(&b->cancels);
-	ck_stack_init(&b->tofile);
-	atomic_fetch_add_explicit(&e->rec_bytes, sizeof *b + sc->size, memory_order_relaxed);
-	return b;
-}
-
-void tmo__lf_base_free(struct tmo *e, struct lf_base *b)
-{
-	e->p->sched->fini(lf_sched_of(b));
-	tmo__free(b);
-}
 
 /* ---- create / destroy ------------------------------------------------------------------ */
 
@@ -149,35 +123,10 @@ void tmo__lf_destroy_forked(struct tmo *e)
 }
 /* ---- stats, park, debug ------------------------------------------------------------------ */
 
-/* Arms, prevented cancels and fires from every counter (relaxed). */
-static void lf_counts(struct tmo *e, uint64_t *armed_out, uint64_t *prevented_out,
-                      uint64_t *fired_out)
-{
-	uint64_t armed = atomic_load_explicit(&e->armed_bare, memory_order_relaxed) +
-	                 atomic_load_explicit(&e->tt_rec->head, memory_order_relaxed);
-	uint64_t prevented = atomic_load_explicit(&e->prevented_bare, memory_order_relaxed) +
-	                     atomic_load_explicit(&e->tt_rec->prevented, memory_order_relaxed);
-	for (struct lf_rec *r = atomic_load_explicit(&e->recs, memory_order_acquire); r != NULL;
-	     r = atomic_load_explicit(&r->next, memory_order_relaxed)) {
-		armed += atomic_load_explicit(&r->head, memory_order_relaxed);
-		prevented += atomic_load_explicit(&r->prevented, memory_order_relaxed);
-	}
-	*armed_out = armed;
-	*prevented_out = prevented;
-	*fired_out = atomic_load_explicit(&e->fired, memory_order_relaxed);
-}
-
-uint64_t tmo__lf_pending(struct tmo *e)
-{
-	uint64_t armed, prevented, fired;
-	lf_counts(e, &armed, &prevented, &fired);
-	return armed > fired + prevented ? armed - fired - prevented : 0;
-}
-
 int tmo__lf_stats(struct tmo *e, struct tmo_stats *out)
 {
 	uint64_t armed, prevented, fired;
-	lf_counts(e, &armed, &prevented, &fired);
+	tmo__lf_counts(e, &armed, &prevented, &fired);
 	out->pending = armed > fired + prevented ? armed - fired - prevented : 0;
 	out->held_nodes = tmo__lf_pool_nodes(e);
 	out->held_bytes = tmo__lf_pool_bytes(e) + atomic_load_explicit(&e->rec_bytes, memory_order_relaxed) +
@@ -194,33 +143,6 @@ static void lf_park_wake(struct tmo *e) { tmo__lf_ec_wake(&e->wake_ec); }
 static int lf_park(struct tmo *e, int on) { return tmo__park_set(&e->park, on, NULL, lf_park_wake, e); }
 
 const struct tmo_testing_ops tmo__lf_testing_ops = {.park = lf_park};
-
-int tmo__lf_arm_on_timer(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
-                         void *arg)
-{
-	struct lf_rec *r = e->tt_rec;
-	int err = TMO_ENOMEM;
-	struct lf_node *n = r->cache;
-	if (n == NULL && (n = tmo__lf_cache_refill(e, r, &err)) == NULL)
-		return err;
-	r->cache = n->free_next;
-	r->cache_n--;
-	uint64_t gen = (lf_gen_of(atomic_load_explicit(&n->state, memory_order_relaxed)) + 1) &
-	               LF_GEN_MASK;
-	n->timer = t;
-	t->cb = cb;
-	t->arg = arg;
-	atomic_store_explicit(&n->aux, LF_IN_TT, memory_order_relaxed);
-	if (e->p->sched->insert(lf_sched_of(e->tt_base), n, tmo_now_ns() + timeout_ns) != 0) {
-		lf_cache_put(e, r, n);
-		return TMO_ENOMEM;
-	}
-	atomic_store_explicit(&n->state, lf_st(gen, LF_IN_STRUCT), memory_order_release);
-	atomic_store_explicit(lf_timer_word(t), lf_word(lf_idx_of(e, n), gen, LF_PENDING),
-	                      memory_order_release);
-	lf_bump(&r->head);
-	return 0;
-}
 
 void tmo__lf_debug(struct tmo *e, struct lf_debug *out)
 {

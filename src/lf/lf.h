@@ -59,13 +59,15 @@
  * generation floor above every generation they used, so a stale (index,
  * generation) never matches again.
  *
- * Files, by who runs the code: the application's threads run arm.c (arm,
- * and its fused filing of an evicted arm), base.c (filing into a base
- * they hold: the timer thread too), cancel.c and rec.c (their records);
- * the timer thread runs timer.c (its loop, stealing, draining) and fire.c
- * (collect, order, fire); engine.c is the engine's life (create, destroy,
- * stats, park); pool.c is memory (trim.c gives it back), clock.c the time
- * source and the wake-up protocol; node.h the node model.
+ * Files, in the order each uses only those before it (scripts/shape):
+ * schedule.c (the heap and wheel behind a base), clock.c (the time source
+ * and the wake-up protocol), count.c (arms, cancels, fires summed),
+ * pool.c and trim.c (memory, and giving it back), base.c (making a base,
+ * the inbox's push, filing by whoever holds a base), rec.c (the threads'
+ * records), arm.c (arm, its fused filing of an evicted arm, the timer
+ * thread's own arm), cancel.c, fire.c (collect, order, fire) and timer.c
+ * (the timer thread's loop, stealing, draining), engine.c (create,
+ * destroy, stats, park); node.h the node model.
  *
  * Synchronization: as in include/tmo/tmo.h.  arm and cancel never wait for
  * the timer thread or a callback (TMO_CAP_LOCKFREE_ARM): bases are taken
@@ -125,7 +127,7 @@ struct lf_base {
 	_Alignas(64) unsigned char sched[];
 };
 
-/* ---- records: one per thread that uses the engine ----------------------------- */
+/* ---- records: one per thread that uses the engine -------------------------- */
 
 #define LF_RING_SLOTS 8
 /* Free nodes a record keeps; beyond, whole chains go to the depot. */
@@ -168,7 +170,7 @@ struct lf_rec {
 	int64_t cap_ns;
 };
 
-/* ---- engine parameters and the engine ---------------------------------------- */
+/* ---- engine parameters and the engine -------------------------------------- */
 
 struct lf_params {
 	const struct tmo_engine_ops *ops;
@@ -270,44 +272,10 @@ struct tmo {
 	struct tmo__park park; /* the test hook (core/park.h) */
 };
 
+/* src/lf/'s files in their order (docs/lockfree.md; scripts/shape checks
+ * it): each uses only those before it. */
 
-/* ---- pool.c ------------------------------------------------------------------ */
-
-int tmo__lf_pool_init(struct tmo *e);
-void tmo__lf_pool_fini(struct tmo *e);
-static inline struct lf_node *lf_node_at(const struct tmo *e, uint32_t idx)
-{
-	return (struct lf_node *)(void *)(e->pool.arena + ((size_t)idx << 6));
-}
-static inline uint32_t lf_idx_of(const struct tmo *e, const struct lf_node *n)
-{
-	return (uint32_t)((uint64_t)((const char *)n - e->pool.arena) >> 6);
-}
-/* A free node for r's cache: refills it from the depot or the arena.
- * Returns NULL with *err = TMO_ENOMEM or TMO_EAGAIN (the arena is full). */
-struct lf_node *tmo__lf_cache_refill(struct tmo *e, struct lf_rec *r, int *err);
-/* r's cache grew past LF_CACHE_MAX: a chain goes to the depot. */
-void tmo__lf_cache_spill(struct tmo *e, struct lf_rec *r);
-static inline void lf_cache_put(struct tmo *e, struct lf_rec *r, struct lf_node *n)
-{
-	n->free_next = r->cache;
-	r->cache = n;
-	if (LF_UNLIKELY(++r->cache_n > LF_CACHE_MAX))
-		tmo__lf_cache_spill(e, r);
-}
-/* A thread with no record frees one node / takes one. */
-void tmo__lf_free_bare(struct tmo *e, struct lf_node *n);
-struct lf_node *tmo__lf_alloc_bare(struct tmo *e, int *err);
-/* A whole cache goes back (a record detaches). */
-void tmo__lf_cache_return(struct tmo *e, struct lf_rec *r);
-/* Timer thread: give back fully free pages (keeping `keep` free nodes). */
-void tmo__lf_pool_trim(struct tmo *e);
-uint64_t tmo__lf_pool_bytes(const struct tmo *e);
-uint64_t tmo__lf_pool_nodes(const struct tmo *e);
-/* Every node in a populated page, for destroy. */
-void tmo__lf_pool_each(struct tmo *e, void (*fn)(struct tmo *e, struct lf_node *n));
-
-/* ---- clock.c ----------------------------------------------------------------- */
+/* ---- clock.c --------------------------------------------------------------- */
 
 void tmo__lf_clock_init(struct tmo *e);
 /* Timer thread: publish the next tick (flags: LF_TW_*); returns its clock
@@ -381,39 +349,69 @@ static inline void lf_light_barrier(uint64_t tw)
  * than `deadline_lower` (0: as soon as possible). */
 void tmo__lf_wake_for(struct tmo *e, int64_t deadline_lower);
 
-/* ---- rec.c: the calling thread's record ------------------------------------- */
+/* ---- count.c --------------------------------------------------------------- */
 
-struct lf_tls_ent {
-	uint64_t id; /* the engine's tmo_base.id; 0: empty */
-	struct lf_rec *rec;
-};
-#define LF_TLS_IE __attribute__((tls_model("initial-exec"), visibility("hidden")))
-/* The record of the engine this thread used last. */
-extern _Thread_local struct lf_tls_ent tmo__lf_tls_hot LF_TLS_IE;
-/* Any other engine's record: found, attached or made (NULL once this
- * thread's exit hook ran, or out of memory). */
-struct lf_rec *tmo__lf_rec_slow(struct tmo *e);
-static inline struct lf_rec *lf_rec_get(struct tmo *e)
+/* Arms, prevented cancels and fires summed over every counter (relaxed). */
+void tmo__lf_counts(struct tmo *e, uint64_t *armed, uint64_t *prevented, uint64_t *fired);
+/* Armed, neither fired nor prevented (a sum over every thread's counters). */
+uint64_t tmo__lf_pending(struct tmo *e);
+
+/* ---- pool.c ---------------------------------------------------------------- */
+
+int tmo__lf_pool_init(struct tmo *e);
+void tmo__lf_pool_fini(struct tmo *e);
+static inline struct lf_node *lf_node_at(const struct tmo *e, uint32_t idx)
 {
-	if (LF_LIKELY(tmo__lf_tls_hot.id == e->base.id))
-		return tmo__lf_tls_hot.rec;
-	return tmo__lf_rec_slow(e);
+	return (struct lf_node *)(void *)(e->pool.arena + ((size_t)idx << 6));
 }
-static inline void lf_bump(_Atomic uint64_t *c)
+static inline uint32_t lf_idx_of(const struct tmo *e, const struct lf_node *n)
 {
-	/* one writer: a plain increment, atomic only so readers see no race */
-	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
-	                      memory_order_relaxed);
+	return (uint32_t)((uint64_t)((const char *)n - e->pool.arena) >> 6);
 }
+/* A free node for r's cache: refills it from the depot or the arena.
+ * Returns NULL with *err = TMO_ENOMEM or TMO_EAGAIN (the arena is full). */
+struct lf_node *tmo__lf_cache_refill(struct tmo *e, struct lf_rec *r, int *err);
+/* r's cache grew past LF_CACHE_MAX: a chain goes to the depot. */
+void tmo__lf_cache_spill(struct tmo *e, struct lf_rec *r);
+static inline void lf_cache_put(struct tmo *e, struct lf_rec *r, struct lf_node *n)
+{
+	n->free_next = r->cache;
+	r->cache = n;
+	if (LF_UNLIKELY(++r->cache_n > LF_CACHE_MAX))
+		tmo__lf_cache_spill(e, r);
+}
+/* A thread with no record frees one node / takes one. */
+void tmo__lf_free_bare(struct tmo *e, struct lf_node *n);
+struct lf_node *tmo__lf_alloc_bare(struct tmo *e, int *err);
+/* A whole cache goes back (a record detaches). */
+void tmo__lf_cache_return(struct tmo *e, struct lf_rec *r);
+uint64_t tmo__lf_pool_bytes(const struct tmo *e);
+uint64_t tmo__lf_pool_nodes(const struct tmo *e);
+/* Every node in a populated page, for destroy. */
+void tmo__lf_pool_each(struct tmo *e, void (*fn)(struct tmo *e, struct lf_node *n));
 
-/* ---- arm.c, base.c, cancel.c ------------------------------------------------ */
+/* ---- trim.c ---------------------------------------------------------------- */
 
-/* The arm w in a slot of r's ring leaves it for its base or the inbox. */
-void tmo__lf_ring_evict(struct tmo *e, struct lf_rec *r, uint64_t w);
+/* Timer thread: give back fully free pages (keeping `keep` free nodes). */
+void tmo__lf_pool_trim(struct tmo *e);
 
-int tmo__lf_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb, void *arg);
-int tmo__lf_cancel(struct tmo *e, struct tmo_timer *t);
-void tmo__lf_recs_free(struct tmo *e);
+/* ---- base.c: a base's holder ----------------------------------------------- */
+
+/* Nodes the inbox may hold that its timer thread has not taken yet, before
+ * an arm that would add one is refused (TMO_EAGAIN): tens of milliseconds
+ * of its filing, the lateness (and, deadlines further apart than that,
+ * the disorder) a flood of long timers may cause on mpsc. */
+#define INBOX_MAX 65536u
+/* A backlog at which a sleeping timer thread is woken whatever the
+ * deadlines (a sixteenth of INBOX_MAX). */
+#define INBOX_WAKE (INBOX_MAX / 16)
+
+/* A base (its structure, empty) and its end. */
+struct lf_base *tmo__lf_base_new(struct tmo *e);
+void tmo__lf_base_free(struct tmo *e, struct lf_base *b);
+static inline void *lf_sched_of(struct lf_base *b) { return b->sched; }
+/* A per-thread base's wheel (lf_sched.wheel). */
+static inline struct tmo_wheel *lf_own_wheel(struct lf_base *b) { return (void *)b->sched; }
 /* Put a QUEUED node in the inbox and wake the timer thread if needed. */
 void tmo__lf_inbox_post(struct tmo *e, struct lf_node *n);
 /* Base lock (trylock only, except the owner of a dying record). */
@@ -438,29 +436,55 @@ int64_t tmo__lf_base_release(struct tmo *e, struct lf_base *b, struct lf_rec *r)
  * file what its owner left on its tofile stack (frees go to r's cache, or
  * the depot when r is NULL). */
 void tmo__lf_base_tidy(struct tmo *e, struct lf_base *b, struct lf_rec *r);
+/* The arm w in a slot of r's ring leaves it for its base or the inbox. */
+void tmo__lf_ring_evict(struct tmo *e, struct lf_rec *r, uint64_t w);
+
+/* ---- rec.c: the calling thread's record ------------------------------------ */
+
+struct lf_tls_ent {
+	uint64_t id; /* the engine's tmo_base.id; 0: empty */
+	struct lf_rec *rec;
+};
+#define LF_TLS_IE __attribute__((tls_model("initial-exec"), visibility("hidden")))
+/* The record of the engine this thread used last. */
+extern _Thread_local struct lf_tls_ent tmo__lf_tls_hot LF_TLS_IE;
+/* Any other engine's record: found, attached or made (NULL once this
+ * thread's exit hook ran, or out of memory). */
+struct lf_rec *tmo__lf_rec_slow(struct tmo *e);
+static inline struct lf_rec *lf_rec_get(struct tmo *e)
+{
+	if (LF_LIKELY(tmo__lf_tls_hot.id == e->base.id))
+		return tmo__lf_tls_hot.rec;
+	return tmo__lf_rec_slow(e);
+}
+static inline void lf_bump(_Atomic uint64_t *c)
+{
+	/* one writer: a plain increment, atomic only so readers see no race */
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
+	                      memory_order_relaxed);
+}
+void tmo__lf_recs_free(struct tmo *e);
 void tmo__lf_engine_register(struct tmo *e);
 void tmo__lf_engine_unregister(struct tmo *e);
 
-/* ---- engine.c, timer.c, fire.c ------------------------------------------------ */
+/* ---- arm.c, cancel.c ------------------------------------------------------- */
+
+int tmo__lf_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb, void *arg);
+/* The timer thread's own arm (from a callback): filed at once. */
+int tmo__lf_arm_on_timer(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
+                         void *arg);
+int tmo__lf_cancel(struct tmo *e, struct tmo_timer *t);
+
+/* ---- engine.c (fire.c and timer.c: tt.h) ----------------------------------- */
 
 int tmo__lf_create(const struct lf_params *p, const struct tmo_config *cfg, struct tmo **out);
 void tmo__lf_destroy(struct tmo *e);
 void tmo__lf_destroy_forked(struct tmo *e);
 int tmo__lf_stats(struct tmo *e, struct tmo_stats *out);
-/* Armed, neither fired nor prevented (a sum over every thread's counters). */
-uint64_t tmo__lf_pending(struct tmo *e);
 /* What mpsc's and wheel's vtables share: every op but create. */
 extern const struct tmo_testing_ops tmo__lf_testing_ops;
 #define LF_ENGINE_OPS                                                                    \
 	.arm = tmo__lf_arm, .destroy = tmo__lf_destroy, .cancel = tmo__lf_cancel, .stats = tmo__lf_stats,     \
 	.destroy_forked = tmo__lf_destroy_forked, .testing = &tmo__lf_testing_ops
-/* The timer thread's own arm (from a callback): filed at once. */
-int tmo__lf_arm_on_timer(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
-                         void *arg);
-struct lf_base *tmo__lf_base_new(struct tmo *e);
-void tmo__lf_base_free(struct tmo *e, struct lf_base *b);
-static inline void *lf_sched_of(struct lf_base *b) { return b->sched; }
-/* A per-thread base's wheel (lf_sched.wheel). */
-static inline struct tmo_wheel *lf_own_wheel(struct lf_base *b) { return (void *)b->sched; }
 
 #endif

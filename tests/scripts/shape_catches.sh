@@ -3,7 +3,7 @@
 # kind of violation, planted one each in a scratch git tree at DIR.
 set -euo pipefail
 root=$1 dir=$2
-rm -rf "$dir" && mkdir -p "$dir/src/ds" "$dir/src/core" "$dir/cli" "$dir/impls/a" "$dir/impls/b" "$dir/tests"
+rm -rf "$dir" && mkdir -p "$dir/src/ds" "$dir/src/core" "$dir/src/lf" "$dir/cli" "$dir/impls/a" "$dir/impls/b" "$dir/tests"
 cd "$dir"
 git init -q .
 printf '#include "core/internal.h"\n' > src/ds/up.c          # ds includes core
@@ -14,6 +14,10 @@ printf '/* b */\n' > impls/b/b.h
 for i in $(seq 501); do echo "/* $i */"; done > cli/big.h
 { echo 'int long_test(void)'; echo '{'; for i in $(seq 200); do echo '	;'; done; echo '}'; } > tests/ok.c
 for i in $(seq 501); do echo "/* $i */"; done > tests/big.c
+printf 'void tmo__lf_fire(void)\n{\n}\n' > src/lf/fire.c                # the timer thread's
+printf '/* tmo__lf_fire in a comment */\nvoid tmo__lf_cal_update(void)\n{\n\ttmo__lf_fire();\n}\n' \
+  > src/lf/clock.c                                                           # time uses it
+printf 'int tmo__lf_stray;\n' > src/lf/stray.c                              # in no order
 set +e
 out=$(/usr/bin/python3 "$root/scripts/shape" "$dir")
 rc=$?
@@ -28,5 +32,8 @@ grep -q '^function cli/long.c:2: long_one is 82 lines' <<<"$out" || fail "82-lin
 grep -q '^file cli/big.h: 501 lines' <<<"$out" || fail "501-line file not named"
 grep -q '^file tests/big.c: 501 lines' <<<"$out" || fail "501-line file in tests/ not named"
 ! grep -q 'tests/ok.c' <<<"$out" || fail "a long function in tests/ was named"
-grep -q '^shape: 8 files, 6 violations$' <<<"$out" || fail "wrong count"
+grep -q "^order src/lf/clock.c:4: uses tmo__lf_fire of fire.c, which comes after it" <<<"$out" ||
+  fail "src/lf/ out of order not named"
+grep -q "^order src/lf/stray.c: not in src/lf/'s order" <<<"$out" || fail "a file outside the order not named"
+grep -q '^shape: 11 files, 8 violations$' <<<"$out" || fail "wrong count"
 echo "shape_catches: every planted violation named"
