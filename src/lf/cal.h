@@ -32,27 +32,6 @@ struct lf_cal_prev {
 	_Atomic int64_t err;
 };
 
-/* Older pairs: one at least every LF_HIST_GAP_NS, the last LF_HIST of them
- * (seconds of history while the timer thread calibrates; it calibrates
- * while arms come, and an arm more than lf_fresh_ns() after the latest
- * pair reads the clock instead, so every TSC stamp has a pair shortly
- * before it).  A stamp made before both pairs above, an arm that stayed
- * in its ring while the timer thread ran a long round, converts from the
- * newest of these not after it, not from a pair seconds later with 0.1 %
- * of the distance as margin (clock.c, tsc_bounds).  Written by the timer
- * thread only: `w` (the slot being written, +1), the slot, then `n`
- * (written slots, release); a reader validates against `w`. */
-#define LF_HIST 1024
-#define LF_HIST_GAP_NS (4 * 1000 * 1000)
-struct lf_cal_hist {
-	_Atomic uint64_t n, w;
-	uint64_t last_tsc, gap_ticks; /* timer thread only */
-	struct {
-		_Atomic uint64_t tsc;
-		_Atomic int64_t ns, err;
-	} pair[LF_HIST];
-};
-
 /* x * fx >> 32, for a 32.32 fixed-point fx. */
 static inline uint64_t lf_fx_mul(uint64_t x, uint64_t fx)
 {

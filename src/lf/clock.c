@@ -29,12 +29,7 @@
  * takes as its rounds go (tmo__lf_cal_update), rounded UP by a margin that
  * covers both pairs' read skew, the rate's error and NTP slew (LF_SLEW_PPM
  * of the stamp's distance from the pair), with a floor (MARGIN_NS, or a
- * twentieth of the resolution).  A stamp older than the two latest pairs
- * (an arm left in its ring through a long round) converts from the
- * newest of the older pairs kept (cal.h, struct lf_cal_hist: seconds of
- * them), so that its margin stays near the floor: 0.1 % of a second
- * is a millisecond, and two arms dated a millisecond apart wrongly run
- * out of order at the wheel's resolution (issue 19).  Without an invariant TSC a stamp is
+ * twentieth of the resolution).  Without an invariant TSC a stamp is
  * CLOCK_MONOTONIC itself (arm reads the clock); TMO_LF_CLOCK=1 in the
  * environment forces that path where the TSC is usable (to test it: on
  * x86 and under qemu the counter is otherwise always taken).
@@ -229,8 +224,6 @@ static uint64_t fx_of(double v)
 	return (double)u < f ? u + 1 : u;
 }
 
-static void hist_append(struct tmo *e, uint64_t tsc, int64_t ns, int64_t err, double rate);
-
 void tmo__lf_cal_update(struct tmo *e)
 {
 	if (!g_use_tsc)
@@ -275,61 +268,11 @@ void tmo__lf_cal_update(struct tmo *e)
 	                 : tmo__timely_timer() ? UINT64_MAX /* testing.h */
 	                                       : tsc + (uint64_t)((double)lf_fresh_ns(e) / rate);
 	atomic_store_explicit(&e->fresh_until, fresh, memory_order_release);
-	if (rate > 0)
-		hist_append(e, tsc, ns, (int64_t)err + 1, rate);
-}
-
-/* Keep the pair in the history (cal.h) if the last kept one is at least
- * LF_HIST_GAP_NS older. */
-static void hist_append(struct tmo *e, uint64_t tsc, int64_t ns, int64_t err, double rate)
-{
-	struct lf_cal_hist *h = &e->cal_hist;
-	uint64_t n = atomic_load_explicit(&h->n, memory_order_relaxed);
-	if (n != 0 && tsc - h->last_tsc < h->gap_ticks)
-		return;
-	h->last_tsc = tsc;
-	h->gap_ticks = (uint64_t)((double)LF_HIST_GAP_NS / rate);
-	/* seqlock order: the slot's new owner is announced before its words
-	 * change, and readers check it after they read them */
-	atomic_store_explicit(&h->w, n + 1, memory_order_relaxed);
-	atomic_thread_fence(memory_order_release);
-	atomic_store_explicit(&h->pair[n % LF_HIST].tsc, tsc, memory_order_relaxed);
-	atomic_store_explicit(&h->pair[n % LF_HIST].ns, ns, memory_order_relaxed);
-	atomic_store_explicit(&h->pair[n % LF_HIST].err, err, memory_order_relaxed);
-	atomic_store_explicit(&h->n, n + 1, memory_order_release);
-}
-
-/* The newest kept pair not after stamp st, into *tsc, *ns, *err; 0 if the
- * history has none (st is older, or the pair was overwritten while read). */
-static int hist_pair(struct tmo *e, uint64_t st, uint64_t *tsc, int64_t *ns, int64_t *err)
-{
-	struct lf_cal_hist *h = &e->cal_hist;
-	uint64_t n = atomic_load_explicit(&h->n, memory_order_acquire);
-	/* the oldest slots are left alone: the writer may reach them */
-	uint64_t lo = n > LF_HIST / 2 ? n - LF_HIST / 2 : 0, hi = n;
-	if (n == 0 || atomic_load_explicit(&h->pair[lo % LF_HIST].tsc, memory_order_relaxed) > st)
-		return 0;
-	while (hi - lo > 1) {
-		uint64_t mid = lo + (hi - lo) / 2;
-		if (atomic_load_explicit(&h->pair[mid % LF_HIST].tsc, memory_order_relaxed) <= st)
-			lo = mid;
-		else
-			hi = mid;
-	}
-	uint64_t t = atomic_load_explicit(&h->pair[lo % LF_HIST].tsc, memory_order_relaxed);
-	int64_t x = atomic_load_explicit(&h->pair[lo % LF_HIST].ns, memory_order_relaxed);
-	int64_t r = atomic_load_explicit(&h->pair[lo % LF_HIST].err, memory_order_relaxed);
-	atomic_thread_fence(memory_order_acquire);
-	if (atomic_load_explicit(&h->w, memory_order_relaxed) > lo + LF_HIST || t > st)
-		return 0;
-	*tsc = t, *ns = x, *err = r;
-	return 1;
 }
 
 /* Bounds on the time of a TSC stamp from the published calibration, from
- * the newer of its two pairs that is not after the stamp, else the newest
- * kept pair before it (hist_pair), else the older of the two; 0 (both)
- * when there is none yet.  Returns the margin: the bounds are
+ * the newer of its two pairs that is not after the stamp (else the older);
+ * 0 (both) when there is none yet.  Returns the margin: the bounds are
  * [t - margin, t + max(margin, the floor)] around the converted time t.
  * Integer arithmetic: the rate is rounded up, which moves t by less than
  * 2^-32 of the distance (far below the slew allowance) and the products
@@ -360,8 +303,6 @@ static int64_t tsc_bounds(struct tmo *e, uint64_t st, int64_t *lo, int64_t *hi)
 		*lo = *hi = 0;
 		return 0;
 	}
-	if (st < tsc) /* before both pairs: the history's pair before it */
-		(void)hist_pair(e, st, &tsc, &ns, &err);
 	int64_t d = (int64_t)lf_fx_mul(st >= tsc ? st - tsc : tsc - st, rate);
 	int64_t margin = err + 1000 + (int64_t)lf_fx_mul((uint64_t)d, rel);
 	int64_t t = st >= tsc ? ns + d : ns - d;

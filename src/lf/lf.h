@@ -233,7 +233,6 @@ struct tmo {
 	_Atomic uint64_t fresh_until;
 	struct lf_cal cal;
 	_Alignas(64) struct lf_cal_prev cal_prev;
-	_Alignas(64) struct lf_cal_hist cal_hist;
 	_Atomic int64_t tick_at; /* the clock read just after the latest tick */
 	_Atomic int64_t sleep_until; /* while SLEEPING: when it wakes itself */
 
