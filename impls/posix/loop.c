@@ -86,8 +86,8 @@ static int64_t px_deadline_of(struct tmo *e, uint64_t v)
  * itself is never counted (the expiry scenario reports it as a violation). */
 static void px_note_skew(struct tmo *e, uint64_t v, int64_t deadline, int64_t fired_max)
 {
-	if (deadline == INT64_MIN || deadline >= fired_max - PX_RESOLUTION)
-		return;
+	if (deadline == INT64_MIN || fired_max == INT64_MIN || fired_max - deadline <= PX_RESOLUTION)
+		return; /* not ours, nothing run yet, or within the resolution */
 	uint32_t idx = (uint32_t)v, gen = (uint32_t)(v >> 32);
 	if (atomic_load_explicit(&slot_at(e, idx)->word, memory_order_acquire) == mkword(gen, S_ARMED))
 		atomic_fetch_add_explicit(&e->skewed, 1, memory_order_relaxed);
