@@ -62,9 +62,9 @@
  * Files, in the order each uses only those before it (scripts/shape):
  * schedule.c (the heap and wheel behind a base), clock.c (the time source
  * and the wake-up protocol), count.c (arms, cancels, fires summed),
- * pool.c and trim.c (memory, and giving it back), base.c (making a base,
- * the inbox's push, filing by whoever holds a base), rec.c (the threads'
- * records), arm.c (arm, its fused filing of an evicted arm, the timer
+ * pool.c, depot.c and trim.c (the arena, free nodes, giving memory back),
+ * base.c (making a base, the inbox's push, filing by whoever holds a
+ * base), rec.c (the threads' records), arm.c (arm, its fused filing of an evicted arm, the timer
  * thread's own arm), cancel.c, fire.c (collect, order, fire) and timer.c
  * (the timer thread's loop, stealing, draining), engine.c (create,
  * destroy, stats, park); node.h the node model.
@@ -215,7 +215,7 @@ struct lf_pool {
 	 * moves them to the depot */
 	ck_stack_t loose;
 	_Atomic uint64_t trimmed_pages;
-	/* 1: a producer woke the sleeping timer thread to trim (pool.c) */
+	/* 1: a producer woke the sleeping timer thread to trim (depot.c) */
 	_Atomic int trim_asked;
 };
 
@@ -356,7 +356,7 @@ void tmo__lf_counts(struct tmo *e, uint64_t *armed, uint64_t *prevented, uint64_
 /* Armed, neither fired nor prevented (a sum over every thread's counters). */
 uint64_t tmo__lf_pending(struct tmo *e);
 
-/* ---- pool.c ---------------------------------------------------------------- */
+/* ---- pool.c, depot.c ------------------------------------------------------- */
 
 int tmo__lf_pool_init(struct tmo *e);
 void tmo__lf_pool_fini(struct tmo *e);

@@ -1,6 +1,7 @@
 /*
- * The pool's own shared parts (pool.c: nodes, growth, the depot; trim.c:
- * giving memory back).  lf.h has the pool's interface.
+ * The pool's own shared parts (pool.c: the arena and its growth; depot.c:
+ * the depot and the caches; trim.c: giving memory back).  lf.h has the
+ * pool's interface.
  */
 #ifndef TMO_LF_POOL_H
 #define TMO_LF_POOL_H
@@ -34,7 +35,11 @@ static inline uint32_t page_of(const struct tmo *e, const struct lf_node *n)
 	return lf_idx_of(e, n) / PAGE_NODES;
 }
 
-/* The depot (pool.c). */
+/* Populate pages (pool.c): a chain of *count nodes, or NULL with *err
+ * (TMO_EAGAIN past the soft bound or with the reservation used up,
+ * TMO_ENOMEM for an injected fault). */
+struct lf_node *tmo__lf_pool_grow(struct tmo *e, uint32_t *count, int *err);
+/* The depot (depot.c). */
 void tmo__lf_depot_push(struct tmo *e, struct lf_node *head, uint32_t count);
 struct lf_node *tmo__lf_depot_take_all(struct tmo *e);
 static inline struct lf_node *lf_chain_next(struct lf_node *head)
