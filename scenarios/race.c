@@ -32,7 +32,8 @@ static const struct sk_metric race_metrics[] = {
 	{"requested", "count"}, {"run", "count"}, {"fired", "count"}, {"cancelled", "count"},
 	{"both", "count"}, {"neither", "count"}, {"running_after_cancel", "count"},
 	{"double_fires", "count"}, {"errors", "count"}, {"arms_per_s", "arms/s"},
-	{"cancel_offset_ns", "ns"}, {"violations", "count"}, {NULL, NULL},
+	{"cancel_offset_ns", "ns"}, {"arm_retries", "count"}, {"violations", "count"},
+	{NULL, NULL},
 };
 
 static const struct sk_target race_targets[] = {
@@ -75,6 +76,11 @@ struct rc_ctx {
 	_Alignas(64) atomic_ullong armed; /* arms done (also: the armer's stop) */
 	_Alignas(64) atomic_ullong done;  /* cancels done */
 	atomic_int stop;
+	/* Arms the engine refused for now (TMO_EAGAIN) and that were asked
+	 * again (the armer's; read after it is joined); short_of: refused for
+	 * 1 s on end, which stopped the run. */
+	uint64_t retries;
+	int short_of;
 	/* outcome counters */
 	atomic_llong fired, cancelled, both, neither, running, doubles, errors, stale, arm_errors;
 };
@@ -135,9 +141,20 @@ static void *rc_armer(void *arg)
 		atomic_store(&s->cb_count, 0);
 		s->outcome = O_NONE;
 		int64_t u = (int64_t)sk_below(&rng, (uint64_t)c->R) - c->R / 2;
+		/* A refusal is a limit other processes share (posix: the user's
+		 * RLIMIT_SIGPENDING, which a concurrent run can hold), not the
+		 * race: asked again for up to 1 s, and dated by the try that
+		 * took. */
+		uint64_t retries = c->retries;
 		s->armed_at = sk_now_ns();
+		int rc = sk_arm_retry(c->e, &s->t, c->D, rc_cb, (void *)(uintptr_t)i, &c->retries);
+		if (c->retries != retries)
+			s->armed_at = sk_now_ns();
 		s->cancel_at = s->armed_at + c->D + atomic_load(&c->offset) + u;
-		int rc = tmo_arm(c->e, &s->t, c->D, rc_cb, (void *)(uintptr_t)i);
+		if (rc == TMO_EAGAIN) {
+			c->short_of = 1;
+			break;
+		}
 		if (rc != 0) {
 			if (atomic_fetch_add(&c->arm_errors, 1) == 0)
 				sk_violation(c->run, "arm #%llu returned %s", (unsigned long long)i,
@@ -291,6 +308,7 @@ static long long rc_report(const struct sk_run *run, struct rc_ctx *c, double se
 	       (unsigned long long)ran, (unsigned long long)c->count, secs,
 	       ran >= c->count ? ""
 	       : arm_errors > 0 ? " (stopped: an arm failed)"
+	       : c->short_of    ? " (stopped: the engine refused to arm for 1 s)"
 	                        : " (stopped at the time cap)",
 	       fired, cancelled, both, neither,
 	       running, doubles, errors, arm_errors);
@@ -309,6 +327,10 @@ static long long rc_report(const struct sk_run *run, struct rc_ctx *c, double se
 	sk_report(run, "errors", "", (double)(errors + arm_errors), "count");
 	sk_report(run, "arms_per_s", "", (double)ran / secs, "arms/s");
 	sk_report(run, "cancel_offset_ns", "", (double)atomic_load(&c->offset), "ns");
+	sk_report(run, "arm_retries", "", (double)c->retries, "count");
+	if (c->retries > 0)
+		printf("race: %llu arms refused for now (TMO_EAGAIN) and asked again 1 ms later\n",
+		       (unsigned long long)c->retries);
 	printf("race: at the end, cancels were aimed at the deadline %+.1f us (where about half the "
 	       "arms fire)\n",
 	       (double)atomic_load(&c->offset) / 1e3);
@@ -322,7 +344,7 @@ static int race_run(const struct sk_run *run)
 		return TMO_ENOMEM;
 	int64_t cap = rc_size(run, c);
 	c->slots = calloc(c->k, sizeof *c->slots);
-	int rc = c->slots ? tmo_create_ops(run->ops, NULL, &c->e) : TMO_ENOMEM;
+	int rc = c->slots ? sk_create_or_skip(run, &c->e) : TMO_ENOMEM;
 	if (rc != 0) {
 		free(c->slots);
 		free(c);
@@ -338,10 +360,20 @@ static int race_run(const struct sk_run *run)
 	tmo_destroy(&c->e);
 	rc_current = NULL;
 	long long v = rc == 0 ? rc_report(run, c, secs) : 0;
+	uint64_t ran = atomic_load(&c->done);
+	int short_of = c->short_of;
 	free(c->slots);
 	free(c);
 	if (rc != 0)
 		return rc;
+	/* Short of the resource before any arm took: nothing was raced. */
+	if (short_of && ran == 0 && v == 0) {
+		sk_skip(run, "the engine refused to arm with TMO_EAGAIN for 1 s on end (%s; a per-user "
+		             "limit such as RLIMIT_SIGPENDING for kernel timers, which other processes "
+		             "share)",
+		        tmo_strerror(TMO_EAGAIN));
+		return SK_SKIPPED;
+	}
 	return v > INT32_MAX ? INT32_MAX : (int)v;
 }
 
@@ -353,7 +385,8 @@ const struct sk_scenario sk_scenario_race = {
 	.run = race_run,
 	.params = "An arming thread and a cancelling thread: each timer (2 x the resolution, at "
 	          "least 40 us) is cancelled at about its deadline, steered so that about half "
-	          "fire; `arms` arms, or as many as fit in time_cap. "
+	          "fire; `arms` arms, or as many as fit in time_cap (or until the engine refuses "
+	          "to arm, TMO_EAGAIN, for 1 s on end: a limit other processes share). "
 	          "--seed draws the jitter.",
 	.fails_when = "a cancel returned PREVENTED and the callback ran anyway (both), FIRED/WAITED "
 	              "with no callback (neither), the callback still running when cancel returned, a "

@@ -83,8 +83,6 @@ static inline double sk_median(double *v, size_t n)
 	return n == 0 ? NAN : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-/* Engines whose arms are OS threads or kernel objects cannot hold a million
- * live timers: scenarios size such runs down and say so in their output. */
 /* tmo_arm, retried while the engine answers TMO_EAGAIN (every 1 ms, for at
  * most 1 s).  For scenarios that keep few timers in flight: there a refusal
  * is not the engine's own capacity but a limit shared with other processes
@@ -123,6 +121,8 @@ static inline int sk_create_or_skip(const struct sk_run *run, struct tmo **e)
 	return rc;
 }
 
+/* Engines whose arms are OS threads or kernel objects cannot hold a million
+ * live timers: scenarios size such runs down and say so in their output. */
 static inline int sk_thread_per_timer(const struct sk_run *run)
 {
 	return (run->ops->caps & TMO_CAP_THREAD_PER_TIMER) != 0;

@@ -13,6 +13,11 @@
  *          waiting out its grace period: left out to keep the test short)
  *   honest the plain wrapper -> coalesce must pass (the wrapper itself is
  *          sound, so the failures above are the bugs')
+ *   refuser answers TMO_EAGAIN to three arms in every 50 (a limit another
+ *          process holds for a moment, as posix's RLIMIT_SIGPENDING is
+ *          held by a concurrent run) -> race and smoke must ask again and
+ *          stay clean, race reporting its retries (not a bug: a refusal
+ *          is an engine's declared answer, and nothing was accepted)
  *   service: liar must be caught saying PREVENTED for a timeout that
  *          fired, early firing before the deadline; honest passes
  *
@@ -36,7 +41,7 @@
 extern const struct sk_scenario *const sk_scenarios[]; /* the harness's table */
 
 extern const struct sk_scenario sk_scenario_race, sk_scenario_expiry, sk_scenario_coalesce,
-	sk_scenario_progress, sk_scenario_service;
+	sk_scenario_progress, sk_scenario_service, sk_scenario_smoke;
 
 enum bug { HONEST, LIAR, EARLY, LOSSY, WAITARM };
 
@@ -65,6 +70,13 @@ static int lossy_cancel(struct tmo *e, struct tmo_timer *t)
 	return rc == TMO_ENOTARMED ? TMO_CANCEL_PREVENTED : rc;
 }
 
+static int refuser_arm(struct tmo *e, struct tmo_timer *t, int64_t ns, tmo_callback *cb, void *arg)
+{
+	if (atomic_fetch_add(&FXW(e)->arms, 1) % 50 < 3)
+		return TMO_EAGAIN; /* refused, nothing kept: the caller may ask again */
+	return fxw_arm(e, t, ns, cb, arg);
+}
+
 static int waitarm_arm(struct tmo *e, struct tmo_timer *t, int64_t ns, tmo_callback *cb, void *arg)
 {
 	fxw_wait_idle(e); /* the bug: a lock-free arm never waits for a callback */
@@ -84,15 +96,16 @@ FIXTURE(honest, "condvar", TMO_CAP_PARK, CV_RES, fxw_arm, fxw_cancel);
 FIXTURE(liar, "condvar", TMO_CAP_PARK, CV_RES, fxw_arm, liar_cancel);
 FIXTURE(early, "condvar", TMO_CAP_PARK, CV_RES, early_arm, fxw_cancel);
 FIXTURE(lossy, "condvar", TMO_CAP_PARK, CV_RES, lossy_arm, lossy_cancel);
+FIXTURE(refuser, "condvar", TMO_CAP_PARK, CV_RES, refuser_arm, fxw_cancel);
 FIXTURE(waitarm, "wheel", TMO_CAP_LOCKFREE_ARM | TMO_CAP_PARK, TMO_NSEC_PER_MSEC, waitarm_arm,
         fxw_cancel);
 
 static const struct sk_scenario *const scenarios[] = {
 	&sk_scenario_race, &sk_scenario_expiry, &sk_scenario_coalesce, &sk_scenario_progress,
-	&sk_scenario_service, NULL,
+	&sk_scenario_service, &sk_scenario_smoke, NULL,
 };
 static const struct tmo_engine_ops *const fixtures[] = {
-	&fx_honest, &fx_liar, &fx_early, &fx_lossy, &fx_waitarm, NULL,
+	&fx_honest, &fx_liar, &fx_early, &fx_lossy, &fx_refuser, &fx_waitarm, NULL,
 };
 
 /* Rows the sink refused in the last run_one (metric not declared). */
@@ -149,6 +162,24 @@ static void expect_progress_waitarm(void)
 	       v, cb, parked, ok ? "as expected" : "WRONG");
 	failures += !ok;
 	sk_sink_close(rep);
+}
+
+/* Refusals for now are asked again, not counted as violations: race and
+ * smoke on the refuser run clean, and race reports the retries it made. */
+static void expect_refusals_retried(void)
+{
+	printf("---- race and smoke on fixture 'refuser' (want clean, refusals retried) ----\n");
+	struct sk_sink *rep;
+	int v = run_one(&sk_scenario_race, &fx_refuser, 1, &rep);
+	double retries = -1;
+	sk_sink_lookup(rep, "race", "refuser", "arm_retries", "", &retries);
+	sk_sink_close(rep);
+	int vs = run_one(&sk_scenario_smoke, &fx_refuser, 1, &rep);
+	sk_sink_close(rep);
+	int ok = v == 0 && retries > 0 && vs == 0;
+	printf("---- refuser: race %d violations, %.0f arms retried; smoke %d violations: %s ----\n",
+	       v, retries, vs, ok ? "as expected" : "WRONG");
+	failures += !ok;
 }
 
 /* A scenario that declares one metric and reports it and one more. */
@@ -224,6 +255,7 @@ int main(int argc, char **argv)
 	expect(&sk_scenario_service, &fx_early, 1);
 	expect(&sk_scenario_service, &fx_honest, 0);
 	expect_progress_waitarm();
+	expect_refusals_retried();
 	expect_declarations_checked();
 	printf("%s\n", failures ? "FAIL: a check did not behave" : "every check caught its bug");
 	return failures ? 1 : 0;
