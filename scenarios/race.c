@@ -78,7 +78,7 @@ struct rc_ctx {
 	atomic_int stop;
 	/* Arms the engine refused for now (TMO_EAGAIN) and that were asked
 	 * again (the armer's; read after it is joined); short_of: refused for
-	 * 1 s on end, which stopped the run. */
+	 * 10 s on end, which stopped the run. */
 	uint64_t retries;
 	int short_of;
 	/* outcome counters */
@@ -143,7 +143,7 @@ static void *rc_armer(void *arg)
 		int64_t u = (int64_t)sk_below(&rng, (uint64_t)c->R) - c->R / 2;
 		/* A refusal is a limit other processes share (posix: the user's
 		 * RLIMIT_SIGPENDING, which a concurrent run can hold), not the
-		 * race: asked again for up to 1 s, and dated by the try that
+		 * race: asked again for up to 10 s, and dated by the try that
 		 * took. */
 		uint64_t retries = c->retries;
 		s->armed_at = sk_now_ns();
@@ -308,7 +308,7 @@ static long long rc_report(const struct sk_run *run, struct rc_ctx *c, double se
 	       (unsigned long long)ran, (unsigned long long)c->count, secs,
 	       ran >= c->count ? ""
 	       : arm_errors > 0 ? " (stopped: an arm failed)"
-	       : c->short_of    ? " (stopped: the engine refused to arm for 1 s)"
+	       : c->short_of    ? " (stopped: the engine refused to arm for 10 s)"
 	                        : " (stopped at the time cap)",
 	       fired, cancelled, both, neither,
 	       running, doubles, errors, arm_errors);
@@ -368,7 +368,7 @@ static int race_run(const struct sk_run *run)
 		return rc;
 	/* Short of the resource before any arm took: nothing was raced. */
 	if (short_of && ran == 0 && v == 0) {
-		sk_skip(run, "the engine refused to arm with TMO_EAGAIN for 1 s on end (%s; a per-user "
+		sk_skip(run, "the engine refused to arm with TMO_EAGAIN for 10 s on end (%s; a per-user "
 		             "limit such as RLIMIT_SIGPENDING for kernel timers, which other processes "
 		             "share)",
 		        tmo_strerror(TMO_EAGAIN));
@@ -386,7 +386,7 @@ const struct sk_scenario sk_scenario_race = {
 	.params = "An arming thread and a cancelling thread: each timer (2 x the resolution, at "
 	          "least 40 us) is cancelled at about its deadline, steered so that about half "
 	          "fire; `arms` arms, or as many as fit in time_cap (or until the engine refuses "
-	          "to arm, TMO_EAGAIN, for 1 s on end: a limit other processes share). "
+	          "to arm, TMO_EAGAIN, for 10 s on end: a limit other processes share). "
 	          "--seed draws the jitter.",
 	.fails_when = "a cancel returned PREVENTED and the callback ran anyway (both), FIRED/WAITED "
 	              "with no callback (neither), the callback still running when cancel returned, a "

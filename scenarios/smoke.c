@@ -5,7 +5,7 @@
  * errors of bad input and that the engine's counters agree with what
  * happened.  Every check counts a violation.  An arm the engine refuses for
  * now (TMO_EAGAIN: a limit other processes share) is asked again for up to
- * 1 s; past that the run is skipped, with the reason.
+ * 10 s; past that the run is skipped, with the reason.
  */
 #include <stdatomic.h>
 
@@ -27,7 +27,7 @@ struct smoke_timer {
 };
 
 /* Arms refused for now (TMO_EAGAIN) and asked again; short: one was refused
- * for 1 s on end, and the run is skipped (a per-user limit that other
+ * for 10 s on end, and the run is skipped (a per-user limit that other
  * processes share, such as posix's RLIMIT_SIGPENDING). */
 static uint64_t smoke_retries;
 static int smoke_short;
@@ -241,7 +241,7 @@ static int smoke_run(const struct sk_run *run)
 		printf("smoke: %llu arms refused for now (TMO_EAGAIN) and asked again 1 ms later\n",
 		       (unsigned long long)smoke_retries);
 	if (smoke_short && v == 0) {
-		sk_skip(run, "the engine refused to arm with TMO_EAGAIN for 1 s on end (%s; a per-user "
+		sk_skip(run, "the engine refused to arm with TMO_EAGAIN for 10 s on end (%s; a per-user "
 		             "limit such as RLIMIT_SIGPENDING for kernel timers, which other processes "
 		             "share)",
 		        tmo_strerror(TMO_EAGAIN));
