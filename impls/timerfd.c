@@ -40,7 +40,10 @@
  * Resolution: 1 ms.  Expiry is exact (hrtimers), lateness is the loop
  * thread's wake-up, but timerfds expire on different CPUs' hrtimer bases
  * and reach the ready list in the order they expired there, as the posix
- * engine's signals do (impls/posix/loop.c): order is promised at 1 ms.
+ * engine's signals do (impls/posix/loop.c): order is promised at 1 ms, and
+ * an expiry that arrives after a callback of a deadline more than 1 ms
+ * later already ran is guarantee 4's named limit (tmo.h), counted in
+ * tmo_stats' `skewed` (PEER_KERNEL_EXPIRY).
  */
 #include <errno.h>
 #include <sys/epoll.h>
@@ -233,7 +236,7 @@ static void ltf_poll(struct peer *e) { ltf_gather(e, 0); }
 static const struct peer_backend ltf_backend = {
 	.name = "timerfd",
 	.area = sizeof(int),
-	.flags = PEER_ANY_THREAD,
+	.flags = PEER_ANY_THREAD | PEER_KERNEL_EXPIRY,
 	.init = ltf_init,
 	.fini = ltf_fini,
 	.start = ltf_start,

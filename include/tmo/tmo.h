@@ -139,7 +139,8 @@
  *     however late the engine's threads run: a timer thread starved of CPU
  *     fires late (lateness grows, and is reported), never out of order.
  *     The one named limit: an engine whose expiries reach it from a source
- *     it does not order (the kernel's per-CPU timer bases, for posix) says
+ *     it does not order (the kernel's per-CPU timer bases, for posix,
+ *     timerfd and uring) says
  *     so in its header and counts every timer that reached it after it had
  *     run one due more than the resolution later (tmo_stats' `skewed`);
  *     the expiry scenario reports such inversions as that limit, and as

@@ -115,6 +115,7 @@ int tmo__peer_create(const struct peer_backend *be, struct tmo **out)
 	tmo_list_init(&e->stopping);
 	tmo_list_init(&e->started);
 	tmo_list_init(&e->due);
+	e->fired_max = INT64_MIN;
 	tmo_list_init(&e->dead);
 	tmo_list_init(&e->free);
 	if (pthread_mutex_init(&e->m, NULL) != 0 || tmo__gate_init(&e->gate) != 0 ||

@@ -135,6 +135,12 @@ enum peer_flags {
 	/* after stop the library may still report the record: it goes to
 	 * `dead` and the backend calls tmo__peer_release() */
 	PEER_ASYNC_STOP = 1u << 1,
+	/* the library's expiries come from the kernel's per-CPU timer bases
+	 * (a kernel timer per arm), which it reports in the order they
+	 * expired there, not in deadline order: guarantee 4's named limit
+	 * (tmo.h).  The core counts each one that arrives after a callback of
+	 * a deadline more than the resolution later ran (tmo_stats' skewed). */
+	PEER_KERNEL_EXPIRY = 1u << 2,
 };
 
 /* A library behind the core.  Every op runs under m. */
@@ -188,6 +194,11 @@ struct peer {
 	struct tmo__gate gate; /* under m */
 	struct tmo_list queue, stopping, started, due, dead, free; /* under m */
 	uint64_t nfree, records, pending, fired, cancelled;
+	/* under m: the latest deadline a callback ran for (INT64_MIN: none
+	 * yet), and the expiries that arrived after it had run one due more
+	 * than the resolution later (PEER_KERNEL_EXPIRY only) */
+	int64_t fired_max;
+	uint64_t skewed;
 	bool stop;  /* under m: destroy began, tmo__peer_fire runs nothing */
 	bool woken; /* under m: a wake-up is owed to the loop (coalesced) */
 	bool due_unsorted; /* under m: `due` needs sorting before a callback */
