@@ -12,7 +12,7 @@
  * it take.  While arms keep coming the timer thread polls every 50 us
  * instead of being woken.
  */
-#include "lf/lf.h"
+#include "lf/engine.h"
 
 #define MPSC_RESOLUTION_NS (50 * TMO_NSEC_PER_USEC)
 

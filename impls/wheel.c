@@ -13,7 +13,7 @@
  * wake-up.  While arms keep coming the timer thread ticks (and polls) every
  * quarter tick; then it sleeps until the next expiry.
  */
-#include "lf/lf.h"
+#include "lf/engine.h"
 
 /* Default tick, chosen by measurement on the 2-core dev machine (2000
  * timers of 1..200 ms; a producer paced at ~9k arm+cancel pairs/s):

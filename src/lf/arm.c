@@ -16,7 +16,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lf.h"
+#include "schedule.h"
+#include "clock.h"
+#include "pool.h"
+#include "depot.h"
+#include "base.h"
+#include "rec.h"
+#include "arm.h"
 
 /* ---- arm -------------------------------------------------------------------------- */
 

@@ -8,7 +8,10 @@
  */
 #include <string.h>
 
-#include "lf.h"
+#include "clock.h"
+#include "pool.h"
+#include "depot.h"
+#include "base.h"
 
 /* ---- bases ---------------------------------------------------------------------- */
 

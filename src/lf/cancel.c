@@ -5,7 +5,13 @@
  */
 #include <stdlib.h>
 
-#include "lf.h"
+#include "schedule.h"
+#include "clock.h"
+#include "pool.h"
+#include "depot.h"
+#include "base.h"
+#include "rec.h"
+#include "cancel.h"
 
 static void count_prevented(struct tmo *e)
 {

@@ -55,7 +55,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "lf.h"
+#include "clock.h"
 
 /* ---- futex-backed event counts -------------------------------------------- */
 

@@ -3,7 +3,7 @@
  * thread's record keeps its own counters (relaxed), summed here for
  * tmo_stats and for the pool's growth bound (pool.c).
  */
-#include "lf.h"
+#include "count.h"
 
 /* Arms, prevented cancels and fires from every counter (relaxed). */
 void tmo__lf_counts(struct tmo *e, uint64_t *armed_out, uint64_t *prevented_out,

@@ -9,7 +9,8 @@
  * runs dry refills from the depot, else the pool grows; one that grows
  * past LF_CACHE_MAX spills its oldest chains back.
  */
-#include "pool.h"
+#include "clock.h"
+#include "depot.h"
 
 #define DEPOT_TAG ((uint64_t)1 << 32)
 

@@ -7,7 +7,14 @@
 #include <string.h>
 
 #include "debug.h"
+#include "clock.h"
+#include "count.h"
+#include "pool.h"
+#include "base.h"
+#include "rec.h"
 #include "tt.h"
+#include "timer.h"
+#include "engine.h"
 
 /* ---- create / destroy ------------------------------------------------------------------ */
 

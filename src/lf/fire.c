@@ -5,7 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tt.h"
+#include "clock.h"
+#include "pool.h"
+#include "depot.h"
+#include "base.h"
+#include "fire.h"
 
 /* Due batches up to this size are sorted by deadline. */
 #define DUE_SORT_MAX 4096u

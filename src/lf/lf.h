@@ -64,10 +64,16 @@
  * and the wake-up protocol), count.c (arms, cancels, fires summed),
  * pool.c, depot.c and trim.c (the arena, free nodes, giving memory back),
  * base.c (making a base, the inbox's push, filing by whoever holds a
- * base), rec.c (the threads' records), arm.c (arm, its fused filing of an evicted arm, the timer
- * thread's own arm), cancel.c, fire.c (collect, order, fire) and timer.c
- * (the timer thread's loop, stealing, draining), engine.c (create,
- * destroy, stats, park); node.h the node model.
+ * base), rec.c (the threads' records), arm.c (arm, its fused filing of an
+ * evicted arm, the timer thread's own arm), cancel.c, fire.c (collect,
+ * order, fire) and timer.c (the timer thread's loop, stealing, draining),
+ * engine.c (create, destroy, stats, park).  Each has a header of its own
+ * name that declares what the files after it may use (fire.c and timer.c
+ * share tt.h, the timer thread's state), and includes only the headers of
+ * the files before it: scripts/shape checks both.  This header is the data
+ * model they all share (a base, a record, the engine); node.h the node,
+ * cal.h the calibration pair, cpu.h the TSC, schedule.h a base's
+ * structure.
  *
  * Synchronization: as in include/tmo/tmo.h.  arm and cancel never wait for
  * the timer thread or a callback (TMO_CAP_LOCKFREE_ARM): bases are taken
@@ -104,6 +110,14 @@
 
 #define LF_LIKELY(x) __builtin_expect(!!(x), 1)
 #define LF_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* A counter with one writer: a plain increment, atomic only so readers
+ * (stats) see no race. */
+static inline void lf_bump(_Atomic uint64_t *c)
+{
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
+	                      memory_order_relaxed);
+}
 
 /* A base: a structure and who may touch it. */
 struct lf_base {
@@ -271,220 +285,5 @@ struct tmo {
 	_Atomic int stop;
 	struct tmo__park park; /* the test hook (core/park.h) */
 };
-
-/* src/lf/'s files in their order (docs/lockfree.md; scripts/shape checks
- * it): each uses only those before it. */
-
-/* ---- clock.c --------------------------------------------------------------- */
-
-void tmo__lf_clock_init(struct tmo *e);
-/* Timer thread: publish the next tick (flags: LF_TW_*); returns its clock
- * reading, taken after the tick is visible. */
-int64_t tmo__lf_tick_publish(struct tmo *e, unsigned flags);
-/* An arm's stamp: the TSC (cpu.h: arm64's virtual counter too), or
- * CLOCK_MONOTONIC where there is none that is invariant and cheap. */
-extern int tmo__lf_use_tsc;
-static inline uint64_t lf_stamp(void)
-{
-	if (LF_LIKELY(tmo__lf_use_tsc))
-		return lf_tsc();
-	return (uint64_t)tmo_now_ns();
-}
-/* How long a calibration dates arms: while the slew allowed for a stamp
- * after it stays within the margin's floor. */
-static inline int64_t lf_fresh_ns(const struct tmo *e)
-{
-	return e->margin_ns * (1000000 / LF_SLEW_PPM);
-}
-/* 1 if an arm stamped `stamp` is dated by it: the calibration is at most
- * lf_fresh_ns() old, or there is no TSC (the stamp is the clock).  Else the
- * arm reads the clock and holds its deadline (LF_STAMP_DEADLINE). */
-static inline int lf_stamp_fresh(struct tmo *e, uint64_t stamp)
-{
-	/* acquire: the pair behind the bound is then visible to this thread,
-	 * which may file the arm itself (src/lf/memory-order.md) */
-	return !tmo__lf_use_tsc || stamp <= atomic_load_explicit(&e->fresh_until, memory_order_acquire);
-}
-/* The deadline of a node in a ring or in transit (RING, QUEUED): the time
- * of its arm (its stamp converted, never early, no later than `later_ns`,
- * a clock reading after the arm, or one now if 0) plus its timeout, or
- * the deadline it holds (LF_STAMP_DEADLINE). */
-int64_t tmo__lf_node_deadline(struct tmo *e, const struct lf_node *n, int64_t later_ns);
-/* The same, by r's owner for a node of r's ring whose stamp
- * lf_cal_near (cal.h) did not convert (or that holds its deadline): a cap
- * it needs is r's last clock reading when that came after the arm. */
-int64_t tmo__lf_node_deadline_far(struct tmo *e, struct lf_rec *r, const struct lf_node *n);
-/* The deadline of a node of r's ring, by r's owner. */
-static inline int64_t tmo__lf_node_deadline_own(struct tmo *e, struct lf_rec *r,
-                                                const struct lf_node *n)
-{
-	uint64_t stamp = atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed);
-	int64_t hi = stamp != LF_STAMP_DEADLINE && LF_LIKELY(tmo__lf_use_tsc)
-	                     ? lf_cal_near(&e->cal, stamp, e->margin_ns)
-	                     : 0;
-	if (LF_UNLIKELY(hi == 0))
-		return tmo__lf_node_deadline_far(e, r, n);
-	return hi + atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed);
-}
-/* Lower bound on that deadline, for waking the timer thread; 0 if unknown. */
-int64_t tmo__lf_node_deadline_lower(struct tmo *e, uint64_t stamp, int64_t timeout_ns);
-/* Timer thread: refresh the TSC calibration. */
-void tmo__lf_cal_update(struct tmo *e);
-/* Sleep / wake (futex event counts through ck_ec). */
-void tmo__lf_ec_wait(struct ck_ec32 *ec, uint32_t v, int64_t deadline_ns);
-void tmo__lf_ec_wake(struct ck_ec32 *ec);
-uint32_t tmo__lf_ec_value(struct ck_ec32 *ec);
-/* The timer thread's side of the asymmetric Dekker with arm: after it set
- * LF_TW_SLEEPING and before it looks at rings, bases and the inbox. */
-void tmo__lf_heavy_barrier(struct tmo *e);
-/* Producers: after publishing work, before reading the tick word again. */
-static inline void lf_light_barrier(uint64_t tw)
-{
-	if (LF_UNLIKELY(tw & LF_TW_FENCE))
-		atomic_thread_fence(memory_order_seq_cst);
-	else
-		atomic_signal_fence(memory_order_seq_cst);
-}
-/* Producers: make sure the timer thread will look at work due no earlier
- * than `deadline_lower` (0: as soon as possible). */
-void tmo__lf_wake_for(struct tmo *e, int64_t deadline_lower);
-
-/* ---- count.c --------------------------------------------------------------- */
-
-/* Arms, prevented cancels and fires summed over every counter (relaxed). */
-void tmo__lf_counts(struct tmo *e, uint64_t *armed, uint64_t *prevented, uint64_t *fired);
-/* Armed, neither fired nor prevented (a sum over every thread's counters). */
-uint64_t tmo__lf_pending(struct tmo *e);
-
-/* ---- pool.c, depot.c ------------------------------------------------------- */
-
-int tmo__lf_pool_init(struct tmo *e);
-void tmo__lf_pool_fini(struct tmo *e);
-static inline struct lf_node *lf_node_at(const struct tmo *e, uint32_t idx)
-{
-	return (struct lf_node *)(void *)(e->pool.arena + ((size_t)idx << 6));
-}
-static inline uint32_t lf_idx_of(const struct tmo *e, const struct lf_node *n)
-{
-	return (uint32_t)((uint64_t)((const char *)n - e->pool.arena) >> 6);
-}
-/* A free node for r's cache: refills it from the depot or the arena.
- * Returns NULL with *err = TMO_ENOMEM or TMO_EAGAIN (the arena is full). */
-struct lf_node *tmo__lf_cache_refill(struct tmo *e, struct lf_rec *r, int *err);
-/* r's cache grew past LF_CACHE_MAX: a chain goes to the depot. */
-void tmo__lf_cache_spill(struct tmo *e, struct lf_rec *r);
-static inline void lf_cache_put(struct tmo *e, struct lf_rec *r, struct lf_node *n)
-{
-	n->free_next = r->cache;
-	r->cache = n;
-	if (LF_UNLIKELY(++r->cache_n > LF_CACHE_MAX))
-		tmo__lf_cache_spill(e, r);
-}
-/* A thread with no record frees one node / takes one. */
-void tmo__lf_free_bare(struct tmo *e, struct lf_node *n);
-struct lf_node *tmo__lf_alloc_bare(struct tmo *e, int *err);
-/* A whole cache goes back (a record detaches). */
-void tmo__lf_cache_return(struct tmo *e, struct lf_rec *r);
-uint64_t tmo__lf_pool_bytes(const struct tmo *e);
-uint64_t tmo__lf_pool_nodes(const struct tmo *e);
-/* Every node in a populated page, for destroy. */
-void tmo__lf_pool_each(struct tmo *e, void (*fn)(struct tmo *e, struct lf_node *n));
-
-/* ---- trim.c ---------------------------------------------------------------- */
-
-/* Timer thread: give back fully free pages (keeping `keep` free nodes). */
-void tmo__lf_pool_trim(struct tmo *e);
-
-/* ---- base.c: a base's holder ----------------------------------------------- */
-
-/* Nodes the inbox may hold that its timer thread has not taken yet, before
- * an arm that would add one is refused (TMO_EAGAIN): tens of milliseconds
- * of its filing, the lateness (and, deadlines further apart than that,
- * the disorder) a flood of long timers may cause on mpsc. */
-#define INBOX_MAX 65536u
-/* A backlog at which a sleeping timer thread is woken whatever the
- * deadlines (a sixteenth of INBOX_MAX). */
-#define INBOX_WAKE (INBOX_MAX / 16)
-
-/* A base (its structure, empty) and its end. */
-struct lf_base *tmo__lf_base_new(struct tmo *e);
-void tmo__lf_base_free(struct tmo *e, struct lf_base *b);
-static inline void *lf_sched_of(struct lf_base *b) { return b->sched; }
-/* A per-thread base's wheel (lf_sched.wheel). */
-static inline struct tmo_wheel *lf_own_wheel(struct lf_base *b) { return (void *)b->sched; }
-/* Put a QUEUED node in the inbox and wake the timer thread if needed. */
-void tmo__lf_inbox_post(struct tmo *e, struct lf_node *n);
-/* Base lock (trylock only, except the owner of a dying record). */
-static inline int lf_base_trylock(struct lf_base *b)
-{
-	int z = 0;
-	return atomic_load_explicit(&b->lock, memory_order_relaxed) == 0 &&
-	       atomic_compare_exchange_strong_explicit(&b->lock, &z, 1, memory_order_acquire,
-	                                               memory_order_relaxed);
-}
-static inline void lf_base_unlock(struct lf_base *b)
-{
-	atomic_store_explicit(&b->lock, 0, memory_order_release);
-}
-/* How far ahead an owner hands its due timers to the timer thread. */
-#define LF_SOON_NS TMO_NSEC_PER_MSEC
-/* Holder of b, its owner r after a filing: tidy, hand what comes due soon
- * to the timer thread, unlock; returns when the base wants the timer
- * thread to look (0: at once). */
-int64_t tmo__lf_base_release(struct tmo *e, struct lf_base *b, struct lf_rec *r);
-/* Holder of b: remove and free what cancellers left on its cancel stack,
- * file what its owner left on its tofile stack (frees go to r's cache, or
- * the depot when r is NULL). */
-void tmo__lf_base_tidy(struct tmo *e, struct lf_base *b, struct lf_rec *r);
-/* The arm w in a slot of r's ring leaves it for its base or the inbox. */
-void tmo__lf_ring_evict(struct tmo *e, struct lf_rec *r, uint64_t w);
-
-/* ---- rec.c: the calling thread's record ------------------------------------ */
-
-struct lf_tls_ent {
-	uint64_t id; /* the engine's tmo_base.id; 0: empty */
-	struct lf_rec *rec;
-};
-#define LF_TLS_IE __attribute__((tls_model("initial-exec"), visibility("hidden")))
-/* The record of the engine this thread used last. */
-extern _Thread_local struct lf_tls_ent tmo__lf_tls_hot LF_TLS_IE;
-/* Any other engine's record: found, attached or made (NULL once this
- * thread's exit hook ran, or out of memory). */
-struct lf_rec *tmo__lf_rec_slow(struct tmo *e);
-static inline struct lf_rec *lf_rec_get(struct tmo *e)
-{
-	if (LF_LIKELY(tmo__lf_tls_hot.id == e->base.id))
-		return tmo__lf_tls_hot.rec;
-	return tmo__lf_rec_slow(e);
-}
-static inline void lf_bump(_Atomic uint64_t *c)
-{
-	/* one writer: a plain increment, atomic only so readers see no race */
-	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
-	                      memory_order_relaxed);
-}
-void tmo__lf_recs_free(struct tmo *e);
-void tmo__lf_engine_register(struct tmo *e);
-void tmo__lf_engine_unregister(struct tmo *e);
-
-/* ---- arm.c, cancel.c ------------------------------------------------------- */
-
-int tmo__lf_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb, void *arg);
-/* The timer thread's own arm (from a callback): filed at once. */
-int tmo__lf_arm_on_timer(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb,
-                         void *arg);
-int tmo__lf_cancel(struct tmo *e, struct tmo_timer *t);
-
-/* ---- engine.c (fire.c and timer.c: tt.h) ----------------------------------- */
-
-int tmo__lf_create(const struct lf_params *p, const struct tmo_config *cfg, struct tmo **out);
-void tmo__lf_destroy(struct tmo *e);
-void tmo__lf_destroy_forked(struct tmo *e);
-int tmo__lf_stats(struct tmo *e, struct tmo_stats *out);
-/* What mpsc's and wheel's vtables share: every op but create. */
-extern const struct tmo_testing_ops tmo__lf_testing_ops;
-#define LF_ENGINE_OPS                                                                    \
-	.arm = tmo__lf_arm, .destroy = tmo__lf_destroy, .cancel = tmo__lf_cancel, .stats = tmo__lf_stats,     \
-	.destroy_forked = tmo__lf_destroy_forked, .testing = &tmo__lf_testing_ops
 
 #endif

@@ -35,6 +35,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "count.h"
 #include "pool.h"
 
 int tmo__lf_pool_init(struct tmo *e)

@@ -1,12 +1,28 @@
 /*
- * The pool's own shared parts (pool.c: the arena and its growth; depot.c:
- * the depot and the caches; trim.c: giving memory back).  lf.h has the
- * pool's interface.
+ * pool.c: the arena the nodes live in (type-stable, never unmapped while
+ * the engine lives) and its growth; below, the pool's own parts that
+ * depot.c and trim.c share with it: its sizes, the runs of pages given
+ * back, growing.
  */
 #ifndef TMO_LF_POOL_H
 #define TMO_LF_POOL_H
 
 #include "lf.h"
+
+int tmo__lf_pool_init(struct tmo *e);
+void tmo__lf_pool_fini(struct tmo *e);
+static inline struct lf_node *lf_node_at(const struct tmo *e, uint32_t idx)
+{
+	return (struct lf_node *)(void *)(e->pool.arena + ((size_t)idx << 6));
+}
+static inline uint32_t lf_idx_of(const struct tmo *e, const struct lf_node *n)
+{
+	return (uint32_t)((uint64_t)((const char *)n - e->pool.arena) >> 6);
+}
+uint64_t tmo__lf_pool_bytes(const struct tmo *e);
+uint64_t tmo__lf_pool_nodes(const struct tmo *e);
+/* Every node in a populated page, for destroy. */
+void tmo__lf_pool_each(struct tmo *e, void (*fn)(struct tmo *e, struct lf_node *n));
 
 #define NODE_SHIFT 6
 #define PAGE_NODES 64u
@@ -39,12 +55,5 @@ static inline uint32_t page_of(const struct tmo *e, const struct lf_node *n)
  * (TMO_EAGAIN past the soft bound or with the reservation used up,
  * TMO_ENOMEM for an injected fault). */
 struct lf_node *tmo__lf_pool_grow(struct tmo *e, uint32_t *count, int *err);
-/* The depot (depot.c). */
-void tmo__lf_depot_push(struct tmo *e, struct lf_node *head, uint32_t count);
-struct lf_node *tmo__lf_depot_take_all(struct tmo *e);
-static inline struct lf_node *lf_chain_next(struct lf_node *head)
-{
-	return (struct lf_node *)atomic_load_explicit(&head->aux, memory_order_relaxed);
-}
 
 #endif /* TMO_LF_POOL_H */

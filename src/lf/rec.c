@@ -8,7 +8,9 @@
 #include <string.h>
 
 #include "debug.h"
-#include "lf.h"
+#include "depot.h"
+#include "base.h"
+#include "rec.h"
 
 /* Engines a thread keeps a record for besides the hot one; using more
  * detaches the least recently used (its record stays with the engine). */

@@ -5,6 +5,7 @@
  * here into src/ds/ and never back up.
  */
 #include "lf.h"
+#include "schedule.h"
 
 /* ---- heap: exact deadlines, collected in deadline order ----------------------- */
 

@@ -32,7 +32,13 @@
 #include <string.h>
 #include <sys/prctl.h>
 
-#include "tt.h"
+#include "clock.h"
+#include "pool.h"
+#include "depot.h"
+#include "trim.h"
+#include "base.h"
+#include "fire.h"
+#include "timer.h"
 
 /* Idle rounds (no arm anywhere, nothing in the inbox) before it sleeps. */
 #define IDLE_ROUNDS 4

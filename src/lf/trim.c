@@ -5,7 +5,8 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 
-#include "pool.h"
+#include "depot.h"
+#include "trim.h"
 
 /* Chains of single nodes freed by threads without a record join the depot. */
 static void loose_collect(struct tmo *e)

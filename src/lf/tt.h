@@ -1,9 +1,10 @@
 /*
  * The timer thread's own state, shared by the two files it runs:
- * timer.c (the loop: ticks, stealing, draining, filing, sleeping) and
- * fire.c (collecting what is due, ordering it, running the callbacks);
+ * fire.c (collecting what is due, ordering it, running the callbacks) and
+ * timer.c (the loop: ticks, stealing, draining, filing, sleeping);
  * engine.c allocates it.  Only the timer thread touches it, besides the
- * counters stats and debug read.
+ * counters stats and debug read.  Its place in src/lf/'s order is fire.c's,
+ * the first file that uses it.
  */
 #ifndef TMO_LF_TT_H
 #define TMO_LF_TT_H
@@ -12,7 +13,6 @@
 
 /* The due array's first size. */
 #define DUE_FIRST 1024u
-
 
 struct due {
 	struct lf_node *n;
@@ -33,14 +33,5 @@ struct lf_tt {
 	_Atomic uint64_t bytes;
 	_Atomic uint64_t stolen, via_inbox, filed;
 };
-
-/* fire.c */
-int64_t tmo__lf_collect_all(struct tmo *e, int64_t now, int64_t *wake);
-void tmo__lf_due_compact(struct tmo *e);
-void tmo__lf_due_order(struct tmo *e);
-void tmo__lf_fire(struct tmo *e, struct due *d);
-void tmo__lf_due_shrink(struct tmo *e);
-/* timer.c */
-void *tmo__lf_timer_main(void *arg);
 
 #endif /* TMO_LF_TT_H */

@@ -15,6 +15,8 @@
 
 #include "input.h"
 #include "lf/debug.h"
+#include "lf/clock.h"
+#include "lf/depot.h"
 #include "lf/lf.h"
 
 #define TIMERS 64

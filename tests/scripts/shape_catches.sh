@@ -18,6 +18,9 @@ printf 'void tmo__lf_fire(void)\n{\n}\n' > src/lf/fire.c                # the ti
 printf '/* tmo__lf_fire in a comment */\nvoid tmo__lf_cal_update(void)\n{\n\ttmo__lf_fire();\n}\n' \
   > src/lf/clock.c                                                           # time uses it
 printf 'int tmo__lf_stray;\n' > src/lf/stray.c                              # in no order
+printf '/* fire.c */\n' > src/lf/fire.h
+printf '#include "fire.h"\nvoid tmo__lf_fire(void);\n' > src/lf/clock.h  # a later header, another's name
+printf '/* nobody */\n' > src/lf/stray.h                                   # a header of no place
 set +e
 out=$(/usr/bin/python3 "$root/scripts/shape" "$dir")
 rc=$?
@@ -35,5 +38,11 @@ grep -q '^file tests/big.c: 501 lines' <<<"$out" || fail "501-line file in tests
 grep -q "^order src/lf/clock.c:4: uses tmo__lf_fire of fire.c, which comes after it" <<<"$out" ||
   fail "src/lf/ out of order not named"
 grep -q "^order src/lf/stray.c: not in src/lf/'s order" <<<"$out" || fail "a file outside the order not named"
-grep -q '^shape: 11 files, 8 violations$' <<<"$out" || fail "wrong count"
+grep -q '^order src/lf/clock.h:1: includes fire.h, the header of fire.c, which comes after it' <<<"$out" ||
+  fail "a header including a later one not named"
+grep -q '^order src/lf/clock.h:2: declares tmo__lf_fire of fire.c' <<<"$out" ||
+  fail "a header declaring another file's name not named"
+grep -q "^order src/lf/stray.h: a header of no file in src/lf/'s order" <<<"$out" ||
+  fail "a header of no place not named"
+grep -q '^shape: 14 files, 11 violations$' <<<"$out" || fail "wrong count"
 echo "shape_catches: every planted violation named"

@@ -43,7 +43,7 @@
 
 #include "check.h"
 #include "engine_test.h"
-#include "lf/lf.h"
+#include "lf/clock.h"
 #include "tmo/testing.h"
 
 #define MS TMO_NSEC_PER_MSEC

@@ -1,0 +1,36 @@
+/*
+ * depot.c: free nodes: the depot (a lock-free stack of chains of at most
+ * LF_CHAIN), the threads' caches, and the nodes of threads without a
+ * record.
+ */
+#ifndef TMO_LF_DEPOT_H
+#define TMO_LF_DEPOT_H
+
+#include "pool.h"
+
+/* A free node for r's cache: refills it from the depot or the arena.
+ * Returns NULL with *err = TMO_ENOMEM or TMO_EAGAIN (the arena is full). */
+struct lf_node *tmo__lf_cache_refill(struct tmo *e, struct lf_rec *r, int *err);
+/* r's cache grew past LF_CACHE_MAX: a chain goes to the depot. */
+void tmo__lf_cache_spill(struct tmo *e, struct lf_rec *r);
+static inline void lf_cache_put(struct tmo *e, struct lf_rec *r, struct lf_node *n)
+{
+	n->free_next = r->cache;
+	r->cache = n;
+	if (LF_UNLIKELY(++r->cache_n > LF_CACHE_MAX))
+		tmo__lf_cache_spill(e, r);
+}
+/* A thread with no record frees one node / takes one. */
+void tmo__lf_free_bare(struct tmo *e, struct lf_node *n);
+struct lf_node *tmo__lf_alloc_bare(struct tmo *e, int *err);
+/* A whole cache goes back (a record detaches). */
+void tmo__lf_cache_return(struct tmo *e, struct lf_rec *r);
+/* The depot itself (depot.c, trim.c). */
+void tmo__lf_depot_push(struct tmo *e, struct lf_node *head, uint32_t count);
+struct lf_node *tmo__lf_depot_take_all(struct tmo *e);
+static inline struct lf_node *lf_chain_next(struct lf_node *head)
+{
+	return (struct lf_node *)atomic_load_explicit(&head->aux, memory_order_relaxed);
+}
+
+#endif /* TMO_LF_DEPOT_H */
