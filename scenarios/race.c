@@ -367,13 +367,8 @@ static int race_run(const struct sk_run *run)
 	if (rc != 0)
 		return rc;
 	/* Short of the resource before any arm took: nothing was raced. */
-	if (short_of && ran == 0 && v == 0) {
-		sk_skip(run, "the engine refused to arm with TMO_EAGAIN for 10 s on end (%s; a per-user "
-		             "limit such as RLIMIT_SIGPENDING for kernel timers, which other processes "
-		             "share)",
-		        tmo_strerror(TMO_EAGAIN));
-		return SK_SKIPPED;
-	}
+	if (short_of && ran == 0 && v == 0)
+		return sk_skip_refused(run);
 	return v > INT32_MAX ? INT32_MAX : (int)v;
 }
 

@@ -132,6 +132,18 @@ static inline int sk_create_or_skip(const struct sk_run *run, struct tmo **e)
 	return rc;
 }
 
+/* The run stops short because sk_arm_retry gave up (TMO_EAGAIN for
+ * SK_ARM_PATIENCE_NS on end): skipped with that reason.  Returns
+ * SK_SKIPPED. */
+static inline int sk_skip_refused(const struct sk_run *run)
+{
+	sk_skip(run, "the engine refused to arm with TMO_EAGAIN for %lld s on end (%s; a per-user "
+	             "limit such as RLIMIT_SIGPENDING for kernel timers, which other processes "
+	             "share)",
+	        (long long)(SK_ARM_PATIENCE_NS / TMO_NSEC_PER_SEC), tmo_strerror(TMO_EAGAIN));
+	return SK_SKIPPED;
+}
+
 /* Engines whose arms are OS threads or kernel objects cannot hold a million
  * live timers: scenarios size such runs down and say so in their output. */
 static inline int sk_thread_per_timer(const struct sk_run *run)
