@@ -14,7 +14,6 @@
  * calls it a violation).
  */
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -88,15 +87,20 @@ MAN_BACKEND(library, 0);
 
 struct mt {
 	struct tmo_timer t;
-	atomic_int ran;
-	_Atomic int64_t at;
+	int ran;    /* under mt_mu: its place in the order callbacks ran (0: not yet) */
+	int64_t at; /* under mt_mu: when it ran */
 };
-static atomic_int seq;
+static pthread_mutex_t mt_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t mt_cv = PTHREAD_COND_INITIALIZER;
+static int seq; /* under mt_mu */
 static void mt_cb(struct tmo_timer *t, void *arg)
 {
 	struct mt *m = tmo_container_of(t, struct mt, t);
-	atomic_store(&m->at, tmo_now_ns());
-	atomic_store(&m->ran, atomic_fetch_add(&seq, 1) + 1);
+	pthread_mutex_lock(&mt_mu);
+	m->at = tmo_now_ns();
+	m->ran = ++seq;
+	pthread_cond_broadcast(&mt_cv);
+	pthread_mutex_unlock(&mt_mu);
 }
 
 /* The loop thread passes r to the core on its next turn. */
@@ -111,12 +115,14 @@ static void report(struct tmo *e, struct mt *m)
 	peer_unlock(p);
 }
 
+/* Until m's callback ran (it signals; a lost one hangs into ctest's
+ * timeout, named by the case). */
 static void wait_ran(struct mt *m)
 {
-	struct timespec ms = {0, 1000000};
-	for (int i = 0; i < 10000 && atomic_load(&m->ran) == 0; i++)
-		nanosleep(&ms, NULL); /* a state poll: the callback sets `ran` */
-	CHECK(atomic_load(&m->ran) != 0);
+	pthread_mutex_lock(&mt_mu);
+	while (m->ran == 0)
+		pthread_cond_wait(&mt_cv, &mt_mu);
+	pthread_mutex_unlock(&mt_mu);
 }
 
 /* A due first, B gap later; reported B first when `inverted`.  Returns
@@ -128,24 +134,27 @@ static long long run(const struct tmo_engine_ops *ops, int64_t gap, int inverted
 	if (e == NULL)
 		return -1;
 	struct mt a = {.t = TMO_TIMER_INIT}, b = {.t = TMO_TIMER_INIT};
-	atomic_store(&seq, 0);
+	seq = 0; /* no callback runs before an arm */
 	int64_t t0 = tmo_now_ns();
 	CHECK_EQ(tmo_arm(e, &a.t, RES, mt_cb, NULL), 0);
 	CHECK_EQ(tmo_arm(e, &b.t, RES + gap, mt_cb, NULL), 0);
-	/* Both deadlines past (the clock is the state waited on): the core
+	/* The state waited on is the clock: both deadlines past, so the core
 	 * runs what is reported at once, never restarting it as early. */
-	struct timespec ms = {0, 1000000};
-	while (tmo_now_ns() < t0 + RES + gap + RES)
-		nanosleep(&ms, NULL);
+	int64_t past = tmo_now_ns() + RES + gap;
+	struct timespec until = {(time_t)(past / TMO_NSEC_PER_SEC), (long)(past % TMO_NSEC_PER_SEC)};
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) != 0) {
+	}
 	struct mt *first = inverted ? &b : &a, *second = inverted ? &a : &b;
 	report(e, first);
 	wait_ran(first);
 	report(e, second);
 	wait_ran(second);
-	CHECK_EQ(atomic_load(&first->ran), 1); /* run as reported */
-	CHECK_EQ(atomic_load(&second->ran), 2);
-	CHECK(atomic_load(&a.at) >= t0 + RES); /* never early */
-	CHECK(atomic_load(&b.at) >= t0 + RES + gap);
+	pthread_mutex_lock(&mt_mu);
+	CHECK_EQ(first->ran, 1); /* run as reported */
+	CHECK_EQ(second->ran, 2);
+	CHECK(a.at >= t0 + RES); /* never early */
+	CHECK(b.at >= t0 + RES + gap);
+	pthread_mutex_unlock(&mt_mu);
 	struct tmo_stats s;
 	CHECK_EQ(tmo_stats(e, &s), 0);
 	CHECK_EQ(s.fired, 2);
