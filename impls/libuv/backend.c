@@ -22,6 +22,7 @@
  * core's deadline check starts it again for the remainder.
  */
 #include <poll.h>
+#include <time.h>
 #include <uv.h>
 
 #include "libuv.h"
@@ -57,6 +58,16 @@ static int luv_init(struct peer *e)
 	}
 	l->loop.data = e;
 	e->lib = l;
+	/* The lag (peer.h): a timer is due in libuv at its deadline rounded up
+	 * to the loop clock's millisecond, and a turn runs those at or before
+	 * its floored reading, so one unreported after a turn that read the
+	 * clock at C is due after C - 1 ms; libuv reads CLOCK_MONOTONIC_COARSE
+	 * instead where its resolution is 1 ms or finer (uv__hrtime's
+	 * UV_CLOCK_FAST), which lags by up to that resolution more. */
+	struct timespec cr;
+	if (clock_getres(CLOCK_MONOTONIC_COARSE, &cr) == 0 && cr.tv_sec == 0 &&
+	    cr.tv_nsec <= TMO_NSEC_PER_MSEC)
+		e->lag_ns += cr.tv_nsec;
 	return 0;
 }
 
@@ -140,6 +151,11 @@ static void luv_rec_free(struct peer *e, struct peer_rec *r)
 
 static void luv_wake(struct peer *e) { uv_async_send(&LIB(e)->wake); }
 
+/* One turn that does not block: libuv updates its loop clock, runs the
+ * timers it finds due (luv_timer: into the core's due list) and polls with
+ * a zero timeout. */
+static void luv_collect(struct peer *e) { uv_run(&LIB(e)->loop, UV_RUN_NOWAIT); }
+
 static void luv_iterate(struct peer *e)
 {
 	struct luv *l = LIB(e);
@@ -158,6 +174,7 @@ static void luv_iterate(struct peer *e)
 		.name = nm, .area = sizeof(uv_timer_t), .flags = 0, .init = luv_init,      \
 		.fini = luv_fini, .start = luv_start, .stop = luv_stop,                    \
 		.rec_free = luv_rec_free, .wake = luv_wake, .iterate = luv_iterate,        \
+		.collect = luv_collect, .lag_ns = TMO_NSEC_PER_MSEC,                       \
 		.fini_forked = luv_fini_forked,                                            \
 	}
 const struct peer_backend tmo__peer_libuv = LUV_BACKEND("libuv");

@@ -43,9 +43,19 @@ static void *loop_main(void *arg)
 		run_work(e);
 		if (e->stop)
 			break;
-		/* nothing owed since the drain, nothing due: wait for events */
-		if (!e->woken && tmo_list_empty(&e->due))
+		if (!e->woken && (tmo_list_empty(&e->due) || e->held)) {
+			/* nothing owed since the drain, nothing due (or the first
+			 * due record waits for the library to report an earlier
+			 * one): wait for events */
+			e->collected_at = tmo_now_ns();
 			e->be->iterate(e);
+		} else if (e->be->collect != NULL && !tmo_list_empty(&e->started) &&
+		           tmo_now_ns() - e->collected_at >= PEER_COLLECT_NS) {
+			/* other threads keep the loop woken: the library's own
+			 * expiries still get a turn */
+			e->collected_at = tmo_now_ns();
+			e->be->collect(e);
+		}
 	}
 	peer_unlock(e);
 	return NULL;
@@ -116,6 +126,7 @@ int tmo__peer_create(const struct peer_backend *be, struct tmo **out)
 	tmo_list_init(&e->started);
 	tmo_list_init(&e->due);
 	e->fired_max = INT64_MIN;
+	e->lag_ns = be->lag_ns;
 	tmo_list_init(&e->dead);
 	tmo_list_init(&e->free);
 	if (pthread_mutex_init(&e->m, NULL) != 0 || tmo__gate_init(&e->gate) != 0 ||

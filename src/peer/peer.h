@@ -57,7 +57,11 @@
  * (never from inside the library's dispatch), taking in what other threads
  * queued before each one, so an arm still queued when the library
  * collected later expiries runs before them (order: a library collects a
- * whole turn's expiries at once, GLib dispatches them in attach order).
+ * whole turn's expiries at once, GLib dispatches them in attach order),
+ * and asking the library for a turn first when a timer it has not
+ * reported yet might be due more than the resolution before the next
+ * callback's (collect, lag_ns: an arm drained past its deadline when the
+ * loop thread fell behind).
  * Never early: tmo__peer_fire() compares the clock with the record's deadline
  * and, when the library fired early (millisecond loop clocks, a coarse
  * clock, rounding), starts the library's timer again for the remainder.
@@ -172,12 +176,26 @@ struct peer_backend {
 	/* Loop thread: wait for events once, releasing m only while blocked
 	 * (peer_unlock/peer_lock), and report expiries through tmo__peer_fire. */
 	void (*iterate)(struct peer *e);
-	/* Loop thread, under m, optional: report through tmo__peer_fire the
-	 * expiries already there, without blocking.  Called between callbacks
-	 * at most every PEER_COLLECT_NS, so that a timer the kernel reported
-	 * late (another CPU's hrtimer) does not wait behind a long due list,
-	 * out of deadline order. */
+	/* Loop thread, under m, optional: one turn of the library that
+	 * reports through tmo__peer_fire every expiry already due by its
+	 * clock, without blocking (and without releasing m).  The core calls
+	 * it before a callback that a started timer not yet reported might
+	 * have to precede (see `lag_ns`), every PEER_COLLECT_NS while other
+	 * threads keep the loop thread busy, and, for PEER_KERNEL_EXPIRY,
+	 * between callbacks at most every PEER_COLLECT_NS (a timer the kernel
+	 * reported late does not wait behind a long due list). */
 	void (*collect)(struct peer *e);
+	/* With collect: how far past its deadline a started timer may still go
+	 * unreported by a turn whose clock was read after a given reading C of
+	 * ours (every unreported one is due after C - lag_ns): the library's
+	 * clock granularity and its lag behind ours.  The core runs a due
+	 * record only when no started timer due more than the resolution
+	 * earlier can be unreported (guarantee 4 when the loop thread is
+	 * starved: tmo__peer_run_due).  0 for kernel timers, whose late
+	 * reports are the named limit (PEER_KERNEL_EXPIRY).  The core copies
+	 * it into the engine before init, which may raise it (a clock the
+	 * library picks at run time). */
+	int64_t lag_ns;
 	/* In a child after fork, library at rest: free the library's state and
 	 * close the child's descriptors, touching nothing the parent uses. */
 	void (*fini_forked)(struct peer *e);
@@ -202,6 +220,12 @@ struct peer {
 	bool stop;  /* under m: destroy began, tmo__peer_fire runs nothing */
 	bool woken; /* under m: a wake-up is owed to the loop (coalesced) */
 	bool due_unsorted; /* under m: `due` needs sorting before a callback */
+	/* under m: a clock reading taken before the library's latest turn
+	 * (iterate or collect), and whether the first due record must wait for
+	 * the library to report an earlier started timer (tmo__peer_run_due) */
+	int64_t collected_at;
+	bool held;
+	int64_t lag_ns; /* be->lag_ns, or what be->init found */
 
 	/* tmo_testing_run_on_loop: one function at a time (work_mu). */
 	pthread_mutex_t work_mu;

@@ -372,25 +372,69 @@ void tmo__peer_drain(struct peer *e)
 	}
 }
 
+/* Loop thread, under m: whether the first due record r may run now.  A
+ * started timer the library has not reported yet is due after
+ * collected_at - lag_ns (peer.h); if that bound is more than the resolution
+ * before r's deadline, such a timer might be due that much earlier than r
+ * and must run first (guarantee 4).  That happens when the loop thread was
+ * starved: an arm drained past its deadline joins `due` at once (drain),
+ * while a timer started earlier, due before it, waits for the library's
+ * next turn; and when the library's timers fell due during a long due list.
+ * A turn (collect) then reports them; should its clock still lag (a coarse
+ * loop clock), r waits for the next turn.  Backends without collect
+ * (GLib: its timer starts are dated within the arm's own clock reads, and
+ * a turn reports every source its cached time has passed) are not held.
+ * Kernel timers (PEER_KERNEL_EXPIRY) also get a turn at most every
+ * PEER_COLLECT_NS between callbacks, so that one the kernel reported late
+ * does not wait behind a long due list; the libraries' timers that fall
+ * due meanwhile are later than every record on the list, and are not
+ * worth a clock reading per callback. */
+static bool due_may_run(struct peer *e)
+{
+	if (e->be->collect == NULL)
+		return true;
+	/* (base.ops is set when create returns, before any arm: a record is
+	 * due) */
+	int64_t res = e->base.ops->resolution_ns;
+	struct peer_rec *r = tmo_container_of(e->due.next, struct peer_rec, link);
+	bool behind = !tmo_list_empty(&e->started) &&
+	              r->deadline - res > e->collected_at - e->lag_ns;
+	if (!behind && (e->be->flags & PEER_KERNEL_EXPIRY) == 0)
+		return true;
+	int64_t now = tmo_now_ns();
+	if (!behind && now - e->collected_at < PEER_COLLECT_NS)
+		return true;
+	e->collected_at = now;
+	e->be->collect(e);
+	if (e->stop || tmo_list_empty(&e->due))
+		return true; /* nothing to hold: run_due looks again (defensive:
+		              * no backend's collect releases m today) */
+	if (e->due_unsorted)
+		peer_sort_due(e);
+	r = tmo_container_of(e->due.next, struct peer_rec, link);
+	return tmo_list_empty(&e->started) || r->deadline - res <= now - e->lag_ns;
+}
+
 /* Loop thread, under m: fire what is due in deadline order, taking in what
  * other threads armed meanwhile before each callback, so that a queued arm
  * due earlier runs first (the libraries collect a turn's expiries at once,
- * then the adapter's queue would wait behind them all). */
+ * then the adapter's queue would wait behind them all), and what the
+ * library reports meanwhile (due_may_run).  Returns with e->held set when
+ * the first due record waits for the library's next turn. */
 void tmo__peer_run_due(struct peer *e)
 {
-	int64_t collected = e->be->collect != NULL ? tmo_now_ns() : 0;
+	e->held = false;
 	while (!e->stop && !tmo_list_empty(&e->due)) {
 		if (e->due_unsorted)
 			peer_sort_due(e);
+		if (!due_may_run(e)) {
+			e->held = true;
+			return;
+		}
+		if (e->stop || tmo_list_empty(&e->due))
+			break;
 		fire_first(e);
 		tmo__peer_drain(e);
-		if (e->be->collect != NULL && !e->stop) {
-			int64_t now = tmo_now_ns();
-			if (now - collected >= PEER_COLLECT_NS) {
-				e->be->collect(e);
-				collected = now;
-			}
-		}
 	}
 }
 
