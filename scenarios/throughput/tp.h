@@ -22,6 +22,7 @@
 #define MAX_THREADS 256
 #define HELD_NS TMO_NSEC_PER_MSEC
 #define REFUSED_MAX_NS (10 * TMO_NSEC_PER_SEC)
+#define HELD_REFUSED_NS (10 * TMO_NSEC_PER_MSEC) /* bench.c, held_arm_refused */
 #define HELD_RING (1u << 16) /* timers a thread may hold in the held case */
 #define MAX_INSTANCES 100
 
@@ -37,6 +38,7 @@ struct tp_held {
 	uint64_t head, tail;
 	double hold_ns_sum;
 	uint64_t holds;
+	int capped; /* this run, a refusal outlasted HELD_REFUSED_NS */
 };
 
 /* What a loop drives (bench.c: one loop, specialised for each by the
