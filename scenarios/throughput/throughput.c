@@ -290,6 +290,10 @@ static int tp_live(const struct sk_run *run, struct tp_ctx *c, double min_time,
                    struct sk_rng *rng, struct tp_figs *f)
 {
 	int violations = 0;
+	/* the background timers the engine took before it refused for capacity
+	 * at a smaller size: a larger one is not tried (each try waits
+	 * REFUSED_MAX_NS of refusals before it gives up) */
+	size_t cap = SIZE_MAX;
 	for (size_t li = 0; li < 3; li++) {
 		f->live_ns[li] = f->ds_live_ns[li] = NAN;
 		size_t live = (size_t)sk_scaled(tp_lives[li]);
@@ -301,6 +305,11 @@ static int tp_live(const struct sk_run *run, struct tp_ctx *c, double min_time,
 		} else if (sk_thread_per_timer(run) && live > LIVE_THREAD_MAX) {
 			printf("live=%zu: skipped (thread per timer: at most %d live timers)\n", live,
 			       LIVE_THREAD_MAX);
+		} else if (live > cap) {
+			printf("live=%zu: skipped: the engine took %zu timers at a smaller size, then "
+			       "returned TMO_EAGAIN\n",
+			       live, cap);
+			sk_report_fmt(run, "live_capacity", (double)cap, "timers", "live=%zu", live);
 		} else {
 			struct tmo_timer *bg = calloc(live, sizeof *bg);
 			if (bg == NULL) {
@@ -313,6 +322,8 @@ static int tp_live(const struct sk_run *run, struct tp_ctx *c, double min_time,
 				printf("live=%zu: skipped: the engine took %zu timers, then returned %s\n",
 				       live, armed, tmo_errname(err));
 				sk_report_fmt(run, "live_capacity", (double)armed, "timers", "live=%zu", live);
+				if (err == TMO_EAGAIN)
+					cap = armed;
 			} else {
 				tp_register(run, what, bench_seed, c, 1, min_time);
 				f->live_ns[li] = tp_run_one(run, what, &violations);
