@@ -27,9 +27,9 @@ static void tp_error(struct tp_ctx *c, atomic_llong *counter, int rc)
 }
 
 /* An arm the engine refused for capacity (TMO_EAGAIN), asked again until
- * it is taken or REFUSED_MAX_NS of refusals in a row. */
+ * it is taken or `patience` of refusals in a row. */
 static __attribute__((noinline)) int tp_arm_again(struct tp_ctx *c, struct tmo_timer *t,
-                                                  int64_t timeout)
+                                                  int64_t timeout, int64_t patience)
 {
 	int64_t start = tmo_now_ns();
 	long long n = 0;
@@ -38,7 +38,7 @@ static __attribute__((noinline)) int tp_arm_again(struct tp_ctx *c, struct tmo_t
 		n++;
 		sched_yield();
 		rc = tmo_arm(c->e, t, timeout, tp_cb, c);
-	} while (rc == TMO_EAGAIN && tmo_now_ns() - start < REFUSED_MAX_NS);
+	} while (rc == TMO_EAGAIN && tmo_now_ns() - start < patience);
 	atomic_fetch_add_explicit(&c->refused, n, memory_order_relaxed);
 	return rc;
 }
@@ -46,7 +46,8 @@ static __attribute__((noinline)) int tp_arm_again(struct tp_ctx *c, struct tmo_t
 static inline int tp_arm(struct tp_ctx *c, struct tmo_timer *t, int64_t timeout)
 {
 	int rc = tmo_arm(c->e, t, timeout, tp_cb, c);
-	return __builtin_expect(rc == TMO_EAGAIN, 0) ? tp_arm_again(c, t, timeout) : rc;
+	return __builtin_expect(rc == TMO_EAGAIN, 0) ? tp_arm_again(c, t, timeout, REFUSED_MAX_NS)
+	                                               : rc;
 }
 
 /* ---- the ops a loop drives (enum tp_on, a constant in each loop) ----
@@ -188,25 +189,19 @@ TP_INLINE void held_cancel_oldest(struct tp_ctx *c, enum tp_on on, struct tp_hel
 static __attribute__((noinline)) int held_arm_refused(struct tp_ctx *c, struct tp_held *h,
                                                       uint32_t k, int64_t now)
 {
-	int64_t start = tmo_now_ns();
-	long long n = 1;
 	int rc = TMO_EAGAIN;
-	while (!h->capped && rc == TMO_EAGAIN) {
-		if (tmo_now_ns() - start >= HELD_REFUSED_NS) {
-			h->capped = 1;
-			break;
-		}
-		sched_yield();
-		n++;
-		rc = tmo_arm(c->e, &h->t[k], TMO_NSEC_PER_SEC, tp_cb, c);
+	if (!h->capped) {
+		rc = tp_arm_again(c, &h->t[k], TMO_NSEC_PER_SEC, HELD_REFUSED_NS);
+		h->capped = rc == TMO_EAGAIN;
 	}
+	long long n = 0;
 	while (rc == TMO_EAGAIN && h->head - 1 > h->tail) {
 		held_cancel_oldest(c, TP_ENGINE, h, now);
 		n++;
 		rc = tmo_arm(c->e, &h->t[k], TMO_NSEC_PER_SEC, tp_cb, c);
 	}
 	atomic_fetch_add_explicit(&c->refused, n, memory_order_relaxed);
-	return rc == TMO_EAGAIN ? tp_arm_again(c, &h->t[k], TMO_NSEC_PER_SEC) : rc;
+	return rc == TMO_EAGAIN ? tp_arm_again(c, &h->t[k], TMO_NSEC_PER_SEC, REFUSED_MAX_NS) : rc;
 }
 
 TP_INLINE int held_arm(struct tp_ctx *c, enum tp_on on, struct tp_held *h, uint32_t k,

@@ -49,12 +49,14 @@ static void *loop_main(void *arg)
 			 * one): wait for events */
 			e->collected_at = tmo_now_ns();
 			e->be->iterate(e);
-		} else if (e->be->collect != NULL && !tmo_list_empty(&e->started) &&
-		           tmo_now_ns() - e->collected_at >= PEER_COLLECT_NS) {
+		} else if (e->be->collect != NULL && !tmo_list_empty(&e->started)) {
 			/* other threads keep the loop woken: the library's own
 			 * expiries still get a turn */
-			e->collected_at = tmo_now_ns();
-			e->be->collect(e);
+			int64_t now = tmo_now_ns();
+			if (now - e->collected_at >= PEER_COLLECT_NS) {
+				e->collected_at = now;
+				e->be->collect(e);
+			}
 		}
 	}
 	peer_unlock(e);

@@ -389,6 +389,12 @@ void tmo__peer_drain(struct peer *e)
  * does not wait behind a long due list; the libraries' timers that fall
  * due meanwhile are later than every record on the list, and are not
  * worth a clock reading per callback. */
+static bool unreported_may_precede(const struct peer *e, int64_t res)
+{
+	const struct peer_rec *r = tmo_container_of(e->due.next, struct peer_rec, link);
+	return !tmo_list_empty(&e->started) && r->deadline - res > e->collected_at - e->lag_ns;
+}
+
 static bool due_may_run(struct peer *e)
 {
 	if (e->be->collect == NULL)
@@ -396,9 +402,7 @@ static bool due_may_run(struct peer *e)
 	/* (base.ops is set when create returns, before any arm: a record is
 	 * due) */
 	int64_t res = e->base.ops->resolution_ns;
-	struct peer_rec *r = tmo_container_of(e->due.next, struct peer_rec, link);
-	bool behind = !tmo_list_empty(&e->started) &&
-	              r->deadline - res > e->collected_at - e->lag_ns;
+	bool behind = unreported_may_precede(e, res);
 	if (!behind && (e->be->flags & PEER_KERNEL_EXPIRY) == 0)
 		return true;
 	int64_t now = tmo_now_ns();
@@ -411,8 +415,7 @@ static bool due_may_run(struct peer *e)
 		              * no backend's collect releases m today) */
 	if (e->due_unsorted)
 		peer_sort_due(e);
-	r = tmo_container_of(e->due.next, struct peer_rec, link);
-	return tmo_list_empty(&e->started) || r->deadline - res <= now - e->lag_ns;
+	return !unreported_may_precede(e, res); /* as of this turn */
 }
 
 /* Loop thread, under m: fire what is due in deadline order, taking in what
