@@ -23,6 +23,7 @@
 #include "base.h"
 #include "rec.h"
 #include "arm.h"
+#include "hook.h"
 
 /* ---- arm -------------------------------------------------------------------------- */
 
@@ -162,6 +163,7 @@ static inline __attribute__((always_inline)) int64_t spill_own(struct tmo *e, st
 			lf_cache_put(e, r, n);
 		return INT64_MAX; /* else the timer thread stole it */
 	}
+	LF_HOOK(transit, e);
 	/* we own the fields until the insert */
 	int64_t deadline = tmo__lf_node_deadline_own(e, r, n);
 	int64_t next = atomic_load_explicit(&b->next, memory_order_relaxed);
@@ -222,6 +224,7 @@ static inline __attribute__((always_inline)) int64_t spill_inbox(struct tmo *e,
 		atomic_store_explicit(&r->transit, lower, memory_order_relaxed);
 	else
 		lower = 0;
+	LF_HOOK(transit, e);
 	lf_bump(&r->spilled);
 	ck_stack_push_upmc(&e->inbox, &n->link);
 	atomic_fetch_add_explicit(&e->inbox_in, 1, memory_order_relaxed);

@@ -12,6 +12,7 @@
 #include "pool.h"
 #include "depot.h"
 #include "base.h"
+#include "hook.h"
 
 /* ---- bases ---------------------------------------------------------------------- */
 
@@ -251,6 +252,7 @@ static int file_from_ring(struct tmo *e, struct lf_rec *r, struct lf_node *n, ui
 	                                             lf_st(lf_gen_of(*s), LF_IN_STRUCT),
 	                                             memory_order_acq_rel, memory_order_acquire))
 		return 0;
+	LF_HOOK(transit, e);
 	/* we own the fields until the insert */
 	int64_t deadline = tmo__lf_node_deadline_own(e, r, n);
 	if (deadline < atomic_load_explicit(&b->next, memory_order_relaxed))
@@ -288,6 +290,7 @@ void tmo__lf_ring_evict(struct tmo *e, struct lf_rec *r, uint64_t w)
 		int64_t lower = deadline_lower(e, n);
 		if (lower > 0)
 			atomic_store_explicit(&r->transit, lower, memory_order_relaxed);
+		LF_HOOK(transit, e);
 		lf_bump(&r->spilled);
 		if (r->base != NULL)
 			file_own_base(e, r, n);

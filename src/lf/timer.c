@@ -39,6 +39,12 @@
 #include "base.h"
 #include "fire.h"
 #include "timer.h"
+#include "hook.h"
+
+#ifdef TMO_LF_TEST_HOOKS
+tmo__lf_hook_fn *_Atomic tmo__lf_hook_transit;
+tmo__lf_hook_fn *_Atomic tmo__lf_hook_round;
+#endif
 
 /* Idle rounds (no arm anywhere, nothing in the inbox) before it sleeps. */
 #define IDLE_ROUNDS 4
@@ -286,15 +292,20 @@ void *tmo__lf_timer_main(void *arg)
 		active |= drain_inbox(e);
 		if (LF_UNLIKELY(tt->unfiled != NULL))
 			retry_unfiled(e);
+		LF_HOOK(round, e);
 
 		/* 3, 4. collect and fire: what was due at `now` (before the steal,
 		 * see Order) and before every busy base's earliest deadline and
 		 * every node in transit; the rest waits (in the due array) for the
 		 * next round */
-#ifdef TMO_LF_PLANT_ORDER
-		/* planted defect (tests/harness/starve.sh): the round's bound read
-		 * after the drain, nodes in transit not waited for */
+		/* planted defects (tests/hooked/lf_order.c, which catches each;
+		 * tests/harness/starve.sh): the round's bound read after the
+		 * drain (NOW), nodes in transit not waited for (TRANSIT);
+		 * TMO_LF_PLANT_ORDER plants both */
+#if defined(TMO_LF_PLANT_ORDER) || defined(TMO_LF_PLANT_ORDER_NOW)
 		now = tmo_now_ns();
+#endif
+#if defined(TMO_LF_PLANT_ORDER) || defined(TMO_LF_PLANT_ORDER_TRANSIT)
 		transit = INT64_MAX;
 #endif
 		int64_t hold = tmo__lf_collect_all(e, now, &wake);

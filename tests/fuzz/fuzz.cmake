@@ -21,23 +21,8 @@ set(TMO_FUZZ_REPLAY_RANDOM_LF 150 CACHE STRING "random inputs fuzz-replay/lf add
 set(tmo_fuzz_src_heap ${PROJECT_SOURCE_DIR}/src/ds/heap.c ${PROJECT_SOURCE_DIR}/src/core/alloc.c)
 set(tmo_fuzz_src_wheel ${PROJECT_SOURCE_DIR}/src/ds/wheel.c)
 
-# lf: src/core (the checked entry points, allocation, the error table),
-# src/lf, the mpsc and wheel engines and a registry of just those two
-# (generated like the library's).
-set(reg_decls "")
-set(reg_rows "")
-foreach(name mpsc wheel)
-  string(APPEND reg_decls "extern const struct tmo_engine_ops tmo__engine_${name};\n")
-  string(APPEND reg_rows "\t&tmo__engine_${name},\n")
-endforeach()
-configure_file(${PROJECT_SOURCE_DIR}/cmake/registry.c.in
-               ${CMAKE_CURRENT_BINARY_DIR}/generated/lf_registry.c @ONLY)
-file(GLOB tmo_lf_core CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/core/*.c
-                                         ${PROJECT_SOURCE_DIR}/src/lf/*.c)
-set(tmo_fuzz_src_lf ${tmo_lf_core}
-    ${PROJECT_SOURCE_DIR}/src/ds/heap.c ${PROJECT_SOURCE_DIR}/src/ds/wheel.c
-    ${PROJECT_SOURCE_DIR}/impls/mpsc.c ${PROJECT_SOURCE_DIR}/impls/wheel.c
-    ${CMAKE_CURRENT_BINARY_DIR}/generated/lf_registry.c)
+# lf: the core and its two engines (tmo_lf_core_src, tests/CMakeLists.txt).
+set(tmo_fuzz_src_lf ${tmo_lf_core_src})
 set(tmo_fuzz_libs_lf PkgConfig::CK rt)
 # The parts a target's <t>.c is built with, in every build of it (the
 # replay, the libFuzzer binary, the planted variants): lf's model, pool

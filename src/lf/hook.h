@@ -1,0 +1,39 @@
+/*
+ * The lock-free core's test hooks: points where a test holds a thread, so
+ * that an interleaving the scheduler gives rarely (an owner preempted with
+ * a node in transit, a timer thread preempted between its steal and its
+ * collect) happens on every run (tests/hooked/).  They exist only where
+ * TMO_LF_TEST_HOOKS is defined: tests/hooked/ compiles the core into each
+ * of its tests with it; in libtmo every hook is nothing, no load and no
+ * branch.
+ */
+#ifndef TMO_LF_HOOK_H
+#define TMO_LF_HOOK_H
+
+struct tmo;
+
+#ifdef TMO_LF_TEST_HOOKS
+#include <stdatomic.h>
+
+typedef void tmo__lf_hook_fn(struct tmo *e);
+/* An owner holds a node in transit (timer.c, Order): its CAS out of the
+ * ring won, its record's transit announced, the node not yet filed or
+ * pushed.  Called on the owner's thread, the owner's base locked if it
+ * files into it. */
+extern tmo__lf_hook_fn *_Atomic tmo__lf_hook_transit;
+/* The timer thread's round, after its steal and drain, before it collects
+ * what is due. */
+extern tmo__lf_hook_fn *_Atomic tmo__lf_hook_round;
+
+#define LF_HOOK(name, e)                                                              \
+	do {                                                                              \
+		tmo__lf_hook_fn *h_ = atomic_load_explicit(&tmo__lf_hook_##name,            \
+		                                           memory_order_acquire);           \
+		if (h_ != 0)                                                                  \
+			h_(e);                                                                    \
+	} while (0)
+#else
+#define LF_HOOK(name, e) ((void)0)
+#endif
+
+#endif

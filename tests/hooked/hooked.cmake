@@ -1,0 +1,45 @@
+# tests/hooked/<name>.c: a test that holds a thread at a point inside the
+# lock-free core (src/lf/hook.h).  The hooks exist only where
+# TMO_LF_TEST_HOOKS is defined, so each test compiles the core into itself
+# (tmo_lf_core_src, with the kit's checks, cases and waits) instead of
+# linking libtmo, whose core has none.  ctest "hooked/<name>".
+#
+# Each is built again with each planted order defect of src/lf/timer.c:
+# TMO_LF_PLANT_ORDER_NOW (a round's bound read after its steal and drain)
+# and TMO_LF_PLANT_ORDER_TRANSIT (nodes in transit not waited for); ctest
+# "hooked/<name>-planted-now" and "-planted-transit" pass only when the
+# test reports every case that defect must fail, on every engine (the
+# regexes below, one per test and defect).
+set(tmo_hooked_kit ${PROJECT_SOURCE_DIR}/tests/kit/check.c ${PROJECT_SOURCE_DIR}/tests/kit/cases.c
+                   ${PROJECT_SOURCE_DIR}/tests/kit/engine_test.c)
+set(tmo_hooked_plants now transit)
+set(tmo_hooked_regex_lf_order_now "round/mpsc: Y ran before Z.*round/wheel: Y ran before Z")
+set(tmo_hooked_regex_lf_order_transit
+    "transit/mpsc: Y [^\n]*ran before X.*transit/wheel: Y [^\n]*ran before X")
+
+function(tmo_hooked_test exe src defs)
+  add_executable(${exe} ${src} ${tmo_hooked_kit} ${tmo_lf_core_src})
+  target_compile_definitions(${exe} PRIVATE TMO_LF_TEST_HOOKS ${defs})
+  target_include_directories(${exe} PRIVATE ${PROJECT_SOURCE_DIR}/tests/kit
+                                            ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/src/lf
+                                            ${PROJECT_SOURCE_DIR}/include)
+  if(TMO_TSAN)
+    target_include_directories(${exe} BEFORE PRIVATE ${TMO_CK_OVERRIDE_DIR})
+  endif()
+  target_link_libraries(${exe} PRIVATE Threads::Threads PkgConfig::CK rt ${CMAKE_DL_LIBS})
+endfunction()
+
+file(GLOB hooked_tests CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/*.c)
+foreach(src IN LISTS hooked_tests)
+  get_filename_component(name ${src} NAME_WE)
+  tmo_hooked_test(test_hooked_${name} ${src} "")
+  add_test(NAME hooked/${name} COMMAND test_hooked_${name})
+  set_tests_properties(hooked/${name} PROPERTIES TIMEOUT ${TMO_TEST_TIMEOUT})
+  foreach(plant IN LISTS tmo_hooked_plants)
+    string(TOUPPER ${plant} def)
+    tmo_hooked_test(test_hooked_${name}_planted_${plant} ${src} TMO_LF_PLANT_ORDER_${def})
+    add_test(NAME hooked/${name}-planted-${plant} COMMAND test_hooked_${name}_planted_${plant})
+    set_tests_properties(hooked/${name}-planted-${plant} PROPERTIES TIMEOUT ${TMO_TEST_TIMEOUT}
+                         PASS_REGULAR_EXPRESSION "${tmo_hooked_regex_${name}_${plant}}")
+  endforeach()
+endforeach()
