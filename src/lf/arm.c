@@ -144,7 +144,7 @@ static inline int inbox_full(struct tmo *e, const struct lf_rec *r)
 static inline __attribute__((always_inline)) int64_t spill_own(struct tmo *e, struct lf_rec *r,
                                                                struct lf_base *b, uint64_t w)
 {
-	if (LF_UNLIKELY(!lf_base_trylock(b))) {
+	if (LF_UNLIKELY(!lf_base_own_trylock(e, b))) {
 		tmo__lf_ring_evict(e, r, w); /* the long way: the tofile stack */
 		return INT64_MAX;
 	}
@@ -157,7 +157,7 @@ static inline __attribute__((always_inline)) int64_t spill_own(struct tmo *e, st
 	if (LF_UNLIKELY(!atomic_compare_exchange_strong_explicit(
 	        &n->state, &s, s + (LF_IN_STRUCT - LF_RING), memory_order_acq_rel,
 	        memory_order_acquire))) {
-		lf_base_unlock(b);
+		lf_base_own_unlock(b);
 		atomic_store_explicit(&r->transit, 0, memory_order_release);
 		if (s == lf_st(lf_word_gen(w), LF_CANCELLED)) /* another thread's cancel */
 			lf_cache_put(e, r, n);
@@ -181,7 +181,7 @@ static inline __attribute__((always_inline)) int64_t spill_own(struct tmo *e, st
 	                atomic_load_explicit(&b->soon, memory_order_relaxed) != NULL)) {
 		wake_at = tmo__lf_base_release(e, b, r);
 	} else {
-		lf_base_unlock(b);
+		lf_base_own_unlock(b);
 		wake_at = next;
 	}
 	atomic_store_explicit(&r->transit, 0, memory_order_release);

@@ -205,7 +205,7 @@ int64_t tmo__lf_base_release(struct tmo *e, struct lf_base *b, struct lf_rec *r)
 	int64_t wake_at = atomic_load_explicit(&b->next, memory_order_relaxed);
 	if (atomic_load_explicit(&b->soon, memory_order_relaxed) != NULL)
 		wake_at = 0;
-	lf_base_unlock(b);
+	lf_base_own_unlock(b);
 	return wake_at;
 }
 
@@ -225,7 +225,7 @@ static void file_own_base(struct tmo *e, struct lf_rec *r, struct lf_node *n)
 {
 	struct lf_base *b = r->base;
 	int64_t wake_at = 0;
-	if (lf_base_trylock(b)) {
+	if (lf_base_own_trylock(e, b)) {
 		base_file_locked(e, b, n, 0, r);
 		wake_at = tmo__lf_base_release(e, b, r);
 	} else {
@@ -275,7 +275,7 @@ void tmo__lf_ring_evict(struct tmo *e, struct lf_rec *r, uint64_t w)
 	 * CAS won: the node may have moved on before.  Filed straight from the
 	 * ring into our own base, it stays unknown until the insert is done. */
 	atomic_store_explicit(&r->transit, 1, memory_order_relaxed);
-	if (r->base != NULL && lf_base_trylock(r->base)) {
+	if (r->base != NULL && lf_base_own_trylock(e, r->base)) {
 		if (file_from_ring(e, r, n, &s)) {
 			lf_bump(&r->spilled);
 			int64_t wake_at = tmo__lf_base_release(e, r->base, r);
@@ -283,7 +283,7 @@ void tmo__lf_ring_evict(struct tmo *e, struct lf_rec *r, uint64_t w)
 			wake_if_sleeping(e, wake_at);
 			return;
 		}
-		lf_base_unlock(r->base);
+		lf_base_own_unlock(r->base);
 	} else if (atomic_compare_exchange_strong_explicit(&n->state, &s, lf_st(gen, LF_QUEUED),
 	                                                   memory_order_acq_rel,
 	                                                   memory_order_acquire)) {

@@ -8,6 +8,7 @@
 #define TMO_LF_BASE_H
 
 #include "lf.h"
+#include "clock.h"
 
 /* Nodes the inbox may hold that its timer thread has not taken yet, before
  * an arm that would add one is refused (TMO_EAGAIN): tens of milliseconds
@@ -26,17 +27,31 @@ static inline void *lf_sched_of(struct lf_base *b) { return b->sched; }
 static inline struct tmo_wheel *lf_own_wheel(struct lf_base *b) { return (void *)b->sched; }
 /* Put a QUEUED node in the inbox and wake the timer thread if needed. */
 void tmo__lf_inbox_post(struct tmo *e, struct lf_node *n);
-/* Base lock (trylock only, except the owner of a dying record). */
-static inline int lf_base_trylock(struct lf_base *b)
+/* A per-thread base's lock, biased to its owner: the owner takes it on
+ * every spill into the base and every cancel of a timer filed there, the
+ * timer thread only to collect what is due and the owner did not hand
+ * over, or to tidy its stacks.  Two flags in the SB (Dekker) shape of the
+ * wake-up (memory-order.md): each party stores its own flag, then reads
+ * the other's; the StoreLoad barrier is paid by the timer thread
+ * (tmo__lf_heavy_barrier: membarrier), the owner's is a compiler barrier
+ * (an sc fence where arms fence, LF_TW_FENCE).  So the owner's lock and
+ * unlock are plain stores and loads, no locked instruction; the timer
+ * thread's costs a system call (fire.c base_lock_other).  Trylock only:
+ * a busy base is never waited for, but for the timer thread's short
+ * spin on an owner inside. */
+static inline int lf_base_own_trylock(struct tmo *e, struct lf_base *b)
 {
-	int z = 0;
-	return atomic_load_explicit(&b->lock, memory_order_relaxed) == 0 &&
-	       atomic_compare_exchange_strong_explicit(&b->lock, &z, 1, memory_order_acquire,
-	                                               memory_order_relaxed);
+	atomic_store_explicit(&b->owner_in, 1, memory_order_relaxed);
+	lf_light_barrier(atomic_load_explicit(&e->tickw, memory_order_relaxed));
+	/* acquire: what the timer thread did under the lock */
+	if (LF_LIKELY(atomic_load_explicit(&b->other_in, memory_order_acquire) == 0))
+		return 1;
+	atomic_store_explicit(&b->owner_in, 0, memory_order_release);
+	return 0;
 }
-static inline void lf_base_unlock(struct lf_base *b)
+static inline void lf_base_own_unlock(struct lf_base *b)
 {
-	atomic_store_explicit(&b->lock, 0, memory_order_release);
+	atomic_store_explicit(&b->owner_in, 0, memory_order_release);
 }
 /* How far ahead an owner hands its due timers to the timer thread. */
 #define LF_SOON_NS TMO_NSEC_PER_MSEC

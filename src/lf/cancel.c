@@ -104,13 +104,13 @@ static void unfile(struct tmo *e, struct lf_node *n, struct lf_rec *r)
 	uintptr_t aux = atomic_load_explicit(&n->aux, memory_order_relaxed);
 	struct lf_base *b = (aux & 3u) == LF_IN_THREAD ? (struct lf_base *)(aux & ~(uintptr_t)3)
 	                                                : e->tt_base;
-	if (r != NULL && r->base == b && lf_base_trylock(b)) {
+	if (r != NULL && r->base == b && lf_base_own_trylock(e, b)) {
 		const struct lf_sched *sc = e->p->sched;
 		if (sc->contains(n))
 			sc->remove(lf_sched_of(b), n);
 		/* else the timer thread collected it as due: its CAS to FIRING
 		 * fails on our state, and it never frees a node it did not fire */
-		lf_base_unlock(b);
+		lf_base_own_unlock(b);
 		lf_cache_put(e, r, n);
 		return;
 	}
@@ -264,11 +264,11 @@ static __attribute__((noinline)) int cancel_filed(struct tmo *e, struct tmo_time
 	lf_bump(&r->prevented);
 	struct lf_base *b = r->base;
 	if (atomic_load_explicit(&n->aux, memory_order_relaxed) == ((uintptr_t)b | LF_IN_THREAD) &&
-	    b != NULL && lf_base_trylock(b)) {
+	    b != NULL && lf_base_own_trylock(e, b)) {
 		/* in our own base (unfile's case, without its look-ups) */
 		if (tmo__wheel_contains(&n->s.wheel))
 			tmo__wheel_del(lf_own_wheel(b), &n->s.wheel);
-		lf_base_unlock(b);
+		lf_base_own_unlock(b);
 		lf_cache_put(e, r, n);
 	} else {
 		unfile(e, n, r);

@@ -77,7 +77,8 @@
  *
  * Synchronization: as in include/tmo/tmo.h.  arm and cancel never wait for
  * the timer thread or a callback (TMO_CAP_LOCKFREE_ARM): bases are taken
- * with trylock only (a busy base gets the node on its lock-free tofile
+ * with trylock only (the owner's without a locked instruction, base.h; a
+ * busy base gets the node on its lock-free tofile
  * stack, filed by the lock's next holder; a cancel of a node filed in
  * another thread's base goes on that base's cancel stack); free nodes come
  * from the thread's cache or the lock-free depot; only a producer that
@@ -121,8 +122,11 @@ static inline void lf_bump(_Atomic uint64_t *c)
 
 /* A base: a structure and who may touch it. */
 struct lf_base {
-	/* 0 free, 1 held; per-thread bases only (trylock, never waited on) */
-	_Alignas(64) _Atomic int lock;
+	/* The lock of a per-thread base, biased to its owner (base.h):
+	 * owner_in is 1 while its owner holds it or tries to, other_in
+	 * while the timer thread does */
+	_Alignas(64) _Atomic int owner_in;
+	_Atomic int other_in;
 	/* a lower bound on its earliest deadline (INT64_MAX: empty) */
 	_Atomic int64_t next;
 	/* CANCEL_PENDING nodes whose canceller could not take the lock: the

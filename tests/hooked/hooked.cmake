@@ -4,18 +4,27 @@
 # (tmo_lf_core_src, with the kit's checks, cases and waits) instead of
 # linking libtmo, whose core has none.  ctest "hooked/<name>".
 #
-# Each is built again with each planted order defect of src/lf/timer.c:
-# TMO_LF_PLANT_ORDER_NOW (a round's bound read after its steal and drain)
-# and TMO_LF_PLANT_ORDER_TRANSIT (nodes in transit not waited for); ctest
-# "hooked/<name>-planted-now" and "-planted-transit" pass only when the
-# test reports every case that defect must fail, on every engine (the
-# regexes below, one per test and defect).
+# Each is built again with each defect it must catch planted (a macro of
+# src/lf/: the order rule's two halves in timer.c, the timer thread's side
+# of a base's lock in fire.c); ctest "hooked/<name>-planted-<plant>"
+# passes only when the test reports every case that defect must fail, on
+# every engine (the regexes below, one per test and plant).
 set(tmo_hooked_kit ${PROJECT_SOURCE_DIR}/tests/kit/check.c ${PROJECT_SOURCE_DIR}/tests/kit/cases.c
                    ${PROJECT_SOURCE_DIR}/tests/kit/engine_test.c)
-set(tmo_hooked_plants now transit)
+#   lf_order  now: TMO_LF_PLANT_ORDER_NOW, a round's bound read after its
+#             steal and drain; transit: TMO_LF_PLANT_ORDER_TRANSIT, nodes
+#             in transit not waited for.
+#   lf_lock   other: TMO_LF_PLANT_LOCK_OTHER, the timer thread takes a
+#             base without looking at its owner's flag (under TSan the
+#             race report is what catches it: the test reads the base the
+#             planted lock lets the timer thread write).
+set(tmo_hooked_plants_lf_order now=TMO_LF_PLANT_ORDER_NOW transit=TMO_LF_PLANT_ORDER_TRANSIT)
 set(tmo_hooked_regex_lf_order_now "round/mpsc: Y ran before Z.*round/wheel: Y ran before Z")
 set(tmo_hooked_regex_lf_order_transit
     "transit/mpsc: Y [^\n]*ran before X.*transit/wheel: Y [^\n]*ran before X")
+set(tmo_hooked_plants_lf_lock other=TMO_LF_PLANT_LOCK_OTHER)
+set(tmo_hooked_regex_lf_lock_other
+    "P was taken out of its base while its owner held|ThreadSanitizer: data race")
 
 function(tmo_hooked_test exe src defs)
   add_executable(${exe} ${src} ${tmo_hooked_kit} ${tmo_lf_core_src})
@@ -35,9 +44,11 @@ foreach(src IN LISTS hooked_tests)
   tmo_hooked_test(test_hooked_${name} ${src} "")
   add_test(NAME hooked/${name} COMMAND test_hooked_${name})
   set_tests_properties(hooked/${name} PROPERTIES TIMEOUT ${TMO_TEST_TIMEOUT})
-  foreach(plant IN LISTS tmo_hooked_plants)
-    string(TOUPPER ${plant} def)
-    tmo_hooked_test(test_hooked_${name}_planted_${plant} ${src} TMO_LF_PLANT_ORDER_${def})
+  foreach(p IN LISTS tmo_hooked_plants_${name})
+    string(REPLACE "=" ";" p "${p}")
+    list(GET p 0 plant)
+    list(GET p 1 def)
+    tmo_hooked_test(test_hooked_${name}_planted_${plant} ${src} ${def})
     add_test(NAME hooked/${name}-planted-${plant} COMMAND test_hooked_${name}_planted_${plant})
     set_tests_properties(hooked/${name}-planted-${plant} PROPERTIES TIMEOUT ${TMO_TEST_TIMEOUT}
                          PASS_REGULAR_EXPRESSION "${tmo_hooked_regex_${name}_${plant}}")

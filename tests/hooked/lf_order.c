@@ -113,6 +113,7 @@ struct owner {
 	struct tmo *e;
 	struct tmo_timer x, fill[LF_RING_SLOTS];
 	int64_t armed; /* a clock reading after X's arm */
+	atomic_int fill_fires;
 	int rc;
 };
 
@@ -125,7 +126,7 @@ static void *owner_main(void *arg)
 	o->rc = tmo_arm(o->e, &o->x, LEAD, seq_cb, (void *)0);
 	o->armed = tmo_now_ns();
 	for (int i = 0; i < LF_RING_SLOTS && o->rc == 0; i++)
-		o->rc = tmo_arm(o->e, &o->fill[i], 60 * TMO_NSEC_PER_SEC, et_count_cb, NULL);
+		o->rc = tmo_arm(o->e, &o->fill[i], 60 * TMO_NSEC_PER_SEC, et_count_cb, &o->fill_fires);
 	return NULL;
 }
 
@@ -167,6 +168,7 @@ static int transit_round(const char *eng)
 	}
 	for (int i = 0; i < LF_RING_SLOTS; i++)
 		CHECK_EQ(tmo_cancel(o.e, &o.fill[i]), TMO_CANCEL_PREVENTED);
+	CHECK_EQ(atomic_load(&o.fill_fires), 0);
 	CHECK_EQ(tmo_destroy(&o.e), 0);
 	return judged;
 }
