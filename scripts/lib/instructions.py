@@ -226,6 +226,12 @@ def weigh(cost, bias):
     return tot
 
 
+# One valgrind run's limit in seconds: io_uring's submissions are not
+# carried to completion under valgrind here, and uring's loop then waits
+# for ever (a few seconds to a minute is what the others take).
+RUN_TIMEOUT = int(os.environ.get("TMO_INSTR_TIMEOUT", "300"))
+
+
 def run(engine, pairs, held, work):
     """Per thread ("arming", "timer") totals of one seedloop run."""
     for f in os.listdir(work):
@@ -235,7 +241,13 @@ def run(engine, pairs, held, work):
            "--fair-sched=yes", "--dump-instr=yes", "--cache-sim=yes"] + CACHE + [
            "--callgrind-out-file=" + out, LOOP, engine, str(pairs), "--timely"] + (
            ["--held"] if held else [])
-    p = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, check=False,
+                           timeout=RUN_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError("%s: the %s loop did not finish in %d s under valgrind "
+                           "(TMO_INSTR_TIMEOUT; killed)" % (engine, "held" if held else "seed",
+                                                            RUN_TIMEOUT))
     if p.returncode != 0:
         why = [l for l in p.stderr.splitlines() if l.startswith(("tmo-seedloop:", "usage:"))]
         raise RuntimeError("%s: the %s loop failed (exit %d)%s" % (
