@@ -27,6 +27,7 @@
 
 #include "check.h"
 #include "engine_test.h"
+#include "hold.h"
 #include "lf/hook.h"
 #include "lf/lf.h"
 #include "lf/node.h"
@@ -37,21 +38,7 @@
 #define WAIT (30 * TMO_NSEC_PER_SEC)
 #define LONG (60 * TMO_NSEC_PER_SEC)
 
-static atomic_int hold, held, release;
 static atomic_int fires; /* none of the test's timers may fire */
-static _Thread_local int owner_thread = 0;
-
-/* The owner, at its spill with its base locked, while `hold` is set. */
-static void hold_owner(struct tmo *e)
-{
-	(void)e;
-	int one = 1;
-	if (!owner_thread || !atomic_load(&hold) || !atomic_compare_exchange_strong(&hold, &one, 0))
-		return;
-	atomic_store(&held, 1);
-	while (!atomic_load(&release))
-		et_sleep_ns(100 * TMO_NSEC_PER_USEC);
-}
 
 struct owner {
 	struct tmo *e;
@@ -77,8 +64,6 @@ static void *owner_main(void *arg)
 	return NULL;
 }
 
-static uint64_t rounds(struct tmo *e) { return atomic_load(&e->tickw) >> LF_TW_SHIFT; }
-
 /* P's node, from its timer's word (a cancelled word keeps the index). */
 static struct lf_node *node_of(struct tmo *e, struct tmo_timer *t)
 {
@@ -101,7 +86,7 @@ static void held_lock(void)
 	const struct lf_sched *sc = o.e->p->sched;
 	/* spilled into its owner's base, not stolen (the thread is parked) */
 	CHECK(lf_st_of(atomic_load(&n->state)) == LF_IN_STRUCT && sc->contains(n));
-	atomic_store(&hold, 1);
+	atomic_store(&hold, HOLD_TRANSIT);
 	atomic_store(&o.phase, 2);
 	CHECK(ET_WAIT_UNTIL(atomic_load(&held), WAIT));
 	CHECK_EQ(tmo_testing_park(o.e, 0), 0);
@@ -130,7 +115,7 @@ int main(void)
 	/* the timer thread never sleeps: its rounds keep coming while the
 	 * test waits for them */
 	tmo_testing_timely_timer(1);
-	atomic_store(&tmo__lf_hook_transit, hold_owner);
+	atomic_store(&tmo__lf_hook_transit, hold_transit);
 	RUN(held_lock);
 	return TEST_EXIT();
 }

@@ -35,6 +35,7 @@
 
 #include "check.h"
 #include "engine_test.h"
+#include "hold.h"
 #include "lf/hook.h"
 #include "lf/lf.h"
 #include "tmo/testing.h"
@@ -53,43 +54,13 @@ static void seq_cb(struct tmo_timer *t, void *arg)
 	atomic_store(&seq_of[(intptr_t)arg], atomic_fetch_add(&next_seq, 1) + 1);
 }
 
-/* The hooks: while `hold` names its point, the first thread that comes
- * there stays until `release` (transit: only the owner thread of the
- * case). */
-enum { HOLD_NONE, HOLD_TRANSIT, HOLD_ROUND };
-static atomic_int hold, held, release;
-static _Thread_local int owner_thread = 0;
-static void hold_at(int point)
+static void case_reset(void)
 {
-	int want = point;
-	if (atomic_load(&hold) != point || !atomic_compare_exchange_strong(&hold, &want, HOLD_NONE))
-		return;
-	atomic_store(&held, 1);
-	while (!atomic_load(&release))
-		et_sleep_ns(100 * TMO_NSEC_PER_USEC);
-}
-static void hold_transit(struct tmo *e)
-{
-	(void)e;
-	if (owner_thread)
-		hold_at(HOLD_TRANSIT);
-}
-static void hold_round(struct tmo *e)
-{
-	(void)e;
-	hold_at(HOLD_ROUND);
-}
-static void hook_reset(void)
-{
-	atomic_store(&hold, HOLD_NONE);
-	atomic_store(&held, 0);
-	atomic_store(&release, 0);
+	hold_reset();
 	atomic_store(&next_seq, 0);
 	atomic_store(&seq_of[0], 0);
 	atomic_store(&seq_of[1], 0);
 }
-
-static uint64_t rounds(struct tmo *e) { return atomic_load(&e->tickw) >> LF_TW_SHIFT; }
 
 /* Wait until a round of the timer thread that began at `at` or later has
  * ended (the next one has begun), or *stop is set.  Returns 0 when
@@ -132,7 +103,7 @@ static void *owner_main(void *arg)
 
 static int transit_round(const char *eng)
 {
-	hook_reset();
+	case_reset();
 	struct owner o = {0};
 	struct tmo_timer y;
 	tmo_timer_init(&y);
@@ -177,7 +148,7 @@ static int transit_round(const char *eng)
 
 static int round_round(const char *eng)
 {
-	hook_reset();
+	case_reset();
 	struct tmo *e = NULL;
 	struct tmo_timer y, z;
 	tmo_timer_init(&y);

@@ -1,0 +1,55 @@
+/*
+ * What the tests of tests/hooked/ share: a thread held at a hook of the
+ * lock-free core (src/lf/hook.h), and the timer thread's round count.
+ *
+ * While `hold` names a point, the first thread that comes to that point's
+ * hook stays there until `release` is set, after setting `held`; then
+ * `hold` is HOLD_NONE again, so later comers pass.  At the transit hook
+ * only a thread that set owner_thread is held (the case's owner, not the
+ * test's other threads).  One test a process: the state is the file's.
+ */
+#ifndef TMO_TEST_HOOKED_HOLD_H
+#define TMO_TEST_HOOKED_HOLD_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "engine_test.h"
+#include "lf/lf.h"
+
+enum { HOLD_NONE, HOLD_TRANSIT, HOLD_ROUND };
+static atomic_int hold, held, release;
+static _Thread_local int owner_thread = 0;
+
+static inline void hold_at(int point)
+{
+	int want = point;
+	if (atomic_load(&hold) != point || !atomic_compare_exchange_strong(&hold, &want, HOLD_NONE))
+		return;
+	atomic_store(&held, 1);
+	while (!atomic_load(&release))
+		et_sleep_ns(100 * TMO_NSEC_PER_USEC);
+}
+/* The hooks (tmo__lf_hook_transit, tmo__lf_hook_round). */
+static inline void hold_transit(struct tmo *e)
+{
+	(void)e;
+	if (owner_thread)
+		hold_at(HOLD_TRANSIT);
+}
+static inline void hold_round(struct tmo *e)
+{
+	(void)e;
+	hold_at(HOLD_ROUND);
+}
+static inline void hold_reset(void)
+{
+	atomic_store(&hold, HOLD_NONE);
+	atomic_store(&held, 0);
+	atomic_store(&release, 0);
+}
+
+/* How many rounds the timer thread has begun (its tick count). */
+static inline uint64_t rounds(struct tmo *e) { return atomic_load(&e->tickw) >> LF_TW_SHIFT; }
+
+#endif
