@@ -2,7 +2,8 @@
 # find_package.sh BUILD_DIR PROJECT_DIR GENERATOR CC CFLAGS LDFLAGS [TOOLCHAIN [EMULATOR...]]
 # `cmake --install` into a scratch prefix, then configure, build and run the
 # consumer project PROJECT_DIR, which finds tmo only through
-# find_package(tmo) (the prefix on CMAKE_PREFIX_PATH, no package registry).
+# find_package(tmo) (the prefix on CMAKE_PREFIX_PATH, no package registry;
+# with a cross TOOLCHAIN also CMAKE_STAGING_PREFIX).
 # Then the same build with a broken copy of the prefix whose tmoTargets.cmake lost
 # tmo's link interface (the private libraries a static libtmo needs): that
 # link must fail, so a config that does not carry them cannot pass.
@@ -24,7 +25,10 @@ consumer() { # PREFIX BUILD: configure and build the consumer against PREFIX
               -DCMAKE_PREFIX_PATH="$1" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF
               -DCMAKE_C_COMPILER="$cc" -DCMAKE_C_FLAGS="$cflags"
               -DCMAKE_EXE_LINKER_FLAGS="$ldflags")
-  [ -z "$toolchain" ] || args+=(-DCMAKE_TOOLCHAIN_FILE="$toolchain")
+  # A cross toolchain confines find_package to its find roots (the arm64
+  # sysroot): there the scratch prefix is the staging prefix, which CMake
+  # searches as it is, not re-rooted.
+  [ -z "$toolchain" ] || args+=(-DCMAKE_TOOLCHAIN_FILE="$toolchain" -DCMAKE_STAGING_PREFIX="$1")
   cmake "${args[@]}" && cmake --build "$2"
 }
 
