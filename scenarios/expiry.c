@@ -452,7 +452,7 @@ static int expiry_run(const struct sk_run *run)
 	size_t step = (size_t)sk_size(run, "n_step");
 	size_t cap = sk_thread_per_timer(run) ? (size_t)sk_size(run, "thread_max") : SIZE_MAX;
 	struct tmo *e = NULL;
-	int rc = tmo_create_ops(run->ops, NULL, &e);
+	int rc = sk_create_or_skip(run, &e);
 	if (rc != 0)
 		return rc;
 	struct sk_rng rng = {run->seed};

@@ -216,7 +216,7 @@ static int sus_setup(const struct sk_run *run, struct sus_ctx *c)
 	for (size_t off = 0; off < (size_t)c->nworkers * c->w * sizeof *c->slots; off += 4096)
 		((volatile char *)c->slots)[off] = 0;
 	c->rss0 = sk_rss_bytes();
-	int rc = tmo_create_ops(run->ops, NULL, &c->e);
+	int rc = sk_create_or_skip(run, &c->e);
 	if (rc != 0)
 		sus_free(c);
 	return rc;

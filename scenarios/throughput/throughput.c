@@ -349,7 +349,7 @@ static int tp_instance(const struct sk_run *run, int inst, struct tp_figs *f)
 	if (c == NULL)
 		return TMO_ENOMEM;
 	c->run = run;
-	int rc = tmo_create_ops(run->ops, NULL, &c->e);
+	int rc = sk_create_or_skip(run, &c->e);
 	if (rc != 0) {
 		free(c);
 		return rc;

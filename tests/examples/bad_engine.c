@@ -8,10 +8,16 @@
  *   5 a caps bit no enum tmo_cap names        TMO_LOAD_ETABLE
  *   6 a built-in engine's name                TMO_LOAD_ETABLE
  *   7 TMO_CAP_PARK without a park hook        TMO_LOAD_ETABLE
- * The slots never run: the loader refuses the table first. */
+ * The slots never run: the loader refuses the table first.  But for one:
+ *   8 a good table whose create answers TMO_EUNAVAIL (its kernel facility
+ *     missing, as uring's without io_uring): every scenario must skip it,
+ *     naming the error (unavail.sh), never fail it. */
 #include <tmo/engine.h>
 
-static int bad_create(const struct tmo_config *cfg, struct tmo **out) { return TMO_ENOMEM; }
+static int bad_create(const struct tmo_config *cfg, struct tmo **out)
+{
+	return BAD == 8 ? TMO_EUNAVAIL : TMO_ENOMEM;
+}
 static void bad_destroy(struct tmo *e) {}
 static int bad_arm(struct tmo *e, struct tmo_timer *t, int64_t ns, tmo_callback *cb, void *a)
 {

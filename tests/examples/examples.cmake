@@ -35,6 +35,18 @@ add_test(NAME examples/bad/notelf
          COMMAND ${tmo_refused} notelf "TMO_LOAD_EDLOPEN" $<TARGET_FILE:tmo-harness>
                  --impl=${CMAKE_CURRENT_LIST_DIR}/refused.sh)
 
+# examples/unavail: an engine that loads but whose create answers
+# TMO_EUNAVAIL (bad_engine.c, BAD=8: its kernel facility missing here, as
+# uring's under qemu-user or a seccomp that denies io_uring): every
+# scenario skips it with that error named, and the harness exits 77.
+add_library(tmo_bad_unavail MODULE ${CMAKE_CURRENT_LIST_DIR}/bad_engine.c)
+target_compile_definitions(tmo_bad_unavail PRIVATE BAD=8)
+target_include_directories(tmo_bad_unavail PRIVATE ${PROJECT_SOURCE_DIR}/include)
+set_target_properties(tmo_bad_unavail PROPERTIES PREFIX "" OUTPUT_NAME bad_unavail)
+add_test(NAME examples/unavail
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/unavail.sh $<TARGET_FILE:tmo-harness>
+                 $<TARGET_FILE:tmo_bad_unavail>)
+
 # examples/skewed/<variant>: guarantee 4's named limit (tmo.h).  The
 # example built to run timers 2 ms late and the last due first: the expiry
 # scenario must fail the variant that does it silently, and report the one
