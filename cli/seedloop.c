@@ -1,13 +1,14 @@
 /*
- * tmo-seedloop ENGINE PAIRS [--timely] [--held]: the seed loop and nothing
+ * tmo-seedloop ENGINE PAIRS [--timely] [--held[=N]]: the seed loop and nothing
  * else, for instruction counts (scripts/instructions runs it under
  * callgrind).  --timely: tmo_testing_timely_timer(1), see
  * include/tmo/testing.h.  ENGINE "-" runs the same loop around the empty
  * block alone: the loop's own instructions, which the counts leave out.
  *
  * --held: the held loop instead (throughput's held case, counted rather
- * than timed): HELD timers stay outstanding, and each pair arms one and
- * cancels the oldest (armed HELD pairs earlier).  Warm-up fills the FIFO
+ * than timed): N timers (default HELD) stay outstanding, and each pair arms
+ * one and cancels the oldest (armed N pairs earlier); an engine with a cap
+ * on pending timers (glib: 4,096) runs it with N under its cap.  Warm-up fills the FIFO
  * and runs WARMUP pairs; the end cancels what is outstanding, so PAIRS = 0
  * and PAIRS = N differ by N steady-state pairs.  The timeout is HELD_NS
  * (60 s): under callgrind on a loaded machine a hold of HELD pairs has
@@ -33,6 +34,9 @@
 
 #define WARMUP 1000
 #define HELD 10000
+#define HELD_MAX 1000000
+
+static long held_n = HELD; /* timers outstanding in the held loop */
 #define HELD_NS (60 * TMO_NSEC_PER_SEC)
 
 static void never(struct tmo_timer *t, void *arg)
@@ -51,14 +55,14 @@ static void counted(struct tmo_timer *t, void *arg)
 	__atomic_fetch_add(&fired, 1, __ATOMIC_RELAXED); /* a held timeout should not fire */
 }
 
-/* The held loop: pairs [from, to) of a FIFO of HELD timers (e NULL: the
+/* The held loop: pairs [from, to) of a FIFO of held_n timers (e NULL: the
  * FIFO alone). */
 static long held(struct tmo *e, struct tmo_timer *ts, long from, long to)
 {
 	long bad = 0;
 	for (long i = from; i < to; i++) {
-		struct tmo_timer *t = &ts[i % HELD];
-		if (i >= HELD) { /* the slot's previous arm, HELD pairs old */
+		struct tmo_timer *t = &ts[i % held_n];
+		if (i >= held_n) { /* the slot's previous arm, held_n pairs old */
 			if (e != NULL)
 				bad += tmo_cancel(e, t) != TMO_CANCEL_PREVENTED;
 			else
@@ -75,13 +79,13 @@ static long held(struct tmo *e, struct tmo_timer *ts, long from, long to)
 /* Warm-up, PAIRS held pairs, then cancel what is outstanding. */
 static long held_run(struct tmo *e, long pairs)
 {
-	struct tmo_timer *ts = calloc(HELD, sizeof *ts);
+	struct tmo_timer *ts = calloc((size_t)held_n, sizeof *ts);
 	if (ts == NULL)
 		return 1;
-	long n = HELD + WARMUP + pairs;
-	long bad = held(e, ts, 0, HELD + WARMUP) + held(e, ts, HELD + WARMUP, n);
-	for (long i = n - HELD; e != NULL && i < n; i++)
-		bad += tmo_cancel(e, &ts[i % HELD]) != TMO_CANCEL_PREVENTED;
+	long n = held_n + WARMUP + pairs;
+	long bad = held(e, ts, 0, held_n + WARMUP) + held(e, ts, held_n + WARMUP, n);
+	for (long i = n - held_n; e != NULL && i < n; i++)
+		bad += tmo_cancel(e, &ts[i % held_n]) != TMO_CANCEL_PREVENTED;
 	free(ts);
 	return bad;
 }
@@ -105,18 +109,28 @@ int main(int argc, char **argv)
 			timely = 1;
 		else if (strcmp(argv[i], "--held") == 0)
 			is_held = 1;
-		else
+		else if (strncmp(argv[i], "--held=", 7) == 0) {
+			uint64_t h = 0;
+			enum cli_num r = cli_parse_u64(argv[i] + 7, 1, HELD_MAX, &h);
+			if (r != CLI_NUM_OK) {
+				fprintf(stderr, "tmo-seedloop: --held '%s': %s: want an integer 1..%d\n",
+				        argv[i] + 7, cli_num_words(r), HELD_MAX);
+				return 2;
+			}
+			is_held = 1;
+			held_n = (long)h;
+		} else
 			bad_flag = 1;
 	}
 	if (argc < 3 || bad_flag) {
-		fprintf(stderr, "usage: tmo-seedloop ENGINE PAIRS [--timely] [--held]\n");
+		fprintf(stderr, "usage: tmo-seedloop ENGINE PAIRS [--timely] [--held[=N]]\n");
 		return 2;
 	}
 	uint64_t n = 0;
-	enum cli_num r = cli_parse_u64(argv[2], 0, LONG_MAX - WARMUP, &n);
+	enum cli_num r = cli_parse_u64(argv[2], 0, LONG_MAX - WARMUP - HELD_MAX, &n);
 	if (r != CLI_NUM_OK) {
 		fprintf(stderr, "tmo-seedloop: PAIRS '%s': %s: want an integer 0..%ld\n", argv[2],
-		        cli_num_words(r), LONG_MAX - WARMUP);
+		        cli_num_words(r), LONG_MAX - WARMUP - HELD_MAX);
 		return 2;
 	}
 	long pairs = (long)n;

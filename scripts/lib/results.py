@@ -395,7 +395,11 @@ def counts_figures(d):
                 return fmt(float(v.get(k, "nan")))
             except ValueError:
                 return "-"
-        table.append([v.get("engine", "?"), v.get("case", "?"), v.get("thread", "?"),
+        case = v.get("case", "?")
+        out = v.get("outstanding", "")
+        if case == "held" and out not in ("", "0", "10000"):
+            case = "held (%s outstanding: the engine's cap)" % out
+        table.append([v.get("engine", "?"), case, v.get("thread", "?"),
                       n("instructions"), n("locked"), n("tsc_reads"), n("clock_reads"),
                       n("d1_misses"), n("ll_misses")])
     return header, table
