@@ -368,7 +368,9 @@ void tmo__lf_fire(struct tmo *e, struct due *d)
 	atomic_store_explicit(&e->running, t, memory_order_release);
 	atomic_store_explicit(lf_timer_word(t), lf_word(lf_idx_of(e, n), d->gen, LF_FIRED),
 	                      memory_order_release);
-	atomic_fetch_add_explicit(&e->fired, 1, memory_order_relaxed);
+	/* only the timer thread fires: a load and a store, no locked add */
+	atomic_store_explicit(&e->fired, atomic_load_explicit(&e->fired, memory_order_relaxed) + 1,
+	                      memory_order_relaxed);
 	cb(t, arg);
 	tmo__end_if_forked(e);
 	tmo__cb_end();

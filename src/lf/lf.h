@@ -268,7 +268,7 @@ struct tmo {
 	 * release before its node turns FIRING and before `running` names it:
 	 * a cancel that saw either reads this one or a later one. */
 	_Atomic uint64_t cb_ref;
-	_Atomic uint64_t fired;
+	_Atomic uint64_t fired; /* written by the timer thread only (fire.c) */
 
 	/* Threads' records. */
 	pthread_mutex_t rec_lock;
