@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -53,6 +54,41 @@ static inline uint64_t sk_rss_bytes(void)
 		res = 0;
 	fclose(f);
 	return (uint64_t)res * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+/* CPU time (user + system) the process's other threads have used, the
+ * calling thread's left out: while a waiting scenario sleeps, what the
+ * engine's threads are doing. */
+static inline int64_t sk_others_cpu_ns(void)
+{
+	struct rusage ru;
+	struct timespec self;
+	if (getrusage(RUSAGE_SELF, &ru) != 0 || clock_gettime(CLOCK_THREAD_CPUTIME_ID, &self) != 0)
+		return 0;
+	int64_t all = ((int64_t)ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * TMO_NSEC_PER_SEC +
+	              ((int64_t)ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * TMO_NSEC_PER_USEC;
+	return all - ((int64_t)self.tv_sec * TMO_NSEC_PER_SEC + self.tv_nsec);
+}
+
+/* Is the engine working?  A wait that judges "no progress" counts it as
+ * progress (state, not patience) when the other threads used at least
+ * 1/SK_BUSY of one CPU since its last look: a timer thread filing or
+ * expiring a million timers is busy, not stuck; an idle engine's ticks
+ * use well under 1 %. */
+#define SK_BUSY 20
+struct sk_busy {
+	int64_t at, cpu;
+};
+static inline struct sk_busy sk_busy_start(void)
+{
+	return (struct sk_busy){sk_now_ns(), sk_others_cpu_ns()};
+}
+static inline int sk_busy_since(struct sk_busy *b)
+{
+	struct sk_busy now = sk_busy_start();
+	int busy = (now.cpu - b->cpu) * SK_BUSY >= now.at - b->at;
+	*b = now;
+	return busy;
 }
 
 static inline int sk_cmp_i64(const void *a, const void *b)

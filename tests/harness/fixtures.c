@@ -9,8 +9,8 @@
  *          -> race must count "both"
  *   early  arms with half the timeout -> expiry must count early fires
  *   lossy  silently drops every 7th arm (returns 0, never arms)
- *          -> coalesce must count lost timers (expiry would too, after
- *          waiting out its grace period: left out to keep the test short)
+ *          -> coalesce and expiry must count lost timers (expiry after
+ *          its 5 s of patience)
  *   honest the plain wrapper -> coalesce must pass (the wrapper itself is
  *          sound, so the failures above are the bugs')
  *   refuser answers TMO_EAGAIN to three arms in every 50 (a limit another
@@ -20,6 +20,12 @@
  *          is an engine's declared answer, and nothing was accepted)
  *   service: liar must be caught saying PREVENTED for a timeout that
  *          fired, early firing before the deadline; honest passes
+ *   busy   the honest wrapper whose timer thread, after its first
+ *          callback, works for SPIN (6 s: more than expiry's 5 s of
+ *          patience) before it runs another -> expiry must wait for it,
+ *          its threads using CPU being progress, and pass; lossy through
+ *          expiry must still be caught: its lost timers never come and
+ *          nothing works on them (expiry's ex_wait, issue 19's peers)
  *
  * The declarations are checked too: a target naming a metric its scenario
  * does not declare is refused (cli/targets.c), and so is a row reported
@@ -83,6 +89,31 @@ static int waitarm_arm(struct tmo *e, struct tmo_timer *t, int64_t ns, tmo_callb
 	return fxw_arm(e, t, ns, cb, arg);
 }
 
+/* busy: after the first callback, the timer thread computes for SPIN. */
+#define SPIN (6 * TMO_NSEC_PER_SEC)
+static atomic_int busy_spun;
+static void busy_after(struct tmo_timer *t)
+{
+	(void)t;
+	int idle = 0;
+	if (!atomic_compare_exchange_strong(&busy_spun, &idle, 1))
+		return;
+	int64_t until = tmo_now_ns() + SPIN;
+	volatile uint64_t x = 1;
+	while (tmo_now_ns() < until)
+		for (int i = 0; i < 1000; i++)
+			x = x * 6364136223846793005u + 1;
+	atomic_store(&busy_spun, 2);
+}
+
+static int busy_create(const struct tmo_config *cfg, struct tmo **out)
+{
+	int rc = fxw_create(cfg, out, "condvar", 0);
+	if (rc == 0)
+		FXW(*out)->after_cb = busy_after;
+	return rc;
+}
+
 #define FIXTURE(NAME, INNER, CAPS, RES, ARM, CANCEL)                                            \
 	static int NAME##_create(const struct tmo_config *cfg, struct tmo **out)                 \
 	{                                                                                        \
@@ -99,13 +130,15 @@ FIXTURE(lossy, "condvar", TMO_CAP_PARK, CV_RES, lossy_arm, lossy_cancel);
 FIXTURE(refuser, "condvar", TMO_CAP_PARK, CV_RES, refuser_arm, fxw_cancel);
 FIXTURE(waitarm, "wheel", TMO_CAP_LOCKFREE_ARM | TMO_CAP_PARK, TMO_NSEC_PER_MSEC, waitarm_arm,
         fxw_cancel);
+FXW_OPS(fx_busy, "busy", "fixture: condvar whose timer thread works 6 s after its first callback",
+        TMO_CAP_PARK, CV_RES, busy_create, fxw_arm, fxw_cancel);
 
 static const struct sk_scenario *const scenarios[] = {
 	&sk_scenario_race, &sk_scenario_expiry, &sk_scenario_coalesce, &sk_scenario_progress,
 	&sk_scenario_service, &sk_scenario_smoke, NULL,
 };
 static const struct tmo_engine_ops *const fixtures[] = {
-	&fx_honest, &fx_liar, &fx_early, &fx_lossy, &fx_refuser, &fx_waitarm, NULL,
+	&fx_honest, &fx_liar, &fx_early, &fx_lossy, &fx_refuser, &fx_waitarm, &fx_busy, NULL,
 };
 
 /* Rows the sink refused in the last run_one (metric not declared). */
@@ -254,6 +287,13 @@ int main(int argc, char **argv)
 	expect(&sk_scenario_service, &fx_liar, 1);
 	expect(&sk_scenario_service, &fx_early, 1);
 	expect(&sk_scenario_service, &fx_honest, 0);
+	expect(&sk_scenario_expiry, &fx_busy, 0);
+	if (atomic_load(&busy_spun) != 2) {
+		printf("---- expiry/busy: the timer thread never worked its %d s: nothing shown ----\n",
+		       (int)(SPIN / TMO_NSEC_PER_SEC));
+		failures++;
+	}
+	expect(&sk_scenario_expiry, &fx_lossy, 1);
 	expect_progress_waitarm();
 	expect_refusals_retried();
 	expect_declarations_checked();
