@@ -56,6 +56,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "hook.h"
 
 /* ---- futex-backed event counts -------------------------------------------- */
 
@@ -181,17 +182,23 @@ static uint64_t g_cal_tsc, g_cal_width;
 static int64_t g_cal_ns;
 static int g_membarrier; /* 1: registered and working */
 
-static void tsc_pair(uint64_t *tsc, int64_t *ns, uint64_t *width)
+/* A (TSC, clock) pair: the clock read between two TSC reads, the pair's
+ * TSC their midpoint, its width their distance.  Returns 1 for a narrow
+ * pair (at most g_pair_max), 0 when five tries in a row came out wider (a
+ * preemption or a stolen vCPU between the reads each time): the last one
+ * is written all the same, its width saying how wide. */
+static int tsc_pair(uint64_t *tsc, int64_t *ns, uint64_t *width)
 {
 	for (int i = 0;; i++) {
 		uint64_t a = read_tsc();
+		LF_HOOK(pair, NULL);
 		int64_t t = tmo_now_ns();
 		uint64_t b = read_tsc();
 		if (b - a <= g_pair_max || i == 4) {
 			*tsc = a + (b - a) / 2;
 			*ns = t;
 			*width = b - a;
-			return;
+			return b - a <= g_pair_max;
 		}
 	}
 }
@@ -201,8 +208,9 @@ static void once_init(void)
 	const char *clock = getenv("TMO_LF_CLOCK");
 	g_use_tsc = (clock == NULL || strcmp(clock, "1") != 0) && tsc_usable();
 	tmo__lf_use_tsc = g_use_tsc;
-	if (g_use_tsc)
-		tsc_pair(&g_cal_tsc, &g_cal_ns, &g_cal_width);
+	if (g_use_tsc) /* the rate's anchor: a wide one only widens rel, which
+	                  shrinks as the distance from it grows */
+		(void)tsc_pair(&g_cal_tsc, &g_cal_ns, &g_cal_width);
 #ifndef TMO__UNDER_TSAN
 	/* TMO_LF_FENCE=1: the fallback, as where membarrier is missing (to
 	 * measure it, and to run it outside TSan) */
@@ -230,7 +238,22 @@ void tmo__lf_cal_update(struct tmo *e)
 		return;
 	uint64_t tsc, w;
 	int64_t ns;
-	tsc_pair(&tsc, &ns, &w);
+	/* A wide pair is not published: its clock read lies anywhere within
+	 * it, so every conversion from it would carry its width as margin,
+	 * past the floor, and be capped only by a clock read taken after the
+	 * arm: by a starved timer thread's filing, long after.  Dated up to
+	 * twice the width late, such arms would run after arms due a
+	 * resolution later (guarantee 4; the width of a preempted pair is
+	 * 50-300 us, the resolution 50 us for mpsc).  The published
+	 * calibration ages instead, and past lf_fresh_ns() arms read the
+	 * clock (tests/hooked/lf_pair.c). */
+	int narrow = tsc_pair(&tsc, &ns, &w);
+#ifndef TMO_LF_PLANT_WIDE_PAIR
+	if (!narrow)
+		return;
+#else
+	(void)narrow;
+#endif
 	double rate = 0, rel = 0, err = 0;
 	if (tsc > g_cal_tsc + g_cal_width + w && ns > g_cal_ns) {
 		rate = (double)(ns - g_cal_ns) / (double)(tsc - g_cal_tsc);

@@ -24,6 +24,9 @@ extern tmo__lf_hook_fn *_Atomic tmo__lf_hook_transit;
 /* The timer thread's round, after its steal and drain, before it collects
  * what is due. */
 extern tmo__lf_hook_fn *_Atomic tmo__lf_hook_round;
+/* A calibration pair (clock.c, tsc_pair) between its first TSC read and
+ * its clock read; e is NULL (the pair is the process's). */
+extern tmo__lf_hook_fn *_Atomic tmo__lf_hook_pair;
 
 #define LF_HOOK(name, e)                                                              \
 	do {                                                                              \

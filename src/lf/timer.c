@@ -44,6 +44,7 @@
 #ifdef TMO_LF_TEST_HOOKS
 tmo__lf_hook_fn *_Atomic tmo__lf_hook_transit;
 tmo__lf_hook_fn *_Atomic tmo__lf_hook_round;
+tmo__lf_hook_fn *_Atomic tmo__lf_hook_pair;
 #endif
 
 /* Idle rounds (no arm anywhere, nothing in the inbox) before it sleeps. */
