@@ -8,8 +8,8 @@
  * --held: the held loop instead (throughput's held case, counted rather
  * than timed): N timers (default HELD) stay outstanding, and each pair arms
  * one and cancels the oldest (armed N pairs earlier); an engine with a cap
- * on pending timers (glib: 4,096) runs it with N under its cap.  Warm-up fills the FIFO
- * and runs WARMUP pairs; the end cancels what is outstanding, so PAIRS = 0
+ * on pending timers (glib: 4,096) runs it with N under its cap.  Warm-up
+ * fills the FIFO and runs WARMUP pairs; the end cancels what is outstanding, so PAIRS = 0
  * and PAIRS = N differ by N steady-state pairs.  The timeout is HELD_NS
  * (60 s): under callgrind on a loaded machine a hold of HELD pairs has
  * lasted over a second, and a held timeout must not fire.
@@ -35,9 +35,9 @@
 #define WARMUP 1000
 #define HELD 10000
 #define HELD_MAX 1000000
+#define HELD_NS (60 * TMO_NSEC_PER_SEC)
 
 static long held_n = HELD; /* timers outstanding in the held loop */
-#define HELD_NS (60 * TMO_NSEC_PER_SEC)
 
 static void never(struct tmo_timer *t, void *arg)
 {

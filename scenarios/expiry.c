@@ -17,9 +17,8 @@
  *
  * A slow engine is waited for while it makes progress (ex_wait); a timer
  * is lost when none came, and the engine was idle, for STALL after the
- * last deadline.  An arm refused
- * with TMO_EAGAIN/TMO_ENOMEM is the engine's capacity (reported), not a
- * violation.  The thread engine runs an OS thread per timer: it gets at
+ * last deadline.  An arm refused with TMO_EAGAIN/TMO_ENOMEM is the
+ * engine's capacity (reported), not a violation.  The thread engine runs an OS thread per timer: it gets at
  * most thread_max timers per size (printed, and in the rows' param n=).
  */
 #include <stdatomic.h>
@@ -491,9 +490,9 @@ const struct sk_scenario sk_scenario_expiry = {
 	          "then N timers due at one instant (the drain rate). Reports lateness "
 	          "p50/p99/max and its CDF. --seed draws the timeouts.",
 	.fails_when = "a timer fires early, fires twice, is lost (5 s after the last deadline, "
-	              "no callback and the engine's threads idle for 5 s), or runs before a timer due more than the engine's resolution "
-	              "earlier. An arm refused for capacity (TMO_EAGAIN, TMO_ENOMEM) is reported, not "
-	              "a violation.",
+	              "no callback and the engine's threads idle for 5 s), or runs before a timer "
+	              "due more than the engine's resolution earlier. An arm refused for capacity "
+	              "(TMO_EAGAIN, TMO_ENOMEM) is reported, not a violation.",
 	.metrics = expiry_metrics,
 	.sizes = expiry_sizes,
 	.targets = expiry_targets,

@@ -56,19 +56,25 @@ static inline uint64_t sk_rss_bytes(void)
 	return (uint64_t)res * (uint64_t)sysconf(_SC_PAGESIZE);
 }
 
-/* CPU time (user + system) the process's other threads have used, the
- * calling thread's left out: while a waiting scenario sleeps, what the
- * engine's threads are doing. */
-static inline int64_t sk_others_cpu_ns(void)
+/* CPU time (user + system) of the whole process (getrusage), of the
+ * calling thread, and of the process's other threads (the engine's, while
+ * a scenario's own thread waits or measures beside them). */
+static inline int64_t sk_process_cpu_ns(void)
 {
 	struct rusage ru;
-	struct timespec self;
-	if (getrusage(RUSAGE_SELF, &ru) != 0 || clock_gettime(CLOCK_THREAD_CPUTIME_ID, &self) != 0)
+	if (getrusage(RUSAGE_SELF, &ru) != 0)
 		return 0;
-	int64_t all = ((int64_t)ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * TMO_NSEC_PER_SEC +
-	              ((int64_t)ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * TMO_NSEC_PER_USEC;
-	return all - ((int64_t)self.tv_sec * TMO_NSEC_PER_SEC + self.tv_nsec);
+	return ((int64_t)ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * TMO_NSEC_PER_SEC +
+	       ((int64_t)ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * TMO_NSEC_PER_USEC;
 }
+static inline int64_t sk_thread_cpu_ns(void)
+{
+	struct timespec ts;
+	if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+		return 0;
+	return (int64_t)ts.tv_sec * TMO_NSEC_PER_SEC + ts.tv_nsec;
+}
+static inline int64_t sk_others_cpu_ns(void) { return sk_process_cpu_ns() - sk_thread_cpu_ns(); }
 
 /* Is the engine working?  A wait that judges "no progress" counts it as
  * progress (state, not patience) when the other threads used at least

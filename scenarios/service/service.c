@@ -75,14 +75,6 @@ static const struct sk_size service_sizes[] = {
 #define BASELINE TMO_NSEC_PER_SEC /* the no-engine run, times TMO_TEST_SCALE */
 #define STRAY (20 * TMO_NSEC_PER_MSEC) /* let a callback after its cancel show */
 
-static int64_t sv_process_cpu_ns(void)
-{
-	struct rusage ru;
-	getrusage(RUSAGE_SELF, &ru);
-	return ((int64_t)ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * TMO_NSEC_PER_SEC +
-	       ((int64_t)ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * TMO_NSEC_PER_USEC;
-}
-
 static void sv_worker_free(struct sv_worker *w)
 {
 	free(w->reqs), free(w->bucket), free(w->late);
@@ -266,11 +258,11 @@ static int sv_phase(const struct sk_run *run, int threads, int64_t duration, dou
 	}
 	int64_t start = sk_now_ns();
 	sh.end = rc == 0 ? start + duration : start; /* a failed start: the workers stop at once */
-	int64_t cpu0 = sv_process_cpu_ns(), self0 = sv_thread_cpu_ns();
+	int64_t others0 = sk_others_cpu_ns();
 	atomic_store_explicit(&sh.go, 1, memory_order_release);
 	struct tmo_stats peak = {0}, settled;
 	sv_sample_until(run, &sh, sh.end, &peak, start, duration);
-	int64_t cpu_other = sv_process_cpu_ns() - cpu0 - (sv_thread_cpu_ns() - self0);
+	int64_t cpu_other = sk_others_cpu_ns() - others0;
 	double secs = (double)(sk_now_ns() - start) / 1e9;
 	for (int i = 0; i < started; i++)
 		pthread_join(ws[i].th, NULL);
@@ -315,10 +307,10 @@ static double sv_baseline(const struct sk_run *run, int64_t duration)
 		return NAN;
 	}
 	sh.end = sk_now_ns() + duration;
-	int64_t cpu0 = sv_process_cpu_ns();
+	int64_t cpu0 = sk_process_cpu_ns();
 	atomic_store_explicit(&sh.go, 1, memory_order_release);
 	sk_wait_until(sh.end);
-	int64_t cpu = sv_process_cpu_ns() - cpu0;
+	int64_t cpu = sk_process_cpu_ns() - cpu0;
 	pthread_join(w.th, NULL);
 	double ns = w.requests > 0 ? (double)cpu / (double)w.requests : NAN;
 	sk_report(run, "harness_cpu_ns_per_request", "", ns, "ns");

@@ -79,6 +79,5 @@ struct sv_worker {
 /* The thread's body (worker.c): serves until sh->end, then completes what
  * is in flight.  Returns NULL. */
 void *sv_worker_main(void *arg);
-int64_t sv_thread_cpu_ns(void);
 
 #endif

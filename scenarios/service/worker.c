@@ -9,13 +9,6 @@ static const int64_t timeouts[4] = {
 	100 * TMO_NSEC_PER_MSEC, TMO_NSEC_PER_SEC, 30 * TMO_NSEC_PER_SEC, 120 * TMO_NSEC_PER_SEC,
 };
 
-int64_t sv_thread_cpu_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	return (int64_t)ts.tv_sec * TMO_NSEC_PER_SEC + ts.tv_nsec;
-}
-
 static void sv_cb(struct tmo_timer *t, void *arg)
 {
 	struct sv_shared *sh = arg;
@@ -197,7 +190,7 @@ void *sv_worker_main(void *arg)
 	struct sv_shared *sh = w->sh;
 	while (!atomic_load_explicit(&sh->go, memory_order_acquire))
 		sched_yield();
-	int64_t cpu0 = sv_thread_cpu_ns();
+	int64_t cpu0 = sk_thread_cpu_ns();
 	int64_t now = sk_now_ns();
 	w->cursor = (uint64_t)now / BUCKET_NS + 1;
 	while ((now = sk_now_ns()) < sh->end) {
@@ -211,7 +204,7 @@ void *sv_worker_main(void *arg)
 			break;
 		}
 	}
-	w->cpu_ns = sv_thread_cpu_ns() - cpu0;
+	w->cpu_ns = sk_thread_cpu_ns() - cpu0;
 	while (w->inflight > 0) { /* the drain: complete what is in flight */
 		sv_wait_bucket(w);
 		sv_complete_due(w, sk_now_ns());

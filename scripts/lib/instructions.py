@@ -44,7 +44,8 @@ Writes DIR/instructions.csv (engine,total,producer,timer_thread: seed
 instructions, what scripts/plot draws), DIR/instructions_counts.csv
 (engine,case,thread,outstanding,instructions,locked,tsc_reads,clock_reads,
 d1_misses,ll_misses; thread is arming or timer; outstanding: the held
-loop's timers, HELD but for an engine with a cap, HELD_OF) and DIR/instructions.json (both), and
+loop's timers, HELD but for an engine with a cap, HELD_OF) and
+DIR/instructions.json (both), and
 prints the tables.  Pairs: TMO_INSTR_PAIRS (seed, default 100000) and
 TMO_INSTR_HELD_PAIRS (held, default 50000), TMO_INSTR_CASES (default
 "seed,held"); the thread engine runs a hundredth of the seed pairs and no
