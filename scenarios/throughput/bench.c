@@ -412,7 +412,9 @@ void tp_held_alloc(const struct sk_run *run, struct tp_ctx *c, int nthreads)
 {
 	if (sk_thread_per_timer(run))
 		return;
-	c->held = calloc((size_t)nthreads, sizeof *c->held);
+	c->held = aligned_alloc(_Alignof(struct tp_held), (size_t)nthreads * sizeof *c->held);
+	if (c->held != NULL)
+		memset(c->held, 0, (size_t)nthreads * sizeof *c->held);
 	for (int t = 0; c->held != NULL && t < nthreads; t++) {
 		c->held[t].t = calloc(HELD_RING, sizeof *c->held[t].t);
 		c->held[t].at = calloc(HELD_RING, sizeof *c->held[t].at);
