@@ -133,38 +133,25 @@ static inline int inbox_full(struct tmo *e, const struct lf_rec *r)
 	                              INBOX_MAX;
 }
 
-/* The ring arm w leaves for our own base r->base = b: the common case of
- * tmo__lf_ring_evict (base.c: file_from_ring, then tmo__lf_base_release) fused into
- * arm_spill, every rarer case handed to tmo__lf_ring_evict whole.  One CAS RING
- * -> IN_STRUCT, no transit: its aux already names the base (arm wrote it),
- * and until it is in the wheel only we hold the base.  The stamp is
- * converted inline (cal.h), near the latest pair; farther, clock.c caps
- * it.  Returns when the base wants the timer thread to look (0: at once),
- * for the arm's own look at the tick word: one look for both. */
-static inline __attribute__((always_inline)) int64_t spill_own(struct tmo *e, struct lf_rec *r,
-                                                               struct lf_base *b, uint64_t w)
+/* The fast path's arm whose ring slot still holds a live arm: a timer that
+ * outlived the ring (held timers).  This arm is filed at once, in our own
+ * base (or the inbox): nobody knows its node yet, so its state is stored,
+ * not CASed, and it is in no ring, so no transit is announced (timer.c,
+ * Order: like a ring arm before its slot store, it is invisible until
+ * filed).  Evicting the slot's arm instead costs a CAS on it (the timer
+ * thread and other threads' cancels race for a ring arm), and a slot's arm
+ * that lived through a whole pass of the ring is most often one that lives
+ * on.  The slot keeps it until it is cancelled or stolen; the next arm
+ * looks at the next slot.  Returns 0 when the base was busy (nothing
+ * done), else 1 and *wake_at: when the base wants the timer thread to look
+ * (0: at once). */
+static inline __attribute__((always_inline)) int file_own(struct tmo *e, struct lf_rec *r,
+                                                          struct lf_base *b, struct lf_node *n,
+                                                          struct tmo_timer *t, int64_t *wake_at)
 {
-	if (LF_UNLIKELY(!lf_base_own_trylock(e, b))) {
-		tmo__lf_ring_evict(e, r, w); /* the long way: the tofile stack */
-		return INT64_MAX;
-	}
-	struct lf_node *n = lf_node_at(e, lf_word_idx(w));
-	/* the arm's RING state is its word without the index */
-	uint64_t s = w & ~((uint64_t)((1u << LF_IDX_BITS) - 1) << 2);
-	/* announced before the CAS (timer.c, Order); unknown (1) until the
-	 * insert is done */
-	atomic_store_explicit(&r->transit, 1, memory_order_relaxed);
-	if (LF_UNLIKELY(!atomic_compare_exchange_strong_explicit(
-	        &n->state, &s, s + (LF_IN_STRUCT - LF_RING), memory_order_acq_rel,
-	        memory_order_acquire))) {
-		lf_base_own_unlock(b);
-		atomic_store_explicit(&r->transit, 0, memory_order_release);
-		if (s == lf_st(lf_word_gen(w), LF_CANCELLED)) /* another thread's cancel */
-			lf_cache_put(e, r, n);
-		return INT64_MAX; /* else the timer thread stole it */
-	}
-	LF_HOOK(transit, e);
-	/* we own the fields until the insert */
+	if (LF_UNLIKELY(!lf_base_own_trylock(e, b)))
+		return 0;
+	/* from the fields arm_fill stored; the insert writes over them */
 	int64_t deadline = tmo__lf_node_deadline_own(e, r, n);
 	int64_t next = atomic_load_explicit(&b->next, memory_order_relaxed);
 	if (deadline < next) {
@@ -172,64 +159,53 @@ static inline __attribute__((always_inline)) int64_t spill_own(struct tmo *e, st
 		atomic_store_explicit(&b->next, deadline, memory_order_release);
 	}
 	tmo__wheel_add(lf_own_wheel(b), &n->s.wheel, deadline);
-	lf_bump(&r->spilled);
-	int64_t wake_at;
+	uint64_t st = lf_next_ring(atomic_load_explicit(&n->state, memory_order_relaxed)) +
+	              (LF_IN_STRUCT - LF_RING);
+	/* state, then the timer's word, both before the unlock: the timer
+	 * thread sees the node only through the base, a canceller only
+	 * through the word */
+	atomic_store_explicit(&n->state, st, memory_order_release);
+	atomic_store_explicit(lf_timer_word(t), lf_word(lf_idx_of(e, n), lf_gen_of(st), LF_PENDING),
+	                      memory_order_release);
+	lf_bump(&r->head);
+	lf_bump(&r->direct);
 	/* tmo__lf_base_release's common case: nothing to tidy, nothing due soon */
 	if (LF_UNLIKELY(ck_pr_load_ptr(&b->cancels.head) != NULL ||
 	                ck_pr_load_ptr(&b->tofile.head) != NULL ||
 	                next <= atomic_load_explicit(&e->tick_at, memory_order_relaxed) + LF_SOON_NS ||
 	                atomic_load_explicit(&b->soon, memory_order_relaxed) != NULL)) {
-		wake_at = tmo__lf_base_release(e, b, r);
+		*wake_at = tmo__lf_base_release(e, b, r);
 	} else {
 		lf_base_own_unlock(b);
-		wake_at = next;
+		*wake_at = next;
 	}
-	atomic_store_explicit(&r->transit, 0, memory_order_release);
-	return wake_at;
+	return 1;
 }
 
-/* The ring arm w leaves for the inbox (mpsc): tmo__lf_ring_evict's inbox case
- * (base.c) with tmo__lf_inbox_post's push fused into arm_spill.  Returns a
- * lower bound on its deadline (0: unknown) for the arm's own look at the
- * tick word, or INT64_MAX when it was no longer in the ring. */
-static inline __attribute__((always_inline)) int64_t spill_inbox(struct tmo *e,
-                                                                 struct lf_rec *r, uint64_t w)
+/* file_own's inbox case (mpsc): the node goes QUEUED into the inbox, its
+ * state stored, not CASed.  Returns a lower bound on its deadline (0:
+ * unknown) for the arm's own look at the tick word. */
+static inline __attribute__((always_inline)) int64_t file_inbox(struct tmo *e, struct lf_rec *r,
+                                                                struct lf_node *n,
+                                                                struct tmo_timer *t,
+                                                                uint64_t stamp, int64_t timeout)
 {
-	struct lf_node *n = lf_node_at(e, lf_word_idx(w));
-	uint64_t s = w & ~((uint64_t)((1u << LF_IDX_BITS) - 1) << 2);
-	/* announced before the CAS (timer.c, Order): 1, unknown, until its
-	 * bound is known */
-	atomic_store_explicit(&r->transit, 1, memory_order_relaxed);
-	if (LF_UNLIKELY(!atomic_compare_exchange_strong_explicit(
-	        &n->state, &s, s + (LF_QUEUED - LF_RING), memory_order_acq_rel,
-	        memory_order_acquire))) {
-		atomic_store_explicit(&r->transit, 0, memory_order_release);
-		if (s == lf_st(lf_word_gen(w), LF_CANCELLED)) /* another thread's cancel */
-			lf_cache_put(e, r, n);
-		return INT64_MAX; /* else the timer thread stole it */
-	}
-	/* read before the push: once in the inbox it may be filed, and these
-	 * fields written over */
-	uint64_t stamp = atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed);
-	int64_t timeout = atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed);
-	int64_t lower = timeout;
-	if (stamp != LF_STAMP_DEADLINE) {
-		/* near the latest pair the arm lies within a floor either side
-		 * of the conversion: its upper bound less two floors */
-		int64_t hi = lf_cal_near(&e->cal, stamp, e->margin_ns);
-		lower = LF_LIKELY(hi != 0) ? hi - 2 * e->margin_ns + timeout
-		                           : tmo__lf_node_deadline_lower(e, stamp, timeout);
-	}
-	if (lower > 0)
-		atomic_store_explicit(&r->transit, lower, memory_order_relaxed);
-	else
-		lower = 0;
-	LF_HOOK(transit, e);
-	lf_bump(&r->spilled);
+	uint64_t st = lf_next_ring(atomic_load_explicit(&n->state, memory_order_relaxed)) +
+	              (LF_QUEUED - LF_RING);
+	atomic_store_explicit(&n->state, st, memory_order_release);
+	/* the word before the push: once in the inbox it may fire */
+	atomic_store_explicit(lf_timer_word(t), lf_word(lf_idx_of(e, n), lf_gen_of(st), LF_PENDING),
+	                      memory_order_release);
+	lf_bump(&r->head);
+	lf_bump(&r->direct);
 	ck_stack_push_upmc(&e->inbox, &n->link);
 	atomic_fetch_add_explicit(&e->inbox_in, 1, memory_order_relaxed);
-	atomic_store_explicit(&r->transit, 0, memory_order_release);
-	return lower;
+	/* near the latest pair the arm lies within a floor either side of the
+	 * conversion: its upper bound less two floors */
+	int64_t hi = lf_cal_near(&e->cal, stamp, e->margin_ns);
+	int64_t lower = LF_LIKELY(hi != 0) ? hi - 2 * e->margin_ns + timeout
+	                                   : tmo__lf_node_deadline_lower(e, stamp, timeout);
+	return lower > 0 ? lower : 0;
 }
 
 /* arm's look found the timer thread asleep: wake it for this arm, or for
@@ -250,10 +226,11 @@ static __attribute__((noinline)) int arm_wake_at(struct tmo *e, uint64_t stamp, 
 	return 0;
 }
 
-/* The fast path's arm whose ring slot still holds an arm: a timer that
- * outlived the ring (held timers).  The slot's arm goes to our base (or
- * the inbox), then this one takes its place, dated by the fast path's
- * stamp; one look at the tick word serves both. */
+/* The fast path's arm whose ring slot is not free.  Its arm still in the
+ * ring (its RING state): this arm is filed at once (file_own, file_inbox).
+ * Else the slot is stale: the timer thread stole its arm (the node is its
+ * own now), or another thread's cancel took it back and left the node for
+ * us to reclaim; this arm takes the slot.  One look at the tick word. */
 static __attribute__((noinline)) int arm_spill(struct tmo *e, struct tmo_timer *t,
                                                int64_t timeout_ns, tmo_callback *cb, void *arg,
                                                uint64_t stamp)
@@ -267,19 +244,29 @@ static __attribute__((noinline)) int arm_spill(struct tmo *e, struct tmo_timer *
 		tmo__lf_ec_wake(&e->wake_ec); /* whatever it sleeps for: drain */
 		return TMO_EAGAIN;
 	}
-	/* This arm's node is filled first (ours until published): fewer
-	 * values live across the filing. */
+	/* This arm's node is filled first (ours until published). */
 	struct lf_node *n = r->cache; /* the fast path saw one */
 	r->cache = n->free_next;
 	r->cache_n--;
 	arm_fill(r, n, t, timeout_ns, stamp, cb, arg);
+	struct lf_node *old = lf_node_at(e, lf_word_idx(prev));
+	/* the slot's arm's RING state is its word without the index */
+	uint64_t ring_st = prev & ~((uint64_t)((1u << LF_IDX_BITS) - 1) << 2);
+	/* acquire: a cancel's CANCELLED, and what it did before, seen here */
+	uint64_t s = atomic_load_explicit(&old->state, memory_order_acquire);
 	int64_t wake_at = INT64_MAX;
-	if (b != NULL)
-		wake_at = spill_own(e, r, b, prev);
-	else
-		wake_at = spill_inbox(e, r, prev);
-	uint64_t tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
-	arm_publish_filled(e, r, n, i, t);
+	uint64_t tw;
+	if (s == ring_st && (b != NULL ? file_own(e, r, b, n, t, &wake_at)
+	                               : (wake_at = file_inbox(e, r, n, t, stamp, timeout_ns), 1))) {
+		tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
+	} else {
+		if (s == ring_st)
+			tmo__lf_ring_evict(e, r, prev); /* our base was busy: the long way */
+		else if (s == lf_st(lf_word_gen(prev), LF_CANCELLED))
+			lf_cache_put(e, r, old); /* another thread's cancel left it */
+		tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
+		arm_publish_filled(e, r, n, i, t);
+	}
 	lf_light_barrier(tw);
 	if (atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_SLEEPING)
 		return arm_wake_at(e, stamp, timeout_ns, wake_at);

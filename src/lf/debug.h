@@ -14,6 +14,7 @@ struct lf_debug {
 	uint64_t filed;       /* nodes in bases (as of the timer thread's last look) */
 	uint64_t stolen;      /* ring nodes the timer thread took */
 	uint64_t spilled;     /* ring nodes their owners spilled */
+	uint64_t direct;      /* arms filed at once: their ring slot's arm lived */
 	uint64_t inbox;       /* nodes that went through the inbox */
 	uint64_t trims;       /* pages given back */
 	uint64_t cache_count; /* free nodes in the calling thread's cache */

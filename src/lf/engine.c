@@ -163,7 +163,9 @@ void tmo__lf_debug(struct tmo *e, struct lf_debug *out)
 	out->cache_count = tmo__lf_my_cache_count(e);
 	pthread_mutex_lock(&e->rec_lock);
 	for (struct lf_rec *r = atomic_load_explicit(&e->recs, memory_order_acquire); r != NULL;
-	     r = atomic_load_explicit(&r->next, memory_order_relaxed))
+	     r = atomic_load_explicit(&r->next, memory_order_relaxed)) {
 		out->spilled += atomic_load_explicit(&r->spilled, memory_order_relaxed);
+		out->direct += atomic_load_explicit(&r->direct, memory_order_relaxed);
+	}
 	pthread_mutex_unlock(&e->rec_lock);
 }

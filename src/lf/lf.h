@@ -13,10 +13,12 @@
  *
  * ONE timer thread per engine (timer.c) polls the rings while arms keep
  * coming and steals, with the same CAS, every ring node that could come due
- * before it looks again.  A ring slot needed again while its node is still
- * armed is spilled by its owner: to the engine's lock-free inbox (mpsc), or
- * into the owner's own base (wheel: a per-thread timing wheel, so threads
- * whose timers live long enough to be filed never meet in one structure).
+ * before it looks again.  An arm whose ring slot still holds a live arm is
+ * filed at once by its owner (its node unpublished: a store, no CAS), and
+ * off the fast path the slot's arm is spilled instead (a CAS): to the
+ * engine's lock-free inbox (mpsc), or into the owner's own base (wheel: a
+ * per-thread timing wheel, so threads whose timers live long enough to be
+ * filed never meet in one structure).
  * The timer thread owns one base of its own (the heap, or a wheel) for what
  * it steals, what the inbox brings and what callbacks arm; it collects due
  * nodes from every base, sorts them by deadline and runs the callbacks.
@@ -36,6 +38,7 @@
  *    (its ring's owner      (its holder in     removed from its base by the
  *    frees it)              transit frees it)  canceller or the base's holder
  *
+ * An arm filed at once starts QUEUED (mpsc) or IN_STRUCT (wheel), never RING.
  * QUEUED is "in transit": held by whoever took it out of the ring (the
  * timer thread, or its owner spilling it: into the inbox or its own base).
  * Who frees a prevented node is decided by the state it was prevented in,
@@ -174,6 +177,8 @@ struct lf_rec {
 	uint32_t cache_n;
 	struct lf_node *cache; /* free nodes, linked through free_next */
 	_Atomic uint64_t prevented, spilled;
+	/* arms filed at once, their ring slot's arm still live (arm.c) */
+	_Atomic uint64_t direct;
 	struct lf_base *base; /* wheel: this thread's base; mpsc: NULL */
 	/* Under the engine's rec_lock. */
 	int attached;

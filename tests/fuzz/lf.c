@@ -353,9 +353,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (getenv("FUZZ_LF_TRACE") != NULL) {
 		struct lf_debug d;
 		tmo__lf_debug(fz.e, &d);
-		fprintf(stderr, "fuzz_lf: stolen %llu, spilled %llu, via inbox %llu, pages given back %llu\n",
+		fprintf(stderr, "fuzz_lf: stolen %llu, spilled %llu, filed at once %llu, via inbox %llu, "
+		        "pages given back %llu\n",
 		        (unsigned long long)d.stolen, (unsigned long long)d.spilled,
-		        (unsigned long long)d.inbox, (unsigned long long)d.trims);
+		        (unsigned long long)d.direct, (unsigned long long)d.inbox,
+		        (unsigned long long)d.trims);
 		fprintf(stderr, "fuzz_lf: %s res %lld cap %llu end %d: %zu bytes, %d arm records, "
 		        "%llu fired, %llu prevented, %d settles%s; %d refused (TMO_EAGAIN; %d re-arms), %d "
 		        "helper calls, %d helper exits, %d cancels raced a fire (%d waited)\n",

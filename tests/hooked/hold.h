@@ -49,6 +49,28 @@ static inline void hold_reset(void)
 	atomic_store(&release, 0);
 }
 
+/* The calling thread's next arm on any other lock-free engine takes the
+ * general path: an arm and its cancel on `away` make away's record the
+ * thread's hot one.  That path spills a ring slot's live arm (a CAS, the
+ * transit these tests hold); the fast path files its own arm at once and
+ * leaves the slot's arm where it is (src/lf/arm.c, arm_spill).  Returns
+ * tmo_arm's or tmo_cancel's error, or 0. */
+static void away_cb(struct tmo_timer *t, void *arg)
+{
+	(void)t;
+	(void)arg;
+}
+static inline int go_general(struct tmo *away)
+{
+	struct tmo_timer t;
+	tmo_timer_init(&t);
+	int rc = tmo_arm(away, &t, 60 * TMO_NSEC_PER_SEC, away_cb, NULL);
+	if (rc != 0)
+		return rc;
+	rc = tmo_cancel(away, &t);
+	return rc == TMO_CANCEL_PREVENTED ? 0 : rc;
+}
+
 /* How many rounds the timer thread has begun (its tick count). */
 static inline uint64_t rounds(struct tmo *e) { return atomic_load(&e->tickw) >> LF_TW_SHIFT; }
 

@@ -9,7 +9,8 @@
  * The wheel (mpsc has no per-thread bases).  The timer thread parked, the
  * owner arms P and fills its ring until P is spilled into its own base;
  * then it arms once more, and the spill of that arm is held inside the
- * base's lock.  Another thread cancels P: P is in a base not its own, so
+ * base's lock.  Both spilling arms go the general path (hold.h,
+ * go_general): the fast path would file them at once instead.  Another thread cancels P: P is in a base not its own, so
  * the cancel leaves it on the base's cancel stack for the base's next
  * holder, and the timer thread, which tidies such a stack, tries the lock
  * in every round.  Three rounds later P must still be in the base: the
@@ -41,7 +42,7 @@
 static atomic_int fires; /* none of the test's timers may fire */
 
 struct owner {
-	struct tmo *e;
+	struct tmo *e, *away;
 	struct tmo_timer p, fill[LF_RING_SLOTS + 1];
 	atomic_int phase; /* 1: P spilled; 2: the main thread says go on */
 	int rc;
@@ -52,13 +53,20 @@ static void *owner_main(void *arg)
 	struct owner *o = arg;
 	owner_thread = 1;
 	o->rc = tmo_arm(o->e, &o->p, LONG, et_count_cb, &fires);
-	/* the ring's slots once round: the last arm spills P into our base */
-	for (int i = 0; i < LF_RING_SLOTS && o->rc == 0; i++)
-		o->rc = tmo_arm(o->e, &o->fill[i], LONG, et_count_cb, &fires);
+	/* the ring's slots once round: the last arm, on the general path
+	 * (hold.h, go_general), spills P into our base */
+	for (int i = 0; i < LF_RING_SLOTS && o->rc == 0; i++) {
+		if (i == LF_RING_SLOTS - 1)
+			o->rc = go_general(o->away);
+		if (o->rc == 0)
+			o->rc = tmo_arm(o->e, &o->fill[i], LONG, et_count_cb, &fires);
+	}
 	atomic_store(&o->phase, 1);
 	while (atomic_load(&o->phase) != 2)
 		et_sleep_ns(100 * TMO_NSEC_PER_USEC);
 	/* spills the first filler, held inside the lock */
+	if (o->rc == 0)
+		o->rc = go_general(o->away);
 	if (o->rc == 0)
 		o->rc = tmo_arm(o->e, &o->fill[LF_RING_SLOTS], LONG, et_count_cb, &fires);
 	return NULL;
@@ -77,6 +85,7 @@ static void held_lock(void)
 	for (int i = 0; i <= LF_RING_SLOTS; i++)
 		tmo_timer_init(&o.fill[i]);
 	CHECK_EQ(tmo_create("wheel", NULL, &o.e), 0);
+	CHECK_EQ(tmo_create("mpsc", NULL, &o.away), 0);
 	CHECK_EQ(tmo_testing_park(o.e, 1), 0);
 	pthread_t th;
 	CHECK_EQ(pthread_create(&th, NULL, owner_main, &o), 0);
@@ -108,6 +117,7 @@ static void held_lock(void)
 		CHECK_EQ(tmo_cancel(o.e, &o.fill[i]), TMO_CANCEL_PREVENTED);
 	CHECK_EQ(atomic_load(&fires), 0);
 	CHECK_EQ(tmo_destroy(&o.e), 0);
+	CHECK_EQ(tmo_destroy(&o.away), 0);
 }
 
 int main(void)
