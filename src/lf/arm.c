@@ -248,6 +248,9 @@ static __attribute__((noinline)) int arm_spill(struct tmo *e, struct tmo_timer *
 	struct lf_node *n = r->cache; /* the fast path saw one */
 	r->cache = n->free_next;
 	r->cache_n--;
+	/* the next arm's node, while this one files: a chain fresh from the
+	 * depot is lines other threads freed (depot.c, refill) */
+	__builtin_prefetch(r->cache, 1);
 	arm_fill(r, n, t, timeout_ns, stamp, cb, arg);
 	struct lf_node *old = lf_node_at(e, lf_word_idx(prev));
 	/* the slot's arm's RING state is its word without the index */
@@ -292,6 +295,12 @@ static __attribute__((noinline)) int arm_general(struct tmo *e, struct tmo_timer
 		int err = TMO_ENOMEM;
 		if ((n = tmo__lf_cache_refill(e, r, &err)) == NULL)
 			return err;
+		/* the fast path's arm (a stamp) found the cache empty: refilled,
+		 * it goes the fast way, filed at once where its slot's arm lives
+		 * (a burst of cancels, then of arms, empties the cache every
+		 * LF_CHAIN arms) */
+		if (stamp != 0)
+			return tmo__lf_arm(e, t, timeout_ns, cb, arg);
 	}
 	r->cache = n->free_next;
 	r->cache_n--;
