@@ -93,6 +93,26 @@ static __attribute__((noinline)) int arm_wake(struct tmo *e, uint64_t stamp, int
 	return 0;
 }
 
+/* Announced in r (timer.c, Order) before an arm reads its stamp, cleared
+ * once it is in its slot or filed: a lower bound on its deadline (the
+ * latest tick's clock read is before the stamp), so that a round that
+ * begins meanwhile fires nothing due at or after it.  Without it an
+ * owner preempted between its stamp and its slot store, or mid-filing,
+ * let rounds fire timers due after the arm it held: expiry at 1e6 beside
+ * four hogs, the wheel, 2 order violations (deadlines 1.002 and 1.018 ms
+ * apart) in 1 run of 4 before (issue 19). */
+static inline void arm_announce(struct tmo *e, struct lf_rec *r, int64_t timeout_ns)
+{
+	int64_t lower = atomic_load_explicit(&e->tick_at, memory_order_relaxed) + timeout_ns;
+	atomic_store_explicit(&r->transit, lower > 0 ? lower : 1, memory_order_relaxed);
+}
+
+/* The arm is in its slot or filed (after its release stores). */
+static inline void arm_unannounce(struct lf_rec *r)
+{
+	atomic_store_explicit(&r->transit, 0, memory_order_release);
+}
+
 /* Fill n for its next arm, of t in slot i of r, and publish it. */
 static inline void arm_fill(struct lf_rec *r, struct lf_node *n, struct tmo_timer *t,
                             int64_t timeout_ns, uint64_t stamp, tmo_callback *cb, void *arg)
@@ -190,6 +210,13 @@ static inline __attribute__((always_inline)) int64_t file_inbox(struct tmo *e, s
                                                                 struct tmo_timer *t,
                                                                 uint64_t stamp, int64_t timeout)
 {
+	/* near the latest pair the arm lies within a floor either side of the
+	 * conversion: its upper bound less two floors */
+	int64_t hi = lf_cal_near(&e->cal, stamp, e->margin_ns);
+	int64_t lower = LF_LIKELY(hi != 0) ? hi - 2 * e->margin_ns + timeout
+	                                   : tmo__lf_node_deadline_lower(e, stamp, timeout);
+	if (lower < 0)
+		lower = 0;
 	uint64_t st = lf_next_ring(atomic_load_explicit(&n->state, memory_order_relaxed)) +
 	              (LF_QUEUED - LF_RING);
 	atomic_store_explicit(&n->state, st, memory_order_release);
@@ -200,12 +227,7 @@ static inline __attribute__((always_inline)) int64_t file_inbox(struct tmo *e, s
 	lf_bump(&r->direct);
 	ck_stack_push_upmc(&e->inbox, &n->link);
 	atomic_fetch_add_explicit(&e->inbox_in, 1, memory_order_relaxed);
-	/* near the latest pair the arm lies within a floor either side of the
-	 * conversion: its upper bound less two floors */
-	int64_t hi = lf_cal_near(&e->cal, stamp, e->margin_ns);
-	int64_t lower = LF_LIKELY(hi != 0) ? hi - 2 * e->margin_ns + timeout
-	                                   : tmo__lf_node_deadline_lower(e, stamp, timeout);
-	return lower > 0 ? lower : 0;
+	return lower;
 }
 
 /* arm's look found the timer thread asleep: wake it for this arm, or for
@@ -241,6 +263,7 @@ static __attribute__((noinline)) int arm_spill(struct tmo *e, struct tmo_timer *
 	             (LF_RING_SLOTS - 1);
 	uint64_t prev = atomic_load_explicit(&r->ring[i], memory_order_relaxed);
 	if (LF_UNLIKELY(inbox_full(e, r))) {
+		arm_unannounce(r);
 		tmo__lf_ec_wake(&e->wake_ec); /* whatever it sleeps for: drain */
 		return TMO_EAGAIN;
 	}
@@ -252,6 +275,8 @@ static __attribute__((noinline)) int arm_spill(struct tmo *e, struct tmo_timer *
 	 * depot is lines other threads freed (depot.c, refill) */
 	__builtin_prefetch(r->cache, 1);
 	arm_fill(r, n, t, timeout_ns, stamp, cb, arg);
+	/* the fast path announced this arm (arm_announce): in our hands until
+	 * filed or in its slot */
 	struct lf_node *old = lf_node_at(e, lf_word_idx(prev));
 	/* the slot's arm's RING state is its word without the index */
 	uint64_t ring_st = prev & ~((uint64_t)((1u << LF_IDX_BITS) - 1) << 2);
@@ -263,13 +288,15 @@ static __attribute__((noinline)) int arm_spill(struct tmo *e, struct tmo_timer *
 	                               : (wake_at = file_inbox(e, r, n, t, stamp, timeout_ns), 1))) {
 		tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
 	} else {
-		if (s == ring_st)
+		if (s == ring_st) {
 			tmo__lf_ring_evict(e, r, prev); /* our base was busy: the long way */
-		else if (s == lf_st(lf_word_gen(prev), LF_CANCELLED))
+			arm_announce(e, r, timeout_ns); /* the evict cleared it */
+		} else if (s == lf_st(lf_word_gen(prev), LF_CANCELLED))
 			lf_cache_put(e, r, old); /* another thread's cancel left it */
 		tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
 		arm_publish_filled(e, r, n, i, t);
 	}
+	arm_unannounce(r);
 	lf_light_barrier(tw);
 	if (atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_SLEEPING)
 		return arm_wake_at(e, stamp, timeout_ns, wake_at);
@@ -284,29 +311,37 @@ static __attribute__((noinline)) int arm_general(struct tmo *e, struct tmo_timer
                                                  int64_t timeout_ns, tmo_callback *cb, void *arg,
                                                  uint64_t stamp)
 {
+	/* a stamp: the fast path's, announced in the hot record (arm_announce) */
 	if (LF_UNLIKELY(lf_word_out(atomic_load_explicit(lf_timer_word(t), memory_order_relaxed)) ==
-	                LF_PENDING))
+	                LF_PENDING)) {
+		if (stamp != 0)
+			arm_unannounce(tmo__lf_tls_hot.rec);
 		return TMO_EARMED;
+	}
 	struct lf_rec *r = lf_rec_get(e);
 	if (LF_UNLIKELY(r == NULL))
 		return arm_slow(e, t, timeout_ns, cb, arg);
 	struct lf_node *n = r->cache;
 	if (n == NULL) {
 		int err = TMO_ENOMEM;
-		if ((n = tmo__lf_cache_refill(e, r, &err)) == NULL)
+		if ((n = tmo__lf_cache_refill(e, r, &err)) == NULL) {
+			arm_unannounce(r);
 			return err;
+		}
 		/* the fast path's arm (a stamp) found the cache empty: refilled,
 		 * it goes the fast way, filed at once where its slot's arm lives
 		 * (a burst of cancels, then of arms, empties the cache every
-		 * LF_CHAIN arms) */
+		 * LF_CHAIN arms); that arm announces itself again */
 		if (stamp != 0)
 			return tmo__lf_arm(e, t, timeout_ns, cb, arg);
 	}
 	r->cache = n->free_next;
 	r->cache_n--;
 	uint64_t tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
-	if (stamp == 0)
+	if (stamp == 0) {
+		arm_announce(e, r, timeout_ns);
 		stamp = lf_stamp();
+	}
 	if (!lf_stamp_fresh(e, stamp)) { /* the calibration is old (clock.c, Dating) */
 		stamp = LF_STAMP_DEADLINE;
 		timeout_ns += tmo_now_ns();
@@ -320,12 +355,19 @@ static __attribute__((noinline)) int arm_general(struct tmo *e, struct tmo_timer
 		 * INBOX_MAX nodes behind; refuse this arm instead. */
 		if (inbox_full(e, r)) {
 			lf_cache_put(e, r, n);
+			arm_unannounce(r);
 			tmo__lf_ec_wake(&e->wake_ec); /* whatever it sleeps for: drain */
 			return TMO_EAGAIN;
 		}
-		tmo__lf_ring_evict(e, r, prev);
+		tmo__lf_ring_evict(e, r, prev); /* it announces the evicted arm, then clears */
+		if (stamp == LF_STAMP_DEADLINE) /* timeout_ns holds the deadline */
+			atomic_store_explicit(&r->transit, timeout_ns > 0 ? timeout_ns : 1,
+			                      memory_order_relaxed);
+		else
+			arm_announce(e, r, timeout_ns);
 	}
 	arm_publish(e, r, n, i, t, timeout_ns, stamp, cb, arg);
+	arm_unannounce(r);
 	lf_light_barrier(tw);
 	if (atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_SLEEPING)
 		return arm_wake(e, stamp, timeout_ns);
@@ -346,6 +388,7 @@ static inline __attribute__((always_inline)) int arm_fast(struct tmo *e, struct 
 	uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
 	_Atomic uint64_t *slot = &r->ring[head & (LF_RING_SLOTS - 1)];
 	_Atomic uint64_t *word = lf_timer_word(t);
+	arm_announce(e, r, timeout_ns);
 	uint64_t stamp = lf_tsc();
 	if (LF_UNLIKELY(n == NULL ||
 	                lf_word_out(atomic_load_explicit(word, memory_order_relaxed)) == LF_PENDING ||
@@ -371,6 +414,7 @@ static inline __attribute__((always_inline)) int arm_fast(struct tmo *e, struct 
 	atomic_store_explicit(word, w, memory_order_release);
 	atomic_store_explicit(slot, w, memory_order_release);
 	atomic_store_explicit(&r->head, head + 1, memory_order_relaxed);
+	arm_unannounce(r);
 	atomic_signal_fence(memory_order_seq_cst); /* see clock.c: membarrier */
 	if (LF_UNLIKELY(atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_SLEEPING))
 		return arm_wake(e, stamp, timeout_ns);

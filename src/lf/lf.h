@@ -170,8 +170,10 @@ struct lf_rec {
 	_Alignas(64) _Atomic uint64_t head;
 	/* While its owner holds a node it took out of the ring (from just
 	 * before the CAS RING -> QUEUED until the node is in the inbox or a
-	 * base): a lower bound on that node's deadline (1 if unknown), else 0.
-	 * Read by the timer thread, which fires nothing due at or after it
+	 * base), or an arm (from before its stamp until it is in its slot or
+	 * filed, arm.c arm_announce): a lower bound on that node's deadline
+	 * (1 if unknown), else 0.  Read by the timer thread, before and after
+	 * it looks at the ring, which fires nothing due at or after it
 	 * meanwhile (timer.c, Order). */
 	_Atomic int64_t transit;
 	uint32_t cache_n;

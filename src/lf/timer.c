@@ -26,7 +26,13 @@
  * `now` read after a long drain (tens of thousands of nodes, a starved
  * thread: hundreds of ms) fired timers due after arms published during
  * the drain (issue 19); and an owner preempted mid-spill held a node the
- * round could not see.  Lateness grows instead; order holds.
+ * round could not see.  Lateness grows instead; order holds.  An arm is
+ * dated by a stamp taken before it is in its slot (or filed at once): it
+ * too is announced, from before its stamp (a lower bound: the latest
+ * tick's clock read plus its timeout) until it is there; the record is
+ * read before its ring (an arm announced, then in its slot and cleared,
+ * is seen in one or the other) and after it (a spill's announcement
+ * precedes its CAS).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -128,6 +134,11 @@ static int steal_rings(struct tmo *e, int64_t *transit)
 			r->seen_head = armed;
 			active = 1;
 		}
+		/* before its ring: an arm announced before its stamp and cleared
+		 * after its slot store is here, or in the slot read below */
+		int64_t t0 = atomic_load_explicit(&r->transit, memory_order_acquire);
+		if (t0 != 0 && t0 < *transit)
+			*transit = t0;
 		for (uint32_t i = 0; i < LF_RING_SLOTS; i++) {
 			uint64_t w = atomic_load_explicit(&r->ring[i], memory_order_acquire);
 			if (w != 0 && steal_one(e, w))
