@@ -403,9 +403,10 @@ int64_t tmo__lf_node_deadline_far(struct tmo *e, struct lf_rec *r, const struct 
 	/* The cap: r's last clock reading, if it came after this arm.  Its
 	 * TSC read completes before the clock's own (fenced) read, and an arm
 	 * later in program order reads the TSC after that: a stamp below
-	 * cap_tsc was made before cap_ns was read.  r's arms are filed eight
-	 * arms after they were made, so one reading serves the eight arms
-	 * before it. */
+	 * cap_tsc was made before cap_ns was read.  A spilled arm is filed
+	 * eight arms after it was made, so one reading serves the eight arms
+	 * before it; an arm filed at once (arm.c, file_own) is the newest, and
+	 * takes a reading of its own. */
 	if (stamp >= r->cap_tsc) {
 		r->cap_tsc = read_tsc();
 		r->cap_ns = tmo_now_ns();
