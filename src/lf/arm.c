@@ -101,10 +101,13 @@ static __attribute__((noinline)) int arm_wake(struct tmo *e, uint64_t stamp, int
  * let rounds fire timers due after the arm it held: expiry at 1e6 beside
  * four hogs, the wheel, 2 order violations (deadlines 1.002 and 1.018 ms
  * apart) in 1 run of 4 before (issue 19). */
+static inline void arm_announce_at(struct lf_rec *r, int64_t lower)
+{
+	atomic_store_explicit(&r->transit, lower > 0 ? lower : 1, memory_order_relaxed);
+}
 static inline void arm_announce(struct tmo *e, struct lf_rec *r, int64_t timeout_ns)
 {
-	int64_t lower = atomic_load_explicit(&e->tick_at, memory_order_relaxed) + timeout_ns;
-	atomic_store_explicit(&r->transit, lower > 0 ? lower : 1, memory_order_relaxed);
+	arm_announce_at(r, atomic_load_explicit(&e->tick_at, memory_order_relaxed) + timeout_ns);
 }
 
 /* The arm is in its slot or filed (after its release stores). */
@@ -153,12 +156,26 @@ static inline int inbox_full(struct tmo *e, const struct lf_rec *r)
 	                              INBOX_MAX;
 }
 
+/* An arm filed at once, in state `to` (LF_QUEUED or LF_IN_STRUCT, both past
+ * LF_RING): its node's next generation, then the timer's word; counted as
+ * an arm. */
+static inline void publish_at_once(struct tmo *e, struct lf_rec *r, struct lf_node *n,
+                                   struct tmo_timer *t, unsigned to)
+{
+	uint64_t st = lf_next_ring(atomic_load_explicit(&n->state, memory_order_relaxed)) +
+	              (to - LF_RING);
+	atomic_store_explicit(&n->state, st, memory_order_release);
+	atomic_store_explicit(lf_timer_word(t), lf_word(lf_idx_of(e, n), lf_gen_of(st), LF_PENDING),
+	                      memory_order_release);
+	lf_bump(&r->head);
+	lf_bump(&r->direct);
+}
+
 /* The fast path's arm whose ring slot still holds a live arm: a timer that
  * outlived the ring (held timers).  This arm is filed at once, in our own
  * base (or the inbox): nobody knows its node yet, so its state is stored,
- * not CASed, and it is in no ring, so no transit is announced (timer.c,
- * Order: like a ring arm before its slot store, it is invisible until
- * filed).  Evicting the slot's arm instead costs a CAS on it (the timer
+ * not CASed; it stays announced in transit (arm_announce) until filed.
+ * Evicting the slot's arm instead costs a CAS on it (the timer
  * thread and other threads' cancels race for a ring arm), and a slot's arm
  * that lived through a whole pass of the ring is most often one that lives
  * on.  The slot keeps it until it is cancelled or stolen; the next arm
@@ -179,16 +196,9 @@ static inline __attribute__((always_inline)) int file_own(struct tmo *e, struct 
 		atomic_store_explicit(&b->next, deadline, memory_order_release);
 	}
 	tmo__wheel_add(lf_own_wheel(b), &n->s.wheel, deadline);
-	uint64_t st = lf_next_ring(atomic_load_explicit(&n->state, memory_order_relaxed)) +
-	              (LF_IN_STRUCT - LF_RING);
-	/* state, then the timer's word, both before the unlock: the timer
-	 * thread sees the node only through the base, a canceller only
-	 * through the word */
-	atomic_store_explicit(&n->state, st, memory_order_release);
-	atomic_store_explicit(lf_timer_word(t), lf_word(lf_idx_of(e, n), lf_gen_of(st), LF_PENDING),
-	                      memory_order_release);
-	lf_bump(&r->head);
-	lf_bump(&r->direct);
+	/* before the unlock: the timer thread sees the node only through the
+	 * base, a canceller only through the word */
+	publish_at_once(e, r, n, t, LF_IN_STRUCT);
 	/* tmo__lf_base_release's common case: nothing to tidy, nothing due soon */
 	if (LF_UNLIKELY(ck_pr_load_ptr(&b->cancels.head) != NULL ||
 	                ck_pr_load_ptr(&b->tofile.head) != NULL ||
@@ -217,14 +227,8 @@ static inline __attribute__((always_inline)) int64_t file_inbox(struct tmo *e, s
 	                                   : tmo__lf_node_deadline_lower(e, stamp, timeout);
 	if (lower < 0)
 		lower = 0;
-	uint64_t st = lf_next_ring(atomic_load_explicit(&n->state, memory_order_relaxed)) +
-	              (LF_QUEUED - LF_RING);
-	atomic_store_explicit(&n->state, st, memory_order_release);
 	/* the word before the push: once in the inbox it may fire */
-	atomic_store_explicit(lf_timer_word(t), lf_word(lf_idx_of(e, n), lf_gen_of(st), LF_PENDING),
-	                      memory_order_release);
-	lf_bump(&r->head);
-	lf_bump(&r->direct);
+	publish_at_once(e, r, n, t, LF_QUEUED);
 	ck_stack_push_upmc(&e->inbox, &n->link);
 	atomic_fetch_add_explicit(&e->inbox_in, 1, memory_order_relaxed);
 	return lower;
@@ -361,8 +365,7 @@ static __attribute__((noinline)) int arm_general(struct tmo *e, struct tmo_timer
 		}
 		tmo__lf_ring_evict(e, r, prev); /* it announces the evicted arm, then clears */
 		if (stamp == LF_STAMP_DEADLINE) /* timeout_ns holds the deadline */
-			atomic_store_explicit(&r->transit, timeout_ns > 0 ? timeout_ns : 1,
-			                      memory_order_relaxed);
+			arm_announce_at(r, timeout_ns);
 		else
 			arm_announce(e, r, timeout_ns);
 	}

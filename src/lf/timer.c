@@ -121,6 +121,14 @@ static int steal_one(struct tmo *e, uint64_t w)
 	return 1;
 }
 
+/* Lower *transit to what r's owner announces it holds (0: nothing). */
+static inline void transit_lower(struct lf_rec *r, int64_t *transit)
+{
+	int64_t t = atomic_load_explicit(&r->transit, memory_order_acquire);
+	if (t != 0 && t < *transit)
+		*transit = t;
+}
+
 /* Walk every record: steal from rings, note activity, and lower *transit
  * to what an owner holds in transit (Order, above).  Returns 1 if any
  * thread armed since the last look, 2 if it also stole. */
@@ -136,9 +144,7 @@ static int steal_rings(struct tmo *e, int64_t *transit)
 		}
 		/* before its ring: an arm announced before its stamp and cleared
 		 * after its slot store is here, or in the slot read below */
-		int64_t t0 = atomic_load_explicit(&r->transit, memory_order_acquire);
-		if (t0 != 0 && t0 < *transit)
-			*transit = t0;
+		transit_lower(r, transit);
 		for (uint32_t i = 0; i < LF_RING_SLOTS; i++) {
 			uint64_t w = atomic_load_explicit(&r->ring[i], memory_order_acquire);
 			if (w != 0 && steal_one(e, w))
@@ -146,9 +152,7 @@ static int steal_rings(struct tmo *e, int64_t *transit)
 		}
 		/* after its ring, before the drain: a 0 written after the push
 		 * comes with the push */
-		int64_t t = atomic_load_explicit(&r->transit, memory_order_acquire);
-		if (t != 0 && t < *transit)
-			*transit = t;
+		transit_lower(r, transit);
 	}
 	return active;
 }
