@@ -93,7 +93,8 @@ static void base_file_locked(struct tmo *e, struct lf_base *b, struct lf_node *n
 	if (lf_st_of(s) == LF_QUEUED) {
 		int64_t deadline = tmo__lf_node_deadline(e, n, later);
 		/* `next` first: a timer thread that finds the base busy holds back
-		 * what is due after `next`, which may be earlier than the base's
+		 * what is due after `next` less what its tick and the dating may
+		 * hide (fire.c, busy_hold), which may be earlier than the base's
 		 * first deadline, never later */
 		if (deadline < atomic_load_explicit(&b->next, memory_order_relaxed))
 			atomic_store_explicit(&b->next, deadline, memory_order_release);

@@ -12,6 +12,7 @@
 #include "base.h"
 #include "rec.h"
 #include "cancel.h"
+#include "hook.h"
 
 static void count_prevented(struct tmo *e)
 {
@@ -105,6 +106,7 @@ static void unfile(struct tmo *e, struct lf_node *n, struct lf_rec *r)
 	struct lf_base *b = (aux & 3u) == LF_IN_THREAD ? (struct lf_base *)(aux & ~(uintptr_t)3)
 	                                                : e->tt_base;
 	if (r != NULL && r->base == b && lf_base_own_trylock(e, b)) {
+		LF_HOOK(owner_in, e);
 		const struct lf_sched *sc = e->p->sched;
 		if (sc->contains(n))
 			sc->remove(lf_sched_of(b), n);
@@ -266,6 +268,7 @@ static __attribute__((noinline)) int cancel_filed(struct tmo *e, struct tmo_time
 	if (atomic_load_explicit(&n->aux, memory_order_relaxed) == ((uintptr_t)b | LF_IN_THREAD) &&
 	    b != NULL && lf_base_own_trylock(e, b)) {
 		/* in our own base (unfile's case, without its look-ups) */
+		LF_HOOK(owner_in, e);
 		if (tmo__wheel_contains(&n->s.wheel))
 			tmo__wheel_del(lf_own_wheel(b), &n->s.wheel);
 		lf_base_own_unlock(b);

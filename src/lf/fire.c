@@ -105,6 +105,28 @@ static int64_t split_hold(const struct tmo *e, const struct lf_sched *sc, const 
 	return h;
 }
 
+/* What a round may fire while a base whose `next` (its lock's holder
+ * wrote it: a deadline of its own, or its wheel's next tick, which is a
+ * deadline rounded UP) is <= now is busy: a deadline before the result.
+ * A node there, filed at d, lies in the tick ending at `next` or later
+ * (d > next less the resolution) and was armed for d less at most two
+ * floors (clock.c): what is due by next less two floors runs in order
+ * with it, as split_hold reasons.  A heap's `next` is its least deadline
+ * (d >= next): holding back from `next` on is safe.  Held back from
+ * `next` on, a wheel's base let a round fire a timer in the same tick
+ * as one the base held, due 1.008 ms after it by the clock reads around
+ * its arm: the base's was dated at its upper bound (+50 us), the fired
+ * one by a clock read; expiry at 1e6 beside four hogs, 2 of 20 runs
+ * (issue 19).  TMO_LF_PLANT_BUSY_HOLD puts that back
+ * (tests/hooked/lf_busy.c). */
+static int64_t busy_hold(const struct tmo *e, int64_t next)
+{
+#ifdef TMO_LF_PLANT_BUSY_HOLD
+	return next;
+#endif
+	return e->p->sched->ordered ? next : next + 1 - 2 * e->margin_ns;
+}
+
 /* A collect that stopped inside a tick gave nodes (tt->due from
  * `from` on) of which the round's hold fires none: batching only delays
  * them (and sorts them again each round), so the rest is taken now. */
@@ -256,8 +278,11 @@ int64_t tmo__lf_collect_all(struct tmo *e, int64_t now, int64_t *wake)
 				 * back what is due after that, look again soon.  Nodes
 				 * on its tofile stack may be due before anything: hold
 				 * back everything. */
-				if (next <= now && next < hold)
-					hold = next;
+				if (next <= now) {
+					int64_t h = busy_hold(e, next);
+					if (h < hold)
+						hold = h;
+				}
 				if (ck_pr_load_ptr(&b->tofile.head) != NULL)
 					hold = INT64_MIN;
 				next = now + e->tick_ns / RETRY_DIV;

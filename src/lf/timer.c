@@ -32,7 +32,9 @@
  * tick's clock read plus its timeout) until it is there; the record is
  * read before its ring (an arm announced, then in its slot and cleared,
  * is seen in one or the other) and after it (a spill's announcement
- * precedes its CAS).
+ * precedes its CAS).  A base its owner holds is not waited for: the
+ * round fires only what runs in order with anything the base may hold
+ * (fire.c, busy_hold).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +53,7 @@
 tmo__lf_hook_fn *_Atomic tmo__lf_hook_transit;
 tmo__lf_hook_fn *_Atomic tmo__lf_hook_round;
 tmo__lf_hook_fn *_Atomic tmo__lf_hook_pair;
+tmo__lf_hook_fn *_Atomic tmo__lf_hook_owner_in;
 #endif
 
 /* Idle rounds (no arm anywhere, nothing in the inbox) before it sleeps. */
@@ -311,9 +314,9 @@ void *tmo__lf_timer_main(void *arg)
 		LF_HOOK(round, e);
 
 		/* 3, 4. collect and fire: what was due at `now` (before the steal,
-		 * see Order) and before every busy base's earliest deadline and
-		 * every node in transit; the rest waits (in the due array) for the
-		 * next round */
+		 * see Order), before what a busy base may hold (fire.c,
+		 * busy_hold) and before every node in transit; the rest waits (in
+		 * the due array) for the next round */
 		/* planted defects (tests/hooked/lf_order.c, which catches each;
 		 * tests/harness/starve.sh): the round's bound read after the
 		 * drain (NOW), nodes in transit not waited for (TRANSIT);

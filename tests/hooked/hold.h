@@ -4,9 +4,9 @@
  *
  * While `hold` names a point, the first thread that comes to that point's
  * hook stays there until `release` is set, after setting `held`; then
- * `hold` is HOLD_NONE again, so later comers pass.  At the transit hook
- * only a thread that set owner_thread is held (the case's owner, not the
- * test's other threads).  One test a process: the state is the file's.
+ * `hold` is HOLD_NONE again, so later comers pass.  At the transit and
+ * owner_in hooks only a thread that set owner_thread is held (the case's
+ * owner, not the test's other threads).  One test a process: the state is the file's.
  */
 #ifndef TMO_TEST_HOOKED_HOLD_H
 #define TMO_TEST_HOOKED_HOLD_H
@@ -17,7 +17,7 @@
 #include "engine_test.h"
 #include "lf/lf.h"
 
-enum { HOLD_NONE, HOLD_TRANSIT, HOLD_ROUND };
+enum { HOLD_NONE, HOLD_TRANSIT, HOLD_ROUND, HOLD_OWNER_IN };
 static atomic_int hold, held, release;
 static _Thread_local int owner_thread = 0;
 
@@ -30,12 +30,18 @@ static inline void hold_at(int point)
 	while (!atomic_load(&release))
 		et_sleep_ns(100 * TMO_NSEC_PER_USEC);
 }
-/* The hooks (tmo__lf_hook_transit, tmo__lf_hook_round). */
+/* The hooks (tmo__lf_hook_transit, tmo__lf_hook_owner_in, tmo__lf_hook_round). */
 static inline void hold_transit(struct tmo *e)
 {
 	(void)e;
 	if (owner_thread)
 		hold_at(HOLD_TRANSIT);
+}
+static inline void hold_owner_in(struct tmo *e)
+{
+	(void)e;
+	if (owner_thread)
+		hold_at(HOLD_OWNER_IN);
 }
 static inline void hold_round(struct tmo *e)
 {

@@ -6,7 +6,8 @@
 #
 # Each is built again with each defect it must catch planted (a macro of
 # src/lf/: the order rule's two halves in timer.c, the timer thread's side
-# of a base's lock in fire.c, the calibration's wide pair in clock.c);
+# of a base's lock and its hold of a busy base in fire.c, the
+# calibration's wide pair in clock.c);
 # ctest "hooked/<name>-planted-<plant>"
 # passes only when the test reports every case that defect must fail, on
 # every engine (the regexes below, one per test and plant).
@@ -28,6 +29,10 @@ set(tmo_hooked_regex_lf_order_transit
 set(tmo_hooked_plants_lf_pair wide=TMO_LF_PLANT_WIDE_PAIR)
 set(tmo_hooked_regex_lf_pair_wide
     "lf_pair/mpsc: a calibration was published with a clock read error.*lf_pair/wheel: a calibration was published")
+#   lf_busy   hold: TMO_LF_PLANT_BUSY_HOLD, a busy base held back only
+#             from its `next` on (fire.c, busy_hold).
+set(tmo_hooked_plants_lf_busy hold=TMO_LF_PLANT_BUSY_HOLD)
+set(tmo_hooked_regex_lf_busy_hold "busy/wheel: B [^\n]*ran before A")
 set(tmo_hooked_plants_lf_lock other=TMO_LF_PLANT_LOCK_OTHER)
 set(tmo_hooked_regex_lf_lock_other
     "P was taken out of its base while its owner held|ThreadSanitizer: data race")
