@@ -88,6 +88,11 @@ static const struct ck_ec_ops ec_ops = {
 	.wake32 = ec_wake32,
 };
 static const struct ck_ec_mode ec_mode = {.ops = &ec_ops, .single_producer = false};
+/* An event count one thread alone adds to: on x86 its add is a plain xadd,
+ * no lock prefix (ck_ec.h: a waiter's flag a racing add overwrites is
+ * harmless, the add changed the value the waiter sleeps on); elsewhere,
+ * and under TSan (cmake/ck_tsan.cmake), the locked add. */
+static const struct ck_ec_mode ec_mode_sp = {.ops = &ec_ops, .single_producer = true};
 
 static int ts_before(const struct timespec *a, const struct timespec *b)
 {
@@ -118,6 +123,7 @@ void tmo__lf_ec_wait(struct ck_ec32 *ec, uint32_t v, int64_t deadline_ns)
 }
 
 void tmo__lf_ec_wake(struct ck_ec32 *ec) { ck_ec32_add(ec, &ec_mode, 1); }
+void tmo__lf_ec_wake_sp(struct ck_ec32 *ec) { ck_ec32_add(ec, &ec_mode_sp, 1); }
 uint32_t tmo__lf_ec_value(struct ck_ec32 *ec) { return ck_ec32_value(ec); }
 
 /* ---- the TSC ---------------------------------------------------------------- */

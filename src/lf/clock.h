@@ -64,6 +64,9 @@ void tmo__lf_cal_update(struct tmo *e);
 /* Sleep / wake (futex event counts through ck_ec). */
 void tmo__lf_ec_wait(struct ck_ec32 *ec, uint32_t v, int64_t deadline_ns);
 void tmo__lf_ec_wake(struct ck_ec32 *ec);
+/* The same for an event count only the calling thread adds to (the timer
+ * thread's done_ec): no locked instruction on x86. */
+void tmo__lf_ec_wake_sp(struct ck_ec32 *ec);
 uint32_t tmo__lf_ec_value(struct ck_ec32 *ec);
 /* The timer thread's side of the asymmetric Dekker with arm: after it set
  * LF_TW_SLEEPING and before it looks at rings, bases and the inbox. */

@@ -401,7 +401,9 @@ void tmo__lf_fire(struct tmo *e, struct due *d)
 	tmo__cb_end();
 	atomic_store_explicit(&e->running, NULL, memory_order_release);
 	atomic_store_explicit(&n->state, lf_st(d->gen, LF_FREE), memory_order_release);
-	tmo__lf_ec_wake(&e->done_ec); /* after that store: a cancel waiting on FIRING wakes */
+	/* after that store: a cancel waiting on FIRING wakes (the timer
+	 * thread alone adds to done_ec: a plain add on x86) */
+	tmo__lf_ec_wake_sp(&e->done_ec);
 	lf_cache_put(e, e->tt_rec, n);
 }
 
