@@ -56,6 +56,10 @@ tmo__lf_hook_fn *_Atomic tmo__lf_hook_pair;
 tmo__lf_hook_fn *_Atomic tmo__lf_hook_owner_in;
 #endif
 
+/* How far ahead of the one it fires the firing loop fetches nodes (half
+ * that for their timers): a burst's nodes and timers lie anywhere in
+ * memory, one miss each. */
+#define FIRE_AHEAD 16
 /* Idle rounds (no arm anywhere, nothing in the inbox) before it sleeps. */
 #define IDLE_ROUNDS 4
 /* How often the TSC calibration is refreshed while rounds follow each
@@ -238,6 +242,10 @@ static size_t fire_due(struct tmo *e, int64_t now, int64_t hold, int64_t *wake)
 	for (; k < tt->due_n && tt->due[k].deadline < hold; k++) {
 		if (atomic_load_explicit(&e->stop, memory_order_acquire))
 			break; /* destroy cancels the rest */
+		if (k + FIRE_AHEAD < tt->due_n) {
+			__builtin_prefetch(tt->due[k + FIRE_AHEAD].n, 1);
+			__builtin_prefetch(tt->due[k + FIRE_AHEAD / 2].n->timer, 1);
+		}
 		tmo__lf_fire(e, &tt->due[k]);
 	}
 	memmove(tt->due, tt->due + k, (tt->due_n - k) * sizeof *tt->due);
