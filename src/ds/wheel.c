@@ -69,6 +69,8 @@ int tmo__wheel_init(struct tmo_wheel *w, int64_t resolution_ns, int64_t now_ns)
 	w->overflow_min = UINT64_MAX;
 	w->expired_tick = UINT64_MAX;
 	w->expired_min = INT64_MAX;
+	for (unsigned s = 0; s < RING; s++)
+		w->min0[s] = INT64_MAX;
 	return 0;
 }
 
@@ -180,6 +182,8 @@ static void place(struct tmo_wheel *w, struct tmo_wheel_node *n)
 		slot_mark(w, l, s);
 		if (l > 0 && w->placed[l - 1][s] != UINT16_MAX)
 			w->placed[l - 1][s]++;
+		else if (l == 0 && n->deadline < w->min0[s])
+			w->min0[s] = n->deadline;
 		return;
 	}
 	list_push(&w->overflow, n);
@@ -416,6 +420,7 @@ static size_t hand_out_max(struct tmo_wheel_node ***tail, struct tmo_wheel_list 
 static size_t take_tick(struct tmo_wheel *w, unsigned s, uint64_t t,
                         struct tmo_wheel_node ***tail, size_t max, int *left)
 {
+	int64_t min = w->min0[s]; /* slot_take forgets it */
 	struct tmo_wheel_list rest = {slot_take(w, 0, s)};
 	size_t k = hand_out_max(tail, &rest, max);
 	*left = rest.head != NULL;
@@ -423,20 +428,14 @@ static size_t take_tick(struct tmo_wheel *w, unsigned s, uint64_t t,
 		struct tmo_wheel_node **end = &w->expired.head;
 		while (*end != NULL)
 			end = &(*end)->next;
-		for (const struct tmo_wheel_node *n = rest.head; n != NULL; n = n->next)
-			if (n->deadline < w->expired_min)
-				w->expired_min = n->deadline;
+		if (min < w->expired_min) /* the rest's, without a walk of it */
+			w->expired_min = min;
 		*end = rest.head;
 		rest.head->pprev = end;
 		if (t < w->expired_tick)
 			w->expired_tick = t;
 	}
 	return k;
-}
-
-size_t tmo__wheel_advance(struct tmo_wheel *w, int64_t now, struct tmo_wheel_list *due)
-{
-	return tmo__wheel_advance_max(w, now, SIZE_MAX, due);
 }
 
 size_t tmo__wheel_advance_max(struct tmo_wheel *w, int64_t now, size_t max,

@@ -63,6 +63,10 @@ struct tmo_wheel {
 	uint64_t expired_tick;          /* <= the tick of every expired node */
 	int64_t expired_min;            /* <= the deadline of every expired
 	                                   node; INT64_MAX when none */
+	/* <= the deadline of every node put in level 0's slot s since it was
+	 * last empty; INT64_MAX when none: what a bounded advance that stops
+	 * inside the slot's tick leaves, known without walking the rest */
+	int64_t min0[2 * TMO_WHEEL_SLOTS];
 };
 
 /* Returns 0, or TMO_WHEEL_EINVAL for a resolution <= 0. */
@@ -90,6 +94,8 @@ static inline void tmo__wheel_unmark(struct tmo_wheel *w, unsigned l, unsigned s
 	w->occupied[l][s >> TMO_WHEEL_BITS] &= ~(UINT64_C(1) << (s & (TMO_WHEEL_SLOTS - 1)));
 	if (l > 0)
 		w->placed[l - 1][s] = 0;
+	else
+		w->min0[s] = INT64_MAX;
 }
 
 /* Remove a node that is in the wheel.  Inline: a cancel's whole cost is
@@ -141,7 +147,13 @@ int64_t tmo__wheel_next_expiry(const struct tmo_wheel *w);
  * each tick passed, a share of the next blocks' nodes filed a level down
  * (about 64/63 of the nodes due per tick, per level; a jump past ticks
  * where nothing was due files what it skipped at once). */
-size_t tmo__wheel_advance(struct tmo_wheel *w, int64_t now, struct tmo_wheel_list *due);
+size_t tmo__wheel_advance_max(struct tmo_wheel *w, int64_t now, size_t max,
+                              struct tmo_wheel_list *due);
+static inline size_t tmo__wheel_advance(struct tmo_wheel *w, int64_t now,
+                                        struct tmo_wheel_list *due)
+{
+	return tmo__wheel_advance_max(w, now, SIZE_MAX, due);
+}
 /* advance() that hands out at most max nodes (max >= 1): a burst due at
  * once comes out a batch at a time.  When it stops inside a tick, that
  * tick counts as processed and its other nodes wait on `expired`, handed
@@ -152,9 +164,7 @@ size_t tmo__wheel_advance(struct tmo_wheel *w, int64_t now, struct tmo_wheel_lis
  * nodes filed before their tick); never late holds over the calls that
  * follow, the first of which returns fewer than max.  Cost: the nodes
  * handed out, plus advance()'s per tick; a stop inside a tick walks what
- * was already on `expired` (nodes added late: few) and the tick's rest
- * (for expired_min). */
-size_t tmo__wheel_advance_max(struct tmo_wheel *w, int64_t now, size_t max,
-                              struct tmo_wheel_list *due);
+ * was already on `expired` (nodes added late: few), not the tick's rest
+ * (its least deadline is kept as nodes are put in the slot: min0). */
 
 #endif
