@@ -27,7 +27,7 @@ static void due_add(void *ctx, struct lf_node *n)
 	struct lf_tt *tt = e->tt;
 	tt->due[tt->due_n++] = (struct due){
 	    n, lf_gen_of(atomic_load_explicit(&n->state, memory_order_relaxed)),
-	    e->p->sched->deadline(n), 0};
+	    e->p->sched->deadline(n), n->timer, 0};
 }
 
 static void tt_bytes_update(struct tmo *e);
@@ -235,7 +235,7 @@ static void take_soon(struct tmo *e, struct lf_base *b)
 		uint64_t s = atomic_load_explicit(&n->state, memory_order_acquire);
 		if (lf_st_of(s) == LF_QUEUED)
 			tt->due[tt->due_n++] =
-			    (struct due){n, lf_gen_of(s), e->p->sched->deadline(n), 1};
+			    (struct due){n, lf_gen_of(s), e->p->sched->deadline(n), n->timer, 1};
 		else
 			lf_cache_put(e, e->tt_rec, n); /* DROPPED on the list */
 	}

@@ -244,7 +244,7 @@ static size_t fire_due(struct tmo *e, int64_t now, int64_t hold, int64_t *wake)
 			break; /* destroy cancels the rest */
 		if (k + FIRE_AHEAD < tt->due_n) {
 			__builtin_prefetch(tt->due[k + FIRE_AHEAD].n, 1);
-			__builtin_prefetch(tt->due[k + FIRE_AHEAD / 2].n->timer, 1);
+			__builtin_prefetch(tt->due[k + FIRE_AHEAD / 2].timer, 1);
 		}
 		tmo__lf_fire(e, &tt->due[k]);
 	}

@@ -18,6 +18,10 @@ struct due {
 	struct lf_node *n;
 	uint64_t gen;
 	int64_t deadline;
+	/* n's timer, read while the node could not be reused (in a base the
+	 * timer thread holds, or handed over): only to fetch ahead (timer.c,
+	 * fire_due); a cancel may free and reuse n before it fires */
+	struct tmo_timer *timer;
 	int handed; /* from a soon list: QUEUED, the timer thread frees it if dropped */
 };
 
