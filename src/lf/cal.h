@@ -38,29 +38,64 @@ static inline uint64_t lf_fx_mul(uint64_t x, uint64_t fx)
 	return (uint64_t)(((unsigned __int128)x * fx) >> 32);
 }
 
-/* A stamp's upper bound when it lies within near_ticks of c's latest pair,
- * either side (its margin is within the floor, `margin`), else 0: the
- * common case, cheaply, and inline where an owner files (arm.c).  A stamp
- * before that pair is converted back from it, as clock.c's tsc_bounds
- * converts one before both pairs: the margin covers the distance either
- * way. */
-static inline int64_t lf_cal_near(const struct lf_cal *c, uint64_t st, int64_t margin)
-{
+/* A published pair as one reader took it: its TSC and clock readings, rate
+ * and near window.  A pair dates a stamp within its window within the floor
+ * however old the pair is (the window was sized by that pair's own error
+ * and rate), so an owner keeps a copy (lf_rec.cal) and takes it again only
+ * when a stamp lies outside it: a subtraction and a compare at a filing,
+ * not the sequence count's loop. */
+struct lf_cal_snap {
 	uint64_t tsc, rate, near;
 	int64_t ns;
+};
+
+/* Copy c's latest pair into *p. */
+static inline void lf_cal_copy(const struct lf_cal *c, struct lf_cal_snap *p)
+{
 	uint32_t s0, s1;
 	do {
 		s0 = atomic_load_explicit(&c->seq, memory_order_acquire);
-		tsc = atomic_load_explicit(&c->tsc, memory_order_relaxed);
-		ns = atomic_load_explicit(&c->ns, memory_order_relaxed);
-		rate = atomic_load_explicit(&c->rate_fx, memory_order_relaxed);
-		near = atomic_load_explicit(&c->near_ticks, memory_order_relaxed);
+		p->tsc = atomic_load_explicit(&c->tsc, memory_order_relaxed);
+		p->ns = atomic_load_explicit(&c->ns, memory_order_relaxed);
+		p->rate = atomic_load_explicit(&c->rate_fx, memory_order_relaxed);
+		p->near = atomic_load_explicit(&c->near_ticks, memory_order_relaxed);
 		atomic_thread_fence(memory_order_acquire);
 		s1 = atomic_load_explicit(&c->seq, memory_order_relaxed);
 	} while (__builtin_expect((s0 & 1) || s0 != s1, 0));
-	if (st >= tsc)
-		return st - tsc <= near ? ns + (int64_t)lf_fx_mul(st - tsc, rate) + margin : 0;
-	return tsc - st <= near ? ns - (int64_t)lf_fx_mul(tsc - st, rate) + margin : 0;
+}
+
+/* A stamp's upper bound when it lies within p's near window, either side
+ * (its margin is within the floor, `margin`), else 0.  A stamp before the
+ * pair is converted back from it, as clock.c's tsc_bounds converts one
+ * before both pairs: the margin covers the distance either way. */
+static inline int64_t lf_snap_near(const struct lf_cal_snap *p, uint64_t st, int64_t margin)
+{
+	if (st >= p->tsc)
+		return st - p->tsc <= p->near ? p->ns + (int64_t)lf_fx_mul(st - p->tsc, p->rate) + margin
+		                              : 0;
+	return p->tsc - st <= p->near ? p->ns - (int64_t)lf_fx_mul(p->tsc - st, p->rate) + margin : 0;
+}
+
+/* The same from c's latest pair (the timer thread's filings). */
+static inline int64_t lf_cal_near(const struct lf_cal *c, uint64_t st, int64_t margin)
+{
+	struct lf_cal_snap p;
+	lf_cal_copy(c, &p);
+	return lf_snap_near(&p, st, margin);
+}
+
+/* The same by an owner, from its copy *p, taken again from c when the
+ * stamp lies outside it: the common case, cheaply, and inline where an
+ * owner files (arm.c). */
+static inline int64_t lf_own_near(const struct lf_cal *c, struct lf_cal_snap *p, uint64_t st,
+                                  int64_t margin)
+{
+	int64_t hi = lf_snap_near(p, st, margin);
+	if (__builtin_expect(hi == 0, 0)) {
+		lf_cal_copy(c, p);
+		hi = lf_snap_near(p, st, margin);
+	}
+	return hi;
 }
 
 #endif

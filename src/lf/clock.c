@@ -10,7 +10,10 @@
  * CLOCK_MONOTONIC, rounded up, and adds the timeout, from the newer of the
  * calibration's two latest pairs that is not after the stamp; a stamp whose
  * margin grew past the floor is also capped by a clock read taken after
- * the arm (tmo__lf_node_deadline).  Every ring arm is stolen and every
+ * the arm (tmo__lf_node_deadline).  An owner filing its own arm dates it
+ * from its copy of a pair when the stamp lies within that pair's near
+ * window, which dates it within the floor however old the copy (cal.h,
+ * lf_own_near).  Every ring arm is stolen and every
  * inbox node taken in the timer thread's next round, so at most one
  * calibration comes between a stamp and its filing: it is converted from
  * the pair it was made under, within lf_fresh_ns() of it, however late it

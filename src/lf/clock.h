@@ -42,7 +42,7 @@ static inline int lf_stamp_fresh(struct tmo *e, uint64_t stamp)
  * the deadline it holds (LF_STAMP_DEADLINE). */
 int64_t tmo__lf_node_deadline(struct tmo *e, const struct lf_node *n, int64_t later_ns);
 /* The same, by r's owner for a node of r's ring whose stamp
- * lf_cal_near (cal.h) did not convert (or that holds its deadline): a cap
+ * lf_own_near (cal.h) did not convert (or that holds its deadline): a cap
  * it needs is r's last clock reading when that came after the arm. */
 int64_t tmo__lf_node_deadline_far(struct tmo *e, struct lf_rec *r, const struct lf_node *n);
 /* The deadline of a node of r's ring, by r's owner. */
@@ -51,7 +51,7 @@ static inline int64_t tmo__lf_node_deadline_own(struct tmo *e, struct lf_rec *r,
 {
 	uint64_t stamp = atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed);
 	int64_t hi = stamp != LF_STAMP_DEADLINE && LF_LIKELY(tmo__lf_use_tsc)
-	                     ? lf_cal_near(&e->cal, stamp, e->margin_ns)
+	                     ? lf_own_near(&e->cal, &r->cal, stamp, e->margin_ns)
 	                     : 0;
 	if (LF_UNLIKELY(hi == 0))
 		return tmo__lf_node_deadline_far(e, r, n);

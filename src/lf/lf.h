@@ -189,10 +189,14 @@ struct lf_rec {
 	struct lf_rec *_Atomic next;
 	/* Timer thread only: `head` when it last looked. */
 	uint64_t seen_head;
-	/* Owner only: a clock reading and a TSC read just before it (clock.c,
-	 * tmo__lf_node_deadline_own) */
-	uint64_t cap_tsc;
+	/* Owner only, on a line of their own (the timer thread writes
+	 * seen_head every round): a clock reading and a TSC read just before
+	 * it (clock.c, tmo__lf_node_deadline_far), and the copy of a published
+	 * calibration pair that dates this owner's stamps near it (cal.h,
+	 * lf_own_near) */
+	_Alignas(64) uint64_t cap_tsc;
 	int64_t cap_ns;
+	struct lf_cal_snap cal;
 };
 
 /* ---- engine parameters and the engine -------------------------------------- */
