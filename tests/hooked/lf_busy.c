@@ -46,9 +46,13 @@
 #define MS TMO_NSEC_PER_MSEC
 #define WAIT (30 * TMO_NSEC_PER_SEC)
 #define LONG (60 * TMO_NSEC_PER_SEC)
+/* A 10 ms tick: its margin's floor (a twentieth, 500 us) is the room the
+ * case has for A's arm and B's, which under qemu beside other tests took
+ * more than the 1 ms tick's 50 us (the callback's arm of B: 7 tries of 8
+ * too late once) */
+#define RES (10 * MS)
 #define LEAD (100 * MS)
-#define C_LEAD (20 * MS) /* C, which arms B, is due this before S */
-#define B_EARLY (10 * US) /* B is due this before S */
+#define C_LEAD (30 * MS) /* C, which arms B, is due this before S */
 #define TRIES 8
 
 /* Order of the callbacks that ran: 0 A, 1 B. */
@@ -104,10 +108,10 @@ static void *owner_main(void *arg)
 	o->rc = tmo_arm(o->e, &o->a, LONG, seq_cb, (void *)0);
 	if (o->rc == 0 && tmo_cancel(o->e, &o->a) != TMO_CANCEL_PREVENTED)
 		o->rc = -1;
-	/* A's reads end a little before a tick starts; dated at its upper
-	 * bound (the margin's floor after its stamp), it lands after it */
+	/* A's reads end half a floor before a tick starts; dated at its upper
+	 * bound (the floor after its stamp), it lands after it */
 	int64_t now = tmo_now_ns();
-	int64_t due = tick_ceil(o->e, now + LEAD) - (o->e->margin_ns - 20 * US);
+	int64_t due = tick_ceil(o->e, now + LEAD) - o->e->margin_ns / 2;
 	now = tmo_now_ns();
 	if (o->rc == 0)
 		o->rc = tmo_arm(o->e, &o->a, due - now, seq_cb, (void *)0);
@@ -163,7 +167,8 @@ static int busy_round(void)
 	tmo_timer_init(&o.q);
 	for (int i = 0; i < LF_RING_SLOTS; i++)
 		tmo_timer_init(&o.fill[i]);
-	CHECK_EQ(tmo_create("wheel", NULL, &o.e), 0);
+	struct tmo_config cfg = {.resolution_ns = RES};
+	CHECK_EQ(tmo_create("wheel", &cfg, &o.e), 0);
 	CHECK_EQ(tmo_create("mpsc", NULL, &o.away), 0);
 	struct tmo *e = o.e;
 	c.e = e;
@@ -183,7 +188,7 @@ static int busy_round(void)
 	CHECK(lf_st_of(atomic_load(&na->state)) == LF_IN_STRUCT && sc->contains(na));
 	CHECK(sc->contains(np) && sc->contains(nq) && atomic_load(&np->aux) == aux);
 	int64_t d_a = sc->deadline(na), s = tick_ceil(e, d_a);
-	c.b_due = s - B_EARLY;
+	c.b_due = s - e->margin_ns / 4; /* by a clock read, a quarter floor before S */
 	/* A lies in the tick ending at S while its reads end more than B's
 	 * lead before S less the resolution */
 	const char *why = NULL;
