@@ -21,7 +21,8 @@
  * Violations: both (PREVENTED, yet the callback ran: seen at once, later by
  * the callback itself, or when the slot is reused), neither (FIRED/WAITED
  * but no callback), still running (the callback had not returned when
- * cancel returned), double fires, and cancel errors.
+ * cancel returned), double fires, and cancel errors.  Then five probes
+ * (rc_probes) make the last meeting certain rather than likely.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -32,7 +33,8 @@ static const struct sk_metric race_metrics[] = {
 	{"requested", "count"}, {"run", "count"}, {"fired", "count"}, {"cancelled", "count"},
 	{"both", "count"}, {"neither", "count"}, {"running_after_cancel", "count"},
 	{"double_fires", "count"}, {"errors", "count"}, {"arms_per_s", "arms/s"},
-	{"cancel_offset_ns", "ns"}, {"arm_retries", "count"}, {"violations", "count"},
+	{"cancel_offset_ns", "ns"}, {"arm_retries", "count"}, {"probes", "count"},
+	{"violations", "count"},
 	{NULL, NULL},
 };
 
@@ -83,9 +85,20 @@ struct rc_ctx {
 	int short_of;
 	/* outcome counters */
 	atomic_llong fired, cancelled, both, neither, running, doubles, errors, stale, arm_errors;
+	struct rc_probe *probes; /* PROBES of them, freed after the engine */
 };
 
 static void rc_stale(uint64_t i);
+
+static const char *rc_name(int rc)
+{
+	return rc == TMO_CANCEL_PREVENTED ? "TMO_CANCEL_PREVENTED"
+	       : rc == TMO_CANCEL_FIRED   ? "TMO_CANCEL_FIRED"
+	       : rc == TMO_CANCEL_WAITED  ? "TMO_CANCEL_WAITED"
+	       : rc == TMO_CANCEL_SELF    ? "TMO_CANCEL_SELF"
+	       : rc < 0                   ? tmo_errname(rc)
+	                                  : "an unknown result";
+}
 
 static void rc_cb(struct tmo_timer *t, void *arg)
 {
@@ -114,6 +127,82 @@ static void rc_stale(uint64_t i)
 		sk_violation(c->run, "arm #%llu: its callback ran after its slot was reused (its cancel "
 		              "had returned TMO_CANCEL_PREVENTED)",
 		              (unsigned long long)i);
+}
+
+/* The probes: the race above meets a cancel that does not wait only when
+ * the cancel happens to land in the callback's half microsecond, which a
+ * loaded machine can make rare.  A probe makes the meeting certain: its
+ * callback announces itself and then waits, on state, for the cancel to
+ * begin; the cancel follows the announcement, and the callback stays until
+ * the cancel has returned (or PROBE_HOLD passed: a cancel that waits, as
+ * it must, waits that long).  A cancel that returns while the callback is
+ * still inside is caught on every probe, unless the cancelling thread is
+ * held off the CPU for PROBE_HOLD between its return and its next read. */
+#define PROBES 5
+#define PROBE_HOLD (20 * TMO_NSEC_PER_MSEC)
+
+struct rc_probe {
+	struct tmo_timer t;
+	atomic_int in_cb, entering, returned, ran;
+	int64_t give_up; /* the callback's bound on waiting for the cancel */
+};
+
+static void rc_probe_cb(struct tmo_timer *t, void *arg)
+{
+	(void)arg;
+	struct rc_probe *p = tmo_container_of(t, struct rc_probe, t);
+	atomic_store(&p->in_cb, 1);
+	while (!atomic_load(&p->entering) && sk_now_ns() < p->give_up)
+		sched_yield();
+	int64_t until = sk_now_ns() + PROBE_HOLD;
+	while (!atomic_load(&p->returned) && sk_now_ns() < until)
+		sched_yield();
+	atomic_fetch_add(&p->ran, 1);
+	atomic_store(&p->in_cb, 0);
+}
+
+/* PROBES probes on c's engine; returns the violations (counted in c too). */
+static long long rc_probes(const struct sk_run *run, struct rc_ctx *c, int64_t cap)
+{
+	long long v = 0;
+	for (int i = 0; i < PROBES; i++) {
+		struct rc_probe *p = &c->probes[i];
+		p->give_up = sk_now_ns() + cap;
+		int rc = sk_arm_retry(c->e, &p->t, c->R, rc_probe_cb, NULL, &c->retries);
+		if (rc != 0) {
+			if (rc != TMO_EAGAIN) {
+				atomic_fetch_add(&c->arm_errors, 1);
+				sk_violation(run, "probe %d: arm returned %s", i, tmo_errname(rc));
+			}
+			return v + (rc != TMO_EAGAIN);
+		}
+		while (!atomic_load(&p->in_cb) && sk_now_ns() < p->give_up)
+			sched_yield();
+		if (!atomic_load(&p->in_cb)) {
+			sk_violation(run, "probe %d: a %lld us timer did not fire within %lld s", i,
+			              (long long)(c->R / 1000), (long long)(cap / TMO_NSEC_PER_SEC));
+			atomic_fetch_add(&c->neither, 1);
+			atomic_store(&p->entering, 1);
+			atomic_store(&p->returned, 1);
+			(void)tmo_cancel(c->e, &p->t);
+			return v + 1;
+		}
+		atomic_store(&p->entering, 1);
+		rc = tmo_cancel(c->e, &p->t);
+		int running = atomic_load(&p->in_cb);
+		atomic_store(&p->returned, 1);
+		if (running || rc < 0 || rc == TMO_CANCEL_PREVENTED) {
+			v++;
+			atomic_fetch_add(running ? &c->running : &c->errors, 1);
+			sk_violation(run, "probe %d: the callback was running when cancel began, and cancel "
+			              "returned %s%s",
+			              i, rc_name(rc), running ? " before the callback had returned" : "");
+		}
+		/* A cancel that did not wait: the callback is still inside. */
+		while (atomic_load(&p->in_cb))
+			sched_yield();
+	}
+	return v;
 }
 
 static void *rc_armer(void *arg)
@@ -187,9 +276,9 @@ static void *rc_canceller(void *arg)
 		int n = atomic_load(&s->cb_count);
 		if (running && rc != TMO_CANCEL_PREVENTED) {
 			if (atomic_fetch_add(&c->running, 1) == 0)
-				sk_violation(c->run, "arm #%llu: cancel returned %s (%d) while the callback "
-				              "was still running",
-				              (unsigned long long)i, rc < 0 ? tmo_errname(rc) : "", rc);
+				sk_violation(c->run, "arm #%llu: cancel returned %s while the callback was "
+				              "still running",
+				              (unsigned long long)i, rc_name(rc));
 		}
 		if (rc == TMO_CANCEL_PREVENTED) {
 			s->outcome = O_PREVENTED;
@@ -344,8 +433,10 @@ static int race_run(const struct sk_run *run)
 		return TMO_ENOMEM;
 	int64_t cap = rc_size(run, c);
 	c->slots = calloc(c->k, sizeof *c->slots);
-	int rc = c->slots ? sk_create_or_skip(run, &c->e) : TMO_ENOMEM;
+	c->probes = calloc(PROBES, sizeof *c->probes);
+	int rc = c->slots && c->probes ? sk_create_or_skip(run, &c->e) : TMO_ENOMEM;
 	if (rc != 0) {
+		free(c->probes);
 		free(c->slots);
 		free(c);
 		return rc;
@@ -357,11 +448,21 @@ static int race_run(const struct sk_run *run)
 	       (long long)(-c->R / 2000), (long long)(c->R / 2000), (long long)(cap / 1000000000));
 	double secs = 0;
 	rc = rc_drive(run, c, cap, &secs);
+	long long probed = 0;
+	if (rc == 0 && !c->short_of && atomic_load(&c->arm_errors) == 0) {
+		probed = PROBES;
+		long long caught = rc_probes(run, c, cap);
+		printf("race: %d probes (the callback held until the cancel returned, or %lld ms): %lld "
+		       "cancels returned while it was inside\n",
+		       PROBES, (long long)(PROBE_HOLD / TMO_NSEC_PER_MSEC), caught);
+	}
+	sk_report(run, "probes", "", (double)probed, "count");
 	tmo_destroy(&c->e);
 	rc_current = NULL;
 	long long v = rc == 0 ? rc_report(run, c, secs) : 0;
 	uint64_t ran = atomic_load(&c->done);
 	int short_of = c->short_of;
+	free(c->probes);
 	free(c->slots);
 	free(c);
 	if (rc != 0)
