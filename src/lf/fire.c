@@ -87,18 +87,26 @@ void tmo__lf_due_shrink(struct tmo *e)
 	tt_bytes_update(e);
 }
 
+/* What a round may fire while a wheel may still hold a node filed in the
+ * tick ending at `tick` (a deadline rounded UP): a deadline before the
+ * result.  Such a node, filed at d > tick less the resolution, was armed
+ * for d less at most two floors (clock.c: the dating's spread), so what
+ * is due by tick less two floors runs in order with it. */
+static inline int64_t tick_hold(const struct tmo *e, int64_t tick)
+{
+	return tick + 1 - 2 * e->margin_ns;
+}
+
 /* What a round may fire, for a base whose collect stopped inside the tick
  * at `tick` (next_deadline(s) <= now): a deadline before the result.  A
- * timer left there, filed at d, was armed for d less at most two floors
- * (clock.c: the dating's spread), so what is due by that, plus the
- * resolution, runs in order with it; every such d lies after tick less
- * the resolution, so tick less two floors is always safe, and left_min
- * (the wheel's least left deadline) lets a burst of one instant fire
- * batch by batch. */
+ * timer left there, filed at d, was armed for d less at most two floors,
+ * so what is due by that, plus the resolution, runs in order with it;
+ * tick_hold is always safe, and left_min (a lower bound on what the
+ * wheel left) lets a burst of one instant fire batch by batch. */
 static int64_t split_hold(const struct tmo *e, const struct lf_sched *sc, const void *s,
                           int64_t tick)
 {
-	int64_t h = tick + 1 - 2 * e->margin_ns;
+	int64_t h = tick_hold(e, tick);
 	int64_t left = sc->left_min != NULL ? sc->left_min(s) : INT64_MAX;
 	if (left != INT64_MAX && left - 2 * e->margin_ns + e->resolution_ns + 1 > h)
 		h = left - 2 * e->margin_ns + e->resolution_ns + 1;
@@ -106,25 +114,22 @@ static int64_t split_hold(const struct tmo *e, const struct lf_sched *sc, const 
 }
 
 /* What a round may fire while a base whose `next` (its lock's holder
- * wrote it: a deadline of its own, or its wheel's next tick, which is a
- * deadline rounded UP) is <= now is busy: a deadline before the result.
- * A node there, filed at d, lies in the tick ending at `next` or later
- * (d > next less the resolution) and was armed for d less at most two
- * floors (clock.c): what is due by next less two floors runs in order
- * with it, as split_hold reasons.  A heap's `next` is its least deadline
- * (d >= next): holding back from `next` on is safe.  Held back from
- * `next` on, a wheel's base let a round fire a timer in the same tick
- * as one the base held, due 1.008 ms after it by the clock reads around
- * its arm: the base's was dated at its upper bound (+50 us), the fired
- * one by a clock read; expiry at 1e6 beside four hogs, 2 of 20 runs
- * (issue 19).  TMO_LF_PLANT_BUSY_HOLD puts that back
+ * wrote it: a deadline of its own, or its wheel's next tick) is <= now is
+ * busy: a deadline before the result.  A wheel's node there lies in the
+ * tick ending at `next` or later: tick_hold.  A heap's `next` is its
+ * least deadline (d >= next): holding back from `next` on is safe.  Held
+ * back from `next` on, a wheel's base let a round fire a timer in the
+ * same tick as one the base held, due 1.008 ms after it by the clock
+ * reads around its arm: the base's was dated at its upper bound (+50 us),
+ * the fired one by a clock read; expiry at 1e6 beside four hogs, 2 of 20
+ * runs (issue 19).  TMO_LF_PLANT_BUSY_HOLD puts that back
  * (tests/hooked/lf_busy.c). */
 static int64_t busy_hold(const struct tmo *e, int64_t next)
 {
 #ifdef TMO_LF_PLANT_BUSY_HOLD
 	return next;
 #endif
-	return e->p->sched->ordered ? next : next + 1 - 2 * e->margin_ns;
+	return e->p->sched->ordered ? next : tick_hold(e, next);
 }
 
 /* A collect that stopped inside a tick gave nodes (tt->due from
