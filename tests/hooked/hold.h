@@ -16,6 +16,7 @@
 
 #include "engine_test.h"
 #include "lf/lf.h"
+#include "lf/pool.h"
 
 enum { HOLD_NONE, HOLD_TRANSIT, HOLD_ROUND, HOLD_OWNER_IN };
 static atomic_int hold, held, release;
@@ -79,5 +80,41 @@ static inline int go_general(struct tmo *away)
 
 /* How many rounds the timer thread has begun (its tick count). */
 static inline uint64_t rounds(struct tmo *e) { return atomic_load(&e->tickw) >> LF_TW_SHIFT; }
+
+/* Wait until a round of the timer thread that began at `at` or later has
+ * ended (the next one has begun), or *stop is set (stop may be NULL).
+ * Returns 0 when neither came in 30 s. */
+static inline int round_after(struct tmo *e, int64_t at, atomic_int *stop)
+{
+	const int64_t wait = 30 * TMO_NSEC_PER_SEC;
+	if (!ET_WAIT_UNTIL((stop != NULL && atomic_load(stop) != 0) ||
+	                       atomic_load(&e->tick_at) >= at,
+	                   wait))
+		return 0;
+	/* that tick's round, or a later one */
+	uint64_t k = rounds(e);
+	return ET_WAIT_UNTIL((stop != NULL && atomic_load(stop) != 0) || rounds(e) > k, wait);
+}
+
+/* The order the case's callbacks started in: seq_cb with arg i sets
+ * seq_of[i] (from 1; 0: not yet run). */
+static atomic_int next_seq, seq_of[2];
+static inline void seq_cb(struct tmo_timer *t, void *arg)
+{
+	(void)t;
+	atomic_store(&seq_of[(intptr_t)arg], atomic_fetch_add(&next_seq, 1) + 1);
+}
+static inline void seq_reset(void)
+{
+	atomic_store(&next_seq, 0);
+	atomic_store(&seq_of[0], 0);
+	atomic_store(&seq_of[1], 0);
+}
+
+/* A timer's node, from its word (a cancelled word keeps the index). */
+static inline struct lf_node *node_of(struct tmo *e, struct tmo_timer *t)
+{
+	return lf_node_at(e, lf_word_idx(atomic_load(lf_timer_word(t))));
+}
 
 #endif

@@ -55,15 +55,7 @@
 #define C_LEAD (30 * MS) /* C, which arms B, is due this before S */
 #define TRIES 8
 
-/* Order of the callbacks that ran: 0 A, 1 B. */
-static atomic_int next_seq;
-static atomic_int seq_of[2];
-static void seq_cb(struct tmo_timer *t, void *arg)
-{
-	(void)t;
-	atomic_store(&seq_of[(intptr_t)arg], atomic_fetch_add(&next_seq, 1) + 1);
-}
-
+/* seq_cb (hold.h): arg 0 is A, 1 is B. */
 /* C's callback, on the timer thread: B, due at `b_due` by its clock read. */
 struct bcase {
 	struct tmo *e;
@@ -136,27 +128,10 @@ static void *owner_main(void *arg)
 	return NULL;
 }
 
-static struct lf_node *node_of(struct tmo *e, struct tmo_timer *t)
-{
-	return lf_node_at(e, lf_word_idx(atomic_load(lf_timer_word(t))));
-}
-
-/* Wait until a round of the timer thread that began at `at` or later has
- * ended (the next one has begun).  Returns 0 when none came in WAIT. */
-static int round_after(struct tmo *e, int64_t at)
-{
-	if (!ET_WAIT_UNTIL(atomic_load(&e->tick_at) >= at, WAIT))
-		return 0;
-	uint64_t k = rounds(e);
-	return ET_WAIT_UNTIL(rounds(e) > k, WAIT);
-}
-
 static int busy_round(void)
 {
 	hold_reset();
-	atomic_store(&next_seq, 0);
-	atomic_store(&seq_of[0], 0);
-	atomic_store(&seq_of[1], 0);
+	seq_reset();
 	struct owner o = {0};
 	struct bcase c = {0};
 	struct tmo_timer ct;
@@ -213,7 +188,7 @@ static int busy_round(void)
 	}
 	int judged = why == NULL;
 	/* rounds past S, the owner inside its base's lock all along */
-	CHECK(round_after(e, s + 2 * e->resolution_ns));
+	CHECK(round_after(e, s + 2 * e->resolution_ns, NULL));
 	int b_first = atomic_load(&seq_of[1]) != 0;
 	atomic_store(&release, 1);
 	pthread_join(th, NULL);

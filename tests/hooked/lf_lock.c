@@ -72,12 +72,6 @@ static void *owner_main(void *arg)
 	return NULL;
 }
 
-/* P's node, from its timer's word (a cancelled word keeps the index). */
-static struct lf_node *node_of(struct tmo *e, struct tmo_timer *t)
-{
-	return lf_node_at(e, lf_word_idx(atomic_load(lf_timer_word(t))));
-}
-
 static void held_lock(void)
 {
 	struct owner o = {0};

@@ -45,33 +45,10 @@
 #define LEAD (100 * MS)
 #define TRIES 5
 
-/* Order of the callbacks that ran, by the timer's index. */
-static atomic_int next_seq;
-static atomic_int seq_of[2];
-static void seq_cb(struct tmo_timer *t, void *arg)
-{
-	(void)t;
-	atomic_store(&seq_of[(intptr_t)arg], atomic_fetch_add(&next_seq, 1) + 1);
-}
-
 static void case_reset(void)
 {
 	hold_reset();
-	atomic_store(&next_seq, 0);
-	atomic_store(&seq_of[0], 0);
-	atomic_store(&seq_of[1], 0);
-}
-
-/* Wait until a round of the timer thread that began at `at` or later has
- * ended (the next one has begun), or *stop is set.  Returns 0 when
- * neither came in WAIT. */
-static int round_after(struct tmo *e, int64_t at, atomic_int *stop)
-{
-	if (!ET_WAIT_UNTIL(atomic_load(stop) != 0 || atomic_load(&e->tick_at) >= at, WAIT))
-		return 0;
-	/* that tick's round, or a later one */
-	uint64_t k = rounds(e);
-	return ET_WAIT_UNTIL(atomic_load(stop) != 0 || rounds(e) > k, WAIT);
+	seq_reset();
 }
 
 /* The gap between the two deadlines: over the resolution with room for
@@ -167,8 +144,7 @@ static int round_round(const char *eng)
 	CHECK_EQ(tmo_arm(e, &y, LEAD, seq_cb, (void *)1), 0);
 	int64_t y_hi = tmo_now_ns() + LEAD;
 	/* a round that began after the arm has ended: Y is stolen, filed */
-	atomic_int never = 0;
-	CHECK(round_after(e, y_hi - LEAD, &never));
+	CHECK(round_after(e, y_hi - LEAD, NULL));
 	atomic_store(&hold, HOLD_ROUND);
 	CHECK(ET_WAIT_UNTIL(atomic_load(&held), WAIT));
 	int64_t z_due = y_lo - gap, now = tmo_now_ns();
