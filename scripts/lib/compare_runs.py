@@ -21,11 +21,14 @@ OLD and NEW are JSON files the harness wrote, or two directories of them.
    does to one binary from run to run); "within noise" otherwise;
    "undecided" when the repetitions are too few for the test to reach
    ALPHA at all (3 against 3 cannot).  Same machine only.
-3. The in-run ratios, per engine, compared the same way on per-repetition
-   samples (any machines): x floor (the seed benchmark's round over the
-   CAS floor of the same round), x condvar (its round over the condvar
-   engine's median seed), x structure (over the engine's structure
-   benchmark, where the run has one).
+3. The in-run ratios, per engine (any machines): x floor (the seed
+   benchmark's round over the CAS floor of the same round: per-round
+   ratios, judged as the benchmarks are), x condvar (its rounds over the
+   condvar engine's median seed) and x structure (over the engine's
+   structure benchmark, where the run has one).  The last two divide by a
+   figure measured in another stretch of the run: the reference's
+   repetitions are resampled with the engine's in the bootstrap, and the
+   verdict comes from that interval and MIN_EFFECT (judge_over).
 Exit status 0, or 2 when a file cannot be read.  Information only.
 """
 
@@ -195,8 +198,41 @@ def parse(name):
     return None if m is None else (m["scen"], m["engine"], m["case"] or "threads", int(m["t"]))
 
 
+def judge_over(a, ra, b, rb, rng, lower_better=True):
+    """A ratio row whose reference was measured in another stretch of the
+    run (x condvar: condvar's own seed benchmark; x structure: the
+    structure's): the samples a, b (old, new: the engine's repetitions) over
+    the median of the reference's repetitions ra, rb.  Both are resampled
+    in the bootstrap, so a reference that moved between the runs widens the
+    interval instead of moving every engine's row at once; the verdict
+    comes from that interval (no U test: the ratio of two independent
+    samples has none) and MIN_EFFECT."""
+    ma, mb = statistics.median(a) / statistics.median(ra), statistics.median(b) / statistics.median(rb)
+    ch = mb / ma - 1 if ma else 0.0
+    r = []
+    for _ in range(BOOTSTRAP):
+        x = (statistics.median(rng.choices(b, k=len(b))) / statistics.median(rng.choices(rb, k=len(rb))))
+        y = (statistics.median(rng.choices(a, k=len(a))) / statistics.median(rng.choices(ra, k=len(ra))))
+        r.append(x / y - 1 if y else 0.0)
+    r.sort()
+    lo, hi = r[int(0.025 * len(r))], r[int(0.975 * len(r)) - 1]
+    if min(len(a), len(b), len(ra), len(rb)) < 3:
+        v = "undecided (n=%d/%d)" % (len(a), len(b))
+    elif abs(ch) >= MIN_EFFECT and (lo > 0 or hi < 0):
+        v = "slower" if (ch > 0) == lower_better else "faster"
+    else:
+        v = "within noise"
+    sa = [x / statistics.median(ra) for x in a]
+    sb = [x / statistics.median(rb) for x in b]
+    return {"old": ma, "new": mb, "so": spread(sa), "sn": spread(sb), "ch": ch, "lo": lo, "hi": hi,
+            "p": None, "verdict": v}
+
+
 def ratio_samples(s, engines):
-    """{(engine, 'x floor'|'x condvar'|'x structure'): per-repetition ratios}."""
+    """{(engine, 'x floor'|'x condvar'|'x structure'): (samples, reference)}:
+    x floor's samples are per-round ratios (the seed and the floor share
+    each round) and its reference None; the others' samples are the seed's
+    repetitions and the reference the repetitions it is divided by."""
     out = {}
     by = {}
     for name, v in s.items():
@@ -210,14 +246,12 @@ def ratio_samples(s, engines):
             continue
         floor = by.get((e, "floor"))
         if floor and len(floor) == len(seed):
-            out[(e, "x floor")] = [x / f for x, f in zip(seed, floor) if f]
+            out[(e, "x floor")] = ([x / f for x, f in zip(seed, floor) if f], None)
         if ref and e != "condvar":
-            m = statistics.median(ref)
-            out[(e, "x condvar")] = [x / m for x in seed]
+            out[(e, "x condvar")] = (seed, ref)
         struct = next((v for (en, c), v in by.items() if en == e and "structure" in c), None)
         if struct:
-            m = statistics.median(struct)
-            out[(e, "x structure")] = [x / m for x in seed]
+            out[(e, "x structure")] = (seed, struct)
     return out
 
 
@@ -280,6 +314,22 @@ def controls(rows):
                                                 for r in moved))]
 
 
+def reference_moved(so, sn, rng):
+    """A line when condvar's seed benchmark, which every x condvar row
+    divides by, moved by MIN_EFFECT or more between the runs: those rows
+    then share one cause, not one each."""
+    k = "throughput/condvar/seed/threads:1"
+    if k not in so or k not in sn:
+        return []
+    j = judge(so[k], sn[k], rng)
+    if abs(j["ch"]) < MIN_EFFECT:
+        return []
+    return ["Reference: condvar's seed benchmark, which every x condvar row divides by, moved "
+            "%+.1f%% [%+.1f, %+.1f] between the runs (%s): the x condvar rows carry that one "
+            "shift; read them beside each engine's own seed row above." % (
+                100 * j["ch"], 100 * j["lo"], 100 * j["hi"], j["verdict"])]
+
+
 def compare(old, new, markdown=False):
     od, nd = docs_of(old), docs_of(new)
     rng = random.Random(1)
@@ -305,13 +355,16 @@ def compare(old, new, markdown=False):
     engines = [e for e in engines_in(sn) if e in engines_in(so)]
     ro, rn = ratio_samples(so, engines), ratio_samples(sn, engines)
     out += ["", h("In-run ratios (comparable across machines): the seed benchmark per repetition")]
-    rows = [row_text("%s %s" % k, judge(ro[k], rn[k], rng), lambda v: "%.3gx" % v)
-            for k in rn if k in ro]
+    def judged(k):
+        (a, ra), (b, rb) = ro[k], rn[k]
+        return judge(a, b, rng) if ra is None or rb is None else judge_over(a, ra, b, rb, rng)
+    rows = [row_text("%s %s" % k, judged(k), lambda v: "%.3gx" % v) for k in rn if k in ro]
     if not any(k[1] == "x structure" for k in rn):
         out.append("x structure: not in these runs (no structure benchmark recorded).")
     if rows:
         header[0] = "engine, ratio"
         out += table(header, rows, markdown) + ["", "Ratios: " + tally(rows)[1]]
+        out += reference_moved(so, sn, rng)
     else:
         out.append("No ratio is in both runs (the throughput scenario's seed benchmark).")
     return "\n".join(out) + "\n", same

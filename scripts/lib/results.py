@@ -719,6 +719,43 @@ def change(old, new, unit):
 MACHINE_BOUND = ("ns", "us", "ms", "s")
 
 
+def instance_range(rows, k):
+    """(min, max) over the --repeat instances of row k, from its
+    "instances=N,stat=min|max" siblings; None for a run of one instance or
+    a row that is itself such a statistic."""
+    sc, e, m, p = k
+    if "stat=" in p:
+        return None
+    pre = p + "," if p else ""
+    lo = hi = None
+    for (sc2, e2, m2, p2), v in rows.items():
+        if (sc2, e2, m2) != (sc, e, m) or not p2.startswith(pre + "instances=") or not num(v):
+            continue
+        if p2.endswith(",stat=min"):
+            lo = v
+        elif p2.endswith(",stat=max"):
+            hi = v
+    return None if lo is None or hi is None else (lo, hi)
+
+
+# A change smaller than this is within what a shared machine does to one
+# binary from run to run (compare_runs.py's MIN_EFFECT).
+MIN_EFFECT = 0.05
+
+
+def spread_word(orows, nrows, k):
+    """Row k's verdict from the two runs' instance ranges: "within noise"
+    when they overlap (the change is inside what one binary's fresh
+    instances already differ by) or the medians differ by less than
+    MIN_EFFECT; "beyond the ranges" otherwise; "-" without ranges."""
+    a, b = instance_range(orows, k), instance_range(nrows, k)
+    if a is None or b is None:
+        return "-"
+    o, n = orows[k], nrows[k]
+    small = num(o) and num(n) and o != 0 and abs(n / o - 1) < MIN_EFFECT
+    return "within noise" if (a[0] <= b[1] and b[0] <= a[1]) or small else "beyond the ranges"
+
+
 def compare(old, new, all_rows=False, markdown=False, other_machine=False):
     def docs_of(p):
         if os.path.isdir(p):
@@ -751,8 +788,9 @@ def compare(old, new, all_rows=False, markdown=False, other_machine=False):
         table.append([k[0], k[1], k[2] + ("" if not k[3] else " " + k[3]),
                       fmt(orows[k]) + (" " + u if u else ""), fmt(nrows[k]) + (" " + u if u else ""),
                       "not comparable" if other_machine and (u in MACHINE_BOUND or u.endswith("/s"))
-                      else change(orows[k], nrows[k], u)])
-    header = ["scenario", "engine", "figure", "old", "new", "new vs old"]
+                      else change(orows[k], nrows[k], u),
+                      spread_word(orows, nrows, k)])
+    header = ["scenario", "engine", "figure", "old", "new", "new vs old", "verdict (instances)"]
     out = []
     qo = {bool(doc.get("context", {}).get("tmo", {}).get("quick")) for _, doc in od}
     qn = {bool(doc.get("context", {}).get("tmo", {}).get("quick")) for _, doc in nd}
@@ -774,10 +812,23 @@ def compare(old, new, all_rows=False, markdown=False, other_machine=False):
     if not table:
         out.append("No row is in both runs%s." % ("" if all_rows else " (try --all)"))
     else:
-        out.append(md_table(header, table, ["---", "---", "---", "---:", "---:", "---"])
+        out.append(md_table(header, table, ["---", "---", "---", "---:", "---:", "---", "---"])
                    if markdown else text_table(header, table, left=3))
     only = len([k for k in nrows if k not in orows]) + len([k for k in orows if k not in nrows])
     out.append("")
+    ranged = [r[-1] for r in table if r[-1] != "-"]
+    if ranged:
+        out.append("Verdict from the instances' ranges (--repeat: min..max over the fresh "
+                   "engine instances of each run): %d of %d rows within noise (the ranges "
+                   "overlap, or the change is under %d %%), %d beyond the ranges.  Rows "
+                   "without a range: one instance, or a figure no instance repeats; the "
+                   "benchmarks' verdicts above carry the test." % (
+                       ranged.count("within noise"), len(ranged), 100 * MIN_EFFECT,
+                       ranged.count("beyond the ranges")))
+    else:
+        out.append("No row has an instances' range (runs of one instance: --repeat=N gives "
+                   "one); \"new vs old\" is the ratio alone, and the benchmarks' verdicts "
+                   "above carry the test of noise.")
     out.append("%d figures compared%s; %d rows are in one run only.  Speed is information, "
                "never a failure: compare engines within one run." % (
                    len(table), "" if all_rows else " (headline rows; --all: every row)", only))

@@ -17,7 +17,12 @@
 #                    seed figure and repetitions are doubled (condvar's 1 %
 #                    slower): the benchmark verdicts (wheel slower, condvar
 #                    within noise, wheel x floor slower) and the rows table,
-#                    where that figure reads "2.00x slower", the others "same"
+#                    where that figure reads "2.00x slower", the others "same";
+#                    with --repeat's instance ranges planted: beyond them
+#                    (wheel), within noise (condvar's 3 % inside overlapping
+#                    ranges, mpsc's 1 % between ranges apart), none (libev)
+#   compare_reference condvar's seed repetitions 15 % slower: every x
+#                    condvar row moves, and the line naming the reference
 #   compare_machines the same run as if from another CPU, every time x3: the
 #                    difference said, absolute times not compared, the
 #                    ratios within noise
@@ -56,6 +61,18 @@ harness=${3:-}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 fail() { echo "FAIL [$case]: $*" >&2; exit 1; }
+# scripts/compare on results/baseline's throughput.json ($dir/old) and the
+# copy the Python on stdin writes ($dir/new: argv 1 old, 2 new); its output
+# in $dir/out and on stdout, exit 0 required.
+planted_compare() {
+  mkdir "$dir/old" "$dir/new"
+  cp "$root/results/baseline/throughput.json" "$dir/old/"
+  /usr/bin/python3 - "$dir/old/throughput.json" "$dir/new/throughput.json" || fail "planting failed"
+  "$root/scripts/compare" "$dir/old" "$dir/new" >"$dir/out" 2>&1
+  local rc=$?
+  cat "$dir/out"
+  [ "$rc" -eq 0 ] || fail "exit $rc"
+}
 
 # stand-ins DIR MISSING UID: dpkg-query reports every package installed but
 # MISSING (until DIR/installed exists), id -u prints UID, apt-get appends
@@ -144,14 +161,32 @@ deps_one_list)
   done
   ;;
 compare)
-  mkdir "$dir/old" "$dir/new"
-  cp "$root/results/baseline/throughput.json" "$dir/old/"
-  /usr/bin/python3 - "$dir/old/throughput.json" "$dir/new/throughput.json" <<'EOF'
+  planted_compare <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
 for r in d["rows"]:
     if r["engine"] == "wheel" and r["metric"] == "seed_median_ns_per_op":
         r["value"] *= 2
+# --repeat's instance ranges (min..max), planted in both runs: wheel's
+# doubled figure apart from its old range, condvar's 3 % move inside ranges
+# that overlap, mpsc's 1 % move between ranges that do not.
+old = json.load(open(sys.argv[1]))
+def ranges(doc, engine, lo, hi):
+    base = next(r for r in doc["rows"] if r["engine"] == engine and r["metric"] == "seed_median_ns_per_op")
+    for stat, f in (("min", lo), ("max", hi)):
+        doc["rows"].append(dict(base, param="instances=3,stat=" + stat, value=base["value"] * f))
+for r in d["rows"]:
+    if r["engine"] == "condvar" and r["metric"] == "seed_median_ns_per_op":
+        r["value"] *= 1.03
+    if r["engine"] == "mpsc" and r["metric"] == "seed_median_ns_per_op":
+        r["value"] *= 1.01
+ranges(old, "wheel", 0.9, 1.1)
+ranges(d, "wheel", 0.9, 1.1)
+ranges(old, "condvar", 0.95, 1.05)
+ranges(d, "condvar", 0.95, 1.05)
+ranges(old, "mpsc", 0.999, 1.0)
+ranges(d, "mpsc", 1.0, 1.001)
+json.dump(old, open(sys.argv[1], "w"))
 # every repetition of wheel's seed benchmark twice as slow, condvar's 1 % slower
 for b in d["benchmarks"]:
     if b["name"] == "throughput/wheel/seed/threads:1":
@@ -160,29 +195,50 @@ for b in d["benchmarks"]:
         b["real_time"] *= 1.01
 json.dump(d, open(sys.argv[2], "w"))
 EOF
-  "$root/scripts/compare" "$dir/old" "$dir/new" >"$dir/out" 2>&1
-  rc=$?
-  cat "$dir/out"
-  [ "$rc" -eq 0 ] || fail "exit $rc"
   grep -q "^Same machine\|^Same CPU" "$dir/out" || fail "one machine not recognised"
   grep -Eq "^throughput/wheel/seed/threads:1 .* \+100\.0% .* slower$" "$dir/out" ||
     fail "benchmarks: the doubled repetitions do not read slower"
   grep -Eq "^throughput/condvar/seed/threads:1 .* within noise$" "$dir/out" ||
     fail "benchmarks: a 1 % shift does not read within noise"
   grep -Eq "^wheel x floor .* slower$" "$dir/out" || fail "ratios: wheel x floor not slower"
-  grep -Eq "^throughput +wheel +seed_median_ns_per_op .* 2\.00x slower$" "$dir/out" ||
-    fail "rows: the doubled figure does not read 2.00x slower"
-  grep -Eq "^throughput +condvar +seed_median_ns_per_op .* same$" "$dir/out" ||
-    fail "rows: an unchanged figure does not read same"
+  grep -Eq "^wheel x condvar .* slower$" "$dir/out" || fail "ratios: wheel x condvar not slower"
+  grep -Eq "^mpsc x condvar .* within noise$" "$dir/out" ||
+    fail "ratios: mpsc x condvar moved with condvar's 1 %"
+  grep -q "^Reference: condvar" "$dir/out" && fail "ratios: condvar's 1 % named as a moved reference"
+  grep -Eq "^throughput +wheel +seed_median_ns_per_op .* 2\.00x slower +beyond the ranges$" "$dir/out" ||
+    fail "rows: the doubled figure does not read 2.00x slower, beyond the instances' ranges"
+  grep -Eq "^throughput +condvar +seed_median_ns_per_op .* 1\.03x slower +within noise$" "$dir/out" ||
+    fail "rows: a 3 % move inside overlapping ranges does not read within noise"
+  grep -Eq "^throughput +mpsc +seed_median_ns_per_op .* 1\.01x slower +within noise$" "$dir/out" ||
+    fail "rows: a 1 % move between ranges that do not overlap does not read within noise"
+  grep -Eq "^throughput +libev +seed_median_ns_per_op .* same +-$" "$dir/out" ||
+    fail "rows: an unchanged figure without ranges does not read same, no verdict"
+  grep -q "^Verdict from the instances' ranges .*: 2 of 3 rows within noise" "$dir/out" ||
+    fail "rows: the instances' verdicts are not tallied"
   grep -Eq "^throughput +mpsc +ops_per_s threads=2 " "$dir/out" || fail "rows: no thread-scaling row"
   grep -Eq "^throughput +wheel +live_ns_per_op live=1000000 " "$dir/out" || fail "rows: no live-timer row"
+  ;;
+compare_reference)
+  # condvar's seed repetitions 15 % slower, nothing else: its own row
+  # slower, every x condvar row moved with it, and the line that says so.
+  planted_compare <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for b in d["benchmarks"]:
+    if b["name"] == "throughput/condvar/seed/threads:1":
+        b["real_time"] *= 1.15
+json.dump(d, open(sys.argv[2], "w"))
+EOF
+  grep -Eq "^throughput/condvar/seed/threads:1 .* slower$" "$dir/out" || fail "condvar's row not slower"
+  grep -Eq "^throughput/wheel/seed/threads:1 .* within noise$" "$dir/out" || fail "wheel's row moved"
+  grep -Eq "^wheel x condvar .* faster$" "$dir/out" || fail "wheel x condvar did not move with condvar"
+  grep -q "^Reference: condvar's seed benchmark, .* moved +15\\.0%" "$dir/out" ||
+    fail "the moved reference is not named"
   ;;
 compare_machines)
   # The same run as if made on another CPU: said in words, absolute times
   # left out, the in-run ratios compared (and found unchanged).
-  mkdir "$dir/old" "$dir/new"
-  cp "$root/results/baseline/throughput.json" "$dir/old/"
-  /usr/bin/python3 - "$dir/old/throughput.json" "$dir/new/throughput.json" <<'EOF'
+  planted_compare <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
 d["context"]["tmo"]["machine"]["cpu_model"] = "Intel(R) Xeon(R) planted by the test"
@@ -190,15 +246,11 @@ for b in d["benchmarks"]:
     b["real_time"] *= 3  # a slower machine: every time, ratios unchanged
 json.dump(d, open(sys.argv[2], "w"))
 EOF
-  "$root/scripts/compare" "$dir/old" "$dir/new" >"$dir/out" 2>&1
-  rc=$?
-  cat "$dir/out"
-  [ "$rc" -eq 0 ] || fail "exit $rc"
   grep -q "^DIFFERENT MACHINES (CPU model)" "$dir/out" || fail "the machines' difference is not said"
   grep -q "^Absolute times: not comparable" "$dir/out" || fail "absolute times not marked"
   grep -Eq "^throughput/wheel/seed/threads:1 " "$dir/out" && fail "an absolute benchmark row was compared"
   grep -Eq "^wheel x floor .* within noise$" "$dir/out" || fail "ratios: wheel x floor not compared"
-  grep -Eq "^throughput +wheel +seed_median_ns_per_op .* not comparable$" "$dir/out" ||
+  grep -Eq "^throughput +wheel +seed_median_ns_per_op .* not comparable +-$" "$dir/out" ||
     fail "rows: an absolute figure is not marked not comparable"
   ;;
 plot_report)
