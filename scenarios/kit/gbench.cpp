@@ -17,6 +17,13 @@
 
 #include <unistd.h>
 
+// Google Benchmark's flag (benchmark.cc, exported from libbenchmark.so, not
+// in its header): --benchmark_enable_random_interleaving sets it for every
+// run; sk_gb_run_interleaved sets it for one run and puts back what it found.
+namespace benchmark {
+extern bool FLAGS_benchmark_enable_random_interleaving;
+}
+
 // sink.h (sk_progress) is a C header without C++ guards.
 extern "C" {
 #include "sink.h"
@@ -312,6 +319,33 @@ size_t sk_gb_run(const struct sk_run *run, struct sk_gb_result **out)
 	std::memcpy(res, tee.results.data(), n * sizeof(sk_gb_result));
 	*out = res;
 	return n;
+}
+
+size_t sk_gb_run_interleaved(const struct sk_run *run, struct sk_gb_result **out)
+{
+	bool was = benchmark::FLAGS_benchmark_enable_random_interleaving;
+	benchmark::FLAGS_benchmark_enable_random_interleaving = true;
+	size_t n = sk_gb_run(run, out);
+	benchmark::FLAGS_benchmark_enable_random_interleaving = was;
+	return n;
+}
+
+size_t sk_gb_results_concat(struct sk_gb_result *a, size_t n_a, struct sk_gb_result *b,
+                            size_t n_b, struct sk_gb_result **out)
+{
+	*out = nullptr;
+	size_t n = n_a + n_b;
+	auto *res = n > 0 ? static_cast<sk_gb_result *>(std::calloc(n, sizeof(sk_gb_result))) : nullptr;
+	if (res != nullptr) {
+		if (n_a > 0)
+			std::memcpy(res, a, n_a * sizeof(sk_gb_result));
+		if (n_b > 0)
+			std::memcpy(res + n_a, b, n_b * sizeof(sk_gb_result));
+	}
+	std::free(a);
+	std::free(b);
+	*out = res;
+	return res != nullptr ? n : 0;
 }
 
 void sk_gb_results_free(struct sk_gb_result *res) { std::free(res); }

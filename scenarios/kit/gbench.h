@@ -137,6 +137,18 @@ struct sk_gb_result {
  * *out (free with sk_gb_results_free) receives one entry per repetition and per
  * aggregate.  Returns the number of entries. */
 size_t sk_gb_run(const struct sk_run *run, struct sk_gb_result **out);
+/* sk_gb_run with the registered benchmarks' repetitions run in a random
+ * order among one another (Google Benchmark's random interleaving), so the
+ * repetitions of each sample the same stretch of time as the others': a
+ * ratio of their medians does not carry the machine's drift from one
+ * benchmark's stretch to the next.  Meant for fixed-iteration repetitions
+ * (a min-time benchmark's first repetition would size itself on whatever
+ * ran before it). */
+size_t sk_gb_run_interleaved(const struct sk_run *run, struct sk_gb_result **out);
+/* a's n_a entries followed by b's (both freed; a NULL array is empty) in
+ * *out; returns the count (0 and *out NULL when out of memory). */
+size_t sk_gb_results_concat(struct sk_gb_result *a, size_t n_a, struct sk_gb_result *b,
+                            size_t n_b, struct sk_gb_result **out);
 void sk_gb_results_free(struct sk_gb_result *res);
 
 /* Helpers over a result array: the first non-error entry named `name`

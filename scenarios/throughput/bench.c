@@ -155,9 +155,18 @@ static int tp_on_loop(sk_gb_state *st, struct tp_ctx *c, int held)
 	return 1;
 }
 
+/* A repetition of the rounds (tp_register_rounds) records its place in
+ * their interleaved order: the counter "round", 1, 2, ... */
+static void round_mark(sk_gb_state *st, struct tp_ctx *c)
+{
+	if (c->rounds_on)
+		sk_gb_counter(st, "round", (double)++c->round_seq, SK_GB_COUNTER_DEFAULT);
+}
+
 void bench_seed(sk_gb_state *st, void *arg)
 {
 	struct tp_ctx *c = arg;
+	round_mark(st, c);
 	if (tp_on_loop(st, c, 0))
 		return;
 	seed_loop(st, c, TP_ENGINE, &c->slots[sk_gb_thread_index(st)].t);
@@ -262,6 +271,7 @@ static void tp_loop_body(void *arg)
 void bench_ds_seed(sk_gb_state *st, void *arg)
 {
 	struct tp_ctx *c = arg;
+	round_mark(st, c);
 	if (c->ds->kind == TP_WHEEL)
 		seed_loop(st, c, TP_WHEEL, NULL);
 	else
@@ -279,7 +289,7 @@ void bench_ds_held(sk_gb_state *st, void *arg)
 
 void bench_empty(sk_gb_state *st, void *arg)
 {
-	(void)arg;
+	round_mark(st, arg);
 	while (sk_gb_keep_running_batch(st, BATCH))
 		for (int i = 0; i < BATCH; i++)
 			__asm__ volatile("" ::: "memory");
@@ -288,6 +298,7 @@ void bench_empty(sk_gb_state *st, void *arg)
 void bench_floor(sk_gb_state *st, void *arg)
 {
 	struct tp_ctx *c = arg;
+	round_mark(st, c);
 	atomic_uint *w = &c->slots[sk_gb_thread_index(st)].cas_word;
 	while (sk_gb_keep_running_batch(st, BATCH))
 		for (int i = 0; i < BATCH; i++) {

@@ -158,13 +158,14 @@ static const struct sk_gb_result *tp_find(const struct sk_run *run, const struct
 
 const size_t tp_lives[3] = {1000, 100000, 1000000};
 
-/* Register the Google Benchmark set of one instance. */
-static void tp_register_all(const struct sk_run *run, struct tp_ctx *c, int rounds, int ops,
-                            double min_time, int nthreads)
+/* Register the rounds of one instance: the seed, the empty loop, the
+ * floor and the structure's seed, fixed-iteration repetitions run
+ * interleaved at random (sk_gb_run_interleaved), so their medians compare
+ * like with like: each samples the same stretch of the run (one long run
+ * of the floor is at the mercy of one preemption, or of the machine's
+ * state in its own few seconds). */
+static void tp_register_rounds(const struct sk_run *run, struct tp_ctx *c, int rounds, int ops)
 {
-	/* The empty loop and the floor run in the same rounds as the seed, so
-	 * their medians compare like with like (one long run of the floor is at
-	 * the mercy of one preemption on a shared machine). */
 	static const struct {
 		const char *what;
 		sk_gb_fn *fn;
@@ -174,14 +175,22 @@ static void tp_register_all(const struct sk_run *run, struct tp_ctx *c, int roun
 		sk_gb_iterations(b, (uint64_t)ops);
 		sk_gb_repetitions(b, rounds);
 	}
-	/* The structure alone: its seed in the same rounds, its held loop as
-	 * the engine's at one thread. */
 	if (c->ds != NULL) {
 		char what[64];
 		snprintf(what, sizeof what, "structure:%s/seed", c->ds->name);
 		struct sk_gb_bench *b = tp_register(run, what, bench_ds_seed, c, 1, 0);
 		sk_gb_iterations(b, (uint64_t)ops);
 		sk_gb_repetitions(b, rounds);
+	}
+}
+
+/* Register the rest of one instance's set: min-time runs, in order. */
+static void tp_register_rest(const struct sk_run *run, struct tp_ctx *c, double min_time,
+                             int nthreads)
+{
+	/* The structure's held loop as the engine's at one thread. */
+	if (c->ds != NULL) {
+		char what[64];
 		snprintf(what, sizeof what, "structure:%s/held", c->ds->name);
 		tp_register(run, what, bench_ds_held, c, 1, min_time);
 	}
@@ -370,9 +379,14 @@ static int tp_instance(const struct sk_run *run, int inst, struct tp_figs *f)
 	 * heap arrays) and fault in memory; round 1 should not pay for it. */
 	for (int i = 0; i < ops; i++)
 		tp_seed_op(c, &c->slots[0].t);
-	tp_register_all(run, c, rounds, ops, min_time, nthreads);
-	struct sk_gb_result *res;
-	size_t n = sk_gb_run(run, &res);
+	tp_register_rounds(run, c, rounds, ops);
+	struct sk_gb_result *r_rounds, *r_rest, *res;
+	c->rounds_on = 1;
+	size_t n_rounds = sk_gb_run_interleaved(run, &r_rounds);
+	c->rounds_on = 0;
+	tp_register_rest(run, c, min_time, nthreads);
+	size_t n_rest = sk_gb_run(run, &r_rest);
+	size_t n = sk_gb_results_concat(r_rounds, n_rounds, r_rest, n_rest, &res);
 	int violations = tp_collect(run, c, res, n, nthreads, f);
 	sk_gb_results_free(res);
 	violations += tp_live(run, c, min_time, &rng, f);
@@ -440,7 +454,8 @@ const struct sk_scenario sk_scenario_throughput = {
 	.run = throughput_run,
 	.params = "Seed benchmark: `rounds` rounds of `ops` arm+cancel pairs (the thread "
 	          "engine: thread_ops) on one thread, beside the loop's own cost and an "
-	          "uncontended CAS pair measured in the same rounds; 1..--threads threads each "
+	          "uncontended CAS pair, their rounds (and the structure's seed) run interleaved "
+	          "in a random order; 1..--threads threads each "
 	          "arming its own timer, and 1..--threads threads each cancelling its arms ~1 ms "
 	          "after making them (min-time runs of min_time, median of min_time_reps); "
 	          "cross-thread cancel (2 threads); the seed loop with 1e3, 1e5, 1e6 other timers "

@@ -83,6 +83,9 @@ struct tp_ctx {
 	_Alignas(64) struct tmo_timer *free_[RING];
 	_Alignas(64) atomic_ullong free_head;
 	_Alignas(64) atomic_ullong free_tail;
+	/* While the rounds run (tp_register_rounds): each repetition's place
+	 * in their order, the counter "round" in its report. */
+	int rounds_on, round_seq;
 };
 
 /* The benchmark bodies (sk_gb_fn, ctx a struct tp_ctx). */

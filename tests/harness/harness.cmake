@@ -91,6 +91,22 @@ if(TARGET tmo-harness)
   endforeach()
 endif()
 
+# The throughput scenario's rounds (seed, empty, floor, the structure's
+# seed) run interleaved, each repetition numbered; the check fails on a
+# copy renumbered as consecutive blocks (tests/harness/rounds.py).
+if(TARGET tmo-harness)
+  foreach(case pass catches)
+    set(flag "")
+    if(case STREQUAL "catches")
+      set(flag "--catches")
+    endif()
+    add_test(NAME harness/rounds_interleaved_${case}
+             COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/harness/rounds.py
+                     $<TARGET_FILE:tmo-harness> ${CMAKE_CURRENT_BINARY_DIR} ${flag})
+    set_tests_properties(harness/rounds_interleaved_${case} PROPERTIES TIMEOUT ${TMO_TEST_TIMEOUT})
+  endforeach()
+endif()
+
 # tmo-seedloop's PAIRS is digits only too (cli/digits.h).
 if(TARGET tmo-seedloop)
   foreach(case "blank| 5|not a number" "minus|-1|not a number" "junk|5x|not a number"
