@@ -20,10 +20,15 @@ OLD and NEW are JSON files the harness wrote, or two directories of them.
    MIN_EFFECT (a shift smaller than that is within what a shared machine
    does to one binary from run to run); "within noise" otherwise;
    "undecided" when the repetitions are too few for the test to reach
-   ALPHA at all (3 against 3 cannot).  Same machine only.
+   ALPHA at all (3 against 3 cannot); "as the controls" when the row's
+   engine's own controls (its empty loop and CAS floor) both moved beyond
+   noise by about the same amount and the row moved within MIN_EFFECT of
+   that: the machine changed in that engine's stretch (with_machine).
+   Same machine only.
 3. The in-run ratios, per engine (any machines): x floor (the seed
-   benchmark's round over the CAS floor of the same round: per-round
-   ratios, judged as the benchmarks are), x condvar (its rounds over the
+   benchmark's repetition over the CAS floor's of the same index: the
+   harness runs the two interleaved over one stretch of the run; judged as
+   the benchmarks are), x condvar (its rounds over the
    condvar engine's median seed) and x structure (over the engine's
    structure benchmark, where the run has one).  The last two divide by a
    figure measured in another stretch of the run: the reference's
@@ -230,8 +235,8 @@ def judge_over(a, ra, b, rb, rng, lower_better=True):
 
 def ratio_samples(s, engines):
     """{(engine, 'x floor'|'x condvar'|'x structure'): (samples, reference)}:
-    x floor's samples are per-round ratios (the seed and the floor share
-    each round) and its reference None; the others' samples are the seed's
+    x floor's samples are per-repetition ratios (the seed's and the floor's
+    repetitions run interleaved over one stretch) and its reference None; the others' samples are the seed's
     repetitions and the reference the repetitions it is divided by."""
     out = {}
     by = {}
@@ -249,7 +254,8 @@ def ratio_samples(s, engines):
             out[(e, "x floor")] = ([x / f for x, f in zip(seed, floor) if f], None)
         if ref and e != "condvar":
             out[(e, "x condvar")] = (seed, ref)
-        struct = next((v for (en, c), v in by.items() if en == e and "structure" in c), None)
+        struct = next((v for (en, c), v in by.items()
+                       if en == e and c.startswith("structure:") and c.endswith("/seed")), None)
         if struct:
             out[(e, "x structure")] = (seed, struct)
     return out
@@ -290,9 +296,11 @@ def tally(rows):
     for r in rows:
         c[r[-1].split(" ")[0]] = c.get(r[-1].split(" ")[0], 0) + 1
     noise = c.get("within", 0)
-    return n, "%d rows: %d faster, %d slower, %d within noise (%.0f %%), %d undecided" % (
+    machine = c.get("as", 0)
+    return n, "%d rows: %d faster, %d slower, %d within noise (%.0f %%), %s%d undecided" % (
         n, c.get("faster", 0), c.get("slower", 0), noise, 100.0 * noise / n if n else 0,
-        c.get("undecided", 0))
+        "%d as their engine's controls moved (%.0f %%), " % (machine, 100.0 * machine / n)
+        if machine else "", c.get("undecided", 0))
 
 
 def controls(rows):
@@ -312,6 +320,29 @@ def controls(rows):
             "the verdicts above with that in mind." % (
                 len(moved), len(ctl), ", ".join("%s %s" % ("/".join(r[0].split("/")[1:3]), r[3].split(" ")[0])
                                                 for r in moved))]
+
+
+def with_machine(common, judged):
+    """Each engine's controls (its empty loop and CAS floor, run interleaved
+    with its seed) measure the machine during that engine's stretch of the
+    run.  When they moved beyond noise, by about the same amount, a row of
+    that engine that moved within MIN_EFFECT of their shift is the machine's
+    doing, not the engine's: its verdict becomes "as the controls" (the
+    shift shown).  A row that moved otherwise keeps faster or slower."""
+    shift = {}
+    for k in common:
+        p = parse(k)
+        if p and p[2] in ("empty", "floor") and judged[k]["verdict"] in ("faster", "slower"):
+            shift.setdefault(p[1], []).append(judged[k]["ch"])
+    for k in common:
+        p = parse(k)
+        j = judged[k]
+        ctl = shift.get(p[1]) if p and p[2] not in ("empty", "floor") else None
+        if not ctl or len(ctl) < 2 or max(ctl) - min(ctl) >= MIN_EFFECT:
+            continue  # both controls moved, together, or no shift to name
+        m = sum(ctl) / len(ctl)
+        if j["verdict"] in ("faster", "slower") and abs(j["ch"] - m) < MIN_EFFECT:
+            j["verdict"] = "as the controls (%+.0f%%)" % (100 * m)
 
 
 def reference_moved(so, sn, rng):
@@ -349,7 +380,9 @@ def compare(old, new, markdown=False):
     elif not common:
         out.append("No benchmark is in both runs.")
     else:
-        rows = [row_text(k, judge(so[k], sn[k], rng), fmt_ns) for k in common]
+        judged = {k: judge(so[k], sn[k], rng) for k in common}
+        with_machine(common, judged)
+        rows = [row_text(k, judged[k], fmt_ns) for k in common]
         out += table(header, rows, markdown) + ["", "Benchmarks: " + tally(rows)[1]]
         out += controls(rows)
     engines = [e for e in engines_in(sn) if e in engines_in(so)]

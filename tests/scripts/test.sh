@@ -23,6 +23,8 @@
 #                    ranges, mpsc's 1 % between ranges apart), none (libev)
 #   compare_reference condvar's seed repetitions 15 % slower: every x
 #                    condvar row moves, and the line naming the reference
+#   compare_controls wheel's controls and one-thread rate 10 % slower, its
+#                    held loop 30 %: the rate reads "as the controls"
 #   compare_machines the same run as if from another CPU, every time x3: the
 #                    difference said, absolute times not compared, the
 #                    ratios within noise
@@ -234,6 +236,29 @@ EOF
   grep -Eq "^wheel x condvar .* faster$" "$dir/out" || fail "wheel x condvar did not move with condvar"
   grep -q "^Reference: condvar's seed benchmark, .* moved +15\\.0%" "$dir/out" ||
     fail "the moved reference is not named"
+  ;;
+compare_controls)
+  # wheel's stretch of the new run on a machine 10 % slower (its empty loop,
+  # floor and one-thread repetitions x1.10), its held loop 30 % slower: the
+  # one-thread row reads as the controls, the held loop slower, mpsc
+  # untouched.
+  planted_compare <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for b in d["benchmarks"]:
+    for what, f in (("empty/", 1.10), ("floor/", 1.10), ("", 1.10), ("held/", 1.30)):
+        if b["name"] == "throughput/wheel/%sthreads:1" % what:
+            b["real_time"] *= f
+json.dump(d, open(sys.argv[2], "w"))
+EOF
+  grep -Eq "^throughput/wheel/floor/threads:1 .* slower$" "$dir/out" || fail "wheel's floor not slower"
+  grep -Eq "^throughput/wheel/threads:1 .* as the controls \(\+10%\)$" "$dir/out" ||
+    fail "wheel's one-thread rate not read as its controls' shift"
+  grep -Eq "^throughput/wheel/held/threads:1 .* slower$" "$dir/out" ||
+    fail "wheel's held loop, 20 % beyond its controls, not slower"
+  grep -Eq "^throughput/mpsc/seed/threads:1 .* within noise$" "$dir/out" || fail "mpsc's seed moved"
+  grep -q "^Benchmarks: .* 1 as their engine's controls moved" "$dir/out" ||
+    fail "the tally does not count the row read as the controls"
   ;;
 compare_machines)
   # The same run as if made on another CPU: said in words, absolute times
