@@ -75,6 +75,18 @@ planted_compare() {
   cat "$dir/out"
   [ "$rc" -eq 0 ] || fail "exit $rc"
 }
+# planted_compare with every repetition of each NAME=FACTOR benchmark's
+# real time multiplied by FACTOR in the new copy.
+planted_scale() {
+  SCALE="$*" planted_compare <<'EOF'
+import json, os, sys
+d = json.load(open(sys.argv[1]))
+f = dict((n, float(x)) for n, x in (a.split("=") for a in os.environ["SCALE"].split()))
+for b in d["benchmarks"]:
+    b["real_time"] *= f.get(b["name"], 1.0)
+json.dump(d, open(sys.argv[2], "w"))
+EOF
+}
 
 # stand-ins DIR MISSING UID: dpkg-query reports every package installed but
 # MISSING (until DIR/installed exists), id -u prints UID, apt-get appends
@@ -223,14 +235,7 @@ EOF
 compare_reference)
   # condvar's seed repetitions 15 % slower, nothing else: its own row
   # slower, every x condvar row moved with it, and the line that says so.
-  planted_compare <<'EOF'
-import json, sys
-d = json.load(open(sys.argv[1]))
-for b in d["benchmarks"]:
-    if b["name"] == "throughput/condvar/seed/threads:1":
-        b["real_time"] *= 1.15
-json.dump(d, open(sys.argv[2], "w"))
-EOF
+  planted_scale throughput/condvar/seed/threads:1=1.15
   grep -Eq "^throughput/condvar/seed/threads:1 .* slower$" "$dir/out" || fail "condvar's row not slower"
   grep -Eq "^throughput/wheel/seed/threads:1 .* within noise$" "$dir/out" || fail "wheel's row moved"
   grep -Eq "^wheel x condvar .* faster$" "$dir/out" || fail "wheel x condvar did not move with condvar"
@@ -242,15 +247,8 @@ compare_controls)
   # floor and one-thread repetitions x1.10), its held loop 30 % slower: the
   # one-thread row reads as the controls, the held loop slower, mpsc
   # untouched.
-  planted_compare <<'EOF'
-import json, sys
-d = json.load(open(sys.argv[1]))
-for b in d["benchmarks"]:
-    for what, f in (("empty/", 1.10), ("floor/", 1.10), ("", 1.10), ("held/", 1.30)):
-        if b["name"] == "throughput/wheel/%sthreads:1" % what:
-            b["real_time"] *= f
-json.dump(d, open(sys.argv[2], "w"))
-EOF
+  planted_scale throughput/wheel/empty/threads:1=1.10 throughput/wheel/floor/threads:1=1.10 \
+                throughput/wheel/threads:1=1.10 throughput/wheel/held/threads:1=1.30
   grep -Eq "^throughput/wheel/floor/threads:1 .* slower$" "$dir/out" || fail "wheel's floor not slower"
   grep -Eq "^throughput/wheel/threads:1 .* as the controls \(\+10%\)$" "$dir/out" ||
     fail "wheel's one-thread rate not read as its controls' shift"
