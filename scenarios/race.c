@@ -483,7 +483,9 @@ const struct sk_scenario sk_scenario_race = {
 	          "least 40 us) is cancelled at about its deadline, steered so that about half "
 	          "fire; `arms` arms, or as many as fit in time_cap (or until the engine refuses "
 	          "to arm, TMO_EAGAIN, for 10 s on end: a limit other processes share). "
-	          "--seed draws the jitter.",
+	          "Then five probes, whose callback waits for its cancel to begin and stays "
+	          "until it returned (or 20 ms): a cancel that does not wait is caught on "
+	          "every one. --seed draws the jitter.",
 	.fails_when = "a cancel returned PREVENTED and the callback ran anyway (both), FIRED/WAITED "
 	              "with no callback (neither), the callback still running when cancel returned, a "
 	              "double fire, or a cancel error.",
