@@ -212,7 +212,7 @@ static void co_engine(const struct sk_run *run, struct tmo *e, struct co_user *u
 		} else {
 			if (cancel_fail++ == 0)
 				sk_violation(run, "cancel of timer %zu returned %s (%d)", i,
-				              rc < 0 ? tmo_errname(rc) : "?", rc);
+				              sk_cancel_name(rc), rc);
 		}
 	}
 	*v += cancel_fail > 0;

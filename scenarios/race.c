@@ -90,16 +90,6 @@ struct rc_ctx {
 
 static void rc_stale(uint64_t i);
 
-static const char *rc_name(int rc)
-{
-	return rc == TMO_CANCEL_PREVENTED ? "TMO_CANCEL_PREVENTED"
-	       : rc == TMO_CANCEL_FIRED   ? "TMO_CANCEL_FIRED"
-	       : rc == TMO_CANCEL_WAITED  ? "TMO_CANCEL_WAITED"
-	       : rc == TMO_CANCEL_SELF    ? "TMO_CANCEL_SELF"
-	       : rc < 0                   ? tmo_errname(rc)
-	                                  : "an unknown result";
-}
-
 static void rc_cb(struct tmo_timer *t, void *arg)
 {
 	struct rc_slot *s = tmo_container_of(t, struct rc_slot, t);
@@ -143,7 +133,7 @@ static void rc_stale(uint64_t i)
 
 struct rc_probe {
 	struct tmo_timer t;
-	atomic_int in_cb, entering, returned, ran;
+	atomic_int in_cb, entering, returned;
 	int64_t give_up; /* the callback's bound on waiting for the cancel */
 };
 
@@ -157,7 +147,6 @@ static void rc_probe_cb(struct tmo_timer *t, void *arg)
 	int64_t until = sk_now_ns() + PROBE_HOLD;
 	while (!atomic_load(&p->returned) && sk_now_ns() < until)
 		sched_yield();
-	atomic_fetch_add(&p->ran, 1);
 	atomic_store(&p->in_cb, 0);
 }
 
@@ -196,7 +185,7 @@ static long long rc_probes(const struct sk_run *run, struct rc_ctx *c, int64_t c
 			atomic_fetch_add(running ? &c->running : &c->errors, 1);
 			sk_violation(run, "probe %d: the callback was running when cancel began, and cancel "
 			              "returned %s%s",
-			              i, rc_name(rc), running ? " before the callback had returned" : "");
+			              i, sk_cancel_name(rc), running ? " before the callback had returned" : "");
 		}
 		/* A cancel that did not wait: the callback is still inside. */
 		while (atomic_load(&p->in_cb))
@@ -278,7 +267,7 @@ static void *rc_canceller(void *arg)
 			if (atomic_fetch_add(&c->running, 1) == 0)
 				sk_violation(c->run, "arm #%llu: cancel returned %s while the callback was "
 				              "still running",
-				              (unsigned long long)i, rc_name(rc));
+				              (unsigned long long)i, sk_cancel_name(rc));
 		}
 		if (rc == TMO_CANCEL_PREVENTED) {
 			s->outcome = O_PREVENTED;
@@ -300,7 +289,7 @@ static void *rc_canceller(void *arg)
 					sk_violation(c->run, "arm #%llu: cancel returned %s but the callback never "
 					              "ran",
 					              (unsigned long long)i,
-					              rc == TMO_CANCEL_FIRED ? "TMO_CANCEL_FIRED" : "TMO_CANCEL_WAITED");
+					              sk_cancel_name(rc));
 			} else if (n > 1) {
 				if (atomic_fetch_add(&c->doubles, 1) == 0)
 					sk_violation(c->run, "arm #%llu: callback ran %d times", (unsigned long long)i,
@@ -311,7 +300,7 @@ static void *rc_canceller(void *arg)
 		} else {
 			if (atomic_fetch_add(&c->errors, 1) == 0)
 				sk_violation(c->run, "arm #%llu: cancel returned %s (%d)", (unsigned long long)i,
-				              rc < 0 ? tmo_errname(rc) : "an unknown result", rc);
+				              sk_cancel_name(rc), rc);
 		}
 		/* Steer O toward the point where half the arms fire, within
 		 * [-D, +10 ms]. */

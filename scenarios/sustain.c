@@ -104,11 +104,10 @@ static void sus_resolve(struct sus_worker *w, struct sus_slot *s, size_t i)
 		w->fired++;
 		if (runs != 1 && w->violations++ < 5)
 			sk_violation(w->run, "slot %zu: cancel returned %s but the callback ran %d time(s)",
-			              i, rc == TMO_CANCEL_FIRED ? "TMO_CANCEL_FIRED" : "TMO_CANCEL_WAITED",
-			              runs);
+			              i, sk_cancel_name(rc), runs);
 	} else if (w->violations++ < 5) {
 		sk_violation(w->run, "slot %zu: cancel of an armed timer returned %s (%d)", i,
-		              rc < 0 ? tmo_errname(rc) : "an unexpected result", rc);
+		              sk_cancel_name(rc), rc);
 	}
 	s->armed = 0;
 }

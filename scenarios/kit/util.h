@@ -21,6 +21,18 @@
 
 static inline int64_t sk_now_ns(void) { return tmo_now_ns(); }
 
+/* tmo_cancel's result by name: its four results, an error's name, or "an
+ * unknown result". */
+static inline const char *sk_cancel_name(int rc)
+{
+	return rc == TMO_CANCEL_PREVENTED ? "TMO_CANCEL_PREVENTED"
+	       : rc == TMO_CANCEL_FIRED   ? "TMO_CANCEL_FIRED"
+	       : rc == TMO_CANCEL_WAITED  ? "TMO_CANCEL_WAITED"
+	       : rc == TMO_CANCEL_SELF    ? "TMO_CANCEL_SELF"
+	       : rc < 0                   ? tmo_errname(rc)
+	                                  : "an unknown result";
+}
+
 static inline void sk_sleep_ns(int64_t ns)
 {
 	struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
