@@ -157,15 +157,31 @@ def min_p(n1, n2):
     return 2.0 / c
 
 
-def boot_ci(a, b, rng):
-    """95 % bootstrap interval of median(b) / median(a) - 1."""
+def boot_ci(a, b, rng, ra=None, rb=None):
+    """95 % bootstrap interval of median(b) / median(a) - 1; with
+    references ra and rb, of the ratio medians (median(b) / median(rb)) /
+    (median(a) / median(ra)) - 1, every sample resampled."""
+    def med(s):
+        return statistics.median(rng.choices(s, k=len(s)))
     r = []
     for _ in range(BOOTSTRAP):
-        ma = statistics.median(rng.choices(a, k=len(a)))
-        mb = statistics.median(rng.choices(b, k=len(b)))
+        if ra is None:
+            ma = med(a)
+            mb = med(b)
+        else:  # the new side first: the ratio rows draw in this order
+            mb = med(b) / med(rb)
+            ma = med(a) / med(ra)
         r.append(mb / ma - 1 if ma else 0.0)
     r.sort()
     return r[int(0.025 * len(r))], r[int(0.975 * len(r)) - 1]
+
+
+def moved(ch, lo, hi, lower_better):
+    """"faster" or "slower" for a change of at least MIN_EFFECT whose
+    interval excludes zero, else None."""
+    if abs(ch) >= MIN_EFFECT and (lo > 0 or hi < 0):
+        return "slower" if (ch > 0) == lower_better else "faster"
+    return None
 
 
 def spread(s):
@@ -187,10 +203,8 @@ def judge(a, b, rng, lower_better=True):
         v = "undecided (n=%d/%d)" % (len(a), len(b))
     elif p is None:
         v = "undecided (no scipy)"
-    elif p < ALPHA and abs(ch) >= MIN_EFFECT and (lo > 0 or hi < 0):
-        v = "slower" if (ch > 0) == lower_better else "faster"
     else:
-        v = "within noise"
+        v = (p < ALPHA and moved(ch, lo, hi, lower_better)) or "within noise"
     return {"old": ma, "new": mb, "so": spread(a), "sn": spread(b), "ch": ch, "lo": lo, "hi": hi,
             "p": p, "verdict": v}
 
@@ -214,19 +228,11 @@ def judge_over(a, ra, b, rb, rng, lower_better=True):
     samples has none) and MIN_EFFECT."""
     ma, mb = statistics.median(a) / statistics.median(ra), statistics.median(b) / statistics.median(rb)
     ch = mb / ma - 1 if ma else 0.0
-    r = []
-    for _ in range(BOOTSTRAP):
-        x = (statistics.median(rng.choices(b, k=len(b))) / statistics.median(rng.choices(rb, k=len(rb))))
-        y = (statistics.median(rng.choices(a, k=len(a))) / statistics.median(rng.choices(ra, k=len(ra))))
-        r.append(x / y - 1 if y else 0.0)
-    r.sort()
-    lo, hi = r[int(0.025 * len(r))], r[int(0.975 * len(r)) - 1]
+    lo, hi = boot_ci(a, b, rng, ra, rb)
     if min(len(a), len(b), len(ra), len(rb)) < 3:
         v = "undecided (n=%d/%d)" % (len(a), len(b))
-    elif abs(ch) >= MIN_EFFECT and (lo > 0 or hi < 0):
-        v = "slower" if (ch > 0) == lower_better else "faster"
     else:
-        v = "within noise"
+        v = moved(ch, lo, hi, lower_better) or "within noise"
     sa = [x / statistics.median(ra) for x in a]
     sb = [x / statistics.median(rb) for x in b]
     return {"old": ma, "new": mb, "so": spread(sa), "sn": spread(sb), "ch": ch, "lo": lo, "hi": hi,
@@ -236,8 +242,9 @@ def judge_over(a, ra, b, rb, rng, lower_better=True):
 def ratio_samples(s, engines):
     """{(engine, 'x floor'|'x condvar'|'x structure'): (samples, reference)}:
     x floor's samples are per-repetition ratios (the seed's and the floor's
-    repetitions run interleaved over one stretch) and its reference None; the others' samples are the seed's
-    repetitions and the reference the repetitions it is divided by."""
+    repetitions run interleaved over one stretch) and its reference None;
+    the others' samples are the seed's repetitions and the reference the
+    repetitions it is divided by."""
     out = {}
     by = {}
     for name, v in s.items():
@@ -388,10 +395,10 @@ def compare(old, new, markdown=False):
     engines = [e for e in engines_in(sn) if e in engines_in(so)]
     ro, rn = ratio_samples(so, engines), ratio_samples(sn, engines)
     out += ["", h("In-run ratios (comparable across machines): the seed benchmark per repetition")]
-    def judged(k):
+    def judge_ratio(k):
         (a, ra), (b, rb) = ro[k], rn[k]
         return judge(a, b, rng) if ra is None or rb is None else judge_over(a, ra, b, rb, rng)
-    rows = [row_text("%s %s" % k, judged(k), lambda v: "%.3gx" % v) for k in rn if k in ro]
+    rows = [row_text("%s %s" % k, judge_ratio(k), lambda v: "%.3gx" % v) for k in rn if k in ro]
     if not any(k[1] == "x structure" for k in rn):
         out.append("x structure: not in these runs (no structure benchmark recorded).")
     if rows:

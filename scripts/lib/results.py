@@ -21,6 +21,7 @@ import re
 import subprocess
 import sys
 
+from compare_runs import MIN_EFFECT  # a change within what one binary does from run to run
 from instructions import HELD  # the held loop's timers outstanding, but for a capped engine
 
 # ---- the harness's metrics ---------------------------------------------------------
@@ -736,11 +737,6 @@ def instance_range(rows, k):
         elif p2.endswith(",stat=max"):
             hi = v
     return None if lo is None or hi is None else (lo, hi)
-
-
-# A change smaller than this is within what a shared machine does to one
-# binary from run to run (compare_runs.py's MIN_EFFECT).
-MIN_EFFECT = 0.05
 
 
 def spread_word(orows, nrows, k):

@@ -22,11 +22,16 @@ import sys
 ROUNDS = ("seed", "empty", "floor", "structure:wheel/seed")
 
 
+def what_of(b):
+    """"seed" of "throughput/wheel/seed/threads:1"."""
+    return b["name"].split("/", 2)[2].rsplit("/threads:", 1)[0]
+
+
 def check(doc):
     """None when the rounds interleave, else what is wrong."""
     reps = []
     for b in doc.get("benchmarks", []):
-        what = b["name"].split("/", 2)[2].rsplit("/threads:", 1)[0]
+        what = what_of(b)
         if b.get("run_type") == "iteration" and what in ROUNDS:
             if "round" not in b:
                 return "%s has no counter \"round\"" % b["name"]
@@ -64,8 +69,7 @@ def main(argv):
         n = 0
         for w in ROUNDS:
             for b in doc["benchmarks"]:
-                if b.get("run_type") == "iteration" and b["name"].split("/", 2)[2].rsplit(
-                        "/threads:", 1)[0] == w:
+                if b.get("run_type") == "iteration" and what_of(b) == w:
                     n += 1
                     b["round"] = float(n)
     why = check(doc)
