@@ -135,11 +135,15 @@ void tmo__lf_cache_spill(struct tmo *e, struct lf_rec *r)
 	r->cache_n = keep;
 	depot_push_list(e, old);
 	/* Trim runs as the timer thread goes to sleep: frees made while it
-	 * sleeps would wait a timeout for it (guarantee 6).  Past TRIM_WAKE
-	 * free nodes it is woken, once until it has trimmed. */
+	 * sleeps would wait a timeout for it (guarantee 6).  With more free
+	 * nodes than trim keeps it is woken, once until it has trimmed, and
+	 * trims TRIM_DEFER later (timer.c): a stream of frees costs it one
+	 * wake-up and one trim per TRIM_DEFER, and the last of them go back
+	 * with the rest (woken only past 256, it left 100-600 free nodes in
+	 * the depot after a batch of cancels until its next long sleep). */
 	struct lf_pool *p = &e->pool;
 	if (LF_UNLIKELY(atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_SLEEPING) &&
-	    atomic_load_explicit(&p->depot_nodes, memory_order_relaxed) > TRIM_WAKE &&
+	    atomic_load_explicit(&p->depot_nodes, memory_order_relaxed) > TRIM_KEEP &&
 	    !atomic_load_explicit(&p->trim_asked, memory_order_relaxed)) {
 		atomic_store_explicit(&p->trim_asked, 1, memory_order_relaxed);
 		tmo__lf_wake_for(e, 0);

@@ -244,7 +244,9 @@ struct lf_pool {
 	 * moves them to the depot */
 	ck_stack_t loose;
 	_Atomic uint64_t trimmed_pages;
-	/* 1: a producer woke the sleeping timer thread to trim (depot.c) */
+	_Atomic uint64_t trim_runs; /* the timer thread's alone (debug) */
+	/* 1: a producer woke the sleeping timer thread to trim (depot.c); the
+	 * trim clears it */
 	_Atomic int trim_asked;
 };
 

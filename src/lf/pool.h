@@ -36,8 +36,6 @@ void tmo__lf_pool_each(struct tmo *e, void (*fn)(struct tmo *e, struct lf_node *
 #define LF_SOFT_NODES 4096u
 /* Free nodes trim leaves in the depot. */
 #define TRIM_KEEP (2u * PAGE_NODES)
-/* Free nodes in the depot that wake a sleeping timer thread to trim. */
-#define TRIM_WAKE (4u * PAGE_NODES)
 
 /* Pages given back, waiting to be populated again. */
 struct lf_run {

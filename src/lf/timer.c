@@ -67,6 +67,9 @@ tmo__lf_hook_fn *_Atomic tmo__lf_hook_owner_in;
 #define CAL_EVERY_NS (100 * TMO_NSEC_PER_USEC)
 /* The least sleep ahead for which the timer thread gives memory back. */
 #define TRIM_SLEEP_MIN (50 * TMO_NSEC_PER_MSEC)
+/* How long after a spill woke it (depot.c) the timer thread trims: the
+ * frees that follow in the same stream are given back with it. */
+#define TRIM_DEFER (10 * TMO_NSEC_PER_MSEC)
 /* A due array longer than this is rid of cancelled entries each round. */
 #define DUE_COMPACT_MIN 64
 
@@ -268,12 +271,22 @@ static size_t fire_due(struct tmo *e, int64_t now, int64_t hold, int64_t *wake)
 static int announce_sleep(struct tmo *e, int64_t now, int64_t poll, int64_t *wake)
 {
 	struct lf_tt *tt = e->tt;
-	atomic_store_explicit(&e->sleep_until, *wake, memory_order_relaxed);
-	tmo__lf_tick_publish(e, LF_TW_SLEEPING);
 	/* memory goes back before a long sleep only: a timer thread napping
 	 * between ticks of a stream of fires would walk the depot each time and
 	 * give back pages about to be used */
+	int trim = 0;
 	if (*wake - now >= TRIM_SLEEP_MIN) {
+		if (tt->trim_at == 0 && atomic_load_explicit(&e->pool.trim_asked, memory_order_relaxed))
+			tt->trim_at = now + TRIM_DEFER; /* woken by a spill: trim later */
+		if (tt->trim_at != 0 && now < tt->trim_at)
+			*wake = tt->trim_at;
+		else
+			trim = 1;
+	}
+	atomic_store_explicit(&e->sleep_until, *wake, memory_order_relaxed);
+	tmo__lf_tick_publish(e, LF_TW_SLEEPING);
+	if (trim) {
+		tt->trim_at = 0;
 		tmo__lf_pool_trim(e);
 		tmo__lf_due_shrink(e);
 	}

@@ -79,6 +79,8 @@ void tmo__lf_pool_trim(struct tmo *e)
 {
 	struct lf_pool *p = &e->pool;
 	atomic_store_explicit(&p->trim_asked, 0, memory_order_relaxed);
+	atomic_store_explicit(&p->trim_runs, atomic_load_explicit(&p->trim_runs, memory_order_relaxed) + 1,
+	                      memory_order_relaxed);
 	loose_collect(e);
 	tmo__lf_cache_return(e, e->tt_rec);
 	if (atomic_load_explicit(&p->depot_nodes, memory_order_relaxed) <= TRIM_KEEP)
@@ -99,12 +101,20 @@ void tmo__lf_pool_trim(struct tmo *e)
 	/* Give back runs of wholly free pages; chain the rest page by page,
 	 * highest first, so the lowest are taken first: live and cached nodes
 	 * gather in low pages, and the pages above come free together. */
-	uint64_t kept = 0, gave = 0;
+	uint64_t kept = late_n, gave = 0;
 	if (late != NULL)
 		tmo__lf_depot_push(e, late, late_n); /* may exceed LF_CHAIN: fine */
+	/* The free nodes of pages that stay anyway (a node in use or in a
+	 * cache pins its page) count first: wholly free pages are kept only
+	 * to make up TRIM_KEEP (an idle thread's cache pinned five to eight
+	 * pages beside two kept wholly free ones). */
+	for (uint32_t pg = 0; pg < hwm; pg++)
+		if (free_in[pg] != PAGE_NODES)
+			kept += free_in[pg];
 	for (uint32_t pg = 0; pg < hwm;) {
 		if (free_in[pg] != PAGE_NODES || kept < TRIM_KEEP) {
-			kept += free_in[pg];
+			if (free_in[pg] == PAGE_NODES)
+				kept += PAGE_NODES;
 			pg++;
 			continue;
 		}

@@ -33,6 +33,9 @@ struct lf_tt {
 	struct lf_node *unfiled; /* QUEUED nodes its base could not take yet */
 	int64_t last_cal;
 	int idle;
+	/* when the trim a spill asked for is due (0: none waiting): timer.c,
+	 * announce_sleep */
+	int64_t trim_at;
 	/* bytes it holds beyond its fixed size (stats) */
 	_Atomic uint64_t bytes;
 	_Atomic uint64_t stolen, via_inbox, filed;
