@@ -11,8 +11,12 @@
 #include "base.h"
 #include "fire.h"
 
-/* Due batches up to this size are sorted by deadline. */
-#define DUE_SORT_MAX 4096u
+/* Due batches up to this size are sorted by deadline; a larger one already
+ * in tick order (one wheel's tick, or the rest of it) is left so: order
+ * within a tick is not promised (guarantee 4), and a merge sort of each
+ * 4,096-node batch of a burst cost more than firing it (a burst of 1e6 on
+ * the wheel: 7.4-7.8M fires/s sorted, 11.2-11.5M not, Intel Xeon). */
+#define DUE_SORT_MAX 64u
 /* A busy per-thread base is retried after this share of a tick. */
 #define RETRY_DIV 16
 /* Pauses the timer thread spins for a per-thread base's lock. */
@@ -318,12 +322,30 @@ static void due_sort(struct due *a, struct due *tmp, size_t n)
 	}
 }
 
-/* 1 when a[0..n) is in tick order (one wheel's hand-out). */
+/* 1 when a[0..n) is in tick order (one wheel's hand-out).  A division
+ * only for a deadline outside the span [lo, hi] already seen in the
+ * current tick: a burst of one instant divides once. */
 static int tick_sorted(const struct due *a, size_t n, int64_t r)
 {
-	for (size_t i = 1; i < n; i++)
-		if (a[i].deadline / r < a[i - 1].deadline / r)
+	if (n == 0)
+		return 1;
+	int64_t lo = a[0].deadline, hi = lo, tick = lo / r;
+	for (size_t i = 1; i < n; i++) {
+		int64_t d = a[i].deadline;
+		if (d >= lo && d <= hi)
+			continue;
+		int64_t t = d / r;
+		if (t < tick)
 			return 0;
+		if (t > tick) {
+			tick = t;
+			lo = hi = d;
+		} else if (d < lo) {
+			lo = d;
+		} else {
+			hi = d;
+		}
+	}
 	return 1;
 }
 
