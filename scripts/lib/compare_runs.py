@@ -24,7 +24,11 @@ OLD and NEW are JSON files the harness wrote, or two directories of them.
    engine's own controls (its empty loop and CAS floor) both moved beyond
    noise by about the same amount and the row moved within MIN_EFFECT of
    that: the machine changed in that engine's stretch (with_machine).
-   Same machine only.
+   And the controls of every engine together measure how far the machine
+   drifted between the two runs: a row is called faster or slower only
+   when it moved more than DRIFT_Q of the controls did (with_drift; one
+   instance a side at full size, the controls moved 5-11 % on a shared
+   VM while each run's repetitions spread 1-2 %).  Same machine only.
 3. The in-run ratios, per engine (any machines): x floor (the seed
    benchmark's repetition over the CAS floor's of the same index: the
    harness runs the two interleaved over one stretch of the run; judged as
@@ -38,6 +42,7 @@ Exit status 0, or 2 when a file cannot be read.  Information only.
 """
 
 import json
+import math
 import os
 import random
 import re
@@ -47,6 +52,7 @@ import sys
 ALPHA = 0.01
 MIN_EFFECT = 0.05
 BOOTSTRAP = 1000
+DRIFT_Q = 0.9
 CPU_KEYS = ("cpu_model", "cpus_online", "arch")
 
 
@@ -352,6 +358,40 @@ def with_machine(common, judged):
             j["verdict"] = "as the controls (%+.0f%%)" % (100 * m)
 
 
+def drift_floor(common, judged):
+    """(the least change a row must show to be called faster or slower,
+    the controls it comes from): the DRIFT_Q quantile (nearest rank) of
+    how far the controls (the empty loops and CAS floors of every engine:
+    no engine in them) moved between the runs, or MIN_EFFECT if larger or
+    with fewer than 4 controls.  A row that moved less moved no more than
+    the machine did under loops that hold no engine."""
+    ch = sorted(abs(judged[k]["ch"]) for k in common
+                if parse(k) and parse(k)[2] in ("empty", "floor"))
+    if len(ch) < 4:
+        return MIN_EFFECT, len(ch)
+    return max(MIN_EFFECT, ch[int(math.ceil(DRIFT_Q * len(ch))) - 1]), len(ch)
+
+
+def with_drift(common, judged, floor):
+    """Rows (not the controls themselves) called faster or slower that
+    moved less than the drift floor are within noise."""
+    for k in common:
+        p = parse(k)
+        j = judged[k]
+        if p and p[2] not in ("empty", "floor") and j["verdict"] in ("faster", "slower") and \
+                abs(j["ch"]) < floor:
+            j["verdict"] = "within noise (drift)"
+
+
+def drift_line(floor, n):
+    if floor <= MIN_EFFECT:
+        return []
+    return ["Drift: %d%% of the %d controls moved by up to %.1f%% between the runs (the machine, "
+            "not an engine: none is in them); rows that moved less read \"within noise "
+            "(drift)\".  Changes that small need --repeat=3 or more on both sides to be seen."
+            % (round(100 * DRIFT_Q), n, 100 * floor)]
+
+
 def reference_moved(so, sn, rng):
     """A line when condvar's seed benchmark, which every x condvar row
     divides by, moved by MIN_EFFECT or more between the runs: those rows
@@ -388,10 +428,12 @@ def compare(old, new, markdown=False):
         out.append("No benchmark is in both runs.")
     else:
         judged = {k: judge(so[k], sn[k], rng) for k in common}
+        floor, nctl = drift_floor(common, judged)
+        with_drift(common, judged, floor)
         with_machine(common, judged)
         rows = [row_text(k, judged[k], fmt_ns) for k in common]
         out += table(header, rows, markdown) + ["", "Benchmarks: " + tally(rows)[1]]
-        out += controls(rows)
+        out += controls(rows) + drift_line(floor, nctl)
     engines = [e for e in engines_in(sn) if e in engines_in(so)]
     ro, rn = ratio_samples(so, engines), ratio_samples(sn, engines)
     out += ["", h("In-run ratios (comparable across machines): the seed benchmark per repetition")]

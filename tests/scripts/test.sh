@@ -25,6 +25,10 @@
 #                    condvar row moves, and the line naming the reference
 #   compare_controls wheel's controls and one-thread rate 10 % slower, its
 #                    held loop 30 %: the rate reads "as the controls"
+#   compare_drift    every engine's controls 8 % slower (the machine drifted),
+#                    wheel's one-thread rate 6 %, mpsc's held loop 25 %:
+#                    the rate reads "within noise (drift)", the held loop
+#                    slower, and the drift line names 8.0 %
 #   compare_machines the same run as if from another CPU, every time x3: the
 #                    difference said, absolute times not compared, the
 #                    ratios within noise
@@ -257,6 +261,23 @@ compare_controls)
   grep -Eq "^throughput/mpsc/seed/threads:1 .* within noise$" "$dir/out" || fail "mpsc's seed moved"
   grep -q "^Benchmarks: .* 1 as their engine's controls moved" "$dir/out" ||
     fail "the tally does not count the row read as the controls"
+  ;;
+compare_drift)
+  ctl=$(/usr/bin/python3 -c '
+import json, re, sys
+d = json.load(open(sys.argv[1]))
+print(" ".join(sorted({b["name"] + "=1.08" for b in d["benchmarks"]
+                       if re.search(r"/(empty|floor)/", b["name"])})))' \
+        "$root/results/baseline/throughput.json")
+  [ -n "$ctl" ] || fail "no controls in the baseline"
+  # shellcheck disable=SC2086
+  planted_scale $ctl throughput/wheel/threads:1=1.06 throughput/mpsc/held/threads:1=1.25
+  grep -Eq "^throughput/wheel/threads:1 .* within noise \(drift\)$" "$dir/out" ||
+    fail "wheel's one-thread rate, 6 % beside an 8 % drift, not within noise (drift)"
+  grep -Eq "^throughput/mpsc/held/threads:1 .* slower$" "$dir/out" ||
+    fail "mpsc's held loop, 25 % slower, not slower"
+  grep -q "^Drift: 90% of the [0-9]* controls moved by up to 8\.0%" "$dir/out" ||
+    fail "the drift line does not name 8.0 %"
   ;;
 compare_machines)
   # The same run as if made on another CPU: said in words, absolute times
