@@ -150,10 +150,13 @@ static void rc_probe_cb(struct tmo_timer *t, void *arg)
 	atomic_store(&p->in_cb, 0);
 }
 
-/* PROBES probes on c's engine; returns the violations (counted in c too). */
-static long long rc_probes(const struct sk_run *run, struct rc_ctx *c, int64_t cap)
+/* PROBES probes on c's engine; returns the violations (counted in c too)
+ * and in *made the probes whose cancel was judged (fewer when an arm was
+ * refused, TMO_EAGAIN, or a probe failed). */
+static long long rc_probes(const struct sk_run *run, struct rc_ctx *c, int64_t cap, int *made)
 {
 	long long v = 0;
+	*made = 0;
 	for (int i = 0; i < PROBES; i++) {
 		struct rc_probe *p = &c->probes[i];
 		p->give_up = sk_now_ns() + cap;
@@ -190,6 +193,7 @@ static long long rc_probes(const struct sk_run *run, struct rc_ctx *c, int64_t c
 		/* A cancel that did not wait: the callback is still inside. */
 		while (atomic_load(&p->in_cb))
 			sched_yield();
+		(*made)++;
 	}
 	return v;
 }
@@ -437,13 +441,12 @@ static int race_run(const struct sk_run *run)
 	       (long long)(-c->R / 2000), (long long)(c->R / 2000), (long long)(cap / 1000000000));
 	double secs = 0;
 	rc = rc_drive(run, c, cap, &secs);
-	long long probed = 0;
+	int probed = 0;
 	if (rc == 0 && !c->short_of && atomic_load(&c->arm_errors) == 0) {
-		probed = PROBES;
-		long long caught = rc_probes(run, c, cap);
-		printf("race: %d probes (the callback held until the cancel returned, or %lld ms): %lld "
-		       "cancels returned while it was inside\n",
-		       PROBES, (long long)(PROBE_HOLD / TMO_NSEC_PER_MSEC), caught);
+		long long caught = rc_probes(run, c, cap, &probed);
+		printf("race: %d of %d probes (the callback held until the cancel returned, or %lld ms): "
+		       "%lld cancels returned while it was inside\n",
+		       probed, PROBES, (long long)(PROBE_HOLD / TMO_NSEC_PER_MSEC), caught);
 	}
 	sk_report(run, "probes", "", (double)probed, "count");
 	tmo_destroy(&c->e);
