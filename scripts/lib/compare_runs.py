@@ -223,6 +223,13 @@ def parse(name):
     return None if m is None else (m["scen"], m["engine"], m["case"] or "threads", int(m["t"]))
 
 
+def is_control(name):
+    """A benchmark that measures no engine: an engine's empty loop or CAS
+    floor."""
+    p = parse(name)
+    return p is not None and p[2] in ("empty", "floor")
+
+
 def judge_over(a, ra, b, rb, rng, lower_better=True):
     """A ratio row whose reference was measured in another stretch of the
     run (x condvar: condvar's own seed benchmark; x structure: the
@@ -320,7 +327,7 @@ def controls(rows):
     """The benchmarks that measure no engine (the empty loop, the CAS
     floor): when they move, the machine's state moved between the runs, and
     the other verdicts carry that."""
-    ctl = [r for r in rows if re.search(r"/(empty|floor)/", r[0])]
+    ctl = [r for r in rows if is_control(r[0])]
     moved = [r for r in ctl if r[-1] in ("faster", "slower")]
     if not ctl:
         return []
@@ -344,13 +351,12 @@ def with_machine(common, judged):
     shift shown).  A row that moved otherwise keeps faster or slower."""
     shift = {}
     for k in common:
-        p = parse(k)
-        if p and p[2] in ("empty", "floor") and judged[k]["verdict"] in ("faster", "slower"):
-            shift.setdefault(p[1], []).append(judged[k]["ch"])
+        if is_control(k) and judged[k]["verdict"] in ("faster", "slower"):
+            shift.setdefault(parse(k)[1], []).append(judged[k]["ch"])
     for k in common:
         p = parse(k)
         j = judged[k]
-        ctl = shift.get(p[1]) if p and p[2] not in ("empty", "floor") else None
+        ctl = shift.get(p[1]) if p and not is_control(k) else None
         if not ctl or len(ctl) < 2 or max(ctl) - min(ctl) >= MIN_EFFECT:
             continue  # both controls moved, together, or no shift to name
         m = sum(ctl) / len(ctl)
@@ -365,8 +371,7 @@ def drift_floor(common, judged):
     no engine in them) moved between the runs, or MIN_EFFECT if larger or
     with fewer than 4 controls.  A row that moved less moved no more than
     the machine did under loops that hold no engine."""
-    ch = sorted(abs(judged[k]["ch"]) for k in common
-                if parse(k) and parse(k)[2] in ("empty", "floor"))
+    ch = sorted(abs(judged[k]["ch"]) for k in common if is_control(k))
     if len(ch) < 4:
         return MIN_EFFECT, len(ch)
     return max(MIN_EFFECT, ch[int(math.ceil(DRIFT_Q * len(ch))) - 1]), len(ch)
@@ -376,9 +381,8 @@ def with_drift(common, judged, floor):
     """Rows (not the controls themselves) called faster or slower that
     moved less than the drift floor are within noise."""
     for k in common:
-        p = parse(k)
         j = judged[k]
-        if p and p[2] not in ("empty", "floor") and j["verdict"] in ("faster", "slower") and \
+        if parse(k) and not is_control(k) and j["verdict"] in ("faster", "slower") and \
                 abs(j["ch"]) < floor:
             j["verdict"] = "within noise (drift)"
 
