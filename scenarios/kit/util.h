@@ -92,7 +92,8 @@ static inline int64_t sk_others_cpu_ns(void) { return sk_process_cpu_ns() - sk_t
  * progress (state, not patience) when the other threads used at least
  * 1/SK_BUSY of one CPU since its last look: a timer thread filing or
  * expiring a million timers is busy, not stuck; an idle engine's ticks
- * use well under 1 %. */
+ * use well under 1 %.  Look over seconds, not milliseconds: the process's
+ * getrusage and the thread's clock disagree by a few ms now and then. */
 #define SK_BUSY 20
 struct sk_busy {
 	int64_t at, cpu;
