@@ -39,4 +39,7 @@ set_tests_properties(scripts/instructions_counts PROPERTIES TIMEOUT ${TMO_TEST_T
 add_test(NAME scripts/instructions_held_locked
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/scripts/instructions_held_locked.py
                  ${PROJECT_SOURCE_DIR})
-set_tests_properties(scripts/instructions_held_locked PROPERTIES TIMEOUT ${TMO_TEST_TIMEOUT})
+# Alone: beside the parallel suite the timer thread's calibration went stale
+# under valgrind in every run of fresh-root CI run 33 (0.13-0.75 clock reads).
+set_tests_properties(scripts/instructions_held_locked PROPERTIES TIMEOUT ${TMO_TEST_TIMEOUT}
+                     RUN_SERIAL TRUE)
