@@ -17,7 +17,7 @@ struct lf_debug {
 	uint64_t direct;      /* arms filed at once: their ring slot's arm lived */
 	uint64_t inbox;       /* nodes that went through the inbox */
 	uint64_t trims;       /* pages given back */
-	uint64_t trim_runs;   /* times the timer thread trimmed */
+	uint64_t trim_runs;   /* trims the timer thread finished */
 	uint64_t cache_count; /* free nodes in the calling thread's cache */
 	uint64_t fence;       /* 1: arms fence before reading the tick word */
 	uint64_t clock;       /* 1: arms stamp with the clock, not the TSC */

@@ -158,7 +158,7 @@ void tmo__lf_debug(struct tmo *e, struct lf_debug *out)
 	out->stolen = atomic_load_explicit(&e->tt->stolen, memory_order_relaxed);
 	out->inbox = atomic_load_explicit(&e->tt->via_inbox, memory_order_relaxed);
 	out->trims = atomic_load_explicit(&e->pool.trimmed_pages, memory_order_relaxed);
-	out->trim_runs = atomic_load_explicit(&e->pool.trim_runs, memory_order_relaxed);
+	out->trim_runs = atomic_load_explicit(&e->pool.trim_runs, memory_order_acquire);
 	out->fence = (atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_FENCE) != 0;
 	out->clock = !tmo__lf_use_tsc;
 	out->cache_count = tmo__lf_my_cache_count(e);

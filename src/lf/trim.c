@@ -75,16 +75,9 @@ static uint32_t release_run(struct tmo *e, uint32_t first, uint32_t end, struct 
 	return pages;
 }
 
-void tmo__lf_pool_trim(struct tmo *e)
+static void trim_pages(struct tmo *e)
 {
 	struct lf_pool *p = &e->pool;
-	atomic_store_explicit(&p->trim_asked, 0, memory_order_relaxed);
-	atomic_store_explicit(&p->trim_runs, atomic_load_explicit(&p->trim_runs, memory_order_relaxed) + 1,
-	                      memory_order_relaxed);
-	loose_collect(e);
-	tmo__lf_cache_return(e, e->tt_rec);
-	if (atomic_load_explicit(&p->depot_nodes, memory_order_relaxed) <= TRIM_KEEP)
-		return;
 	uint32_t hwm = atomic_load_explicit(&p->hwm_pages, memory_order_acquire);
 	uint8_t *free_in = tmo__calloc(hwm, 1);
 	struct lf_node **by_page = tmo__calloc(hwm, sizeof *by_page);
@@ -133,3 +126,16 @@ void tmo__lf_pool_trim(struct tmo *e)
 	tmo__free(by_page);
 }
 
+void tmo__lf_pool_trim(struct tmo *e)
+{
+	struct lf_pool *p = &e->pool;
+	atomic_store_explicit(&p->trim_asked, 0, memory_order_relaxed);
+	loose_collect(e);
+	tmo__lf_cache_return(e, e->tt_rec);
+	if (atomic_load_explicit(&p->depot_nodes, memory_order_relaxed) > TRIM_KEEP)
+		trim_pages(e);
+	/* counted once done: a reader that sees the count sees the depot and
+	 * the pages as this trim left them */
+	atomic_store_explicit(&p->trim_runs, atomic_load_explicit(&p->trim_runs, memory_order_relaxed) + 1,
+	                      memory_order_release);
+}
