@@ -14,8 +14,8 @@ lf_stamp_fresh), and under valgrind on a loaded machine the timer
 thread's refresh can come late: CI once read 0.85 clock reads and 1.82
 locked instructions a pair, the arms dated by the clock on the general
 path.  A run is judged only when its arms were dated by the TSC (clock
-reads within JUDGED_CLOCK of 0 a pair, TSC reads within it of 1); up to RUNS runs, every judged one within
-the bound.  When none is judged the test is skipped (exit 77, ctest
+reads within JUDGED_CLOCK of 0 a pair, TSC reads within it of 1); up to
+RUNS runs, every judged one within the bound.  When none is judged the test is skipped (exit 77, ctest
 SKIP_RETURN_CODE) with the runs' figures: the count it would judge is not
 that of the held path, and a failure would say nothing of the engine.
 Fresh-root CI read stale calibrations in all three runs three times (two
@@ -54,8 +54,8 @@ def main(argv):
         print(c)
         # either sign: the two processes' counts differ by their stale arms
         if abs(c["clock_reads"]) >= JUDGED_CLOCK or abs(c["tsc_reads"] - 1) >= JUDGED_CLOCK:
-            print("run %d not judged: %.2f clock reads a pair (the calibration went stale)"
-                  % (i + 1, c["clock_reads"]))
+            print("run %d not judged: %.2f clock reads and %.2f TSC reads a pair (the "
+                  "calibration went stale)" % (i + 1, c["clock_reads"], c["tsc_reads"]))
             continue
         judged += 1
         if not (c["instructions"] > 50 and 0.9 <= c["locked"] <= 1.2):
