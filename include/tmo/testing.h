@@ -69,8 +69,10 @@ void tmo_testing_set_fault(tmo_fault_fn *fn, void *ctx);
 void tmo_testing_set_node_cap(uint64_t nodes);
 
 /* With on != 0, the lock-free engines' timer threads keep ticking (never
- * sleep) while arms stop coming, and their calibration counts as fresh
- * however old it is.  For instruction counts under valgrind
+ * sleep) while arms stop coming, their calibration counts as fresh
+ * however old it is, and an engine created meanwhile takes calibration
+ * pairs until one yields a rate (at most 50 ms), as the first one does
+ * natively.  For instruction counts under valgrind
  * (scripts/instructions), which runs one thread at a time, so that the
  * timer thread sees no arms between its looks and would sleep, and its
  * calibration ages by valgrind's slowdown: arms would then take the paths

@@ -13,7 +13,8 @@
  * the arm (tmo__lf_node_deadline).  An owner filing its own arm dates it
  * from its copy of a pair when the stamp lies within that pair's near
  * window, which dates it within the floor however old the copy (cal.h,
- * lf_own_near).  Every ring arm is stolen and every
+ * lf_own_near); beyond it, from a pair it takes itself with the published
+ * rate (own_pair), which dates its next arms too.  Every ring arm is stolen and every
  * inbox node taken in the timer thread's next round, so at most one
  * calibration comes between a stamp and its filing: it is converted from
  * the pair it was made under, within lf_fresh_ns() of it, however late it
@@ -49,7 +50,6 @@
  */
 #include <errno.h>
 #include <limits.h>
-#include <linux/futex.h>
 #include <linux/membarrier.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -60,74 +60,6 @@
 
 #include "clock.h"
 #include "hook.h"
-
-/* ---- futex-backed event counts -------------------------------------------- */
-
-static int ec_gettime(const struct ck_ec_ops *ops, struct timespec *out)
-{
-	(void)ops;
-	return clock_gettime(CLOCK_MONOTONIC, out);
-}
-
-/* ck_ec passes an ABSOLUTE CLOCK_MONOTONIC deadline: FUTEX_WAIT_BITSET takes
- * exactly that (plain FUTEX_WAIT would read it as relative). */
-static void ec_wait32(const struct ck_ec_wait_state *st, const uint32_t *addr, uint32_t expect,
-                      const struct timespec *deadline)
-{
-	(void)st;
-	syscall(SYS_futex, addr, FUTEX_WAIT_BITSET_PRIVATE, expect, deadline, NULL,
-	        FUTEX_BITSET_MATCH_ANY);
-}
-
-static void ec_wake32(const struct ck_ec_ops *ops, const uint32_t *addr)
-{
-	(void)ops;
-	syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
-}
-
-static const struct ck_ec_ops ec_ops = {
-	.gettime = ec_gettime,
-	.wait32 = ec_wait32,
-	.wake32 = ec_wake32,
-};
-static const struct ck_ec_mode ec_mode = {.ops = &ec_ops, .single_producer = false};
-/* An event count one thread alone adds to: on x86 its add is a plain xadd,
- * no lock prefix (ck_ec.h: a waiter's flag a racing add overwrites is
- * harmless, the add changed the value the waiter sleeps on); elsewhere,
- * and under TSan (cmake/ck_tsan.cmake), the locked add. */
-static const struct ck_ec_mode ec_mode_sp = {.ops = &ec_ops, .single_producer = true};
-
-static int ts_before(const struct timespec *a, const struct timespec *b)
-{
-	return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
-}
-
-/* ck_ec32_wait sleeps in its own back-off steps (2 ms, then 16 ms, ...) and
- * looks at the caller's deadline only between them: clamp each step to our
- * deadline and end the wait once it has passed. */
-static int clamp_to_deadline(const struct ck_ec_wait_state *st, struct timespec *step)
-{
-	const struct timespec *mine = st->data;
-	if (!ts_before(&st->now, mine))
-		return 1;
-	if (ts_before(mine, step))
-		*step = *mine;
-	return 0;
-}
-
-void tmo__lf_ec_wait(struct ck_ec32 *ec, uint32_t v, int64_t deadline_ns)
-{
-	if (deadline_ns == INT64_MAX) {
-		ck_ec32_wait(ec, &ec_mode, v, NULL);
-	} else {
-		struct timespec ts = tmo__ts_from_ns(deadline_ns);
-		ck_ec32_wait_pred(ec, &ec_mode, v, clamp_to_deadline, &ts, &ts);
-	}
-}
-
-void tmo__lf_ec_wake(struct ck_ec32 *ec) { ck_ec32_add(ec, &ec_mode, 1); }
-void tmo__lf_ec_wake_sp(struct ck_ec32 *ec) { ck_ec32_add(ec, &ec_mode_sp, 1); }
-uint32_t tmo__lf_ec_value(struct ck_ec32 *ec) { return ck_ec32_value(ec); }
 
 /* ---- the TSC ---------------------------------------------------------------- */
 
@@ -183,6 +115,8 @@ static inline uint64_t read_tsc(void) { return lf_tsc(); }
 #define MARGIN_NS 10000
 /* A rate is not used while its relative error may exceed this. */
 #define REL_MAX 0.01
+/* How long a timely engine's creation may take pairs for its first rate. */
+#define TIMELY_CAL_NS (50 * 1000 * 1000)
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static int g_use_tsc;
@@ -352,6 +286,20 @@ void tmo__lf_clock_init(struct tmo *e)
 	atomic_store_explicit(&e->tickw, fence, memory_order_relaxed);
 	atomic_store_explicit(&e->tick_at, tmo_now_ns(), memory_order_relaxed);
 	tmo__lf_cal_update(e);
+	/* Timely (testing.h): the first calibration has a rate, as it has
+	 * natively, where a pair is tens of ticks wide and the process's anchor
+	 * far enough away after a few microseconds.  Under valgrind a pair is
+	 * thousands of ticks wide, the first engine's calibration came too near
+	 * the anchor for a rate (its relative error past REL_MAX), and until
+	 * the timer thread's next turn, in valgrind's pace tens to hundreds of
+	 * milliseconds later, every arm read the clock: a share of a counted
+	 * loop that differed from run to run.  At most TIMELY_CAL_NS, before
+	 * the timer thread exists (the one writer). */
+	int64_t t0 = tmo_now_ns();
+	while (tmo__timely_timer() && g_use_tsc &&
+	       atomic_load_explicit(&e->cal.rate_fx, memory_order_relaxed) == 0 &&
+	       tmo_now_ns() - t0 < TIMELY_CAL_NS)
+		tmo__lf_cal_update(e);
 }
 
 int64_t tmo__lf_tick_publish(struct tmo *e, unsigned flags)
@@ -396,6 +344,56 @@ int64_t tmo__lf_node_deadline(struct tmo *e, const struct lf_node *n, int64_t la
 	return (hi != 0 && hi < now ? hi : now) + timeout;
 }
 
+/* r's cap, read by its owner (tmo__lf_node_deadline_far): a TSC read, the
+ * clock, a TSC read again.  The pair is the owner's own calibration pair
+ * when it is narrow and a rate is published: the rate is measured from the
+ * process's anchor (tmo__lf_cal_update) and its relative error bounds the
+ * drift from any pair, so a pair the owner takes dates stamps near it as
+ * the timer thread's would, sized the same way (its own read error, the
+ * rate's, the floor).  The owner's next arms then convert from it, as from
+ * the timer thread's, without a clock read: where the timer thread
+ * calibrates late (starved, or under valgrind, whose threads take turns)
+ * a held arm filed at once read the clock each time it lay beyond the
+ * published pair's window.  Returns 1 when r->cal is that pair. */
+static int own_pair(struct tmo *e, struct lf_rec *r)
+{
+	uint64_t a = read_tsc();
+	LF_HOOK(pair, NULL);
+	int64_t ns = tmo_now_ns();
+	uint64_t b = read_tsc();
+	/* a stamp before a was made before ns was read */
+	r->cap_tsc = a;
+	r->cap_ns = ns;
+	if (b - a > g_pair_max)
+		return 0;
+	struct lf_cal *c = &e->cal;
+	uint64_t rate, rel;
+	uint32_t s0, s1;
+	do {
+		s0 = atomic_load_explicit(&c->seq, memory_order_acquire);
+		rate = atomic_load_explicit(&c->rate_fx, memory_order_relaxed);
+		rel = atomic_load_explicit(&c->rel_fx, memory_order_relaxed);
+		atomic_thread_fence(memory_order_acquire);
+		s1 = atomic_load_explicit(&c->seq, memory_order_relaxed);
+	} while ((s0 & 1) || s0 != s1);
+	if (rate == 0 || rel == 0)
+		return 0;
+	/* tmo__lf_cal_update's sizes, from this pair's width */
+	double rt = (double)rate / 4294967296.0, rl = (double)rel / 4294967296.0;
+	double err = (double)(b - a) * rt * (1.0 + rl);
+	double room = (double)e->margin_ns - err - 1001.0;
+	if (room <= 0)
+		return 0;
+	r->cal.tsc = a + (b - a) / 2;
+	r->cal.ns = ns;
+#ifdef TMO_LF_PLANT_OWN_PAIR_EARLY /* tests/hooked/lf_pair.c must catch it */
+	r->cal.ns = ns - 2 * e->margin_ns;
+#endif
+	r->cal.rate = rate;
+	r->cal.near = (uint64_t)(room * 0.99 / (rl * rt));
+	return 1;
+}
+
 int64_t tmo__lf_node_deadline_far(struct tmo *e, struct lf_rec *r, const struct lf_node *n)
 {
 	uint64_t stamp = atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed);
@@ -415,11 +413,12 @@ int64_t tmo__lf_node_deadline_far(struct tmo *e, struct lf_rec *r, const struct 
 	 * cap_tsc was made before cap_ns was read.  A spilled arm is filed
 	 * eight arms after it was made, so one reading serves the eight arms
 	 * before it; an arm filed at once (arm.c, file_own) is the newest, and
-	 * takes a reading of its own. */
-	if (stamp >= r->cap_tsc) {
-		r->cap_tsc = read_tsc();
-		r->cap_ns = tmo_now_ns();
-	}
+	 * takes a reading of its own: a pair, which dates it and the owner's
+	 * arms after it (own_pair). */
+	int64_t own;
+	if (stamp >= r->cap_tsc && own_pair(e, r) &&
+	    (own = lf_snap_near(&r->cal, stamp, e->margin_ns)) != 0)
+		return own + timeout;
 	return (hi != 0 && hi < r->cap_ns ? hi : r->cap_ns) + timeout;
 }
 

@@ -7,6 +7,7 @@
 #define TMO_LF_CLOCK_H
 
 #include "lf.h"
+#include "ec.h"
 
 void tmo__lf_clock_init(struct tmo *e);
 /* Timer thread: publish the next tick (flags: LF_TW_*); returns its clock
@@ -61,13 +62,6 @@ static inline int64_t tmo__lf_node_deadline_own(struct tmo *e, struct lf_rec *r,
 int64_t tmo__lf_node_deadline_lower(struct tmo *e, uint64_t stamp, int64_t timeout_ns);
 /* Timer thread: refresh the TSC calibration. */
 void tmo__lf_cal_update(struct tmo *e);
-/* Sleep / wake (futex event counts through ck_ec). */
-void tmo__lf_ec_wait(struct ck_ec32 *ec, uint32_t v, int64_t deadline_ns);
-void tmo__lf_ec_wake(struct ck_ec32 *ec);
-/* The same for an event count only the calling thread adds to (the timer
- * thread's done_ec): no locked instruction on x86. */
-void tmo__lf_ec_wake_sp(struct ck_ec32 *ec);
-uint32_t tmo__lf_ec_value(struct ck_ec32 *ec);
 /* The timer thread's side of the asymmetric Dekker with arm: after it set
  * LF_TW_SLEEPING and before it looks at rings, bases and the inbox. */
 void tmo__lf_heavy_barrier(struct tmo *e);

@@ -63,8 +63,9 @@
  * generation) never matches again.
  *
  * Files, in the order each uses only those before it (scripts/shape):
- * schedule.c (the heap and wheel behind a base), clock.c (the time source
- * and the wake-up protocol), count.c (arms, cancels, fires summed),
+ * schedule.c (the heap and wheel behind a base), ec.c (the futex-backed
+ * event counts threads sleep on), clock.c (the time source and the
+ * wake-up protocol), count.c (arms, cancels, fires summed),
  * pool.c, depot.c and trim.c (the arena, free nodes, giving memory back),
  * base.c (making a base, the inbox's push, filing by whoever holds a
  * base), rec.c (the threads' records), arm.c (arm, its fused filing of an
@@ -191,9 +192,9 @@ struct lf_rec {
 	uint64_t seen_head;
 	/* Owner only, on a line of their own (the timer thread writes
 	 * seen_head every round): a clock reading and a TSC read just before
-	 * it (clock.c, tmo__lf_node_deadline_far), and the copy of a published
-	 * calibration pair that dates this owner's stamps near it (cal.h,
-	 * lf_own_near) */
+	 * it (clock.c, tmo__lf_node_deadline_far), and the calibration pair
+	 * that dates this owner's stamps near it (cal.h, lf_own_near): a copy
+	 * of the published one, or the owner's own (clock.c, own_pair) */
 	_Alignas(64) uint64_t cap_tsc;
 	int64_t cap_ns;
 	struct lf_cal_snap cal;

@@ -25,10 +25,13 @@ set(tmo_hooked_regex_lf_order_now "round/mpsc: Y ran before Z.*round/wheel: Y ra
 set(tmo_hooked_regex_lf_order_transit
     "transit/mpsc: Y [^\n]*ran before X.*transit/wheel: Y [^\n]*ran before X")
 #   lf_pair   wide: TMO_LF_PLANT_WIDE_PAIR, a calibration published from
-#             a pair wider than a narrow one may be (clock.c).
-set(tmo_hooked_plants_lf_pair wide=TMO_LF_PLANT_WIDE_PAIR)
+#             a pair wider than a narrow one may be (clock.c); early:
+#             TMO_LF_PLANT_OWN_PAIR_EARLY, an owner's pair taken as read
+#             two floors before it was (clock.c, own_pair).
+set(tmo_hooked_plants_lf_pair wide=TMO_LF_PLANT_WIDE_PAIR early=TMO_LF_PLANT_OWN_PAIR_EARLY)
 set(tmo_hooked_regex_lf_pair_wide
     "lf_pair/mpsc: a calibration was published with a clock read error.*lf_pair/wheel: a calibration was published")
+set(tmo_hooked_regex_lf_pair_early "lf_pair/own: arm [0-9]+ dated [0-9.]+ us early")
 #   lf_busy   hold: TMO_LF_PLANT_BUSY_HOLD, a busy base held back only
 #             from its `next` on (fire.c, busy_hold).
 set(tmo_hooked_plants_lf_busy hold=TMO_LF_PLANT_BUSY_HOLD)

@@ -9,20 +9,22 @@ outstanding) and requires 0.9 to 1.2 locked instructions a pair (it read
 2.00 while the arm evicted its ring slot's arm with a CAS instead).
 
 Callgrind counts, it does not time; but which path an arm takes depends
-on whether the timer thread's TSC calibration is fresh (src/lf/clock.h,
-lf_stamp_fresh), and under valgrind on a loaded machine the timer
-thread's refresh can come late: CI once read 0.85 clock reads and 1.82
-locked instructions a pair, the arms dated by the clock on the general
-path.  A run is judged only when its arms were dated by the TSC (clock
-reads within JUDGED_CLOCK of 0 a pair, TSC reads within it of 1); up to
-RUNS runs, every judged one within the bound.  When none is judged the test is skipped (exit 77, ctest
-SKIP_RETURN_CODE) with the runs' figures: the count it would judge is not
-that of the held path, and a failure would say nothing of the engine.
-Fresh-root CI read stale calibrations in all three runs three times (two
-on the Intel box, one on the AMD box, 0.13-0.85 clock reads a pair; the
-locked count 1.00 in all but one, 1.82 there); a timely timer thread
-alone does not keep it fresh (its calibration is published without a rate
-while the first pair is too wide for the distance, valgrind's pace).
+on how its stamp is dated (src/lf/clock.h, lf_stamp_fresh, and the pair
+that dates it), and valgrind runs one thread at a time: its timer thread
+calibrates tens to hundreds of milliseconds apart.  Fresh-root CI read
+0.13-1.56 clock reads a pair in runs where it did, beside load: the first
+engine's first calibration had no rate (its pair too near the process's
+anchor at valgrind's pace) and every arm read the clock until the next;
+and a held arm filed at once beyond the published pair's window (tens of
+milliseconds) read the clock each time.  Now a timely engine's creation
+takes pairs until one has a rate, and an owner beyond the window takes a
+pair of its own (clock.c, own_pair): beside two CPU hogs 12 runs of 12
+judged, none before.  A run is still judged only when its arms were dated
+by the TSC (clock reads within JUDGED_CLOCK of 0 a pair, TSC reads within
+it of 1); up to RUNS runs, every judged one within the bound.  When none
+is judged the test is skipped (exit 77, ctest SKIP_RETURN_CODE) with the
+runs' figures: the count it would judge is not that of the held path, and
+a failure would say nothing of the engine.
 """
 
 import json
