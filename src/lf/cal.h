@@ -38,14 +38,15 @@ static inline uint64_t lf_fx_mul(uint64_t x, uint64_t fx)
 	return (uint64_t)(((unsigned __int128)x * fx) >> 32);
 }
 
-/* A published pair as one reader took it: its TSC and clock readings, rate
- * and near window.  A pair dates a stamp within its window within the floor
+/* A published pair as one reader took it: its TSC and clock readings, rate,
+ * the rate's relative error (an owner sizes a pair of its own from it:
+ * clock.c, own_pair) and near window.  A pair dates a stamp within its window within the floor
  * however old the pair is (the window was sized by that pair's own error
  * and rate), so an owner keeps a copy (lf_rec.cal) and takes it again only
  * when a stamp lies outside it: a subtraction and a compare at a filing,
  * not the sequence count's loop. */
 struct lf_cal_snap {
-	uint64_t tsc, rate, near;
+	uint64_t tsc, rate, rel, near;
 	int64_t ns;
 };
 
@@ -58,6 +59,7 @@ static inline void lf_cal_copy(const struct lf_cal *c, struct lf_cal_snap *p)
 		p->tsc = atomic_load_explicit(&c->tsc, memory_order_relaxed);
 		p->ns = atomic_load_explicit(&c->ns, memory_order_relaxed);
 		p->rate = atomic_load_explicit(&c->rate_fx, memory_order_relaxed);
+		p->rel = atomic_load_explicit(&c->rel_fx, memory_order_relaxed);
 		p->near = atomic_load_explicit(&c->near_ticks, memory_order_relaxed);
 		atomic_thread_fence(memory_order_acquire);
 		s1 = atomic_load_explicit(&c->seq, memory_order_relaxed);

@@ -130,13 +130,20 @@ static int g_membarrier; /* 1: registered and working */
  * pair (at most g_pair_max), 0 when five tries in a row came out wider (a
  * preemption or a stolen vCPU between the reads each time): the last one
  * is written all the same, its width saying how wide. */
+static inline int64_t pair_once(uint64_t *a, uint64_t *b)
+{
+	*a = read_tsc();
+	LF_HOOK(pair, NULL);
+	int64_t t = tmo_now_ns();
+	*b = read_tsc();
+	return t;
+}
+
 static int tsc_pair(uint64_t *tsc, int64_t *ns, uint64_t *width)
 {
 	for (int i = 0;; i++) {
-		uint64_t a = read_tsc();
-		LF_HOOK(pair, NULL);
-		int64_t t = tmo_now_ns();
-		uint64_t b = read_tsc();
+		uint64_t a, b;
+		int64_t t = pair_once(&a, &b);
 		if (b - a <= g_pair_max || i == 4) {
 			*tsc = a + (b - a) / 2;
 			*ns = t;
@@ -173,6 +180,17 @@ static uint64_t fx_of(double v)
 	double f = v * 4294967296.0;
 	uint64_t u = (uint64_t)f;
 	return (double)u < f ? u + 1 : u;
+}
+
+/* The window either side of a pair, in ticks, in which a stamp's margin
+ * err + 1000 + d * rel stays within the floor (d, the stamp's distance in
+ * ns, below (floor - err - 1000) / rel), over the rate, a hundredth less
+ * for the roundings; 0 when there is none.  err: the pair's clock read
+ * error (ns), rate in ns a tick, rel the rate's relative error. */
+static uint64_t near_ticks(const struct tmo *e, double err, double rate, double rel)
+{
+	double room = (double)e->margin_ns - err - 1001.0;
+	return rate > 0 && room > 0 ? (uint64_t)(room * 0.99 / (rel * rate)) : 0;
 }
 
 void tmo__lf_cal_update(struct tmo *e)
@@ -222,12 +240,7 @@ void tmo__lf_cal_update(struct tmo *e)
 	atomic_store_explicit(&c->rate_fx, rate > 0 ? fx_of(rate) : 0, memory_order_relaxed);
 	atomic_store_explicit(&c->rel_fx, fx_of(rel), memory_order_relaxed);
 	atomic_store_explicit(&c->err, (int64_t)err + 1, memory_order_relaxed);
-	/* the margin err + 1000 + d * rel stays within the floor while d, the
-	 * stamp's distance in ns, is below (floor - err - 1000) / rel: in
-	 * ticks, that over the rate (a hundredth less, for the roundings) */
-	double room = (double)e->margin_ns - err - 1001.0;
-	uint64_t near = rate > 0 && room > 0 ? (uint64_t)(room * 0.99 / (rel * rate)) : 0;
-	atomic_store_explicit(&c->near_ticks, near, memory_order_relaxed);
+	atomic_store_explicit(&c->near_ticks, near_ticks(e, err, rate, rel), memory_order_relaxed);
 	atomic_store_explicit(&c->seq, s + 2, memory_order_release);
 	/* after the pair: an arm that sees the new bound finds the pair */
 	uint64_t fresh = rate <= 0               ? 0
@@ -357,40 +370,27 @@ int64_t tmo__lf_node_deadline(struct tmo *e, const struct lf_node *n, int64_t la
  * published pair's window.  Returns 1 when r->cal is that pair. */
 static int own_pair(struct tmo *e, struct lf_rec *r)
 {
-	uint64_t a = read_tsc();
-	LF_HOOK(pair, NULL);
-	int64_t ns = tmo_now_ns();
-	uint64_t b = read_tsc();
+	uint64_t a, b;
+	int64_t ns = pair_once(&a, &b);
 	/* a stamp before a was made before ns was read */
 	r->cap_tsc = a;
 	r->cap_ns = ns;
 	if (b - a > g_pair_max)
 		return 0;
-	struct lf_cal *c = &e->cal;
-	uint64_t rate, rel;
-	uint32_t s0, s1;
-	do {
-		s0 = atomic_load_explicit(&c->seq, memory_order_acquire);
-		rate = atomic_load_explicit(&c->rate_fx, memory_order_relaxed);
-		rel = atomic_load_explicit(&c->rel_fx, memory_order_relaxed);
-		atomic_thread_fence(memory_order_acquire);
-		s1 = atomic_load_explicit(&c->seq, memory_order_relaxed);
-	} while ((s0 & 1) || s0 != s1);
-	if (rate == 0 || rel == 0)
+	struct lf_cal_snap p;
+	lf_cal_copy(&e->cal, &p);
+	if (p.rate == 0 || p.rel == 0)
 		return 0;
 	/* tmo__lf_cal_update's sizes, from this pair's width */
-	double rt = (double)rate / 4294967296.0, rl = (double)rel / 4294967296.0;
-	double err = (double)(b - a) * rt * (1.0 + rl);
-	double room = (double)e->margin_ns - err - 1001.0;
-	if (room <= 0)
+	double rate = (double)p.rate / 4294967296.0, rel = (double)p.rel / 4294967296.0;
+	uint64_t near = near_ticks(e, (double)(b - a) * rate * (1.0 + rel), rate, rel);
+	if (near == 0)
 		return 0;
-	r->cal.tsc = a + (b - a) / 2;
-	r->cal.ns = ns;
+	r->cal = (struct lf_cal_snap){
+	        .tsc = a + (b - a) / 2, .rate = p.rate, .rel = p.rel, .near = near, .ns = ns};
 #ifdef TMO_LF_PLANT_OWN_PAIR_EARLY /* tests/hooked/lf_pair.c must catch it */
 	r->cal.ns = ns - 2 * e->margin_ns;
 #endif
-	r->cal.rate = rate;
-	r->cal.near = (uint64_t)(room * 0.99 / (rl * rt));
 	return 1;
 }
 
