@@ -6,7 +6,7 @@
 #
 # Each is built again with each defect it must catch planted (a macro of
 # src/lf/: the order rule's two halves in timer.c, the timer thread's side
-# of a base's lock and its hold of a busy base in fire.c, the
+# of a base's lock, its hold of a busy base and its sort in fire.c, the
 # calibration's wide pair in clock.c);
 # ctest "hooked/<name>-planted-<plant>"
 # passes only when the test reports every case that defect must fail, on
@@ -36,6 +36,10 @@ set(tmo_hooked_regex_lf_pair_early "lf_pair/own: arm [0-9]+ dated [0-9.]+ us ear
 #             from its `next` on (fire.c, busy_hold).
 set(tmo_hooked_plants_lf_busy hold=TMO_LF_PLANT_BUSY_HOLD)
 set(tmo_hooked_regex_lf_busy_hold "busy/wheel: B [^\n]*ran before A")
+#   lf_tick   tick: TMO_LF_PLANT_TICK_ORDER, a due batch in the wheel's
+#             tick order left unsorted (fire.c, near_sorted).
+set(tmo_hooked_plants_lf_tick tick=TMO_LF_PLANT_TICK_ORDER)
+set(tmo_hooked_regex_lf_tick_tick "lf_tick: B [0-9]+ ran before its A")
 set(tmo_hooked_plants_lf_lock other=TMO_LF_PLANT_LOCK_OTHER)
 set(tmo_hooked_regex_lf_lock_other
     "P was taken out of its base while its owner held|ThreadSanitizer: data race")
