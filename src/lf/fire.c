@@ -331,7 +331,7 @@ static void due_sort(struct due *a, struct due *tmp, size_t n)
  * wheel's hand-out, in no order within a tick) was not enough: a timer
  * dated a floor late by its owner's pair shared a tick with one dated by a
  * clock read, due 1.001-1.006 ms after it by the clock reads around their
- * arms, and ran after it (expiry at 1e5 under TSan, 1 run in 30;
+ * arms, and ran after it (expiry at 1e5 under TSan, 2 runs in 80;
  * tests/hooked/lf_tick.c).  A merge keeps the bound: two sequences each
  * within it merge into one within it. */
 static int near_sorted(const struct due *a, size_t n, int64_t slack)

@@ -8,7 +8,7 @@
  * resolution after A by the clock reads around the two arms, may be filed
  * in the same tick.  The wheel hands a tick's timers out in no order; a
  * batch in tick order was left unsorted, and B ran before A (expiry at
- * 1e5 under TSan, 1 run in 30).
+ * 1e5 under TSan, 2 runs in 80).
  *
  * The case: the wheel's timer thread parked just after it calibrated.
  * One thread arms PAIRS A timers while that calibration dates stamps,
@@ -141,12 +141,11 @@ static int one_try(int *wrong)
 
 	/* A: dated from a pair, aimed 0.6 floor into a tick each */
 	int64_t t0 = tick_start(e, tmo_now_ns() + LEAD);
-	int fresh = 1;
 	for (int i = 0; i < PAIRS; i++) {
 		int64_t aim = t0 + i * res + floor_ns * 6 / 10;
 		CHECK_EQ(arm_one(e, &a[i], aim - floor_ns - tmo_now_ns(), a_cb, i), 0);
 	}
-	fresh = lf_tsc() <= atomic_load(&e->fresh_until);
+	int fresh = lf_tsc() <= atomic_load(&e->fresh_until);
 	CHECK_EQ(push_out(e, 0), 0);
 
 	/* B: dated by a clock read, once the calibration is stale */
