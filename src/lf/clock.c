@@ -22,14 +22,32 @@
  * (guarantee 4) whenever they were made and filed (tests/unit/lf_dating.c,
  * tests/engine/starved.c).
  *
+ * Steps.  All of it assumes the TSC and CLOCK_MONOTONIC advance together
+ * within the rate's error.  A virtual machine paused and resumed (a
+ * snapshot, a migration) may step one against the other (seen on CI: up
+ * to a second early after a "virtual machine fork", the rate then
+ * measured across it: results/2026-12-04-epyc2-78513c1).  So each
+ * calibration checks its pair against the bounds the published one dates
+ * its TSC with (stepped); a pair outside them starts a new segment: its
+ * rate is measured from that pair (the engine's anchor, taken at its
+ * creation and again at each step), none until it is precise enough (arms
+ * read the clock meanwhile); the pair before it is dropped; a stamp below
+ * its first TSC read, made before its clock read on either side of the
+ * step, is dated by that clock read (cal.lo: late, never early); and the
+ * epoch goes up, so that owners take their copies again (lf_own_near).
+ * What no calibration sees: arms made after a step and dated before the
+ * next calibration finds it are dated across it, early by as much as the
+ * clock stepped ahead; closing that takes a clock read on every arm, what
+ * the stamp exists to avoid (tests/hooked/lf_step.c).
+ *
  * Ticks.  Each round of the timer thread publishes a tick (so do its
  * announcement of a long sleep and its park): the tick word's count goes
  * up and tick_at holds the clock read just after, a `now` that is never
  * ahead of the clock for those who need one cheaply (a spilling thread's
  * horizon).
  *
- * Conversion: a rate measured against CLOCK_MONOTONIC since the first
- * engine was created, anchored at a (TSC, clock) pair the timer thread
+ * Conversion: a rate measured against CLOCK_MONOTONIC since the engine
+ * was created (or since the latest step), anchored at a (TSC, clock) pair the timer thread
  * takes as its rounds go (tmo__lf_cal_update), rounded UP by a margin that
  * covers both pairs' read skew, the rate's error and NTP slew (LF_SLEW_PPM
  * of the stamp's distance from the pair), with a floor (MARGIN_NS, or a
@@ -64,65 +82,25 @@
 /* ---- the TSC ---------------------------------------------------------------- */
 
 /* Pairs whose two TSC reads are further apart than this are discarded
- * (x86; arm64's counter runs at CNTFRQ_EL0, 1-1000 MHz: tsc_usable()
- * scales it to the same 8 us). */
+ * (x86; arm64's counter runs at CNTFRQ_EL0, 1-1000 MHz: lf_tsc_usable(),
+ * cpu.h, scales it to the same 8 us). */
 #define PAIR_MAX_TICKS 20000u
 static uint64_t g_pair_max = PAIR_MAX_TICKS;
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-static int tsc_usable(void)
-{
-	unsigned a, b, c, d;
-	return __get_cpuid(0x80000007u, &a, &b, &c, &d) && (d & (1u << 8)) != 0;
-}
-#elif defined(__aarch64__)
-/* The generic timer's counter is invariant by the architecture (one
- * system-wide count at CNTFRQ_EL0); it is used where it is set, advances,
- * and costs less to read than the clock, measured: a kernel that traps EL0
- * reads (an erratum workaround) makes each one a trap.  The best of PASSES
- * passes each: one preemption inside a single pass (a loaded machine,
- * qemu-user) made the counter look dearer and the choice flip (seen:
- * unit/lf_dating found no calibrations under qemu). */
-static int tsc_usable(void)
-{
-	uint64_t hz = lf_tsc_hz();
-	if (hz == 0)
-		return 0;
-	enum { READS = 256, PASSES = 5 };
-	uint64_t c0 = lf_tsc(), c1 = c0;
-	int64_t tsc_ns = INT64_MAX, clock_ns = INT64_MAX;
-	for (int p = 0; p < PASSES; p++) {
-		int64_t t0 = tmo_now_ns();
-		for (int i = 0; i < READS; i++)
-			c1 = lf_tsc();
-		int64_t t1 = tmo_now_ns();
-		for (int i = 0; i < READS; i++)
-			(void)tmo_now_ns();
-		int64_t t2 = tmo_now_ns();
-		tsc_ns = t1 - t0 < tsc_ns ? t1 - t0 : tsc_ns;
-		clock_ns = t2 - t1 < clock_ns ? t2 - t1 : clock_ns;
-	}
-	g_pair_max = hz / 125000 > 16 ? hz / 125000 : 16;
-	return c1 > c0 && tsc_ns <= clock_ns;
-}
-#else
-static int tsc_usable(void) { return 0; }
-#endif
 static inline uint64_t read_tsc(void) { return lf_tsc(); }
 
 /* The least margin added to a converted arm time. */
 #define MARGIN_NS 10000
 /* A rate is not used while its relative error may exceed this. */
 #define REL_MAX 0.01
-/* How long a timely engine's creation may take pairs for its first rate. */
+/* How long an engine's creation may take pairs for its first rate: timely
+ * (testing.h), and not. */
 #define TIMELY_CAL_NS (50 * 1000 * 1000)
+#define FIRST_RATE_NS (200 * 1000)
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static int g_use_tsc;
 int tmo__lf_use_tsc; /* g_use_tsc, for lf_stamp() */
-static uint64_t g_cal_tsc, g_cal_width;
-static int64_t g_cal_ns;
 static int g_membarrier; /* 1: registered and working */
 
 /* A (TSC, clock) pair: the clock read between two TSC reads, the pair's
@@ -156,11 +134,8 @@ static int tsc_pair(uint64_t *tsc, int64_t *ns, uint64_t *width)
 static void once_init(void)
 {
 	const char *clock = getenv("TMO_LF_CLOCK");
-	g_use_tsc = (clock == NULL || strcmp(clock, "1") != 0) && tsc_usable();
+	g_use_tsc = (clock == NULL || strcmp(clock, "1") != 0) && lf_tsc_usable(&g_pair_max);
 	tmo__lf_use_tsc = g_use_tsc;
-	if (g_use_tsc) /* the rate's anchor: a wide one only widens rel, which
-	                  shrinks as the distance from it grows */
-		(void)tsc_pair(&g_cal_tsc, &g_cal_ns, &g_cal_width);
 #ifndef TMO__UNDER_TSAN
 	/* TMO_LF_FENCE=1: the fallback, as where membarrier is missing (to
 	 * measure it, and to run it outside TSan) */
@@ -193,6 +168,30 @@ static uint64_t near_ticks(const struct tmo *e, double err, double rate, double 
 	return rate > 0 && room > 0 ? (uint64_t)(room * 0.99 / (rel * rate)) : 0;
 }
 
+/* 1 when the pair (tsc, ns), of width w, lies outside the bounds the
+ * published calibration c dates its TSC with: the clock read more than
+ * both pairs' read errors, 1000 ns for the roundings and the rate's error
+ * over their distance from where c's pair and rate put it, or a TSC below
+ * c's pair.  Then the model arms are dated by (a line through the latest
+ * pair at the published rate, within the margin) no longer holds: the
+ * clock and the TSC stepped against each other (a step).  0 also when
+ * nothing is published to check against. */
+static int stepped(const struct lf_cal *c, uint64_t tsc, int64_t ns, uint64_t w)
+{
+	uint64_t rate = atomic_load_explicit(&c->rate_fx, memory_order_relaxed);
+	if (rate == 0)
+		return 0;
+	uint64_t ctsc = atomic_load_explicit(&c->tsc, memory_order_relaxed);
+	if (tsc < ctsc)
+		return 1;
+	int64_t d = (int64_t)lf_fx_mul(tsc - ctsc, rate);
+	int64_t tol = atomic_load_explicit(&c->err, memory_order_relaxed) +
+	              (int64_t)lf_fx_mul(w, rate) + 1 + 1000 +
+	              (int64_t)lf_fx_mul((uint64_t)d, atomic_load_explicit(&c->rel_fx, memory_order_relaxed));
+	int64_t miss = ns - (atomic_load_explicit(&c->ns, memory_order_relaxed) + d);
+	return miss > tol || miss < -tol;
+}
+
 void tmo__lf_cal_update(struct tmo *e)
 {
 	if (!g_use_tsc)
@@ -215,25 +214,40 @@ void tmo__lf_cal_update(struct tmo *e)
 #else
 	(void)narrow;
 #endif
+	struct lf_cal *c = &e->cal;
+	/* Steps (see Steps above): a new segment, measured from this pair */
+	int step = stepped(c, tsc, ns, w);
+#ifdef TMO_LF_PLANT_STEP_NONE /* tests/hooked/lf_step.c must catch it */
+	step = 0;
+#endif
+	if (step || e->anchor.tsc == 0) {
+		e->anchor.tsc = tsc;
+		e->anchor.ns = ns;
+		e->anchor.width = w;
+	}
 	double rate = 0, rel = 0, err = 0;
-	if (tsc > g_cal_tsc + g_cal_width + w && ns > g_cal_ns) {
-		rate = (double)(ns - g_cal_ns) / (double)(tsc - g_cal_tsc);
+	if (tsc > e->anchor.tsc + e->anchor.width + w && ns > e->anchor.ns) {
+		rate = (double)(ns - e->anchor.ns) / (double)(tsc - e->anchor.tsc);
 		/* each pair's clock read lies somewhere within its TSC reads */
-		rel = (double)(g_cal_width + w) / (double)(tsc - g_cal_tsc) + LF_SLEW_PPM * 1e-6;
+		rel = (double)(e->anchor.width + w) / (double)(tsc - e->anchor.tsc) +
+		      LF_SLEW_PPM * 1e-6;
 		err = (double)w * rate * (1.0 + rel);
 		if (rel > REL_MAX)
 			rate = 0;
+	} else if (step) { /* no rate yet: this pair's error from the last one */
+		err = (double)lf_fx_mul(w, atomic_load_explicit(&c->rate_fx, memory_order_relaxed)) * 1.01;
 	}
-	struct lf_cal *c = &e->cal;
 	uint32_t s = atomic_load_explicit(&c->seq, memory_order_relaxed);
 	atomic_store_explicit(&c->seq, s + 1, memory_order_relaxed);
 	atomic_thread_fence(memory_order_release);
 	struct lf_cal_prev *p = &e->cal_prev;
-	atomic_store_explicit(&p->tsc, atomic_load_explicit(&c->tsc, memory_order_relaxed),
+	/* after a step the pair before it dates nothing: this one is both */
+	atomic_store_explicit(&p->tsc, step ? tsc : atomic_load_explicit(&c->tsc, memory_order_relaxed),
 	                      memory_order_relaxed);
-	atomic_store_explicit(&p->ns, atomic_load_explicit(&c->ns, memory_order_relaxed),
+	atomic_store_explicit(&p->ns, step ? ns : atomic_load_explicit(&c->ns, memory_order_relaxed),
 	                      memory_order_relaxed);
-	atomic_store_explicit(&p->err, atomic_load_explicit(&c->err, memory_order_relaxed),
+	atomic_store_explicit(&p->err,
+	                      step ? (int64_t)err + 1 : atomic_load_explicit(&c->err, memory_order_relaxed),
 	                      memory_order_relaxed);
 	atomic_store_explicit(&c->tsc, tsc, memory_order_relaxed);
 	atomic_store_explicit(&c->ns, ns, memory_order_relaxed);
@@ -241,6 +255,13 @@ void tmo__lf_cal_update(struct tmo *e)
 	atomic_store_explicit(&c->rel_fx, fx_of(rel), memory_order_relaxed);
 	atomic_store_explicit(&c->err, (int64_t)err + 1, memory_order_relaxed);
 	atomic_store_explicit(&c->near_ticks, near_ticks(e, err, rate, rel), memory_order_relaxed);
+	if (step) {
+		/* a stamp below its first TSC read was made before its clock read */
+		atomic_store_explicit(&c->lo, tsc - w / 2, memory_order_relaxed);
+		atomic_store_explicit(&c->lo_ns, ns, memory_order_relaxed);
+		atomic_store_explicit(&c->epoch, atomic_load_explicit(&c->epoch, memory_order_relaxed) + 1,
+		                      memory_order_relaxed);
+	}
 	atomic_store_explicit(&c->seq, s + 2, memory_order_release);
 	/* after the pair: an arm that sees the new bound finds the pair */
 	uint64_t fresh = rate <= 0               ? 0
@@ -251,7 +272,9 @@ void tmo__lf_cal_update(struct tmo *e)
 
 /* Bounds on the time of a TSC stamp from the published calibration, from
  * the newer of its two pairs that is not after the stamp (else the older);
- * 0 (both) when there is none yet.  Returns the margin: the bounds are
+ * 0 (both) when there is none yet.  A stamp made before the pair that
+ * found the latest step (below cal.lo) is bounded above by that pair's
+ * clock read, with no lower bound (0), margin 0.  Returns the margin: the bounds are
  * [t - margin, t + max(margin, the floor)] around the converted time t.
  * Integer arithmetic: the rate is rounded up, which moves t by less than
  * 2^-32 of the distance (far below the slew allowance) and the products
@@ -260,11 +283,13 @@ static int64_t tsc_bounds(struct tmo *e, uint64_t st, int64_t *lo, int64_t *hi)
 {
 	struct lf_cal *c = &e->cal;
 	struct lf_cal_prev *p = &e->cal_prev;
-	uint64_t tsc, rate, rel;
-	int64_t ns, err;
+	uint64_t tsc, rate, rel, lo_tsc;
+	int64_t ns, err, lo_ns;
 	uint32_t s0, s1;
 	do {
 		s0 = atomic_load_explicit(&c->seq, memory_order_acquire);
+		lo_tsc = atomic_load_explicit(&c->lo, memory_order_relaxed);
+		lo_ns = atomic_load_explicit(&c->lo_ns, memory_order_relaxed);
 		tsc = atomic_load_explicit(&c->tsc, memory_order_relaxed);
 		ns = atomic_load_explicit(&c->ns, memory_order_relaxed);
 		err = atomic_load_explicit(&c->err, memory_order_relaxed);
@@ -278,6 +303,16 @@ static int64_t tsc_bounds(struct tmo *e, uint64_t st, int64_t *lo, int64_t *hi)
 		atomic_thread_fence(memory_order_acquire);
 		s1 = atomic_load_explicit(&c->seq, memory_order_relaxed);
 	} while ((s0 & 1) || s0 != s1);
+#ifndef TMO_LF_PLANT_STEP_LO /* tests/hooked/lf_step.c must catch it */
+	if (st < lo_tsc) { /* made before a step's pair: dated by its clock read */
+		*lo = 0;
+		*hi = lo_ns;
+		return 0;
+	}
+#else
+	(void)lo_tsc;
+	(void)lo_ns;
+#endif
 	if (rate == 0) {
 		*lo = *hi = 0;
 		return 0;
@@ -299,19 +334,20 @@ void tmo__lf_clock_init(struct tmo *e)
 	atomic_store_explicit(&e->tickw, fence, memory_order_relaxed);
 	atomic_store_explicit(&e->tick_at, tmo_now_ns(), memory_order_relaxed);
 	tmo__lf_cal_update(e);
-	/* Timely (testing.h): the first calibration has a rate, as it has
-	 * natively, where a pair is tens of ticks wide and the process's anchor
-	 * far enough away after a few microseconds.  Under valgrind a pair is
-	 * thousands of ticks wide, the first engine's calibration came too near
-	 * the anchor for a rate (its relative error past REL_MAX), and until
-	 * the timer thread's next turn, in valgrind's pace tens to hundreds of
+	/* That pair is the engine's anchor (tmo__lf_cal_update): the rate
+	 * needs a second one far enough from it for its relative error to
+	 * reach REL_MAX, natively some microseconds, where a pair is tens of
+	 * ticks wide.  Taken here, so that arms are dated from the TSC from the
+	 * start, not only after the timer thread's first rounds: at most
+	 * FIRST_RATE_NS, or TIMELY_CAL_NS when timely (testing.h): under
+	 * valgrind a pair is thousands of ticks wide, and until the timer
+	 * thread's next turn, in valgrind's pace tens to hundreds of
 	 * milliseconds later, every arm read the clock: a share of a counted
-	 * loop that differed from run to run.  At most TIMELY_CAL_NS, before
-	 * the timer thread exists (the one writer). */
-	int64_t t0 = tmo_now_ns();
-	while (tmo__timely_timer() && g_use_tsc &&
-	       atomic_load_explicit(&e->cal.rate_fx, memory_order_relaxed) == 0 &&
-	       tmo_now_ns() - t0 < TIMELY_CAL_NS)
+	 * loop that differed from run to run.  Before the timer thread exists
+	 * (the one writer). */
+	int64_t t0 = tmo_now_ns(), most = tmo__timely_timer() ? TIMELY_CAL_NS : FIRST_RATE_NS;
+	while (g_use_tsc && atomic_load_explicit(&e->cal.rate_fx, memory_order_relaxed) == 0 &&
+	       tmo_now_ns() - t0 < most)
 		tmo__lf_cal_update(e);
 }
 
@@ -360,7 +396,7 @@ int64_t tmo__lf_node_deadline(struct tmo *e, const struct lf_node *n, int64_t la
 /* r's cap, read by its owner (tmo__lf_node_deadline_far): a TSC read, the
  * clock, a TSC read again.  The pair is the owner's own calibration pair
  * when it is narrow and a rate is published: the rate is measured from the
- * process's anchor (tmo__lf_cal_update) and its relative error bounds the
+ * engine's anchor (tmo__lf_cal_update) and its relative error bounds the
  * drift from any pair, so a pair the owner takes dates stamps near it as
  * the timer thread's would, sized the same way (its own read error, the
  * rate's, the floor).  The owner's next arms then convert from it, as from
@@ -386,8 +422,13 @@ static int own_pair(struct tmo *e, struct lf_rec *r)
 	uint64_t near = near_ticks(e, (double)(b - a) * rate * (1.0 + rel), rate, rel);
 	if (near == 0)
 		return 0;
-	r->cal = (struct lf_cal_snap){
-	        .tsc = a + (b - a) / 2, .rate = p.rate, .rel = p.rel, .near = near, .ns = ns};
+	r->cal = (struct lf_cal_snap){.tsc = a + (b - a) / 2,
+	                              .rate = p.rate,
+	                              .rel = p.rel,
+	                              .near = near,
+	                              .lo = p.lo,
+	                              .ns = ns,
+	                              .epoch = p.epoch};
 #ifdef TMO_LF_PLANT_OWN_PAIR_EARLY /* tests/hooked/lf_pair.c must catch it */
 	r->cal.ns = ns - 2 * e->margin_ns;
 #endif

@@ -23,14 +23,25 @@
 
 #include <stdint.h>
 
+#include "tmo/tmo.h" /* tmo_now_ns */
+
+#ifdef TMO_LF_TEST_HOOKS /* a step, made by a test (hook.h) */
+#include <stdatomic.h>
+extern _Atomic uint64_t tmo__test_tsc_skew;
+extern _Atomic int64_t tmo__test_clock_skew;
+#define LF_TSC_SKEW() atomic_load_explicit(&tmo__test_tsc_skew, memory_order_relaxed)
+#else
+#define LF_TSC_SKEW() 0
+#endif
+
 static inline uint64_t lf_tsc(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
-	return __builtin_ia32_rdtsc();
+	return __builtin_ia32_rdtsc() + LF_TSC_SKEW();
 #elif defined(__aarch64__)
 	uint64_t v;
 	__asm__ __volatile__("isb\n\tmrs %0, cntvct_el0" : "=r"(v) : : "memory");
-	return v;
+	return v + LF_TSC_SKEW();
 #else
 	return 0;
 #endif
@@ -48,6 +59,55 @@ static inline uint64_t lf_tsc_hz(void)
 	return 0;
 #endif
 }
+
+/* Whether the counter dates arms (clock.c decides once): x86 where CPUID
+ * says the TSC is invariant; arm64 below; nowhere else. */
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+static inline int lf_tsc_usable(uint64_t *pair_max)
+{
+	(void)pair_max;
+	unsigned a, b, c, d;
+	return __get_cpuid(0x80000007u, &a, &b, &c, &d) && (d & (1u << 8)) != 0;
+}
+#elif defined(__aarch64__)
+/* The generic timer's counter is invariant by the architecture (one
+ * system-wide count at CNTFRQ_EL0); it is used where it is set, advances,
+ * and costs less to read than the clock, measured: a kernel that traps EL0
+ * reads (an erratum workaround) makes each one a trap.  The best of PASSES
+ * passes each: one preemption inside a single pass (a loaded machine,
+ * qemu-user) made the counter look dearer and the choice flip (seen:
+ * unit/lf_dating found no calibrations under qemu).  *pair_max: the
+ * widest calibration pair kept, scaled to the counter's rate. */
+static inline int lf_tsc_usable(uint64_t *pair_max)
+{
+	uint64_t hz = lf_tsc_hz();
+	if (hz == 0)
+		return 0;
+	enum { READS = 256, PASSES = 5 };
+	uint64_t c0 = lf_tsc(), c1 = c0;
+	int64_t tsc_ns = INT64_MAX, clock_ns = INT64_MAX;
+	for (int p = 0; p < PASSES; p++) {
+		int64_t t0 = tmo_now_ns();
+		for (int i = 0; i < READS; i++)
+			c1 = lf_tsc();
+		int64_t t1 = tmo_now_ns();
+		for (int i = 0; i < READS; i++)
+			(void)tmo_now_ns();
+		int64_t t2 = tmo_now_ns();
+		tsc_ns = t1 - t0 < tsc_ns ? t1 - t0 : tsc_ns;
+		clock_ns = t2 - t1 < clock_ns ? t2 - t1 : clock_ns;
+	}
+	*pair_max = hz / 125000 > 16 ? hz / 125000 : 16;
+	return c1 > c0 && tsc_ns <= clock_ns;
+}
+#else
+static inline int lf_tsc_usable(uint64_t *pair_max)
+{
+	(void)pair_max;
+	return 0;
+}
+#endif
 
 static inline void lf_cpu_relax(void)
 {

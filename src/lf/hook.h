@@ -30,6 +30,11 @@ extern tmo__lf_hook_fn *_Atomic tmo__lf_hook_owner_in;
 /* A calibration pair (clock.c, tsc_pair) between its first TSC read and
  * its clock read; e is NULL (the pair is the process's). */
 extern tmo__lf_hook_fn *_Atomic tmo__lf_hook_pair;
+/* A step between the TSC and the clock, as a virtual machine's pause may
+ * make (clock.c, Steps): added to every TSC read (cpu.h, lf_tsc) and to
+ * every clock read (core/tmo.c, tmo_now_ns; the event count's sleeps take
+ * it off again: ec.c), from when a test stores them: tmo__test_tsc_skew
+ * and tmo__test_clock_skew, declared in cpu.h, defined in core/tmo.c. */
 
 #define LF_HOOK(name, e)                                                              \
 	do {                                                                              \

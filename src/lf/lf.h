@@ -298,6 +298,13 @@ struct tmo {
 	/* The timer thread's own base and state (tt.h). */
 	struct lf_base *tt_base;
 	struct lf_rec *tt_rec; /* its node cache, for callbacks' arms */
+	/* The pair the rate is measured from (clock.c, tmo__lf_cal_update):
+	 * the engine's first, taken again at each step.  The timer thread's
+	 * (the creating thread's before it runs). */
+	struct {
+		uint64_t tsc, width;
+		int64_t ns;
+	} anchor;
 	struct lf_tt *tt;
 	pthread_t thread;
 	_Atomic int stop;

@@ -7,7 +7,7 @@
 # Each is built again with each defect it must catch planted (a macro of
 # src/lf/: the order rule's two halves in timer.c, the timer thread's side
 # of a base's lock, its hold of a busy base and its sort in fire.c, the
-# calibration's wide pair in clock.c);
+# calibration's wide pair and its steps in clock.c);
 # ctest "hooked/<name>-planted-<plant>"
 # passes only when the test reports every case that defect must fail, on
 # every engine (the regexes below, one per test and plant).
@@ -40,6 +40,17 @@ set(tmo_hooked_regex_lf_busy_hold "busy/wheel: B [^\n]*ran before A")
 #             tick order left unsorted (fire.c, near_sorted).
 set(tmo_hooked_plants_lf_tick tick=TMO_LF_PLANT_TICK_ORDER)
 set(tmo_hooked_regex_lf_tick_tick "lf_tick: B [0-9]+ ran before its A")
+#   lf_step   none: TMO_LF_PLANT_STEP_NONE, no calibration finds a step
+#             (clock.c, stepped): the rate is measured across it; epoch:
+#             TMO_LF_PLANT_STEP_EPOCH, owners keep their copies of a pair
+#             across a step (cal.h, lf_own_near); lo: TMO_LF_PLANT_STEP_LO,
+#             a stamp made before a step converted across it (clock.c,
+#             tsc_bounds).
+set(tmo_hooked_plants_lf_step none=TMO_LF_PLANT_STEP_NONE epoch=TMO_LF_PLANT_STEP_EPOCH
+                              lo=TMO_LF_PLANT_STEP_LO)
+set(tmo_hooked_regex_lf_step_none "rate/wheel: [0-9]+ of [0-9]+ arms fired early")
+set(tmo_hooked_regex_lf_step_epoch "copy: [0-9]+ of [0-9]+ arms fired early")
+set(tmo_hooked_regex_lf_step_lo "before: 1 of 1 arms fired early")
 set(tmo_hooked_plants_lf_lock other=TMO_LF_PLANT_LOCK_OTHER)
 set(tmo_hooked_regex_lf_lock_other
     "P was taken out of its base while its owner held|ThreadSanitizer: data race")
