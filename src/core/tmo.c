@@ -21,11 +21,11 @@ int64_t tmo_now_ns(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
+	int64_t ns = (int64_t)ts.tv_sec * TMO_NSEC_PER_SEC + ts.tv_nsec;
 #ifdef TMO_LF_TEST_HOOKS
-	return (int64_t)ts.tv_sec * TMO_NSEC_PER_SEC + ts.tv_nsec +
-	       atomic_load_explicit(&tmo__test_clock_skew, memory_order_relaxed);
+	ns += atomic_load_explicit(&tmo__test_clock_skew, memory_order_relaxed);
 #endif
-	return (int64_t)ts.tv_sec * TMO_NSEC_PER_SEC + ts.tv_nsec;
+	return ns;
 }
 
 void tmo_timer_init(struct tmo_timer *t)

@@ -39,6 +39,7 @@
 #include "lf/hook.h"
 #include "lf/lf.h"
 #include "lf/pool.h"
+#include "need_tsc.h"
 #include "tmo/testing.h"
 
 #define WAIT (30 * TMO_NSEC_PER_SEC)
@@ -176,16 +177,9 @@ static void own_pairs(void)
 int main(void)
 {
 	tmo_testing_timely_timer(1);
-	struct tmo *probe = NULL; /* the first engine decides counter or clock */
-	if (tmo_create("mpsc", NULL, &probe) != 0 || tmo_destroy(&probe) != 0) {
-		fprintf(stderr, "lf_pair: cannot create an mpsc engine\n");
-		return 1;
-	}
-	if (!tmo__lf_use_tsc) {
-		printf("SKIPPED: arms stamp with the clock here (no usable counter, or "
-		       "TMO_LF_CLOCK=1): no calibration pairs\n");
-		return 77;
-	}
+	int rc = need_tsc("lf_pair", "mpsc", "no calibration pairs");
+	if (rc >= 0)
+		return rc;
 	atomic_store(&tmo__lf_hook_pair, widen_pair);
 	RUN(wide_pairs_mpsc);
 	RUN(wide_pairs_wheel);

@@ -50,6 +50,7 @@
 #include "lf/hook.h"
 #include "lf/lf.h"
 #include "lf/rec.h"
+#include "need_tsc.h"
 #include "tmo/testing.h"
 
 #define MS TMO_NSEC_PER_MSEC
@@ -316,16 +317,9 @@ static void before(void)
 
 int main(void)
 {
-	struct tmo *probe = NULL; /* the first engine decides counter or clock */
-	if (tmo_create("wheel", NULL, &probe) != 0 || tmo_destroy(&probe) != 0) {
-		fprintf(stderr, "lf_step: cannot create a wheel engine\n");
-		return 1;
-	}
-	if (!tmo__lf_use_tsc) {
-		printf("SKIPPED: arms stamp with the clock here (no usable counter, or "
-		       "TMO_LF_CLOCK=1): no step to find\n");
-		return 77;
-	}
+	int rc = need_tsc("lf_step", "wheel", "no step to find");
+	if (rc >= 0)
+		return rc;
 	/* the timer thread never sleeps: its rounds (and calibrations) keep
 	 * coming while the test waits for them */
 	tmo_testing_timely_timer(1);

@@ -39,6 +39,7 @@
 #include "lf/clock.h"
 #include "lf/lf.h"
 #include "lf/pool.h"
+#include "need_tsc.h"
 #include "tmo/testing.h"
 
 #define MS TMO_NSEC_PER_MSEC
@@ -211,16 +212,9 @@ static void tick_order(void)
 
 int main(void)
 {
-	struct tmo *probe = NULL; /* the first engine decides counter or clock */
-	if (tmo_create("wheel", NULL, &probe) != 0 || tmo_destroy(&probe) != 0) {
-		fprintf(stderr, "lf_tick: cannot create a wheel engine\n");
-		return 1;
-	}
-	if (!tmo__lf_use_tsc) {
-		printf("SKIPPED: arms stamp with the clock here (no usable counter, or "
-		       "TMO_LF_CLOCK=1): every arm is dated alike\n");
-		return 77;
-	}
+	int rc = need_tsc("lf_tick", "wheel", "every arm is dated alike");
+	if (rc >= 0)
+		return rc;
 	RUN(tick_order);
 	return TEST_EXIT();
 }
