@@ -18,6 +18,23 @@
 
 /* ---- create / destroy ------------------------------------------------------------------ */
 
+static int locks_init(struct tmo *e)
+{
+	if (pthread_mutex_init(&e->rec_lock, NULL) != 0)
+		return -1;
+	if (pthread_mutex_init(&e->mem_lock, NULL) != 0) {
+		pthread_mutex_destroy(&e->rec_lock);
+		return -1;
+	}
+	return 0;
+}
+
+static void locks_fini(struct tmo *e)
+{
+	pthread_mutex_destroy(&e->mem_lock);
+	pthread_mutex_destroy(&e->rec_lock);
+}
+
 static void engine_free(struct tmo *e)
 {
 	tmo__lf_recs_free(e);
@@ -55,7 +72,7 @@ int tmo__lf_create(const struct lf_params *p, const struct tmo_config *cfg, stru
 	ck_ec32_init(&e->wake_ec, 0);
 	ck_ec32_init(&e->done_ec, 0);
 	int rc = TMO_ESYS;
-	if (pthread_mutex_init(&e->rec_lock, NULL) != 0)
+	if (locks_init(e) != 0)
 		goto fail_free;
 	if (tmo__park_init(&e->park) != 0)
 		goto fail_rec;
@@ -84,13 +101,13 @@ int tmo__lf_create(const struct lf_params *p, const struct tmo_config *cfg, stru
 
 fail_mem:
 	tmo__park_fini(&e->park);
-	pthread_mutex_destroy(&e->rec_lock);
+	locks_fini(e);
 	engine_free(e);
 	return rc;
 fail_park:
 	tmo__park_fini(&e->park);
 fail_rec:
-	pthread_mutex_destroy(&e->rec_lock);
+	locks_fini(e);
 fail_free:
 	tmo__free(e);
 	return rc;
@@ -117,7 +134,7 @@ void tmo__lf_destroy(struct tmo *e)
 	tmo__lf_engine_unregister(e);
 	tmo__lf_pool_each(e, cancel_left);
 	tmo__park_fini(&e->park);
-	pthread_mutex_destroy(&e->rec_lock);
+	locks_fini(e);
 	engine_free(e);
 }
 

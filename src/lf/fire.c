@@ -10,6 +10,7 @@
 #include "depot.h"
 #include "base.h"
 #include "fire.h"
+#include "hook.h"
 
 /* Due batches up to this size are sorted by deadline; a larger one already
  * in order but for deadlines less than the resolution less two floors
@@ -37,6 +38,16 @@ static void due_add(void *ctx, struct lf_node *n)
 
 static void tt_bytes_update(struct tmo *e);
 
+/* The due arrays become d and t2 of cap entries (mem_lock held). */
+static void due_swap(struct lf_tt *tt, struct due *d, struct due *t2, size_t cap)
+{
+	tmo__free(tt->due);
+	tmo__free(tt->tmp);
+	tt->due = d;
+	tt->tmp = t2;
+	tt->due_cap = cap;
+}
+
 /* Make room for every node a base holds before collecting from it, so
  * due_add never fails.  Returns 0 when it cannot (collect later). */
 static int due_reserve(struct tmo *e, uint64_t more)
@@ -47,20 +58,21 @@ static int due_reserve(struct tmo *e, uint64_t more)
 	size_t cap = tt->due_cap;
 	while (cap < tt->due_n + more)
 		cap *= 2;
+	pthread_mutex_lock(&e->mem_lock); /* no fork until the swap is done (lf.h) */
 	struct due *d = tmo__malloc(cap * sizeof *d), *t2 = tmo__malloc(cap * sizeof *t2);
-	if (d == NULL || t2 == NULL) {
+	int ok = d != NULL && t2 != NULL;
+	if (ok) {
+		LF_HOOK(mem, e);
+		memcpy(d, tt->due, tt->due_n * sizeof *d);
+		due_swap(tt, d, t2, cap);
+	} else {
 		tmo__free(d);
 		tmo__free(t2);
-		return 0;
 	}
-	memcpy(d, tt->due, tt->due_n * sizeof *d);
-	tmo__free(tt->due);
-	tmo__free(tt->tmp);
-	tt->due = d;
-	tt->tmp = t2;
-	tt->due_cap = cap;
-	tt_bytes_update(e);
-	return 1;
+	pthread_mutex_unlock(&e->mem_lock);
+	if (ok)
+		tt_bytes_update(e);
+	return ok;
 }
 
 static void tt_bytes_update(struct tmo *e)
@@ -76,18 +88,15 @@ void tmo__lf_due_shrink(struct tmo *e)
 {
 	struct lf_tt *tt = e->tt;
 	if (tt->due_cap > DUE_FIRST && tt->due_n == 0) {
+		pthread_mutex_lock(&e->mem_lock); /* as in due_reserve */
 		struct due *d = tmo__malloc(DUE_FIRST * sizeof *d), *t2 = tmo__malloc(DUE_FIRST * sizeof *t2);
 		if (d != NULL && t2 != NULL) {
-			tmo__free(tt->due);
-			tmo__free(tt->tmp);
-			tt->due = d;
-			tt->tmp = t2;
-			tt->due_cap = DUE_FIRST;
-			tt->due_n = 0;
+			due_swap(tt, d, t2, DUE_FIRST);
 		} else {
 			tmo__free(d);
 			tmo__free(t2);
 		}
+		pthread_mutex_unlock(&e->mem_lock);
 	}
 	tt_bytes_update(e);
 }

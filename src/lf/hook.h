@@ -30,6 +30,13 @@ extern tmo__lf_hook_fn *_Atomic tmo__lf_hook_owner_in;
 /* A calibration pair (clock.c, tsc_pair) between its first TSC read and
  * its clock read; e is NULL (the pair is the process's). */
 extern tmo__lf_hook_fn *_Atomic tmo__lf_hook_pair;
+/* The timer thread inside one of its windows between an allocation and
+ * its publication (trim.c, its arrays allocated; fire.c, a due array's
+ * growth), holding the engine's mem_lock (lf.h). */
+extern tmo__lf_hook_fn *_Atomic tmo__lf_hook_mem;
+/* A fork's prepare handler (rec.c, Fork) found an engine's mem_lock held
+ * and is about to wait for it.  Called on the forking thread. */
+extern tmo__lf_hook_fn *_Atomic tmo__lf_hook_fork_wait;
 /* A step between the TSC and the clock, as a virtual machine's pause may
  * make (clock.c, Steps): added to every TSC read (cpu.h, lf_tsc) and to
  * every clock read (core/tmo.c, tmo_now_ns; the event count's sleeps take

@@ -306,6 +306,11 @@ struct tmo {
 		int64_t ns;
 	} anchor;
 	struct lf_tt *tt;
+	/* Held by the timer thread across each of its windows between an
+	 * allocation and its publication, or a free and its unlinking (trim.c,
+	 * fire.c's due arrays): a fork copies none of them half done, so a
+	 * child's destroy frees exactly what the engine holds (rec.c, Fork). */
+	pthread_mutex_t mem_lock;
 	pthread_t thread;
 	_Atomic int stop;
 	struct tmo__park park; /* the test hook (core/park.h) */

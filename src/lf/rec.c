@@ -11,6 +11,7 @@
 #include "depot.h"
 #include "base.h"
 #include "rec.h"
+#include "hook.h"
 
 /* Engines a thread keeps a record for besides the hot one; using more
  * detaches the least recently used (its record stays with the engine). */
@@ -33,8 +34,46 @@ static pthread_key_t g_key;
 static int g_key_ok;
 
 static void tls_exit(void *unused);
-static void fork_prepare(void) { pthread_mutex_lock(&g_lock); }
-static void fork_after(void) { pthread_mutex_unlock(&g_lock); }
+
+/*
+ * Fork.  A child inherits the library as the forking thread's prepare
+ * handler left it: every engine's allocations reachable from the engine,
+ * so that destroy in the child (engine.c) frees exactly them.  The handler
+ * takes, engine by engine, each lock under which a thread allocates or
+ * frees and then publishes or unlinks: rec_lock (a record attached), the
+ * pool's grow_lock (a run given back taken over) and mem_lock (the timer
+ * thread's windows, lf.h).  Order: g_lock, then each engine's rec_lock,
+ * grow_lock, mem_lock; no thread takes them in another order, and none
+ * holds one across a callback, so a callback may fork.
+ */
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&g_lock);
+	for (size_t i = 0; i < g_len; i++) {
+		struct tmo *e = g_engines[i];
+		pthread_mutex_lock(&e->rec_lock);
+		pthread_mutex_lock(&e->pool.grow_lock);
+#ifndef TMO_LF_PLANT_FORK_MEM
+		if (pthread_mutex_trylock(&e->mem_lock) != 0) {
+			LF_HOOK(fork_wait, e);
+			pthread_mutex_lock(&e->mem_lock);
+		}
+#endif
+	}
+}
+
+static void fork_after(void)
+{
+	for (size_t i = g_len; i-- > 0;) {
+		struct tmo *e = g_engines[i];
+#ifndef TMO_LF_PLANT_FORK_MEM
+		pthread_mutex_unlock(&e->mem_lock);
+#endif
+		pthread_mutex_unlock(&e->pool.grow_lock);
+		pthread_mutex_unlock(&e->rec_lock);
+	}
+	pthread_mutex_unlock(&g_lock);
+}
 static void once_init(void)
 {
 	g_key_ok = pthread_key_create(&g_key, tls_exit) == 0;

@@ -54,6 +54,8 @@ tmo__lf_hook_fn *_Atomic tmo__lf_hook_transit;
 tmo__lf_hook_fn *_Atomic tmo__lf_hook_round;
 tmo__lf_hook_fn *_Atomic tmo__lf_hook_pair;
 tmo__lf_hook_fn *_Atomic tmo__lf_hook_owner_in;
+tmo__lf_hook_fn *_Atomic tmo__lf_hook_mem;
+tmo__lf_hook_fn *_Atomic tmo__lf_hook_fork_wait;
 #endif
 
 /* How far ahead of the one it fires the firing loop fetches nodes (half

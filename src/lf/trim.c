@@ -7,6 +7,7 @@
 
 #include "depot.h"
 #include "trim.h"
+#include "hook.h"
 
 /* Chains of single nodes freed by threads without a record join the depot. */
 static void loose_collect(struct tmo *e)
@@ -86,6 +87,7 @@ static void trim_pages(struct tmo *e)
 		tmo__free(by_page);
 		return; /* try again next time */
 	}
+	LF_HOOK(mem, e);
 	struct lf_node *late = NULL;
 	uint32_t late_n = 0;
 	uint64_t taken = bucket_by_page(e, hwm, free_in, by_page, &late, &late_n);
@@ -132,8 +134,13 @@ void tmo__lf_pool_trim(struct tmo *e)
 	atomic_store_explicit(&p->trim_asked, 0, memory_order_relaxed);
 	loose_collect(e);
 	tmo__lf_cache_return(e, e->tt_rec);
-	if (atomic_load_explicit(&p->depot_nodes, memory_order_relaxed) > TRIM_KEEP)
+	if (atomic_load_explicit(&p->depot_nodes, memory_order_relaxed) > TRIM_KEEP) {
+		/* its arrays and a run's record are allocated and freed inside:
+		 * no fork in between (lf.h, mem_lock) */
+		pthread_mutex_lock(&e->mem_lock);
 		trim_pages(e);
+		pthread_mutex_unlock(&e->mem_lock);
+	}
 	/* counted once done: a reader that sees the count sees the depot and
 	 * the pages as this trim left them */
 	atomic_store_explicit(&p->trim_runs, atomic_load_explicit(&p->trim_runs, memory_order_relaxed) + 1,

@@ -18,7 +18,7 @@
 #include "lf/lf.h"
 #include "lf/pool.h"
 
-enum { HOLD_NONE, HOLD_TRANSIT, HOLD_ROUND, HOLD_OWNER_IN };
+enum { HOLD_NONE, HOLD_TRANSIT, HOLD_ROUND, HOLD_OWNER_IN, HOLD_MEM };
 static atomic_int hold, held, release;
 static _Thread_local int owner_thread = 0;
 
@@ -31,7 +31,8 @@ static inline void hold_at(int point)
 	while (!atomic_load(&release))
 		et_sleep_ns(100 * TMO_NSEC_PER_USEC);
 }
-/* The hooks (tmo__lf_hook_transit, tmo__lf_hook_owner_in, tmo__lf_hook_round). */
+/* The hooks (tmo__lf_hook_transit, tmo__lf_hook_owner_in, tmo__lf_hook_round,
+ * tmo__lf_hook_mem). */
 static inline void hold_transit(struct tmo *e)
 {
 	(void)e;
@@ -48,6 +49,11 @@ static inline void hold_round(struct tmo *e)
 {
 	(void)e;
 	hold_at(HOLD_ROUND);
+}
+static inline void hold_mem(struct tmo *e)
+{
+	(void)e;
+	hold_at(HOLD_MEM);
 }
 static inline void hold_reset(void)
 {

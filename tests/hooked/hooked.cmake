@@ -52,6 +52,11 @@ set(tmo_hooked_plants_lf_step none=TMO_LF_PLANT_STEP_NONE epoch=TMO_LF_PLANT_STE
 set(tmo_hooked_regex_lf_step_none "rate/wheel: [0-9]+ of [0-9]+ arms fired early")
 set(tmo_hooked_regex_lf_step_epoch "copy: [0-9]+ of [0-9]+ arms fired early")
 set(tmo_hooked_regex_lf_step_lo "before: 1 of 1 arms fired early")
+#   lf_fork   mem: TMO_LF_PLANT_FORK_MEM, the fork's prepare handler
+#             blind to the timer thread's mem_lock (rec.c, Fork).
+set(tmo_hooked_plants_lf_fork mem=TMO_LF_PLANT_FORK_MEM)
+set(tmo_hooked_regex_lf_fork_mem
+    "trim/mpsc: the child's destroy left.*trim/wheel: the child's destroy left.*due/mpsc: the child's destroy left.*due/wheel: the child's destroy left")
 set(tmo_hooked_plants_lf_lock other=TMO_LF_PLANT_LOCK_OTHER)
 set(tmo_hooked_regex_lf_lock_other
     "P was taken out of its base while its owner held|ThreadSanitizer: data race")
