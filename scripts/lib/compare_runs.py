@@ -28,7 +28,9 @@ OLD and NEW are JSON files the harness wrote, or two directories of them.
    drifted between the two runs: a row is called faster or slower only
    when it moved more than DRIFT_Q of the controls did (with_drift; one
    instance a side at full size, the controls moved 5-11 % on a shared
-   VM while each run's repetitions spread 1-2 %).  Same machine only.
+   VM while each run's repetitions spread 1-2 %).  Same machine only;
+   the same floor applies to the ratios (3.) and to the harness's rows
+   side by side (results.py, spread_word).
 3. The in-run ratios, per engine (any machines): x floor (the seed
    benchmark's repetition over the CAS floor's of the same index: the
    harness runs the two interleaved over one stretch of the run; judged as
@@ -37,7 +39,11 @@ OLD and NEW are JSON files the harness wrote, or two directories of them.
    structure benchmark, where the run has one).  The last two divide by a
    figure measured in another stretch of the run: the reference's
    repetitions are resampled with the engine's in the bootstrap, and the
-   verdict comes from that interval and MIN_EFFECT (judge_over).
+   verdict comes from that interval and MIN_EFFECT (judge_over).  On one
+   machine a ratio that moved less than the drift floor is within noise
+   (drift): its two stretches of each run drifted as the controls did,
+   and the floor's own loop, though interleaved with the seed, does not
+   see what moves a loop thread's cost (where the loop thread runs).
 Exit status 0, or 2 when a file cannot be read.  Information only.
 """
 
@@ -364,26 +370,30 @@ def with_machine(common, judged):
             j["verdict"] = "as the controls (%+.0f%%)" % (100 * m)
 
 
-def drift_floor(common, judged):
+def drift_floor(so, sn):
     """(the least change a row must show to be called faster or slower,
     the controls it comes from): the DRIFT_Q quantile (nearest rank) of
     how far the controls (the empty loops and CAS floors of every engine:
-    no engine in them) moved between the runs, or MIN_EFFECT if larger or
-    with fewer than 4 controls.  A row that moved less moved no more than
-    the machine did under loops that hold no engine."""
-    ch = sorted(abs(judged[k]["ch"]) for k in common if is_control(k))
+    no engine in them) moved between the runs (so, sn: samples()), or
+    MIN_EFFECT if larger or with fewer than 4 controls.  A row that moved
+    less moved no more than the machine did under loops that hold no
+    engine.  Same machine only: across machines the controls move by the
+    machines' difference, and the ratios are what is compared."""
+    ch = sorted(abs(statistics.median(sn[k]) / statistics.median(so[k]) - 1)
+                for k in sn if k in so and is_control(k) and statistics.median(so[k]))
     if len(ch) < 4:
         return MIN_EFFECT, len(ch)
     return max(MIN_EFFECT, ch[int(math.ceil(DRIFT_Q * len(ch))) - 1]), len(ch)
 
 
-def with_drift(common, judged, floor):
+def with_drift(judged, floor):
     """Rows (not the controls themselves) called faster or slower that
-    moved less than the drift floor are within noise."""
-    for k in common:
-        j = judged[k]
-        if parse(k) and not is_control(k) and j["verdict"] in ("faster", "slower") and \
-                abs(j["ch"]) < floor:
+    moved less than the drift floor are within noise.  judged: {row:
+    judge()'s figures}; the ratio rows' keys are (engine, ratio)."""
+    for k, j in judged.items():
+        if isinstance(k, str) and (not parse(k) or is_control(k)):
+            continue
+        if j["verdict"] in ("faster", "slower") and abs(j["ch"]) < floor:
             j["verdict"] = "within noise (drift)"
 
 
@@ -392,7 +402,8 @@ def drift_line(floor, n):
         return []
     return ["Drift: %d%% of the %d controls moved by up to %.1f%% between the runs (the machine, "
             "not an engine: none is in them); rows that moved less read \"within noise "
-            "(drift)\".  Changes that small need --repeat=3 or more on both sides to be seen."
+            "(drift)\", here, in the ratios and in the rows side by side: a change that "
+            "small is not told apart from the machine's by runs in two processes."
             % (round(100 * DRIFT_Q), n, 100 * floor)]
 
 
@@ -425,6 +436,7 @@ def compare(old, new, markdown=False):
     out += ["", h("Benchmarks: every repetition, U test (p < %g) and a change of at least %.0f %%"
                    % (ALPHA, 100 * MIN_EFFECT))]
     common = [k for k in sn if k in so]
+    floor, nctl = drift_floor(so, sn) if same else (MIN_EFFECT, 0)
     if not same:
         out.append("Absolute times: not comparable (different machines); %d benchmarks in both "
                    "runs are left out." % len(common))
@@ -432,8 +444,7 @@ def compare(old, new, markdown=False):
         out.append("No benchmark is in both runs.")
     else:
         judged = {k: judge(so[k], sn[k], rng) for k in common}
-        floor, nctl = drift_floor(common, judged)
-        with_drift(common, judged, floor)
+        with_drift(judged, floor)
         with_machine(common, judged)
         rows = [row_text(k, judged[k], fmt_ns) for k in common]
         out += table(header, rows, markdown) + ["", "Benchmarks: " + tally(rows)[1]]
@@ -444,7 +455,10 @@ def compare(old, new, markdown=False):
     def judge_ratio(k):
         (a, ra), (b, rb) = ro[k], rn[k]
         return judge(a, b, rng) if ra is None or rb is None else judge_over(a, ra, b, rb, rng)
-    rows = [row_text("%s %s" % k, judge_ratio(k), lambda v: "%.3gx" % v) for k in rn if k in ro]
+    rjudged = {k: judge_ratio(k) for k in rn if k in ro}
+    if same:  # the machine's drift, as for the benchmarks (drift_floor)
+        with_drift(rjudged, floor)
+    rows = [row_text("%s %s" % k, j, lambda v: "%.3gx" % v) for k, j in rjudged.items()]
     if not any(k[1] == "x structure" for k in rn):
         out.append("x structure: not in these runs (no structure benchmark recorded).")
     if rows:

@@ -22,6 +22,7 @@ import subprocess
 import sys
 
 from compare_runs import MIN_EFFECT  # a change within what one binary does from run to run
+from compare_runs import drift_floor, samples
 from instructions import HELD  # the held loop's timers outstanding, but for a capped engine
 
 # ---- the harness's metrics ---------------------------------------------------------
@@ -739,17 +740,34 @@ def instance_range(rows, k):
     return None if lo is None or hi is None else (lo, hi)
 
 
-def spread_word(orows, nrows, k):
+def spread_word(orows, nrows, k, drift=0.0):
     """Row k's verdict from the two runs' instance ranges: "within noise"
     when they overlap (the change is inside what one binary's fresh
     instances already differ by) or the medians differ by less than
-    MIN_EFFECT; "beyond the ranges" otherwise; "-" without ranges."""
+    MIN_EFFECT; "within noise (drift)" when they differ by less than
+    `drift` either way (the machine's drift between the runs, measured by
+    the controls: compare_runs.py, drift_floor); "beyond the ranges"
+    otherwise; "-" without ranges."""
     a, b = instance_range(orows, k), instance_range(nrows, k)
     if a is None or b is None:
         return "-"
     o, n = orows[k], nrows[k]
     small = num(o) and num(n) and o != 0 and abs(n / o - 1) < MIN_EFFECT
-    return "within noise" if (a[0] <= b[1] and b[0] <= a[1]) or small else "beyond the ranges"
+    if (a[0] <= b[1] and b[0] <= a[1]) or small:
+        return "within noise"
+    if num(o) and num(n) and o > 0 and n > 0 and max(n / o, o / n) - 1 < drift:
+        return "within noise (drift)"
+    return "beyond the ranges"
+
+
+def drift_of(od, nd):
+    """(floor, controls) of the machine's drift between two runs' documents:
+    compare_runs.py's drift_floor over their benchmarks' controls ((0, 0)
+    when the runs have no benchmarks)."""
+    so, sn = samples(od), samples(nd)
+    if not any(k in so for k in sn):
+        return 0.0, 0
+    return drift_floor(so, sn)
 
 
 def compare(old, new, all_rows=False, markdown=False, other_machine=False):
@@ -759,6 +777,7 @@ def compare(old, new, all_rows=False, markdown=False, other_machine=False):
         return [(os.path.splitext(os.path.basename(p))[0], load(p))]
     od, nd = docs_of(old), docs_of(new)
     orows, nrows = rows_of(od), rows_of(nd)
+    drift, _ = (0.0, 0) if other_machine else drift_of(od, nd)
     units = units_of(od)
     units.update(units_of(nd))
     common = [k for k in nrows if k in orows and (all_rows or headline(k))]
@@ -785,7 +804,7 @@ def compare(old, new, all_rows=False, markdown=False, other_machine=False):
                       fmt(orows[k]) + (" " + u if u else ""), fmt(nrows[k]) + (" " + u if u else ""),
                       "not comparable" if other_machine and (u in MACHINE_BOUND or u.endswith("/s"))
                       else change(orows[k], nrows[k], u),
-                      spread_word(orows, nrows, k)])
+                      spread_word(orows, nrows, k, drift)])
     header = ["scenario", "engine", "figure", "old", "new", "new vs old", "verdict (instances)"]
     out = []
     qo = {bool(doc.get("context", {}).get("tmo", {}).get("quick")) for _, doc in od}
@@ -816,10 +835,13 @@ def compare(old, new, all_rows=False, markdown=False, other_machine=False):
     if ranged:
         out.append("Verdict from the instances' ranges (--repeat: min..max over the fresh "
                    "engine instances of each run): %d of %d rows within noise (the ranges "
-                   "overlap, or the change is under %d %%), %d beyond the ranges.  Rows "
+                   "overlap, or the change is under %d %%%s), %d beyond the ranges.  Rows "
                    "without a range: one instance, or a figure no instance repeats; the "
                    "benchmarks' verdicts above carry the test." % (
-                       ranged.count("within noise"), len(ranged), 100 * MIN_EFFECT,
+                       sum(1 for v in ranged if v.startswith("within noise")), len(ranged),
+                       100 * MIN_EFFECT,
+                       "" if drift <= MIN_EFFECT else ", or under the %.1f %% the controls "
+                       "drifted by: %d rows" % (100 * drift, ranged.count("within noise (drift)")),
                        ranged.count("beyond the ranges")))
     else:
         out.append("No row has an instances' range (runs of one instance: --repeat=N gives "

@@ -26,9 +26,13 @@
 #   compare_controls wheel's controls and one-thread rate 10 % slower, its
 #                    held loop 30 %: the rate reads "as the controls"
 #   compare_drift    every engine's controls 8 % slower (the machine drifted),
-#                    wheel's one-thread rate 6 %, mpsc's held loop 25 %:
-#                    the rate reads "within noise (drift)", the held loop
-#                    slower, and the drift line names 8.0 %
+#                    wheel's one-thread rate 6 %, mpsc's held loop and seed
+#                    25 %: the rate reads "within noise (drift)", the held
+#                    loop slower, the drift line names 8.0 %; in the ratios
+#                    condvar x floor (-7.4 %, its spread 3 %) within noise
+#                    (drift), mpsc's (+15.7 %) slower; in the rows side by side, ranges
+#                    apart, wheel's seed figure 6 % within noise (drift),
+#                    condvar's 25 % beyond the ranges
 #   compare_machines the same run as if from another CPU, every time x3: the
 #                    difference said, absolute times not compared, the
 #                    ratios within noise
@@ -263,21 +267,48 @@ compare_controls)
     fail "the tally does not count the row read as the controls"
   ;;
 compare_drift)
-  ctl=$(/usr/bin/python3 -c '
+  # Every control 8 % slower (the machine drifted), wheel's one-thread rate
+  # 6 %, mpsc's held loop and seed 25 %; in the rows side by side (ranges
+  # planted apart in both runs) wheel's seed figure 6 % and condvar's 25 %.
+  planted_compare <<'EOF2'
 import json, re, sys
+old = json.load(open(sys.argv[1]))
 d = json.load(open(sys.argv[1]))
-print(" ".join(sorted({b["name"] + "=1.08" for b in d["benchmarks"]
-                       if re.search(r"/(empty|floor)/", b["name"])})))' \
-        "$root/results/baseline/throughput.json")
-  [ -n "$ctl" ] || fail "no controls in the baseline"
-  # shellcheck disable=SC2086
-  planted_scale $ctl throughput/wheel/threads:1=1.06 throughput/mpsc/held/threads:1=1.25
+f = {"throughput/wheel/threads:1": 1.06, "throughput/mpsc/held/threads:1": 1.25,
+     "throughput/mpsc/seed/threads:1": 1.25}
+for b in d["benchmarks"]:
+    b["real_time"] *= 1.08 if re.search(r"/(empty|floor)/", b["name"]) else f.get(b["name"], 1.0)
+def seed_row(doc, engine):
+    return next(r for r in doc["rows"] if r["engine"] == engine and r["metric"] == "seed_median_ns_per_op")
+for engine, k in (("wheel", 1.06), ("condvar", 1.25)):
+    for doc, x in ((old, 1.0), (d, k)):
+        base = seed_row(doc, engine)
+        base["value"] *= x
+        doc["rows"] = [r for r in doc["rows"] if not (r["engine"] == engine and r["metric"] ==
+                       "seed_median_ns_per_op" and "instances=" in r.get("param", ""))]
+        for stat, g in (("min", 0.99), ("max", 1.01)):
+            doc["rows"].append(dict(base, param="instances=3,stat=" + stat, value=base["value"] * g))
+json.dump(old, open(sys.argv[1], "w"))
+json.dump(d, open(sys.argv[2], "w"))
+EOF2
   grep -Eq "^throughput/wheel/threads:1 .* within noise \(drift\)$" "$dir/out" ||
     fail "wheel's one-thread rate, 6 % beside an 8 % drift, not within noise (drift)"
   grep -Eq "^throughput/mpsc/held/threads:1 .* slower$" "$dir/out" ||
     fail "mpsc's held loop, 25 % slower, not slower"
   grep -q "^Drift: 90% of the [0-9]* controls moved by up to 8\.0%" "$dir/out" ||
     fail "the drift line does not name 8.0 %"
+  # the ratios: every x floor moved -7.4 % (its floor), inside the drift:
+  # condvar's (2-3 % spread; faster by the U test) within noise (drift);
+  # mpsc x floor +15.7 %, beyond it
+  grep -Eq "^condvar x floor .* -7\.4% .* within noise \(drift\)$" "$dir/out" ||
+    fail "condvar x floor, -7.4 % beside an 8 % drift, not within noise (drift)"
+  grep -Eq "^mpsc x floor .* slower$" "$dir/out" || fail "mpsc x floor, +15.7 %, not slower"
+  grep -Eq "^throughput +wheel +seed_median_ns_per_op .* within noise \(drift\)$" "$dir/out" ||
+    fail "rows: wheel's seed figure, 6 % apart beside an 8 % drift, not within noise (drift)"
+  grep -Eq "^throughput +condvar +seed_median_ns_per_op .* beyond the ranges$" "$dir/out" ||
+    fail "rows: condvar's seed figure, 25 % apart, not beyond the ranges"
+  grep -q "or under the 8\.0 % the controls drifted by: [1-9]" "$dir/out" ||
+    fail "rows: the verdict line does not count the rows within the drift"
   ;;
 compare_machines)
   # The same run as if made on another CPU: said in words, absolute times
