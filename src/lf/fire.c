@@ -38,14 +38,29 @@ static void due_add(void *ctx, struct lf_node *n)
 
 static void tt_bytes_update(struct tmo *e);
 
-/* The due arrays become d and t2 of cap entries (mem_lock held). */
-static void due_swap(struct lf_tt *tt, struct due *d, struct due *t2, size_t cap)
+/* The due arrays reallocated to cap entries, the due_n they hold kept;
+ * 0 when out of memory (nothing changed).  Under mem_lock: a fork copies
+ * no half-made swap (lf.h). */
+static int due_resize(struct tmo *e, size_t cap)
 {
-	tmo__free(tt->due);
-	tmo__free(tt->tmp);
-	tt->due = d;
-	tt->tmp = t2;
-	tt->due_cap = cap;
+	struct lf_tt *tt = e->tt;
+	pthread_mutex_lock(&e->mem_lock);
+	struct due *d = tmo__malloc(cap * sizeof *d), *t2 = tmo__malloc(cap * sizeof *t2);
+	int ok = d != NULL && t2 != NULL;
+	if (ok) {
+		LF_HOOK(mem, e);
+		memcpy(d, tt->due, tt->due_n * sizeof *d);
+		tmo__free(tt->due);
+		tmo__free(tt->tmp);
+		tt->due = d;
+		tt->tmp = t2;
+		tt->due_cap = cap;
+	} else {
+		tmo__free(d);
+		tmo__free(t2);
+	}
+	pthread_mutex_unlock(&e->mem_lock);
+	return ok;
 }
 
 /* Make room for every node a base holds before collecting from it, so
@@ -58,21 +73,10 @@ static int due_reserve(struct tmo *e, uint64_t more)
 	size_t cap = tt->due_cap;
 	while (cap < tt->due_n + more)
 		cap *= 2;
-	pthread_mutex_lock(&e->mem_lock); /* no fork until the swap is done (lf.h) */
-	struct due *d = tmo__malloc(cap * sizeof *d), *t2 = tmo__malloc(cap * sizeof *t2);
-	int ok = d != NULL && t2 != NULL;
-	if (ok) {
-		LF_HOOK(mem, e);
-		memcpy(d, tt->due, tt->due_n * sizeof *d);
-		due_swap(tt, d, t2, cap);
-	} else {
-		tmo__free(d);
-		tmo__free(t2);
-	}
-	pthread_mutex_unlock(&e->mem_lock);
-	if (ok)
-		tt_bytes_update(e);
-	return ok;
+	if (!due_resize(e, cap))
+		return 0;
+	tt_bytes_update(e);
+	return 1;
 }
 
 static void tt_bytes_update(struct tmo *e)
@@ -87,17 +91,8 @@ static void tt_bytes_update(struct tmo *e)
 void tmo__lf_due_shrink(struct tmo *e)
 {
 	struct lf_tt *tt = e->tt;
-	if (tt->due_cap > DUE_FIRST && tt->due_n == 0) {
-		pthread_mutex_lock(&e->mem_lock); /* as in due_reserve */
-		struct due *d = tmo__malloc(DUE_FIRST * sizeof *d), *t2 = tmo__malloc(DUE_FIRST * sizeof *t2);
-		if (d != NULL && t2 != NULL) {
-			due_swap(tt, d, t2, DUE_FIRST);
-		} else {
-			tmo__free(d);
-			tmo__free(t2);
-		}
-		pthread_mutex_unlock(&e->mem_lock);
-	}
+	if (tt->due_cap > DUE_FIRST && tt->due_n == 0)
+		due_resize(e, DUE_FIRST); /* kept as it is when out of memory */
 	tt_bytes_update(e);
 }
 

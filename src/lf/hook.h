@@ -31,8 +31,8 @@ extern tmo__lf_hook_fn *_Atomic tmo__lf_hook_owner_in;
  * its clock read; e is NULL (the pair is the process's). */
 extern tmo__lf_hook_fn *_Atomic tmo__lf_hook_pair;
 /* The timer thread inside one of its windows between an allocation and
- * its publication (trim.c, its arrays allocated; fire.c, a due array's
- * growth), holding the engine's mem_lock (lf.h). */
+ * its publication (trim.c, its arrays allocated; fire.c, the due arrays
+ * resized), holding the engine's mem_lock (lf.h). */
 extern tmo__lf_hook_fn *_Atomic tmo__lf_hook_mem;
 /* A fork's prepare handler (rec.c, Fork) found an engine's mem_lock held
  * and is about to wait for it.  Called on the forking thread. */
