@@ -760,16 +760,6 @@ def spread_word(orows, nrows, k, drift=0.0):
     return "beyond the ranges"
 
 
-def drift_of(od, nd):
-    """(floor, controls) of the machine's drift between two runs' documents:
-    compare_runs.py's drift_floor over their benchmarks' controls ((0, 0)
-    when the runs have no benchmarks)."""
-    so, sn = samples(od), samples(nd)
-    if not any(k in so for k in sn):
-        return 0.0, 0
-    return drift_floor(so, sn)
-
-
 def compare(old, new, all_rows=False, markdown=False, other_machine=False):
     def docs_of(p):
         if os.path.isdir(p):
@@ -777,7 +767,8 @@ def compare(old, new, all_rows=False, markdown=False, other_machine=False):
         return [(os.path.splitext(os.path.basename(p))[0], load(p))]
     od, nd = docs_of(old), docs_of(new)
     orows, nrows = rows_of(od), rows_of(nd)
-    drift, _ = (0.0, 0) if other_machine else drift_of(od, nd)
+    # the machine's drift between the runs (MIN_EFFECT without controls)
+    drift = 0.0 if other_machine else drift_floor(samples(od), samples(nd))[0]
     units = units_of(od)
     units.update(units_of(nd))
     common = [k for k in nrows if k in orows and (all_rows or headline(k))]
