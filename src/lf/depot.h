@@ -1,7 +1,7 @@
 /*
  * depot.c: free nodes: the depot (a lock-free stack of chains of at most
- * LF_CHAIN), the threads' caches, and the nodes of threads without a
- * record.
+ * LF_CHAIN), the threads' caches and spares, and the nodes of threads
+ * without a record.
  */
 #ifndef TMO_LF_DEPOT_H
 #define TMO_LF_DEPOT_H
@@ -23,8 +23,11 @@ static inline void lf_cache_put(struct tmo *e, struct lf_rec *r, struct lf_node 
 /* A thread with no record frees one node / takes one. */
 void tmo__lf_free_bare(struct tmo *e, struct lf_node *n);
 struct lf_node *tmo__lf_alloc_bare(struct tmo *e, int *err);
-/* A whole cache goes back (a record detaches). */
+/* A whole cache and spare go back (a record detaches). */
 void tmo__lf_cache_return(struct tmo *e, struct lf_rec *r);
+/* Every record's spare to the depot (the trimmer); the nodes in them. */
+void tmo__lf_spares_collect(struct tmo *e);
+uint64_t tmo__lf_spares_count(struct tmo *e);
 /* The depot itself (depot.c, trim.c). */
 void tmo__lf_depot_push(struct tmo *e, struct lf_node *head, uint32_t count);
 struct lf_node *tmo__lf_depot_take_all(struct tmo *e);

@@ -85,7 +85,7 @@
  * busy base gets the node on its lock-free tofile
  * stack, filed by the lock's next holder; a cancel of a node filed in
  * another thread's base goes on that base's cancel stack); free nodes come
- * from the thread's cache or the lock-free depot; only a producer that
+ * from the thread's cache, its spare or the lock-free depot (depot.c); only a producer that
  * grows the pool takes a mutex, which no timer thread or callback holds.
  * Flow control without waiting: past a bound (pool.c, and mpsc's inbox
  * backlog, arm.c) arm answers TMO_EAGAIN at once.  The memory order of
@@ -152,12 +152,16 @@ struct lf_base {
 /* ---- records: one per thread that uses the engine -------------------------- */
 
 #define LF_RING_SLOTS 8
-/* Free nodes a record keeps; beyond, whole chains go to the depot. */
+/* Free nodes a record's cache keeps; beyond, whole chains go to its spare. */
 #define LF_CACHE_MAX 32
 /* What a cache may hold at most: an own-ring cancel returns its node
  * unchecked (cancel.c), so LF_CACHE_MAX plus the ring's arms. */
 #define LF_CACHE_BOUND (LF_CACHE_MAX + LF_RING_SLOTS)
 #define LF_CHAIN 16
+/* Free nodes a record keeps beside its cache, in chains (depot.c,
+ * Spares): what a burst of cancels frees comes back to the thread that
+ * made it, and a thread's nodes stay in pages of its own. */
+#define LF_SPARE_MAX 65536
 
 struct lf_rec {
 	/* lf_word(index, generation, LF_PENDING) of the arm in each slot, 0 if
@@ -179,6 +183,12 @@ struct lf_rec {
 	_Atomic int64_t transit;
 	uint32_t cache_n;
 	struct lf_node *cache; /* free nodes, linked through free_next */
+	/* Free chains beyond the cache, linked as the depot's (depot.c,
+	 * Spares): its owner pushes and pops them, anyone else only takes
+	 * them all; spare_n counts their nodes. */
+	struct lf_node *_Atomic spare;
+	_Atomic uint32_t spare_n;
+	uint32_t grow_pages; /* its next growth step (pool.h), 0: the first */
 	_Atomic uint64_t prevented, spilled;
 	/* arms filed at once, their ring slot's arm still live (arm.c) */
 	_Atomic uint64_t direct;

@@ -14,7 +14,7 @@
  * high-water mark, pages given back are reused under grow_lock when a
  * trylock gets it (waited for only once the reservation is used up; the
  * timer thread never takes it).  Free nodes live in each record's cache
- * and in the depot (depot.c).
+ * and spare and in the depot (depot.c); a growth step is all the grower's.
  *
  * Flow control without waiting: the pool grows only while it holds fewer
  * than LF_SOFT_NODES plus twice the pending arms; past that (nodes on
@@ -24,7 +24,8 @@
  *
  * Giving memory back: when the timer thread is about to sleep (or a
  * cache spill wakes it, tmo__lf_cache_spill), it returns its own cache to the
- * depot (a free node in a cache pins its page), and when the depot holds
+ * depot (a free node in a cache pins its page), takes every record's
+ * spare to the depot, and when the depot holds
  * more than TRIM_KEEP nodes it takes it, returns every page whose 64 nodes
  * are all free with madvise(MADV_DONTNEED), and puts the rest back as
  * chains of one page each, lowest on top.  A given-back page reads as
@@ -104,9 +105,10 @@ static int may_grow(struct tmo *e)
 	return held < LF_SOFT_NODES + 2 * tmo__lf_pending(e);
 }
 
-/* Take up to GROW_PAGES pages of a run given back earlier (grow_lock held).
+/* Take up to `want` pages of a run given back earlier (grow_lock held).
  * Returns the count, 0 when there is none. */
-static uint32_t reuse_take_locked(struct lf_pool *p, uint32_t *first, uint64_t *floor)
+static uint32_t reuse_take_locked(struct lf_pool *p, uint32_t want, uint32_t *first,
+                                  uint64_t *floor)
 {
 	if (p->reuse == NULL) {
 		ck_stack_entry_t *got = ck_stack_batch_pop_upmc(&p->released);
@@ -115,7 +117,7 @@ static uint32_t reuse_take_locked(struct lf_pool *p, uint32_t *first, uint64_t *
 	struct lf_run *r = p->reuse;
 	if (r == NULL)
 		return 0;
-	uint32_t pages = r->count < GROW_PAGES ? r->count : GROW_PAGES;
+	uint32_t pages = r->count < want ? r->count : want;
 	*first = r->first;
 	*floor = r->gen_floor;
 	r->first += pages;
@@ -127,9 +129,9 @@ static uint32_t reuse_take_locked(struct lf_pool *p, uint32_t *first, uint64_t *
 	return pages;
 }
 
-/* Claim up to GROW_PAGES pages never populated, lock-free.  Returns the
+/* Claim up to `want` pages never populated, lock-free.  Returns the
  * count, 0 when the reservation is used up. */
-static uint32_t fresh_claim(struct lf_pool *p, uint32_t *first)
+static uint32_t fresh_claim(struct lf_pool *p, uint32_t want, uint32_t *first)
 {
 	uint64_t cap = p->reserved_nodes_cap / PAGE_NODES;
 	uint32_t hwm = atomic_load_explicit(&p->hwm_pages, memory_order_relaxed), pages;
@@ -137,7 +139,7 @@ static uint32_t fresh_claim(struct lf_pool *p, uint32_t *first)
 	do {
 		if (hwm >= cap)
 			return 0;
-		pages = cap - hwm < GROW_PAGES ? (uint32_t)(cap - hwm) : GROW_PAGES;
+		pages = cap - hwm < want ? (uint32_t)(cap - hwm) : want;
 	} while (!atomic_compare_exchange_weak_explicit(&p->hwm_pages, &hwm, hwm + pages,
 	                                                memory_order_release,
 	                                                memory_order_relaxed));
@@ -150,7 +152,7 @@ static uint32_t fresh_claim(struct lf_pool *p, uint32_t *first)
  * when a fault is injected (TMO_ENOMEM).  Never waits for another grower:
  * pages given back are reused when their lock is free at once (or nothing
  * else is left), else fresh pages are claimed with a CAS. */
-struct lf_node *tmo__lf_pool_grow(struct tmo *e, uint32_t *count, int *err)
+struct lf_node *tmo__lf_pool_grow(struct tmo *e, uint32_t want, uint32_t *count, int *err)
 {
 	struct lf_pool *p = &e->pool;
 	if (tmo__fault(TMO_FAULT_ALLOC)) {
@@ -164,13 +166,13 @@ struct lf_node *tmo__lf_pool_grow(struct tmo *e, uint32_t *count, int *err)
 	uint32_t first = 0, pages = 0;
 	uint64_t floor = 0;
 	if (pthread_mutex_trylock(&p->grow_lock) == 0) {
-		pages = reuse_take_locked(p, &first, &floor);
+		pages = reuse_take_locked(p, want, &first, &floor);
 		pthread_mutex_unlock(&p->grow_lock);
 	}
-	if (pages == 0 && (pages = fresh_claim(p, &first)) == 0) {
+	if (pages == 0 && (pages = fresh_claim(p, want, &first)) == 0) {
 		/* the reservation is used up: only given-back pages are left */
 		pthread_mutex_lock(&p->grow_lock);
-		pages = reuse_take_locked(p, &first, &floor);
+		pages = reuse_take_locked(p, want, &first, &floor);
 		pthread_mutex_unlock(&p->grow_lock);
 		if (pages == 0) {
 			*err = TMO_EAGAIN;

@@ -134,6 +134,7 @@ void tmo__lf_pool_trim(struct tmo *e)
 	atomic_store_explicit(&p->trim_asked, 0, memory_order_relaxed);
 	loose_collect(e);
 	tmo__lf_cache_return(e, e->tt_rec);
+	tmo__lf_spares_collect(e);
 	if (atomic_load_explicit(&p->depot_nodes, memory_order_relaxed) > TRIM_KEEP) {
 		/* its arrays and a run's record are allocated and freed inside:
 		 * no fork in between (lf.h, mem_lock) */

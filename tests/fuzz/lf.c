@@ -35,8 +35,8 @@
  *    does, and a pending timer's node is live (its generation, RING, QUEUED
  *    or IN_STRUCT, pointing back at the timer), distinct from every other
  *    pending timer's node and in no free list;
- *  - the pool, whenever parked: every free node (record caches, the timer
- *    thread's, depot chains, loose) is in exactly one list, each list as
+ *  - the pool, whenever parked: every free node (record caches and spares,
+ *    the timer thread's cache, depot chains, loose) is in exactly one list, each list as
  *    long as its count; the nodes in use are at least the pending arms and
  *    at most those plus what may still be in transit (a ring slot's
  *    cancelled arm waits for its owner: LF_RING_SLOTS per attached record;
@@ -47,22 +47,25 @@
  *    leaves pending timers' words cancelled; library allocations return to
  *    where they were before create.
  *
- * The TMO_EAGAIN rule (src/lf/pool.c): an arm takes a node from its
- * thread's cache, else a chain from the depot, else populates pages of the
- * arena up to the cap (or answers TMO_EAGAIN past a soft limit of 4096
- * nodes plus twice the pending arms, which 65 timers never reach: the audit
- * asserts the pool stays below it).  Parked, nothing else moves nodes, so
- * an arm answers TMO_EAGAIN if and only if
- *     its thread's cache + the depot + (cap pages - populated pages) * 64
+ * The TMO_EAGAIN rule (src/lf/pool.c, src/lf/depot.c): an arm takes a
+ * node from its thread's cache, else a chain from its spare, else from the
+ * depot, else populates pages of the arena up to the cap (or answers
+ * TMO_EAGAIN past a soft limit of 4096 nodes plus twice the pending arms,
+ * which 65 timers never reach: the audit asserts the pool stays below
+ * it), else takes another record's spare.  Parked, nothing else moves
+ * nodes, so an arm answers TMO_EAGAIN if and only if
+ *     its thread's cache + every spare + the depot
+ *         + (cap pages - populated pages) * 64
  * is 0 just before it; the other free nodes are then in other threads'
  * caches (the audit accounts for all of them).  A callback's re-arm is held
  * to the same rule with the timer thread's cache while a settle runs
  * (nothing else arms then).  While running, only an engine with a cap may
  * answer TMO_EAGAIN (frees race with the arm).
  *
- * A record's cache holds at most LF_CACHE_BOUND free nodes (a refill keeps
- * one chain and sends the rest of a growth step to the depot, where every
- * thread can take it: tests/fuzz/corpus/lf/cache_hoard).
+ * A record's cache holds at most LF_CACHE_BOUND free nodes and its spare
+ * at most LF_SPARE_MAX (a refill keeps one chain and sends the rest of a
+ * growth step to its spare, where another thread takes it when nothing
+ * else is left: tests/fuzz/corpus/lf/cache_hoard).
  *
  * Any mismatch aborts with "fuzz mismatch".
  *

@@ -1,8 +1,8 @@
 /*
  * The lock-free core's fuzz target (tests/fuzz/lf.c): the node pool, read
  * while nothing moves it.  What an arm could take (the TMO_EAGAIN rule at
- * lf.c's top), and the audit: every free node (record caches, the timer
- * thread's, depot chains, loose) in exactly one list, each list as long as
+ * lf.c's top), and the audit: every free node (record caches and spares,
+ * the timer thread's cache, depot chains, loose) in exactly one list, each list as long as
  * its count, no cache past LF_CACHE_BOUND, the pool below its soft limit;
  * every timer's word as the model says, a pending timer's node live and its
  * own; the nodes in use at least the pending arms and at most those plus
@@ -16,7 +16,8 @@ int64_t pool_avail(uint64_t own_cache)
 	struct lf_pool *p = &fz.e->pool;
 	uint64_t pages = atomic_load_explicit(&p->populated_pages, memory_order_relaxed);
 	uint64_t cap_pages = p->reserved_nodes_cap / PAGE_NODES;
-	return (int64_t)(own_cache + atomic_load_explicit(&p->depot_nodes, memory_order_relaxed) +
+	return (int64_t)(own_cache + tmo__lf_spares_count(fz.e) +
+	                 atomic_load_explicit(&p->depot_nodes, memory_order_relaxed) +
 	                 (cap_pages - pages) * PAGE_NODES);
 }
 
@@ -34,6 +35,22 @@ static uint64_t walk_free(struct lf_node *x, uint8_t *seen, uint64_t hwm, const 
 		n++;
 	}
 	return n;
+}
+
+/* Marks the nodes of chains linked as the depot's (the depot, a record's
+ * spare), each as long as its head counts; returns how many. */
+static uint64_t walk_chains(struct lf_node *c, uint8_t *seen, uint64_t hwm, const char *what)
+{
+	uint64_t total = 0;
+	for (; c != NULL; c = (struct lf_node *)atomic_load(&c->aux)) {
+		FUZZ_CHECK(lf_idx_of(fz.e, c) < hwm, "%s: a chain outside the arena", what);
+		uint32_t want = c->s.chain_n;
+		uint64_t n = walk_free(c, seen, hwm, what);
+		FUZZ_CHECK(n == want, "%s: a chain holds %llu nodes, counts %u", what,
+		           (unsigned long long)n, want);
+		total += n;
+	}
+	return total;
 }
 
 /* Every check of the node accounting; `exact`: nothing may be in transit
@@ -64,21 +81,19 @@ void audit(int exact)
 		           (unsigned long long)atomic_load(&p->depot_nodes), (unsigned long long)populated);
 		free_n += n;
 		attached += r->attached != 0;
+		uint64_t spare = walk_chains(atomic_load(&r->spare), seen, hwm, "a record's spare");
+		FUZZ_CHECK(spare == atomic_load(&r->spare_n) && spare <= LF_SPARE_MAX,
+		           "a record's spare holds %llu nodes, counts %u (at most %d)",
+		           (unsigned long long)spare, atomic_load(&r->spare_n), LF_SPARE_MAX);
+		free_n += spare;
 	}
 	uint64_t n = walk_free(e->tt_rec->cache, seen, hwm, "the timer thread's cache");
 	FUZZ_CHECK(n == e->tt_rec->cache_n, "the timer thread's cache holds %llu nodes, counts %u",
 	           (unsigned long long)n, e->tt_rec->cache_n);
 	free_n += n;
-	uint64_t dw = atomic_load(&p->depot), depot = 0;
-	for (struct lf_node *c = (uint32_t)dw ? lf_node_at(e, (uint32_t)dw - 1) : NULL; c != NULL;
-	     c = (struct lf_node *)atomic_load(&c->aux)) {
-		FUZZ_CHECK(lf_idx_of(e, c) < hwm, "depot: a chain outside the arena");
-		uint32_t want = c->s.chain_n;
-		n = walk_free(c, seen, hwm, "a depot chain");
-		FUZZ_CHECK(n == want, "a depot chain holds %llu nodes, counts %u",
-		           (unsigned long long)n, want);
-		depot += n;
-	}
+	uint64_t dw = atomic_load(&p->depot);
+	uint64_t depot = walk_chains((uint32_t)dw ? lf_node_at(e, (uint32_t)dw - 1) : NULL, seen, hwm,
+	                             "the depot");
 	FUZZ_CHECK(depot == atomic_load(&p->depot_nodes), "depot holds %llu nodes, counts %llu",
 	           (unsigned long long)depot, (unsigned long long)atomic_load(&p->depot_nodes));
 	free_n += depot;

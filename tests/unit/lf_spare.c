@@ -1,0 +1,146 @@
+/*
+ * A thread's free nodes come back to it (src/lf/depot.c, Spares).
+ *
+ *  - home: the main thread arms 600 held timers on the wheel and cancels
+ *    them (its cache keeps LF_CACHE_MAX, the rest spills); a second
+ *    thread then arms 600 and gets none of those nodes, and the main
+ *    thread's next 600 arms are all its own nodes again.  Through the
+ *    depot alone (before the spares) the second thread's first arms took
+ *    the main thread's spilled chains: 568 of its 600 nodes were the main
+ *    thread's.
+ *  - steal: under a node cap of 2,048 the main thread arms 1,500 and
+ *    cancels them (2,048 nodes populated, most in its spare); a second
+ *    thread's 2,000 arms are all accepted: once the depot is empty and the
+ *    pool cannot grow, a refill takes another thread's spare before it
+ *    refuses an arm (without it: TMO_EAGAIN after about 1,000).
+ * The timer thread is parked throughout (tmo_testing_park): it neither
+ * steals ring arms nor trims (a trim takes every spare to the depot),
+ * so which node goes where is decided by the threads alone.  The
+ * timeouts (60 s) never come due.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "engine_test.h"
+#include "lf/lf.h"
+#include "tmo/testing.h"
+
+#define N 600
+#define SEC TMO_NSEC_PER_SEC
+
+static void no_cb(struct tmo_timer *t, void *arg)
+{
+	(void)t;
+	(void)arg;
+	abort(); /* 60 s: never due here */
+}
+
+/* The arena index of t's node (its word: lf_word). */
+static uint32_t node_of(const struct tmo_timer *t)
+{
+	return (uint32_t)(t->tmo_private[0] >> 2) & ((1u << LF_IDX_BITS) - 1);
+}
+
+struct job {
+	struct tmo *e;
+	struct tmo_timer *ts;
+	int n, armed, bad;
+};
+
+/* Arm j->n timers until one is refused; cancel none. */
+static void *arm_all(void *arg)
+{
+	struct job *j = arg;
+	for (j->armed = 0; j->armed < j->n; j->armed++)
+		if (tmo_arm(j->e, &j->ts[j->armed], 60 * SEC, no_cb, NULL) != 0)
+			break;
+	return NULL;
+}
+
+static void in_thread(struct job *j)
+{
+	pthread_t th;
+	CHECK_EQ(pthread_create(&th, NULL, arm_all, j), 0);
+	CHECK_EQ(pthread_join(th, NULL), 0);
+}
+
+static int cancel_all(struct tmo *e, struct tmo_timer *ts, int n)
+{
+	int bad = 0;
+	for (int i = 0; i < n; i++)
+		bad += tmo_cancel(e, &ts[i]) != TMO_CANCEL_PREVENTED;
+	return bad;
+}
+
+static unsigned char mine[1u << LF_IDX_BITS];
+
+static void test_home(void)
+{
+	struct tmo *e = NULL;
+	CHECK_EQ(tmo_create("wheel", NULL, &e), 0);
+	CHECK_EQ(tmo_testing_park(e, 1), 0);
+	static struct tmo_timer a[N], b[N];
+	memset(mine, 0, sizeof mine);
+	struct job ja = {e, a, N, 0, 0};
+	arm_all(&ja);
+	CHECK_EQ(ja.armed, N);
+	for (int i = 0; i < N; i++)
+		mine[node_of(&a[i])] = 1;
+	CHECK_EQ(cancel_all(e, a, N), 0);
+
+	struct job jb = {e, b, N, 0, 0};
+	in_thread(&jb);
+	CHECK_EQ(jb.armed, N);
+	int taken = 0;
+	for (int i = 0; i < N; i++)
+		taken += mine[node_of(&b[i])];
+
+	arm_all(&ja);
+	CHECK_EQ(ja.armed, N);
+	int foreign = 0;
+	for (int i = 0; i < N; i++)
+		foreign += !mine[node_of(&a[i])];
+	printf("  the other thread's %d arms took %d of the nodes this thread freed; this "
+	       "thread's next %d arms: %d nodes not its own\n",
+	       N, taken, N, foreign);
+	CHECK_EQ(taken, 0);
+	CHECK_EQ(foreign, 0);
+	CHECK_EQ(cancel_all(e, a, N), 0);
+	CHECK_EQ(cancel_all(e, b, N), 0);
+	CHECK_EQ(tmo_testing_park(e, 0), 0);
+	CHECK_EQ(tmo_destroy(&e), 0);
+}
+
+static void test_steal(void)
+{
+	enum { CAP = 2048, A = 1500, B = 2000 };
+	tmo_testing_set_node_cap(CAP);
+	struct tmo *e = NULL;
+	CHECK_EQ(tmo_create("wheel", NULL, &e), 0);
+	tmo_testing_set_node_cap(0);
+	CHECK_EQ(tmo_testing_park(e, 1), 0);
+	static struct tmo_timer a[A], b[B];
+	struct job ja = {e, a, A, 0, 0};
+	arm_all(&ja);
+	CHECK_EQ(ja.armed, A);
+	CHECK_EQ(cancel_all(e, a, A), 0);
+	struct job jb = {e, b, B, 0, 0};
+	in_thread(&jb);
+	printf("  cap %d: this thread armed and cancelled %d; the other thread then armed %d "
+	       "of %d\n",
+	       CAP, A, jb.armed, B);
+	CHECK_EQ(jb.armed, B);
+	CHECK_EQ(cancel_all(e, b, jb.armed), 0);
+	CHECK_EQ(tmo_testing_park(e, 0), 0);
+	CHECK_EQ(tmo_destroy(&e), 0);
+}
+
+int main(void)
+{
+	RUN(test_home);
+	RUN(test_steal);
+	return TEST_EXIT();
+}
