@@ -131,11 +131,16 @@ static int one_try(int *wrong)
 	atomic_store(&fired, 0);
 	for (int i = 0; i < PAIRS; i++)
 		atomic_store(&seq_a[i], 0), atomic_store(&seq_b[i], 0), b[i].armed = 0;
-	/* this thread's record, and a calibration just published */
+	/* this thread's record, and a calibration published after seq0: read
+	 * before the arm, which the timer thread sees (asleep, the arm wakes
+	 * it; awake, the arm is activity) and calibrates after.  Read after
+	 * it (before), a timer thread that calibrated in between and then
+	 * slept, nothing pending, never published another: the wait below
+	 * ran out in 1 of 6 runs under qemu (arm64). */
+	uint32_t seq0 = atomic_load(&e->cal.seq);
 	struct tmo_timer warm = TMO_TIMER_INIT;
 	CHECK_EQ(tmo_arm(e, &warm, FILLER, never_cb, NULL), 0);
 	CHECK_EQ(tmo_cancel(e, &warm), TMO_CANCEL_PREVENTED);
-	uint32_t seq0 = atomic_load(&e->cal.seq);
 	CHECK(ET_WAIT_UNTIL(atomic_load(&e->cal.seq) != seq0 && atomic_load(&e->cal.rate_fx) != 0,
 	                    WAIT));
 	CHECK_EQ(tmo_testing_park(e, 1), 0);
