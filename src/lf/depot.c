@@ -86,7 +86,6 @@ struct lf_node *tmo__lf_depot_take_all(struct tmo *e)
 	return (uint32_t)w != 0 ? lf_node_at(e, (uint32_t)w - 1) : NULL;
 }
 
-
 /* ---- spares ----------------------------------------------------------------------- */
 
 /* r has a spare: a record of an application thread (not the timer
@@ -123,9 +122,8 @@ static struct lf_node *spare_pop(struct lf_rec *r, uint32_t *count)
 	return c;
 }
 
-/* Anyone: take r's whole spare (its chains, linked as the depot's);
- * *count: their nodes. */
-static struct lf_node *spare_take(struct lf_rec *r, uint32_t *count)
+/* Anyone: take r's whole spare (its chains, linked as the depot's). */
+static struct lf_node *spare_take(struct lf_rec *r)
 {
 	if (atomic_load_explicit(&r->spare, memory_order_relaxed) == NULL)
 		return NULL;
@@ -134,26 +132,17 @@ static struct lf_node *spare_take(struct lf_rec *r, uint32_t *count)
 	for (struct lf_node *x = c; x != NULL; x = lf_chain_next(x))
 		n += x->s.chain_n;
 	atomic_fetch_sub_explicit(&r->spare_n, n, memory_order_relaxed);
-	*count = n;
 	return c;
 }
 
-/* Push chains linked as the depot's (a spare taken whole) onto the depot;
- * keep the first in *keep (NULL: push it too).  Returns the first's count. */
-static uint32_t depot_push_chains(struct tmo *e, struct lf_node *c, struct lf_node **keep)
+/* Push chains linked as the depot's (a spare taken whole) onto the depot. */
+static void depot_push_chains(struct tmo *e, struct lf_node *c)
 {
-	uint32_t kept = 0;
-	if (keep != NULL) {
-		*keep = c;
-		kept = c != NULL ? c->s.chain_n : 0;
-		c = c != NULL ? lf_chain_next(c) : NULL;
-	}
 	while (c != NULL) {
 		struct lf_node *next = lf_chain_next(c);
 		tmo__lf_depot_push(e, c, c->s.chain_n);
 		c = next;
 	}
-	return kept;
 }
 
 /* Push a list (linked by free_next, NULL-ended) in chains of at most
@@ -180,13 +169,11 @@ static void push_list(struct tmo *e, struct lf_rec *r, struct lf_node *list)
 void tmo__lf_spares_collect(struct tmo *e)
 {
 	for (struct lf_rec *r = atomic_load_explicit(&e->recs, memory_order_acquire); r != NULL;
-	     r = atomic_load_explicit(&r->next, memory_order_relaxed)) {
-		uint32_t n = 0;
-		depot_push_chains(e, spare_take(r, &n), NULL);
-	}
+	     r = atomic_load_explicit(&r->next, memory_order_relaxed))
+		depot_push_chains(e, spare_take(r));
 }
 
-/* Free nodes in every record's spare (tests, the trim's wake-up). */
+/* Free nodes in every record's spare (tests). */
 uint64_t tmo__lf_spares_count(struct tmo *e)
 {
 	uint64_t n = 0;
@@ -202,10 +189,10 @@ static struct lf_node *spare_steal(struct tmo *e, struct lf_rec *self, uint32_t 
 {
 	for (struct lf_rec *r = atomic_load_explicit(&e->recs, memory_order_acquire); r != NULL;
 	     r = atomic_load_explicit(&r->next, memory_order_relaxed)) {
-		uint32_t n = 0;
-		struct lf_node *c = r != self ? spare_take(r, &n) : NULL;
+		struct lf_node *c = r != self ? spare_take(r) : NULL;
 		if (c != NULL) {
-			*count = depot_push_chains(e, c, &c);
+			depot_push_chains(e, lf_chain_next(c));
+			*count = c->s.chain_n;
 			return c;
 		}
 	}
@@ -298,8 +285,7 @@ void tmo__lf_cache_return(struct tmo *e, struct lf_rec *r)
 	push_list(e, NULL, r->cache);
 	r->cache = NULL;
 	r->cache_n = 0;
-	uint32_t n = 0;
-	depot_push_chains(e, spare_take(r, &n), NULL);
+	depot_push_chains(e, spare_take(r));
 }
 
 void tmo__lf_free_bare(struct tmo *e, struct lf_node *n)

@@ -35,9 +35,9 @@
  *    does, and a pending timer's node is live (its generation, RING, QUEUED
  *    or IN_STRUCT, pointing back at the timer), distinct from every other
  *    pending timer's node and in no free list;
- *  - the pool, whenever parked: every free node (record caches and spares,
- *    the timer thread's cache, depot chains, loose) is in exactly one list, each list as
- *    long as its count; the nodes in use are at least the pending arms and
+ *  - the pool, whenever parked: every free node (record caches and
+ *    spares, the timer thread's cache, depot chains, loose) is in exactly
+ *    one list, each list as long as its count; the nodes in use are at least the pending arms and
  *    at most those plus what may still be in transit (a ring slot's
  *    cancelled arm waits for its owner: LF_RING_SLOTS per attached record;
  *    a prevented arm's node waits for the next round of the timer thread);

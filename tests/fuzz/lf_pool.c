@@ -2,11 +2,12 @@
  * The lock-free core's fuzz target (tests/fuzz/lf.c): the node pool, read
  * while nothing moves it.  What an arm could take (the TMO_EAGAIN rule at
  * lf.c's top), and the audit: every free node (record caches and spares,
- * the timer thread's cache, depot chains, loose) in exactly one list, each list as long as
- * its count, no cache past LF_CACHE_BOUND, the pool below its soft limit;
- * every timer's word as the model says, a pending timer's node live and its
- * own; the nodes in use at least the pending arms and at most those plus
- * what may be in transit (exactly those at the end of a draining program).
+ * the timer thread's cache, depot chains, loose) in exactly one list, each
+ * list as long as its count, no cache past LF_CACHE_BOUND, the pool below
+ * its soft limit; every timer's word as the model says, a pending timer's
+ * node live and its own; the nodes in use at least the pending arms and at
+ * most those plus what may be in transit (exactly those at the end of a
+ * draining program).
  */
 #include "lf_fuzz.h"
 

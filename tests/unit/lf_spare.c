@@ -38,16 +38,16 @@ static void no_cb(struct tmo_timer *t, void *arg)
 	abort(); /* 60 s: never due here */
 }
 
-/* The arena index of t's node (its word: lf_word). */
-static uint32_t node_of(const struct tmo_timer *t)
+/* The arena index of t's node. */
+static uint32_t node_of(struct tmo_timer *t)
 {
-	return (uint32_t)(t->tmo_private[0] >> 2) & ((1u << LF_IDX_BITS) - 1);
+	return lf_word_idx(atomic_load(lf_timer_word(t)));
 }
 
 struct job {
 	struct tmo *e;
 	struct tmo_timer *ts;
-	int n, armed, bad;
+	int n, armed;
 };
 
 /* Arm j->n timers until one is refused; cancel none. */
@@ -84,14 +84,14 @@ static void test_home(void)
 	CHECK_EQ(tmo_testing_park(e, 1), 0);
 	static struct tmo_timer a[N], b[N];
 	memset(mine, 0, sizeof mine);
-	struct job ja = {e, a, N, 0, 0};
+	struct job ja = {e, a, N, 0};
 	arm_all(&ja);
 	CHECK_EQ(ja.armed, N);
 	for (int i = 0; i < N; i++)
 		mine[node_of(&a[i])] = 1;
 	CHECK_EQ(cancel_all(e, a, N), 0);
 
-	struct job jb = {e, b, N, 0, 0};
+	struct job jb = {e, b, N, 0};
 	in_thread(&jb);
 	CHECK_EQ(jb.armed, N);
 	int taken = 0;
@@ -123,11 +123,11 @@ static void test_steal(void)
 	tmo_testing_set_node_cap(0);
 	CHECK_EQ(tmo_testing_park(e, 1), 0);
 	static struct tmo_timer a[A], b[B];
-	struct job ja = {e, a, A, 0, 0};
+	struct job ja = {e, a, A, 0};
 	arm_all(&ja);
 	CHECK_EQ(ja.armed, A);
 	CHECK_EQ(cancel_all(e, a, A), 0);
-	struct job jb = {e, b, B, 0, 0};
+	struct job jb = {e, b, B, 0};
 	in_thread(&jb);
 	printf("  cap %d: this thread armed and cancelled %d; the other thread then armed %d "
 	       "of %d\n",
