@@ -223,35 +223,12 @@ static inline __attribute__((always_inline)) int64_t file_inbox(struct tmo *e, s
 	/* near the latest pair the arm lies within a floor either side of the
 	 * conversion: its upper bound less two floors */
 	int64_t hi = lf_cal_near(&e->cal, stamp, e->margin_ns);
-	int64_t lower, dated = 0;
-	if (LF_LIKELY(hi != 0)) {
-		/* Dated here, as its filer would date it from the same pair
-		 * (tmo__lf_node_deadline): the timer thread may file a far arm
-		 * milliseconds later, when its stamp lies beyond the pair then
-		 * published and only a clock read would cap it (late: issue 20,
-		 * unit/lf_dating) */
-		dated = hi + timeout;
-		atomic_store_explicit(&n->s.q.timeout, dated, memory_order_relaxed);
-		atomic_store_explicit(&n->s.q.stamp, LF_STAMP_DEADLINE, memory_order_relaxed);
-		lower = hi - 2 * e->margin_ns + timeout;
-	} else {
-		lower = tmo__lf_node_deadline_lower(e, stamp, timeout);
-	}
+	int64_t lower = LF_LIKELY(hi != 0) ? hi - 2 * e->margin_ns + timeout
+	                                   : tmo__lf_node_deadline_lower(e, stamp, timeout);
 	if (lower < 0)
 		lower = 0;
-	/* the word before the slot or the push: once there it may fire */
+	/* the word before the push: once in the inbox it may fire */
 	publish_at_once(e, r, n, t, LF_QUEUED);
-	uint64_t tail = atomic_load_explicit(&r->q_tail, memory_order_relaxed);
-	if (LF_UNLIKELY(tail - r->q_head_seen >= LF_Q_SLOTS))
-		/* acquire: the timer thread read the slots below it */
-		r->q_head_seen = atomic_load_explicit(&r->q_head, memory_order_acquire);
-	if (LF_LIKELY(tail - r->q_head_seen < LF_Q_SLOTS)) {
-		/* undated (0): the timer thread dates it when it takes it */
-		r->q[tail & (LF_Q_SLOTS - 1)] = (struct lf_qent){n, dated};
-		atomic_store_explicit(&r->q_tail, tail + 1, memory_order_release);
-		return lower;
-	}
-	/* our queue is full: the shared inbox */
 	ck_stack_push_upmc(&e->inbox, &n->link);
 	atomic_fetch_add_explicit(&e->inbox_in, 1, memory_order_relaxed);
 	return lower;
@@ -264,18 +241,12 @@ static __attribute__((noinline)) int arm_wake_at(struct tmo *e, uint64_t stamp, 
                                                  int64_t wake_at)
 {
 	int64_t lower = tmo__lf_node_deadline_lower(e, stamp, timeout_ns);
-	/* past INBOX_WAKE nodes in the inbox, or a quarter of our queue, it
-	 * wakes whatever the deadlines (tmo__lf_inbox_post): a full queue
-	 * sends arms to the inbox, whose list the timer thread walks node by
-	 * node, slower than arms come */
-	struct lf_rec *r = tmo__lf_tls_hot.rec;
-	if (!e->p->thread_bases &&
-	    (atomic_load_explicit(&e->inbox_in, memory_order_relaxed) -
-	             atomic_load_explicit(&e->inbox_out, memory_order_relaxed) >=
-	         INBOX_WAKE ||
-	     atomic_load_explicit(&r->q_tail, memory_order_relaxed) -
-	             atomic_load_explicit(&r->q_head, memory_order_relaxed) >=
-	         LF_Q_SLOTS / 4))
+	/* past INBOX_WAKE nodes in the inbox it wakes whatever the deadlines
+	 * (tmo__lf_inbox_post) */
+	if (!e->p->thread_bases && atomic_load_explicit(&e->inbox_in, memory_order_relaxed) -
+	                                   atomic_load_explicit(&e->inbox_out,
+	                                                        memory_order_relaxed) >=
+	                               INBOX_WAKE)
 		wake_at = 0;
 	tmo__lf_wake_for(e, wake_at < lower ? wake_at : lower);
 	return 0;

@@ -243,21 +243,6 @@ static void ring_take_back(struct tmo *e, uint64_t w, struct lf_node *n)
 	lf_cache_put(e, r, n);
 }
 
-/* cancel_filed's arm in transit (QUEUED, its state `q`): most often a far
- * arm the timer thread holds (take.c, Far arms), which frees it; never a
- * callback's re-arm (the timer thread files those at once). */
-static __attribute__((noinline)) int cancel_queued(struct tmo *e, struct tmo_timer *t, uint64_t w,
-                                                   struct lf_rec *r, struct lf_node *n, uint64_t q)
-{
-	if (!atomic_compare_exchange_strong_explicit(&n->state, &q, q + (LF_DROPPED - LF_QUEUED),
-	                                             memory_order_acq_rel, memory_order_relaxed))
-		return cancel_slow(e, t, w);
-	atomic_store_explicit(lf_timer_word(t), (w & ~(uint64_t)3) | LF_CANCELLED_OUT,
-	                      memory_order_release);
-	lf_bump(&r->prevented);
-	return TMO_CANCEL_PREVENTED;
-}
-
 /* The arm w of this thread's hot record r is not its ring's last: most
  * often it outlived the ring and was filed (IN_STRUCT, in r's own base).
  * Dispatched on its state, read first: a CAS that expects RING would fail
@@ -267,14 +252,11 @@ static __attribute__((noinline)) int cancel_filed(struct tmo *e, struct tmo_time
 {
 	struct lf_node *n = lf_node_at(e, lf_word_idx(w));
 	uint64_t s = lf_st(lf_word_gen(w), LF_IN_STRUCT);
-	uint64_t cur = atomic_load_explicit(&n->state, memory_order_relaxed);
-	if (cur != s) /* mpsc: most often QUEUED */
-		return cur == s - (LF_IN_STRUCT - LF_QUEUED) ? cancel_queued(e, t, w, r, n, cur)
-		                                             : cancel_slow(e, t, w);
 	/* t's own callback still running (it made this arm, a re-arm): the
 	 * slow path checks and waits.  Not running now, it has returned: its
 	 * `running` store precedes its arm's word store, read with acquire. */
-	if (LF_UNLIKELY(atomic_load_explicit(&e->running, memory_order_acquire) == t) ||
+	if (atomic_load_explicit(&n->state, memory_order_relaxed) != s ||
+	    LF_UNLIKELY(atomic_load_explicit(&e->running, memory_order_acquire) == t) ||
 	    !atomic_compare_exchange_strong_explicit(&n->state, &s, s + (LF_CANCEL_PENDING -
 	                                                                 LF_IN_STRUCT),
 	                                             memory_order_acq_rel, memory_order_relaxed))

@@ -15,9 +15,7 @@ struct lf_debug {
 	uint64_t stolen;      /* ring nodes the timer thread took */
 	uint64_t spilled;     /* ring nodes their owners spilled */
 	uint64_t direct;      /* arms filed at once: their ring slot's arm lived */
-	uint64_t inbox;       /* nodes that went through the inbox (or mpsc's queues) */
-	uint64_t dropped;     /* arms in the timer thread's hands that a cancel dropped */
-	uint64_t far;         /* far arms the timer thread holds now (timer.c) */
+	uint64_t inbox;       /* nodes that went through the inbox */
 	uint64_t trims;       /* pages given back */
 	uint64_t trim_runs;   /* trims the timer thread finished */
 	uint64_t cache_count; /* free nodes in the calling thread's cache */

@@ -44,8 +44,6 @@ static void engine_free(struct tmo *e)
 	if (e->tt != NULL) {
 		tmo__free(e->tt->due);
 		tmo__free(e->tt->tmp);
-		tmo__free(e->tt->far[0].v);
-		tmo__free(e->tt->far[1].v);
 		tmo__free(e->tt);
 	}
 	if (e->pool.arena != NULL)
@@ -176,8 +174,6 @@ void tmo__lf_debug(struct tmo *e, struct lf_debug *out)
 	out->filed = atomic_load_explicit(&e->tt->filed, memory_order_relaxed);
 	out->stolen = atomic_load_explicit(&e->tt->stolen, memory_order_relaxed);
 	out->inbox = atomic_load_explicit(&e->tt->via_inbox, memory_order_relaxed);
-	out->dropped = atomic_load_explicit(&e->tt->dropped, memory_order_relaxed);
-	out->far = atomic_load_explicit(&e->far_held, memory_order_relaxed);
 	out->trims = atomic_load_explicit(&e->pool.trimmed_pages, memory_order_relaxed);
 	out->trim_runs = atomic_load_explicit(&e->pool.trim_runs, memory_order_acquire);
 	out->fence = (atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_FENCE) != 0;

@@ -36,14 +36,7 @@ static void due_add(void *ctx, struct lf_node *n)
 	    e->p->sched->deadline(n), n->timer, 0};
 }
 
-void tmo__lf_tt_bytes_update(struct tmo *e)
-{
-	struct lf_tt *tt = e->tt;
-	uint64_t b = (tt->due_cap - DUE_FIRST) * 2 * sizeof(struct due) +
-	             (tt->far[0].cap + tt->far[1].cap) * sizeof(struct far) +
-	             e->p->sched->bytes(lf_sched_of(e->tt_base));
-	atomic_store_explicit(&tt->bytes, b, memory_order_relaxed);
-}
+static void tt_bytes_update(struct tmo *e);
 
 /* The due arrays reallocated to cap entries, the due_n they hold kept;
  * 0 when out of memory (nothing changed).  Under mem_lock: a fork copies
@@ -82,8 +75,16 @@ static int due_reserve(struct tmo *e, uint64_t more)
 		cap *= 2;
 	if (!due_resize(e, cap))
 		return 0;
-	tmo__lf_tt_bytes_update(e);
+	tt_bytes_update(e);
 	return 1;
+}
+
+static void tt_bytes_update(struct tmo *e)
+{
+	struct lf_tt *tt = e->tt;
+	uint64_t b = (tt->due_cap - DUE_FIRST) * 2 * sizeof(struct due) +
+	             e->p->sched->bytes(lf_sched_of(e->tt_base));
+	atomic_store_explicit(&tt->bytes, b, memory_order_relaxed);
 }
 
 /* Idle: a due array grown by a burst goes back to its first size. */
@@ -92,7 +93,7 @@ void tmo__lf_due_shrink(struct tmo *e)
 	struct lf_tt *tt = e->tt;
 	if (tt->due_cap > DUE_FIRST && tt->due_n == 0)
 		due_resize(e, DUE_FIRST); /* kept as it is when out of memory */
-	tmo__lf_tt_bytes_update(e);
+	tt_bytes_update(e);
 }
 
 /* What a round may fire while a wheel may still hold a node filed in the

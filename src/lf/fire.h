@@ -12,7 +12,5 @@ void tmo__lf_due_compact(struct tmo *e);
 void tmo__lf_due_order(struct tmo *e);
 void tmo__lf_fire(struct tmo *e, struct due *d);
 void tmo__lf_due_shrink(struct tmo *e);
-/* tt->bytes from what the timer thread's arrays and base hold now. */
-void tmo__lf_tt_bytes_update(struct tmo *e);
 
 #endif /* TMO_LF_FIRE_H */

@@ -16,17 +16,12 @@
  * before it looks again.  An arm whose ring slot still holds a live arm is
  * filed at once by its owner (its node unpublished: a store, no CAS), and
  * off the fast path the slot's arm is spilled instead (a CAS): to the
- * timer thread (mpsc: an arm filed at once through its record's queue, one
- * producer and one consumer, else through the engine's lock-free inbox),
- * or into the owner's own base (wheel: a per-thread timing wheel, so
- * threads whose timers live long enough to be filed never meet in one
- * structure).
+ * engine's lock-free inbox (mpsc), or into the owner's own base (wheel: a
+ * per-thread timing wheel, so threads whose timers live long enough to be
+ * filed never meet in one structure).
  * The timer thread owns one base of its own (the heap, or a wheel) for what
- * it steals, what the queues and the inbox bring and what callbacks arm;
- * an arm due far ahead it holds unfiled for a sweep or two, so that a
- * held timeout cancelled meanwhile never meets a base (timer.c, Far
- * arms).  It collects due nodes from every base, sorts them by deadline
- * and runs the callbacks.
+ * it steals, what the inbox brings and what callbacks arm; it collects due
+ * nodes from every base, sorts them by deadline and runs the callbacks.
  * A round fires only what was due when it began, and nothing due after a
  * node an owner holds in transit (lf_rec.transit): order holds however
  * late the timer thread runs (timer.c, Order).
@@ -75,11 +70,10 @@
  * base.c (making a base, the inbox's push, filing by whoever holds a
  * base), rec.c (the threads' records), arm.c (arm, its fused filing of an
  * evicted arm, the timer thread's own arm), cancel.c, fire.c (collect,
- * order, fire), take.c (what the timer thread takes: filing it, far
- * arms) and timer.c (the timer thread's loop, stealing, draining),
+ * order, fire) and timer.c (the timer thread's loop, stealing, draining),
  * engine.c (create, destroy, stats, park).  Each has a header of its own
- * name that declares what the files after it may use (fire.c, take.c and
- * timer.c share tt.h, the timer thread's state), and includes only the headers of
+ * name that declares what the files after it may use (fire.c and timer.c
+ * share tt.h, the timer thread's state), and includes only the headers of
  * the files before it: scripts/shape checks both.  This header is the data
  * model they all share (a base, a record, the engine); node.h the node,
  * cal.h the calibration pair, cpu.h the TSC, schedule.h a base's
@@ -168,18 +162,6 @@ struct lf_base {
  * Spares): what a burst of cancels frees comes back to the thread that
  * made it, and a thread's nodes stay in pages of its own. */
 #define LF_SPARE_MAX 65536
-/* mpsc: the slots of a record's queue of arms filed at once (struct
- * lf_rec, q); past them an arm goes to the shared inbox. */
-#define LF_Q_SLOTS 1024u
-
-/* A slot of a record's queue (mpsc): a node its owner filed at once, and
- * the deadline its owner dated it with (0: none, the timer thread dates
- * it), so that the timer thread can hold a far arm without fetching its
- * line (timer.c, Far arms). */
-struct lf_qent {
-	struct lf_node *n;
-	int64_t deadline;
-};
 
 struct lf_rec {
 	/* lf_word(index, generation, LF_PENDING) of the arm in each slot, 0 if
@@ -199,19 +181,6 @@ struct lf_rec {
 	 * it looks at the ring, which fires nothing due at or after it
 	 * meanwhile (timer.c, Order). */
 	_Atomic int64_t transit;
-	/* mpsc: the queue of arms its owner filed at once (QUEUED), one
-	 * producer (the owner) and one consumer (the timer thread): the owner
-	 * stores an arm in q[q_tail % LF_Q_SLOTS], then q_tail (release); the
-	 * timer thread takes every slot below q_tail it reads (acquire), then
-	 * stores q_head (release), which the owner reads (acquire) only when
-	 * its copy q_head_seen says the queue is full.  No locked instruction
-	 * either side; the timer thread reads the nodes' addresses ahead of
-	 * their lines (the inbox is a list it must chase node by node), and
-	 * fetches no line of a far arm until its sweep (timer.c, Far arms).
-	 * NULL for the wheel (its arms go to its base). */
-	_Atomic uint64_t q_tail;
-	uint64_t q_head_seen;
-	struct lf_qent *q;
 	uint32_t cache_n;
 	struct lf_node *cache; /* free nodes, linked through free_next */
 	/* Free chains beyond the cache, linked as the depot's (depot.c,
@@ -231,9 +200,6 @@ struct lf_rec {
 	struct lf_rec *_Atomic next;
 	/* Timer thread only: `head` when it last looked. */
 	uint64_t seen_head;
-	/* Timer thread writes, the owner reads: the queue's slots below it
-	 * are taken (q_tail, above) */
-	_Atomic uint64_t q_head;
 	/* Owner only, on a line of their own (the timer thread writes
 	 * seen_head every round): a clock reading and a TSC read just before
 	 * it (clock.c, tmo__lf_node_deadline_far), and the calibration pair
@@ -318,9 +284,6 @@ struct tmo {
 	_Atomic uint64_t inbox_in;
 	/* nodes the timer thread has taken off it (timer thread writes) */
 	_Alignas(64) _Atomic uint64_t inbox_out;
-	/* far arms the timer thread holds (timer.c, Far arms; it writes):
-	 * pool.c's soft bound counts them like pending arms */
-	_Atomic uint64_t far_held;
 	_Alignas(64) struct ck_ec32 wake_ec;
 	/* Timer thread -> cancels waiting for a callback. */
 	_Alignas(64) struct ck_ec32 done_ec;

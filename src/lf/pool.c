@@ -96,16 +96,13 @@ void tmo__lf_pool_fini(struct tmo *e)
 
 /* ---- growth ------------------------------------------------------------------ */
 
-/* The soft bound: fewer than LF_SOFT_NODES plus twice the pending arms
- * and the far arms the timer thread holds (cancelled ones among them wait
- * for its next sweep, at most FAR_MAX a list: timer.c, Far arms).
+/* The soft bound: fewer than LF_SOFT_NODES plus twice the pending arms.
  * Growers that pass it together may each add a step beyond it. */
 static int may_grow(struct tmo *e)
 {
 	uint64_t held =
 	    atomic_load_explicit(&e->pool.populated_pages, memory_order_relaxed) * PAGE_NODES;
-	uint64_t far = atomic_load_explicit(&e->far_held, memory_order_relaxed);
-	return held < LF_SOFT_NODES + 2 * (tmo__lf_pending(e) + far);
+	return held < LF_SOFT_NODES + 2 * tmo__lf_pending(e);
 }
 
 /* Take up to `want` pages of a run given back earlier (grow_lock held).

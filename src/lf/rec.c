@@ -132,13 +132,7 @@ static struct lf_rec *rec_new(struct tmo *e)
 		tmo__free(r);
 		return NULL;
 	}
-	if (!e->p->thread_bases && (r->q = tmo__malloc(LF_Q_SLOTS * sizeof *r->q)) == NULL) {
-		tmo__free(r);
-		return NULL;
-	}
-	atomic_fetch_add_explicit(&e->rec_bytes,
-	                          sizeof *r + (r->q != NULL ? LF_Q_SLOTS * sizeof *r->q : 0),
-	                          memory_order_relaxed);
+	atomic_fetch_add_explicit(&e->rec_bytes, sizeof *r, memory_order_relaxed);
 	return r;
 }
 
@@ -149,7 +143,6 @@ void tmo__lf_recs_free(struct tmo *e)
 		struct lf_rec *next = atomic_load_explicit(&r->next, memory_order_relaxed);
 		if (r->base != NULL)
 			tmo__lf_base_free(e, r->base);
-		tmo__free(r->q);
 		tmo__free(r);
 		r = next;
 	}

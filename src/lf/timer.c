@@ -6,9 +6,7 @@
  * One round of the loop:
  *   1. publish a tick (clock.c), refresh the TSC calibration;
  *   2. steal every ring arm that could come due before the next round, and
- *      take the records' queues and the inbox (mpsc): all are filed in the
- *      timer thread's own base, or held as far arms until a sweep files
- *      or frees them (take.c);
+ *      take the inbox: both are filed in the timer thread's own base;
  *   3. collect what is due from its base and every per-thread base (each
  *      try-locked; a busy one is retried a little later), sort by deadline;
  *   4. run the callbacks, one at a time, stopping at once for destroy;
@@ -19,12 +17,10 @@
  *
  * Order (guarantee 4) however late this thread runs.  A round fires only
  * what was due at its start (`now`, read before it steals and drains):
- * every arm made before that read is then in a ring (stolen), in a queue
- * or the inbox (drained), filed, held as a far arm (filed before the
- * round collects once it is due within FAR_SOON_NS, take.c), or in
- * transit in its owner's hands (from the owner's CAS RING -> QUEUED until
- * its push or filing), announced in its record (lf_rec.transit) before
- * that CAS; the round fires nothing due at or
+ * every arm made before that read is then in a ring (stolen), in the inbox
+ * (drained), filed, or in transit in its owner's hands (from the owner's
+ * CAS RING -> QUEUED until its push or filing), announced in its record
+ * (lf_rec.transit) before that CAS; the round fires nothing due at or
  * after an announced node's deadline, and looks again shortly.  An arm
  * made later is due later than `now` (timeouts are not negative).  A
  * `now` read after a long drain (tens of thousands of nodes, a starved
@@ -50,7 +46,6 @@
 #include "trim.h"
 #include "base.h"
 #include "fire.h"
-#include "take.h"
 #include "timer.h"
 #include "hook.h"
 
@@ -80,6 +75,42 @@ tmo__lf_hook_fn *_Atomic tmo__lf_hook_fork_wait;
 /* A due array longer than this is rid of cancelled entries each round. */
 #define DUE_COMPACT_MIN 64
 
+/* ---- filing (timer thread) -------------------------------------------------------- */
+
+/* A QUEUED node we hold goes into our base (or waits on `unfiled`). */
+static void file_tt(struct tmo *e, struct lf_node *n, uint64_t gen, int64_t deadline)
+{
+	const struct lf_sched *sc = e->p->sched;
+	atomic_store_explicit(&n->aux, LF_IN_TT, memory_order_relaxed);
+	if (sc->insert(lf_sched_of(e->tt_base), n, deadline) != 0) {
+		n->s.unfiled.when = deadline;
+		n->free_next = e->tt->unfiled; /* QUEUED: its link is ours */
+		e->tt->unfiled = n;
+		return;
+	}
+	uint64_t s = lf_st(gen, LF_QUEUED);
+	if (!atomic_compare_exchange_strong_explicit(&n->state, &s, lf_st(gen, LF_IN_STRUCT),
+	                                             memory_order_acq_rel, memory_order_acquire)) {
+		sc->remove(lf_sched_of(e->tt_base), n); /* cancelled on the way */
+		lf_cache_put(e, e->tt_rec, n);
+	}
+}
+
+static void retry_unfiled(struct tmo *e)
+{
+	struct lf_node *n = e->tt->unfiled;
+	e->tt->unfiled = NULL;
+	while (n != NULL) {
+		struct lf_node *next = n->free_next;
+		uint64_t s = atomic_load_explicit(&n->state, memory_order_acquire);
+		if (lf_st_of(s) == LF_DROPPED)
+			lf_cache_put(e, e->tt_rec, n);
+		else
+			file_tt(e, n, lf_gen_of(s), n->s.unfiled.when);
+		n = next;
+	}
+}
+
 /* ---- steal and drain ---------------------------------------------------------------- */
 
 /* Steal a ring arm.  Every arm still in a ring when the timer thread looks
@@ -97,11 +128,8 @@ static int steal_one(struct tmo *e, uint64_t w)
 	    !atomic_compare_exchange_strong_explicit(&n->state, &s, lf_st(gen, LF_QUEUED),
 	                                             memory_order_acq_rel, memory_order_acquire))
 		return 0;
-	/* its filing reads the clock only for a stamp; the latest tick is a
-	 * `now` no later than now, enough to tell a far arm */
-	tmo__lf_take_node(e, n, lf_st(gen, LF_QUEUED), atomic_load_explicit(&e->tick_at, memory_order_relaxed),
-	          0);
-	lf_bump(&e->tt->stolen);
+	file_tt(e, n, gen, tmo__lf_node_deadline(e, n, 0)); /* reads the clock only for a stamp */
+	atomic_fetch_add_explicit(&e->tt->stolen, 1, memory_order_relaxed);
 	return 1;
 }
 
@@ -164,45 +192,15 @@ static int drain_inbox(struct tmo *e)
 	while (rev != NULL) {
 		struct lf_node *n = lf_node_of_link(rev);
 		rev = rev->next; /* before filing: a cancel may push it again */
-		tmo__lf_take_node(e, n, atomic_load_explicit(&n->state, memory_order_acquire), later, later);
-		lf_bump(&e->tt->via_inbox);
+		uint64_t s = atomic_load_explicit(&n->state, memory_order_acquire);
+		if (lf_st_of(s) != LF_QUEUED) { /* DROPPED on the way */
+			lf_cache_put(e, e->tt_rec, n);
+			continue;
+		}
+		file_tt(e, n, lf_gen_of(s), tmo__lf_node_deadline(e, n, later));
+		atomic_fetch_add_explicit(&e->tt->via_inbox, 1, memory_order_relaxed);
 	}
 	return 1;
-}
-
-/* Take every record's queue (mpsc), oldest first.  Each queue's `later`
- * is read after its q_tail: after every arm below it.  Returns 1 if any
- * held anything. */
-static int drain_queues(struct tmo *e)
-{
-	int any = 0;
-	for (struct lf_rec *r = atomic_load_explicit(&e->recs, memory_order_acquire); r != NULL;
-	     r = atomic_load_explicit(&r->next, memory_order_relaxed)) {
-		if (r->q == NULL)
-			return 0; /* the wheel: none has one */
-		uint64_t head = atomic_load_explicit(&r->q_head, memory_order_relaxed);
-		/* acquire: the slots and the nodes' fields below it */
-		uint64_t tail = atomic_load_explicit(&r->q_tail, memory_order_acquire);
-		if (tail == head)
-			continue;
-		any = 1;
-		int64_t later = tmo_now_ns();
-		for (uint64_t i = head; i != tail; i++) {
-			struct lf_qent q = r->q[i & (LF_Q_SLOTS - 1)];
-			/* a far arm's line stays with its owner, whose cancel
-			 * most often comes before the sweep */
-			if (q.deadline == 0 || !tmo__lf_far_hold(e, q.n, q.deadline, later))
-				tmo__lf_take_node(e, q.n, atomic_load_explicit(&q.n->state, memory_order_acquire),
-				          later, later);
-		}
-		/* release: the slots are read; the owner may fill them again */
-		atomic_store_explicit(&r->q_head, tail, memory_order_release);
-		atomic_store_explicit(&e->tt->via_inbox,
-		                      atomic_load_explicit(&e->tt->via_inbox, memory_order_relaxed) +
-		                          (tail - head),
-		                      memory_order_relaxed);
-	}
-	return any;
 }
 
 /* ---- the loop ------------------------------------------------------------------------ */
@@ -215,14 +213,8 @@ static int work_waiting(struct tmo *e, int64_t *wake)
 	if ((steal_rings(e, &transit) & 2) || ck_pr_load_ptr(&e->inbox.head) != NULL ||
 	    ck_pr_load_ptr(&e->tt_base->cancels.head) != NULL)
 		return 1;
-	if (!e->p->thread_bases) {
-		for (struct lf_rec *r = atomic_load_explicit(&e->recs, memory_order_acquire);
-		     r != NULL; r = atomic_load_explicit(&r->next, memory_order_relaxed))
-			if (atomic_load_explicit(&r->q_tail, memory_order_relaxed) !=
-			    atomic_load_explicit(&r->q_head, memory_order_relaxed))
-				return 1;
+	if (!e->p->thread_bases)
 		return 0;
-	}
 	for (struct lf_rec *r = atomic_load_explicit(&e->recs, memory_order_acquire); r != NULL;
 	     r = atomic_load_explicit(&r->next, memory_order_relaxed)) {
 		if (ck_pr_load_ptr(&r->base->cancels.head) != NULL ||
@@ -299,7 +291,6 @@ static int announce_sleep(struct tmo *e, int64_t now, int64_t poll, int64_t *wak
 		tt->trim_at = 0;
 		tmo__lf_pool_trim(e);
 		tmo__lf_due_shrink(e);
-		tmo__lf_far_shrink(e);
 	}
 	tmo__lf_heavy_barrier(e);
 	/* look everywhere once more: what arms published before they could see
@@ -316,17 +307,6 @@ static int announce_sleep(struct tmo *e, int64_t now, int64_t poll, int64_t *wak
 	return 1;
 }
 
-/* Parked (tmo/testing.h): far arms filed first, so that a parked engine
- * holds no arm a cancel dropped (the fuzzer's audit). */
-static void park(struct tmo *e)
-{
-	if (e->tt->far_sweep_at != 0)
-		tmo__lf_far_file_all(e);
-	tmo__lf_tick_publish(e, 0);
-	tmo__park_point(&e->park);
-	e->tt->last_cal = 0; /* time went by: the next round calibrates */
-}
-
 void *tmo__lf_timer_main(void *arg)
 {
 	struct tmo *e = arg;
@@ -335,8 +315,11 @@ void *tmo__lf_timer_main(void *arg)
 	/* wake-ups are what the resolution is made of: no slack on them */
 	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
 	for (;;) {
-		if (LF_UNLIKELY(tmo__park_requested(&e->park)))
-			park(e);
+		if (LF_UNLIKELY(tmo__park_requested(&e->park))) {
+			tmo__lf_tick_publish(e, 0);
+			tmo__park_point(&e->park);
+			tt->last_cal = 0; /* time went by: the next round calibrates */
+		}
 		if (LF_UNLIKELY(atomic_load_explicit(&e->stop, memory_order_acquire)))
 			break;
 
@@ -349,9 +332,8 @@ void *tmo__lf_timer_main(void *arg)
 		int64_t wake = INT64_MAX, transit = INT64_MAX;
 		int active = steal_rings(e, &transit);
 		active |= drain_inbox(e);
-		active |= drain_queues(e);
 		if (LF_UNLIKELY(tt->unfiled != NULL))
-			tmo__lf_retry_unfiled(e);
+			retry_unfiled(e);
 		LF_HOOK(round, e);
 
 		/* 3, 4. collect and fire: what was due at `now` (before the steal,
@@ -368,8 +350,6 @@ void *tmo__lf_timer_main(void *arg)
 #if defined(TMO_LF_PLANT_ORDER) || defined(TMO_LF_PLANT_ORDER_TRANSIT)
 		transit = INT64_MAX;
 #endif
-		if (tt->far_sweep_at != 0)
-			tmo__lf_far_round(e, now); /* far arms due soon are filed first */
 		int64_t hold = tmo__lf_collect_all(e, now, &wake);
 		if (transit < hold)
 			hold = transit;
@@ -383,8 +363,6 @@ void *tmo__lf_timer_main(void *arg)
 		/* 5. sleep */
 		if (tt->unfiled != NULL && wake > now + TMO_NSEC_PER_MSEC)
 			wake = now + TMO_NSEC_PER_MSEC;
-		if (tt->far_sweep_at != 0 && wake > tt->far_sweep_at)
-			wake = tt->far_sweep_at;
 		int64_t poll = e->tick_ns > 0 ? e->tick_ns : e->resolution_ns;
 		if (transit != INT64_MAX && tt->due_n > 0) {
 			/* due timers wait for an owner, maybe preempted: nap one

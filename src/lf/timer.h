@@ -1,6 +1,6 @@
 /*
  * timer.c: the timer thread's loop (ticks, stealing from the rings,
- * draining the queues and the inbox, sleeping).
+ * draining the inbox, filing, sleeping).
  */
 #ifndef TMO_LF_TIMER_H
 #define TMO_LF_TIMER_H

@@ -25,29 +25,12 @@ struct due {
 	int handed; /* from a soon list: QUEUED, the timer thread frees it if dropped */
 };
 
-/* A far arm the timer thread holds QUEUED, not filed yet (take.c, Far
- * arms): its node and its deadline (dated when it was taken, or by its
- * owner). */
-struct far {
-	struct lf_node *n;
-	int64_t deadline;
-};
-struct far_list {
-	struct far *v;
-	size_t n, cap;
-	int64_t min; /* the earliest deadline in v */
-};
-
 /* Timer-thread state (timer thread only, besides the debug counters). */
 struct lf_tt {
 	struct due *due, *tmp;
 	size_t due_n, due_cap;
 	size_t sorted; /* due[0..sorted) is in deadline order */
 	struct lf_node *unfiled; /* QUEUED nodes its base could not take yet */
-	/* far arms: [0] taken since the last sweep, [1] before it; the next
-	 * sweep (0: none planned, both empty) */
-	struct far_list far[2];
-	int64_t far_sweep_at;
 	int64_t last_cal;
 	int idle;
 	/* when the trim a spill asked for is due (0: none waiting): timer.c,
@@ -56,9 +39,6 @@ struct lf_tt {
 	/* bytes it holds beyond its fixed size (stats) */
 	_Atomic uint64_t bytes;
 	_Atomic uint64_t stolen, via_inbox, filed;
-	/* arms in transit a cancel dropped, freed here (a far arm's cancel
-	 * among them): none of them met a base */
-	_Atomic uint64_t dropped;
 };
 
 #endif /* TMO_LF_TT_H */
