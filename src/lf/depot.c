@@ -221,14 +221,18 @@ static uint32_t chain_trim(struct tmo *e, struct lf_rec *r, struct lf_node *c, u
 struct lf_node *tmo__lf_cache_refill(struct tmo *e, struct lf_rec *r, int *err)
 {
 	uint32_t count = 0;
-	struct lf_node *c = spare_of(e, r) ? spare_pop(r, &count) : NULL;
+	int own = spare_of(e, r);
+	struct lf_node *c = own ? spare_pop(r, &count) : NULL;
 	if (c == NULL)
 		c = depot_pop(e, &count);
 	if (c == NULL) {
-		uint32_t want = spare_of(e, r) && r->grow_pages != 0 ? r->grow_pages : GROW_PAGES_MIN;
-		if ((c = tmo__lf_pool_grow(e, want, &count, err)) != NULL)
-			r->grow_pages = want < GROW_PAGES_MAX ? 2 * want : GROW_PAGES_MAX;
-		else if (*err != TMO_EAGAIN || (c = spare_steal(e, r, &count)) == NULL)
+		/* a record with no spare (the timer thread's) grows by the first
+		 * step each time: the rest of a larger one would go to the depot */
+		uint32_t want = own && r->grow_pages != 0 ? r->grow_pages : GROW_PAGES_MIN;
+		if ((c = tmo__lf_pool_grow(e, want, &count, err)) != NULL) {
+			if (own)
+				r->grow_pages = want < GROW_PAGES_MAX ? 2 * want : GROW_PAGES_MAX;
+		} else if (*err != TMO_EAGAIN || (c = spare_steal(e, r, &count)) == NULL)
 			return NULL;
 	}
 	count = chain_trim(e, r, c, count);

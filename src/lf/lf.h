@@ -82,10 +82,10 @@
  * Synchronization: as in include/tmo/tmo.h.  arm and cancel never wait for
  * the timer thread or a callback (TMO_CAP_LOCKFREE_ARM): bases are taken
  * with trylock only (the owner's without a locked instruction, base.h; a
- * busy base gets the node on its lock-free tofile
- * stack, filed by the lock's next holder; a cancel of a node filed in
- * another thread's base goes on that base's cancel stack); free nodes come
- * from the thread's cache, its spare or the lock-free depot (depot.c); only a producer that
+ * busy base gets the node on its lock-free tofile stack, filed by the
+ * lock's next holder; a cancel of a node filed in another thread's base
+ * goes on that base's cancel stack); free nodes come from the thread's
+ * cache, its spare or the lock-free depot (depot.c); only a producer that
  * grows the pool takes a mutex, which no timer thread or callback holds.
  * Flow control without waiting: past a bound (pool.c, and mpsc's inbox
  * backlog, arm.c) arm answers TMO_EAGAIN at once.  The memory order of

@@ -37,10 +37,11 @@
  *    pending timer's node and in no free list;
  *  - the pool, whenever parked: every free node (record caches and
  *    spares, the timer thread's cache, depot chains, loose) is in exactly
- *    one list, each list as long as its count; the nodes in use are at least the pending arms and
- *    at most those plus what may still be in transit (a ring slot's
- *    cancelled arm waits for its owner: LF_RING_SLOTS per attached record;
- *    a prevented arm's node waits for the next round of the timer thread);
+ *    one list, each list as long as its count; the nodes in use are at
+ *    least the pending arms and at most those plus what may still be in
+ *    transit (a ring slot's cancelled arm waits for its owner:
+ *    LF_RING_SLOTS per attached record; a prevented arm's node waits for
+ *    the next round of the timer thread);
  *    and at the end of a draining program (every timer cancelled, helpers
  *    gone, T0's ring passed over, a settle) exactly none: nothing leaked;
  *  - destroy (parked or not) runs no callback of an armed-long timer, and

@@ -14,10 +14,9 @@
  * 1 ms timer fires, and the timer thread, asleep again, has trimmed (on
  * state); then the last 48 are cancelled.  The round is judged when the
  * depot and the spare then hold more than TRIM_KEEP and at most 256 free
- * nodes (a
- * trim is owed, and the old rule would not have woken for it; a machine
- * that wakes the thread meanwhile for any other reason makes the round
- * prove nothing, and it is retried): a trim must follow.  The trim
+ * nodes (a trim is owed, and the old rule would not have woken for it; a
+ * machine that wakes the thread meanwhile for any other reason makes the
+ * round prove nothing, and it is retried): a trim must follow.  The trim
  * waited for is a finished one: `trim_runs` counts a trim as it ends
  * (counted as it began, the test read the depot mid-trim, 0 or all of
  * it, and judged no round in CI's ASan run).
