@@ -369,6 +369,10 @@ static __attribute__((noinline)) int arm_general(struct tmo *e, struct tmo_timer
 		else
 			arm_announce(e, r, timeout_ns);
 	}
+#ifdef TMO_LF_PLANT_STEAL_DATE
+	if (stamp != LF_STAMP_DEADLINE) /* arm_fast's plant, on this path too */
+		stamp = LF_STAMP_NOW;
+#endif
 	arm_publish(e, r, n, i, t, timeout_ns, stamp, cb, arg);
 	arm_unannounce(r);
 	lf_light_barrier(tw);
@@ -392,6 +396,19 @@ static inline __attribute__((always_inline)) int arm_fast(struct tmo *e, struct 
 	_Atomic uint64_t *slot = &r->ring[head & (LF_RING_SLOTS - 1)];
 	_Atomic uint64_t *word = lf_timer_word(t);
 	arm_announce(e, r, timeout_ns);
+#ifdef TMO_LF_PLANT_STEAL_DATE
+	/* no TSC read for an arm that stays in its slot */
+	uint64_t stamp = LF_STAMP_NOW;
+	if (LF_UNLIKELY(n == NULL ||
+	                lf_word_out(atomic_load_explicit(word, memory_order_relaxed)) == LF_PENDING))
+		return arm_general(e, t, timeout_ns, cb, arg, lf_tsc());
+	if (atomic_load_explicit(slot, memory_order_relaxed) != 0) {
+		uint64_t st = lf_tsc();
+		if (st > atomic_load_explicit(&e->fresh_until, memory_order_acquire))
+			return arm_general(e, t, timeout_ns, cb, arg, st);
+		return arm_spill(e, t, timeout_ns, cb, arg, st);
+	}
+#else
 	uint64_t stamp = lf_tsc();
 	if (LF_UNLIKELY(n == NULL ||
 	                lf_word_out(atomic_load_explicit(word, memory_order_relaxed)) == LF_PENDING ||
@@ -399,6 +416,7 @@ static inline __attribute__((always_inline)) int arm_fast(struct tmo *e, struct 
 		return arm_general(e, t, timeout_ns, cb, arg, stamp);
 	if (atomic_load_explicit(slot, memory_order_relaxed) != 0)
 		return arm_spill(e, t, timeout_ns, cb, arg, stamp);
+#endif
 	t->cb = cb;
 	t->arg = arg;
 	r->cache = n->free_next;

@@ -87,8 +87,6 @@
 #define PAIR_MAX_TICKS 20000u
 static uint64_t g_pair_max = PAIR_MAX_TICKS;
 
-static inline uint64_t read_tsc(void) { return lf_tsc(); }
-
 /* The least margin added to a converted arm time. */
 #define MARGIN_NS 10000
 /* A rate is not used while its relative error may exceed this. */
@@ -110,10 +108,10 @@ static int g_membarrier; /* 1: registered and working */
  * is written all the same, its width saying how wide. */
 static inline int64_t pair_once(uint64_t *a, uint64_t *b)
 {
-	*a = read_tsc();
+	*a = lf_tsc();
 	LF_HOOK(pair, NULL);
 	int64_t t = tmo_now_ns();
-	*b = read_tsc();
+	*b = lf_tsc();
 	return t;
 }
 
@@ -374,6 +372,7 @@ int64_t tmo__lf_node_deadline(struct tmo *e, const struct lf_node *n, int64_t la
 	int64_t timeout = atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed);
 	if (stamp == LF_STAMP_DEADLINE)
 		return timeout;
+	LF_PLANT_STEAL(stamp, (later_ns != 0 ? later_ns : tmo_now_ns()) + timeout);
 	if (!g_use_tsc) /* the stamp is the clock reading itself */
 		return (int64_t)stamp + timeout;
 	int64_t lo, hi = near_bound(e, stamp);
@@ -467,6 +466,7 @@ int64_t tmo__lf_node_deadline_lower(struct tmo *e, uint64_t stamp, int64_t timeo
 {
 	if (stamp == LF_STAMP_DEADLINE)
 		return timeout_ns;
+	LF_PLANT_STEAL(stamp, atomic_load_explicit(&e->tick_at, memory_order_relaxed) + timeout_ns);
 	if (!g_use_tsc)
 		return (int64_t)stamp + timeout_ns;
 	int64_t lo, hi;

@@ -51,6 +51,8 @@ static inline int64_t tmo__lf_node_deadline_own(struct tmo *e, struct lf_rec *r,
                                                 const struct lf_node *n)
 {
 	uint64_t stamp = atomic_load_explicit(&n->s.q.stamp, memory_order_relaxed);
+	LF_PLANT_STEAL(stamp,
+	               tmo_now_ns() + atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed));
 	int64_t hi = stamp != LF_STAMP_DEADLINE && LF_LIKELY(tmo__lf_use_tsc)
 	                     ? lf_own_near(&e->cal, &r->cal, stamp, e->margin_ns)
 	                     : 0;

@@ -231,6 +231,20 @@ struct lf_params {
  * the calibration was old, or a node its owner dated when it spilled it,
  * for another holder to file (clock.c, Dating). */
 #define LF_STAMP_DEADLINE UINT64_MAX
+#ifdef TMO_LF_PLANT_STEAL_DATE
+/* tests/hooked/lf_order.c must catch it: a ring arm reads no TSC (its
+ * stamp LF_STAMP_NOW), and whoever files it dates it by a clock read of
+ * its own, after the arm: never early (arm.c, arm_fast; clock.c); its
+ * lower bound, for a wake-up, is the latest tick's clock read. */
+#define LF_STAMP_NOW (UINT64_MAX - 1)
+#define LF_PLANT_STEAL(stamp, deadline)                                                            \
+	do {                                                                                       \
+		if ((stamp) == LF_STAMP_NOW)                                                       \
+			return (deadline);                                                         \
+	} while (0)
+#else
+#define LF_PLANT_STEAL(stamp, deadline) ((void)0)
+#endif
 /* The NTP slew a conversion allows for, in parts per million: CLOCK_MONOTONIC
  * may run this much faster than the measured rate between a pair and a
  * stamp (clock.c). */

@@ -16,13 +16,16 @@ set(tmo_hooked_kit ${PROJECT_SOURCE_DIR}/tests/kit/check.c ${PROJECT_SOURCE_DIR}
                    ${PROJECT_SOURCE_DIR}/tests/kit/engine_test.c)
 #   lf_order  now: TMO_LF_PLANT_ORDER_NOW, a round's bound read after its
 #             steal and drain; transit: TMO_LF_PLANT_ORDER_TRANSIT, nodes
-#             in transit not waited for.
+#             in transit not waited for; steal: TMO_LF_PLANT_STEAL_DATE, a
+#             ring arm with no TSC stamp, dated by whoever files it (arm.c).
 #   lf_lock   other: TMO_LF_PLANT_LOCK_OTHER, the timer thread takes a
 #             base without looking at its owner's flag (under TSan the
 #             race report is what catches it: the test reads the base the
 #             planted lock lets the timer thread write).
-set(tmo_hooked_plants_lf_order now=TMO_LF_PLANT_ORDER_NOW transit=TMO_LF_PLANT_ORDER_TRANSIT)
+set(tmo_hooked_plants_lf_order now=TMO_LF_PLANT_ORDER_NOW transit=TMO_LF_PLANT_ORDER_TRANSIT
+                               steal=TMO_LF_PLANT_STEAL_DATE)
 set(tmo_hooked_regex_lf_order_now "round/mpsc: Y ran before Z.*round/wheel: Y ran before Z")
+set(tmo_hooked_regex_lf_order_steal "${tmo_hooked_regex_lf_order_now}")
 set(tmo_hooked_regex_lf_order_transit
     "transit/mpsc: Y [^\n]*ran before X.*transit/wheel: Y [^\n]*ran before X")
 #   lf_pair   wide: TMO_LF_PLANT_WIDE_PAIR, a calibration published from

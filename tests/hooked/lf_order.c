@@ -23,10 +23,15 @@
  * once.  The waits are on state: the hook's flags, the timer thread's
  * round count, the clock's absolute deadlines.
  *
- * Built twice (tests/hooked/hooked.cmake): as is (ctest hooked/lf_order)
- * and with the planted order defect of src/lf/timer.c (the round's bound
- * read after its drain, nodes in transit not waited for:
- * hooked/lf_order-planted), which must fail both cases on both engines.
+ * Built again with each defect planted (tests/hooked/hooked.cmake): the
+ * order rule's two halves in src/lf/timer.c (the round's bound read after
+ * its drain: hooked/lf_order-planted-now; nodes in transit not waited
+ * for: -transit), each caught by its case on both engines; and a ring arm
+ * that reads no TSC, dated by a clock read of whoever files it (never
+ * early: -steal, src/lf/arm.c), which the round case catches on both:
+ * Z, armed while the round is held, is dated when the next round steals
+ * it, after Y's deadline.  That is why an arm stamps the TSC even when it
+ * dies in its ring (docs/lockfree.md, Dating).
  */
 #include <pthread.h>
 #include <stdatomic.h>
