@@ -31,7 +31,7 @@
  * early: -steal, src/lf/arm.c), which the round case catches on both:
  * Z, armed while the round is held, is dated when the next round steals
  * it, after Y's deadline.  That is why an arm stamps the TSC even when it
- * dies in its ring (docs/lockfree.md, Dating).
+ * dies in its ring (docs/lockfree.md, Time).
  */
 #include <pthread.h>
 #include <stdatomic.h>
