@@ -27,6 +27,18 @@ void cli_list(void);
 /* Prints "tmo-harness: " FMT (with ARG) and the pointer to --help; returns 2. */
 int cli_usage_error(const char *fmt, const char *arg);
 
+/* ---- select.c ---- */
+#define CLI_MAX_SEL 64
+struct tmo_engine_ops;
+/* --impl's comma list ("all" or NULL: every built-in engine; a word naming
+ * a file: the engine that shared object exports) into out, at most
+ * CLI_MAX_SEL; words gets the word that chose each (its name, or the file:
+ * how a child harness names it again).  Returns the count, or after
+ * printing why -1 (exit 2) or -EXIT_LOAD (a file that is no engine). */
+int cli_choose_engines(const char *list, const struct tmo_engine_ops **out, const char **words);
+/* --scenario's comma list, the same way (no files). */
+int cli_choose_scenarios(const char *list, const struct sk_scenario **out);
+
 /* ---- guard.c ---- */
 /* Every run was skipped (SK_SKIPPED): the automake/ctest "skip". */
 #define EXIT_ALL_SKIPPED 77

@@ -7,10 +7,13 @@
  * other processes hold), 130/143 interrupted (what finished is kept).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 
 #include "cli.h"
 #include "digits.h"
@@ -19,7 +22,7 @@
 #include "targets.h"
 #include "tmo/engine.h"
 
-#define MAX_SEL 64
+#define MAX_SEL CLI_MAX_SEL
 
 /* The watchdog's limit per scenario x engine run, far above any healthy run
  * (the race scenario's time cap is 120 s). */
@@ -34,7 +37,7 @@ static const struct option longopts[] = {
 	{"quick", no_argument, NULL, 'q'},         {"seed", required_argument, NULL, 'S'},
 	{"list", no_argument, NULL, 'l'},          {"help", no_argument, NULL, 'h'},
 	{"repeat", required_argument, NULL, 'r'},  {"list-metrics", no_argument, NULL, 'm'},
-	{NULL, 0, NULL, 0},
+	{"instance", required_argument, NULL, 'I'}, {NULL, 0, NULL, 0},
 };
 
 /* ARG is a long option that takes a value and was not given one with '=':
@@ -54,6 +57,9 @@ struct opts {
 	const char *impl, *scen, *json;
 	uint64_t threads, seed, repeat;
 	int quick, list, list_metrics;
+	/* --instance=I,FD (kit/instance.c): this process is instance I of a
+	 * parent's --repeat run (FD > 2); FD 0 otherwise. */
+	int instance, instance_fd;
 	/* Google Benchmark's flags and ours, each with argv[0] first.  Static
 	 * storage: the vectors live as long as the process, so the early
 	 * returns leak nothing (LeakSanitizer, asan step). */
@@ -109,6 +115,27 @@ static int number(const char *name, uint64_t min, uint64_t max, uint64_t *out)
 	return cli_usage_error(fmt, optarg);
 }
 
+/* --instance=I,FD: an instance index and an open descriptor (kit/instance.c
+ * starts the harness so; not for people).  Returns 0 or an exit status. */
+static int instance_option(struct opts *o)
+{
+	uint64_t i, fd;
+	char *comma = strchr(optarg, ',');
+	if (comma == NULL)
+		return cli_usage_error("--instance='%s': want I,FD (the harness starts itself so)", optarg);
+	*comma = '\0';
+	int bad = cli_parse_u64(optarg, 0, 99, &i) != CLI_NUM_OK ||
+	          cli_parse_u64(comma + 1, 3, 1 << 20, &fd) != CLI_NUM_OK || fcntl((int)fd, F_GETFD) < 0;
+	*comma = ',';
+	if (bad)
+		return cli_usage_error("--instance='%s': want I,FD: an index 0..99 and an open descriptor",
+		                       optarg);
+	o->instance = (int)i, o->instance_fd = (int)fd;
+	/* The parent waits on this process: it should not outlive the parent. */
+	prctl(PR_SET_PDEATHSIG, SIGTERM);
+	return 0;
+}
+
 /* getopt_long over our options.  Returns -1 to go on, or an exit status. */
 static int parse_options(struct opts *o)
 {
@@ -126,6 +153,7 @@ static int parse_options(struct opts *o)
 		case 't': rc = number("threads", 1, 256, &o->threads); break;
 		case 'r': rc = number("repeat", 1, 100, &o->repeat); break;
 		case 'S': rc = number("seed", 0, UINT64_MAX, &o->seed); break;
+		case 'I': rc = instance_option(o); break;
 		case ':': return cli_usage_error("option '%s' needs a value", o->ours[optind - 1]);
 		default:
 			/* Short options were refused above: optopt set means a long
@@ -143,88 +171,6 @@ static int parse_options(struct opts *o)
 	if (sk_gb_init(o->ngbs, o->gbs) != 0)
 		return cli_usage_error("%s", "Google Benchmark flags above refused");
 	return -1;
-}
-
-/* The names a selection chooses from: engines or scenarios. */
-struct menu {
-	const char *kind;                 /* "engine" */
-	const char *option;               /* "--impl" */
-	const void *const *all;           /* NULL-terminated */
-	const char *(*name)(const void *);
-	/* A word that names a file (engines: a shared object), or NULL. */
-	const void *(*load)(const char *path);
-};
-static const char *engine_name(const void *e) { return ((const struct tmo_engine_ops *)e)->name; }
-static const char *scenario_name(const void *s) { return ((const struct sk_scenario *)s)->name; }
-
-/* --impl=PATH.so: the engine in that shared object (tmo/engine.h), or NULL
- * after naming why (exit EXIT_LOAD). */
-static const void *engine_load(const char *path)
-{
-	const struct tmo_engine_ops *ops;
-	char why[512];
-	int rc = tmo_engine_load(path, &ops, why, sizeof why);
-	if (rc == 0)
-		return ops;
-	fprintf(stderr, "tmo-harness: --impl=%s: %s: %s\n", path, tmo_load_errname(rc), why);
-	return NULL;
-}
-
-/* One word of a selection: a name in m->all, or (m->load) a file.  Returns
- * it, or NULL after printing why (*rc: -1, exit 2; -EXIT_LOAD: the file is
- * no engine). */
-static const void *find_word(const struct menu *m, const char *tok, int *rc)
-{
-	if (m->load != NULL && tmo_engine_is_path(tok)) {
-		const void *loaded = m->load(tok);
-		*rc = loaded == NULL ? -EXIT_LOAD : 0;
-		return loaded;
-	}
-	for (const void *const *e = m->all; *e != NULL; e++)
-		if (strcmp(m->name(*e), tok) == 0)
-			return *e;
-	fprintf(stderr, "tmo-harness: unknown %s '%s' (%ss:", m->kind, tok, m->kind);
-	for (const void *const *e = m->all; *e != NULL; e++)
-		fprintf(stderr, " %s", m->name(*e));
-	fprintf(stderr, ")\n");
-	*rc = -1;
-	return NULL;
-}
-
-/* Split a comma list; "all" (or no list) selects everything; a word that
- * names a file is loaded (m->load).  Returns the count, or after printing
- * an error -1 (exit 2) or -EXIT_LOAD (the file is no engine). */
-static int choose(const struct menu *m, const char *list, const void **out)
-{
-	int n = 0, rc = 0;
-	if (list == NULL || strcmp(list, "all") == 0) {
-		for (const void *const *e = m->all; *e != NULL && n < MAX_SEL; e++)
-			out[n++] = *e;
-		return n;
-	}
-	char *copy = strdup(list), *save = NULL;
-	for (char *tok = strtok_r(copy, ",", &save); tok != NULL && rc == 0;
-	     tok = strtok_r(NULL, ",", &save)) {
-		const void *e = find_word(m, tok, &rc);
-		int dup = 0;
-		for (int i = 0; e != NULL && i < n; i++) {
-			dup |= out[i] == e;
-			if (out[i] != e && strcmp(m->name(out[i]), m->name(e)) == 0) {
-				/* two shared objects with one name: their rows would mix */
-				fprintf(stderr, "tmo-harness: %s '%s' given twice (%s)\n", m->kind,
-				        m->name(e), tok);
-				rc = -1;
-			}
-		}
-		if (e != NULL && rc == 0 && !dup && n < MAX_SEL)
-			out[n++] = e;
-	}
-	free(copy);
-	if (rc != 0)
-		return rc;
-	if (n == 0)
-		fprintf(stderr, "tmo-harness: %s names no %s\n", m->option, m->kind);
-	return n == 0 ? -1 : n;
 }
 
 /* The command line as the JSON records it: "./harness" and the arguments. */
@@ -252,19 +198,51 @@ struct outcome {
 /* What was selected, and where the runs' outcomes go. */
 struct plan {
 	const struct tmo_engine_ops *engines[MAX_SEL];
+	const char *words[MAX_SEL]; /* --impl's word for each engine */
 	const struct sk_scenario *scenarios[MAX_SEL];
 	int nengines, nscen;
 	struct outcome *outcomes;
 	int nout, failed, skipped;
 };
 
+/* The command that runs one instance of a --repeat run in a process of its
+ * own (kit/instance.c adds the scenario, the instance and the results
+ * file): this engine, the sizes, the seed and Google Benchmark's flags.
+ * NULL when instances run here: one instance, or this is such a child. */
+static const char **instance_command(const struct opts *o, const char *word, char opt[3][320])
+{
+	if (o->repeat < 2 || o->instance_fd > 0)
+		return NULL;
+	const char **argv = calloc((size_t)o->ngbs + 6, sizeof *argv);
+	if (argv == NULL)
+		return NULL;
+	int n = 0;
+	argv[n++] = o->ours[0];
+	snprintf(opt[0], sizeof opt[0], "--impl=%s", word);
+	snprintf(opt[1], sizeof opt[1], "--threads=%llu", (unsigned long long)o->threads);
+	snprintf(opt[2], sizeof opt[2], "--seed=%llu", (unsigned long long)o->seed);
+	for (int i = 0; i < 3; i++)
+		argv[n++] = opt[i];
+	if (o->quick)
+		argv[n++] = "--quick";
+	for (int i = 1; i < o->ngbs; i++)
+		argv[n++] = o->gbs[i];
+	return argv;
+}
+
 /* One scenario against one engine; the results are written after it, so a
  * crash or the watchdog leaves the runs that finished ("complete": false). */
 static void run_one(const struct opts *o, struct plan *p, struct sk_sink *rep,
-                    const struct sk_scenario *sc, const struct tmo_engine_ops *ops)
+                    const struct sk_scenario *sc, int e)
 {
-	struct sk_run run = {ops, (int)o->threads, o->quick, o->seed, rep, (int)o->repeat};
-	printf("\n==== %s / %s ====\n", sc->name, ops->name);
+	const struct tmo_engine_ops *ops = p->engines[e];
+	char opt[3][320];
+	const char **argv = instance_command(o, p->words[e], opt);
+	struct sk_run run = {ops,  (int)o->threads, o->quick,       o->seed,
+	                     rep,  (int)o->repeat,  argv,           o->instance,
+	                     o->instance_fd};
+	if (o->instance_fd == 0) /* a child's tables follow its parent's heading */
+		printf("\n==== %s / %s ====\n", sc->name, ops->name);
 	sk_sink_begin_run(rep, sc, ops->name);
 	cli_watchdog_arm(sc->name, ops->name,
 	                 (o->quick ? WATCHDOG_QUICK_S : WATCHDOG_FULL_S) * TMO_NSEC_PER_SEC);
@@ -284,6 +262,32 @@ static void run_one(const struct opts *o, struct plan *p, struct sk_sink *rep,
 	p->outcomes[p->nout++] = (struct outcome){sc->name, ops->name, result, secs};
 	if (sk_sink_write(rep, 0) != 0)
 		p->failed = 1;
+	free(argv);
+}
+
+/* A scenario whose --repeat instances run in processes (sk_scenario's
+ * instances): instance 1 of every engine, then 2 ..., ahead of the runs. */
+static void prerun(const struct opts *o, const struct plan *p, const struct sk_scenario *sc)
+{
+	if (!sc->instances || o->repeat < 2 || o->instance_fd > 0)
+		return;
+	printf("\n==== %s: %d instances of each engine, each in a process of its own: instance 1 "
+	       "of every engine, then 2 ... ====\n",
+	       sc->name, (int)o->repeat);
+	for (int i = 0; i < (int)o->repeat; i++) {
+		for (int e = 0; e < p->nengines; e++) {
+			char opt[3][320];
+			const char **argv = instance_command(o, p->words[e], opt);
+			printf("---- %s / %s: instance %d of %d ----\n", sc->name, p->engines[e]->name,
+			       i + 1, (int)o->repeat);
+			cli_watchdog_arm(sc->name, p->engines[e]->name,
+			                 (o->quick ? WATCHDOG_QUICK_S : WATCHDOG_FULL_S) * TMO_NSEC_PER_SEC);
+			if (argv != NULL)
+				sk_instance_prerun(argv, sc->name, p->engines[e]->name, i);
+			cli_watchdog_arm(NULL, NULL, 0);
+			free(argv);
+		}
+	}
 }
 
 static void print_summary(const struct plan *p)
@@ -335,10 +339,18 @@ static int run_plan(const struct opts *o, struct plan *p, struct sk_sink *rep)
 	}
 	p->outcomes = calloc((size_t)(p->nscen * p->nengines), sizeof *p->outcomes);
 	cli_watchdog_start();
-	for (int s = 0; s < p->nscen; s++)
+	for (int s = 0; s < p->nscen; s++) {
+		prerun(o, p, p->scenarios[s]);
 		for (int e = 0; e < p->nengines; e++)
-			run_one(o, p, rep, p->scenarios[s], p->engines[e]);
+			run_one(o, p, rep, p->scenarios[s], e);
+		sk_instance_discard();
+	}
 	cli_watchdog_stop();
+	if (o->instance_fd > 0) { /* a child: its parent summarises */
+		int rc = cli_signals_finish(sk_sink_write, rep) != 0 || p->failed;
+		free(p->outcomes);
+		return rc;
+	}
 	print_summary(p);
 	targets_print(rep, p->scenarios, p->nscen, p->engines, p->nengines);
 	if (cli_signals_finish(sk_sink_write, rep) != 0) /* again: with the targets, complete */
@@ -353,18 +365,13 @@ static int run_plan(const struct opts *o, struct plan *p, struct sk_sink *rep)
 /* The selection, the report and the runs.  Returns the exit status. */
 static int harness(int argc, char **argv, const struct opts *o)
 {
-	static const struct menu engines = {"engine", "--impl", NULL, engine_name, engine_load};
-	static const struct menu scenarios = {"scenario", "--scenario", (const void *const *)sk_scenarios,
-	                                      scenario_name, NULL};
-	struct menu em = engines;
-	em.all = (const void *const *)tmo_engines();
 	struct plan p = {.nout = 0};
-	p.nengines = choose(&em, o->impl, (const void **)p.engines);
+	p.nengines = cli_choose_engines(o->impl, p.engines, p.words);
 	if (p.nengines == 0)
 		fprintf(stderr, "tmo-harness: no engine is built (impls/ is empty)\n");
 	if (p.nengines == -EXIT_LOAD)
 		return EXIT_LOAD;
-	if (p.nengines <= 0 || (p.nscen = choose(&scenarios, o->scen, (const void **)p.scenarios)) < 0)
+	if (p.nengines <= 0 || (p.nscen = cli_choose_scenarios(o->scen, p.scenarios)) < 0)
 		return 2;
 	const char *scale = getenv("TMO_TEST_SCALE");
 	if (scale != NULL)

@@ -72,7 +72,12 @@ static void usage_options(FILE *f)
 	item(f, "--repeat=N",
 	     "Scenarios that measure speed (throughput) run N fresh engine instances, 1..100 "
 	     "(default 1), and report the median, min and max over them, so one slow mode of one "
-	     "instance cannot pass for the engine's speed.");
+	     "instance cannot pass for the engine's speed. With N >= 2 each instance runs in a "
+	     "process of its own (the harness starts itself with --instance=I,FD, an option for "
+	     "that use only), instance 1 of every engine first, then 2 ...: what moves a figure "
+	     "between processes shows in its spread, and scripts/compare judges such runs by "
+	     "process. Their Google Benchmark entries in the JSON carry tmo_instance and tmo_pid; "
+	     "an instance whose process dies is a violation.");
 	item(f, "--json=FILE",
 	     "Write the results to FILE and the rows to FILE.csv beside it (NAME.json gives "
 	     "NAME.csv). Both are replaced whole after every run: written under a temporary name "

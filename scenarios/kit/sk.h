@@ -32,6 +32,14 @@ struct sk_run {
 	uint64_t seed;                    /* --seed */
 	struct sk_sink *report;
 	int repeat;                       /* --repeat: fresh engine instances (>= 1) */
+	/* --repeat's instances run each in a process of its own (kit/instance.c):
+	 * the harness's command for one of them (argv, NULL-terminated, without
+	 * --scenario, --repeat, --json), or NULL where they run in this process.
+	 * In such a child, `instance_fd` is where its figures go
+	 * (sk_instance_send: a descriptor > 2) and `instance` its index; both 0
+	 * in the harness itself, so a zeroed field means "not a child". */
+	const char *const *instance_argv;
+	int instance, instance_fd;
 };
 
 struct sk_scenario {
@@ -66,6 +74,10 @@ struct sk_scenario {
 	/* The project's targets over those figures, {NULL}-terminated (NULL: none),
 	 * printed in the end-of-run targets table when the scenario ran. */
 	const struct sk_target *targets;
+	/* 1: --repeat's instances run each in a process of its own
+	 * (sk_instance_run), started by the harness ahead of the engines' runs,
+	 * interleaved across the engines (sk_instance_prerun). */
+	int instances;
 	/* Optional: the scenario's own end-of-run table, printed before the
 	 * targets from the rows of every run in this process. */
 	void (*end_table)(const struct sk_results *res);
@@ -150,6 +162,33 @@ void sk_violation(const struct sk_run *run, const char *fmt, ...)
  * reason, and exits 77 when every run it made was skipped. */
 #define SK_SKIPPED (-1000)
 void sk_skip(const struct sk_run *run, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* --repeat in processes: a fresh process per instance, so what moves
+ * between processes (where the threads run, the address layout, the pages
+ * the engine is given) shows in the instances' spread, and a comparison
+ * judges by process (scripts/compare).  sk_instance_run starts instance
+ * `index` of this scenario as a child harness (run->instance_argv), waits
+ * for it, merges its Google Benchmark entries (tagged "tmo_instance" and
+ * "tmo_pid") and violations into run->report and copies its figures (the
+ * `len` bytes it sent) to `figs`, setting *sent.  Returns what the
+ * child's run returned (violations, SK_SKIPPED with its reason re-issued,
+ * or a negative enum tmo_error); when the child could not start, died or
+ * sent nothing, *sent is 0, `figs` is untouched and the return is 1 after
+ * a violation that says how it ended.  The child calls sk_instance_send
+ * once, with its run's result and figures, before it returns.  Main thread
+ * only. */
+int sk_instance_run(const struct sk_run *run, const char *scenario, int index, void *figs,
+                    size_t len, int *sent);
+/* The harness, before the runs of a scenario that declares `instances`:
+ * starts instance `index` for `engine` now (argv: as instance_argv), and
+ * keeps what it left for that engine's sk_instance_run.  Called instance
+ * by instance across the engines (1 of each, then 2 ...), so each engine's
+ * instances sample the whole stretch of the run, not one minute of it.
+ * sk_instance_discard frees what no run took. */
+void sk_instance_prerun(const char *const *argv, const char *scenario, const char *engine,
+                        int index);
+void sk_instance_discard(void);
+void sk_instance_send(const struct sk_run *run, int result, const void *figs, size_t len);
 
 /* Progress for runs longer than 2 s: call often; prints to stderr at most a
  * few times a second once the run has lasted 2 s. */

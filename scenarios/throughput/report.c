@@ -7,6 +7,8 @@
 
 #include "tp.h"
 
+const size_t tp_lives[3] = {1000, 100000, 1000000};
+
 /* The median over instances of one figure, with its min and max as rows
  * of their own ("stat=min", "stat=max") when there are several. */
 static double tp_summarize(const struct sk_run *run, const struct tp_figs *figs, int ninst,

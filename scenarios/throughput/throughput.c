@@ -31,7 +31,7 @@
  * --repeat=N runs all of it on N fresh engine instances and reports each
  * figure's median over them (the rows without "stat="), and its min and max
  * ("stat=min", "stat=max"): one slow mode of one instance cannot pass for
- * the engine's speed.
+ * the engine's speed.  With N >= 2 each is a process of its own (kit/instance.c).
  *
  * Every arm must return 0 and every cancel TMO_CANCEL_PREVENTED (bench.c
  * says how a capacity refusal is asked again).  Speed is reported, never
@@ -167,8 +167,6 @@ static const struct sk_gb_result *tp_find(const struct sk_run *run, const struct
 	         what[0] ? "/" : "", what, threads, agg[0] ? "_" : "", agg);
 	return sk_gb_find(res, n, name);
 }
-
-const size_t tp_lives[3] = {1000, 100000, 1000000};
 
 /* Register the rounds of one instance: the seed, the empty loop, the
  * floor and the structure's seed, fixed-iteration repetitions run
@@ -434,6 +432,12 @@ static int throughput_run(const struct sk_run *run)
 	tp_sizes(run, &rounds, &ops, &min_time);
 	int ninst = run->repeat < 1 ? 1 : run->repeat > MAX_INSTANCES ? MAX_INSTANCES : run->repeat;
 	int nthreads = run->threads < MAX_THREADS ? run->threads : MAX_THREADS;
+	if (run->instance_fd > 0) { /* one instance of a parent's --repeat run */
+		struct tp_figs f = {0};
+		int rc = tp_instance(run, run->instance, &f);
+		sk_instance_send(run, rc, &f, sizeof f);
+		return rc;
+	}
 	struct tp_figs *figs = calloc((size_t)ninst, sizeof *figs);
 	if (figs == NULL)
 		return TMO_ENOMEM;
@@ -441,19 +445,23 @@ static int throughput_run(const struct sk_run *run)
 	       "block%s, on %d fresh engine instance%s\n",
 	       rounds, ops,
 	       sk_thread_per_timer(run) ? " (sized down: this engine starts a thread per arm)" : "",
-	       ninst, ninst > 1 ? "s" : "");
-	int violations = 0;
+	       ninst, run->instance_argv ? "s, each a process of its own (run above)" : &"s"[ninst < 2]);
+	int violations = 0, got = 0, sent = 1;
 	for (int i = 0; i < ninst; i++) {
-		if (ninst > 1)
+		if (ninst > 1 && run->instance_argv == NULL)
 			printf("---- instance %d of %d ----\n", i + 1, ninst);
-		int rc = tp_instance(run, i, &figs[i]);
+		int rc = run->instance_argv
+		                 ? sk_instance_run(run, "throughput", i, &figs[got], sizeof *figs, &sent)
+		                 : tp_instance(run, i, &figs[got]);
 		if (rc < 0) {
 			free(figs);
 			return rc;
 		}
 		violations += rc;
+		got += sent; /* an instance that died sent no figures: a violation */
 	}
-	tp_report(run, figs, ninst, nthreads);
+	if (got > 0)
+		tp_report(run, figs, got, nthreads);
 	free(figs);
 	return violations;
 }
@@ -475,7 +483,8 @@ const struct sk_scenario sk_scenario_throughput = {
 	          "the engine's own structure alone, unlocked on one thread (wheel: src/ds/wheel.c; "
 	          "condvar, mpsc: src/ds/heap.c; other engines have none: \"-\"), reported as "
 	          "\"x structure\". --repeat=N: all of it on N fresh engine "
-	          "instances, each figure's median and (stat=min, stat=max) its spread. --seed "
+	          "instances, each in a process of its own, each figure's median and (stat=min, "
+	          "stat=max) its spread. --seed "
 	          "draws the live timers' timeouts. An arm refused with TMO_EAGAIN is asked again "
 	          "(arms_refused counts them). A benchmark: speed is reported and compared in the "
 	          "targets table, never a failure.",
@@ -486,4 +495,5 @@ const struct sk_scenario sk_scenario_throughput = {
 	.sizes = tp_sizes_table,
 	.targets = tp_targets,
 	.end_table = tp_summary,
+	.instances = 1,
 };

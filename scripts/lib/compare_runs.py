@@ -11,16 +11,28 @@ OLD and NEW are JSON files the harness wrote, or two directories of them.
    difference is said in words.  Runs on different CPUs (model, count or
    architecture) are DIFFERENT MACHINES: their absolute times are not
    comparable, and only the ratios measured inside each run are compared.
-2. The benchmarks (Google Benchmark's entries in "benchmarks"): every
-   repetition of each benchmark in both runs (its "iteration" entries,
-   pooled over --repeat instances), the median and spread (IQR / median)
+2. The benchmarks (Google Benchmark's entries in "benchmarks"), judged
+   by process when both runs made their --repeat instances each in a
+   process of its own (the entries carry "tmo_pid": kit/instance.c) and
+   a benchmark came from two processes or more a side: each process's
+   median is one sample, a side's figure the median of those, its spread
+   theirs, and the 95 % interval of the change a two-level bootstrap (the
+   processes resampled, then each drawn one's repetitions).  Verdict:
+   "faster" or "slower" when the interval excludes no change and the
+   change is at least MIN_EFFECT, else "within noise": a figure that moves
+   between processes of one binary (where the engine's threads land, the
+   pages it gets) is not a change, however tight its repetitions inside
+   each process (results/2026-12-04-epyc2-fafcb22: two processes a side
+   told such moves for changes).  Otherwise (one process a side, or
+   files from before): every repetition of each benchmark in both runs
+   (its "iteration" entries, pooled), the median and spread (IQR / median)
    of each side, the change of the median with a 95 % bootstrap
    confidence interval, and a two-sided Mann-Whitney U test.  Verdict:
    "faster" or "slower" when p < ALPHA and the change is at least
    MIN_EFFECT (a shift smaller than that is within what a shared machine
    does to one binary from run to run); "within noise" otherwise;
    "undecided" when the repetitions are too few for the test to reach
-   ALPHA at all (3 against 3 cannot); "as the controls" when the row's
+   ALPHA at all (3 against 3 cannot).  In both: "as the controls" when the row's
    engine's own controls (its empty loop and CAS floor) both moved beyond
    noise by about the same amount and the row moved within MIN_EFFECT of
    that: the machine changed in that engine's stretch (with_machine).
@@ -139,8 +151,22 @@ def machine_report(mo, mn):
     return lines, same_cpu
 
 
+class Reps(list):
+    """A benchmark's repetitions (real time in ns, or a ratio), pooled in
+    repetition order.  procs: the same split by process ({pid: [values]},
+    --repeat's instances each in a process of its own: the entries'
+    "tmo_pid"), or None when they came from fewer than two processes."""
+    procs = None
+
+
+def reps(pooled, procs=None):
+    r = Reps(pooled)
+    r.procs = procs if procs and len(procs) >= 2 else None
+    return r
+
+
 def samples(docs):
-    """{benchmark name: [real time in ns, one per repetition]}."""
+    """{benchmark name: Reps of its real times in ns, one per repetition}."""
     scale = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
     out = {}
     for _, doc in docs:
@@ -148,8 +174,45 @@ def samples(docs):
             if b.get("run_type", "iteration") != "iteration" or "real_time" not in b:
                 continue
             out.setdefault(b["name"], []).append(
-                (b.get("repetition_index", 0), b["real_time"] * scale.get(b.get("time_unit", "ns"), 1)))
-    return {k: [v for _, v in sorted(s, key=lambda x: x[0])] for k, s in out.items()}
+                (b.get("repetition_index", 0), b.get("tmo_pid"),
+                 b["real_time"] * scale.get(b.get("time_unit", "ns"), 1)))
+    res = {}
+    for k, s in out.items():
+        s.sort(key=lambda x: x[0])
+        procs = {}
+        for _, pid, v in s:
+            if pid is not None:
+                procs.setdefault(pid, []).append(v)
+        res[k] = reps([v for _, _, v in s], procs if len(procs) >= 2 and
+                      sum(map(len, procs.values())) == len(s) else None)
+    return res
+
+
+def by_process(*ss):
+    """Every sample came from two processes or more: judged by process."""
+    return all(getattr(x, "procs", None) for x in ss)
+
+
+def proc_medians(s):
+    return [statistics.median(v) for v in s.procs.values()]
+
+
+def center(s, hier=None):
+    """The figure a side shows: the median of its processes' medians when
+    judged by process, else the median of every repetition."""
+    if hier is None:
+        hier = by_process(s)
+    return statistics.median(proc_medians(s)) if hier else statistics.median(s)
+
+
+def draw(s, rng, hier):
+    """One bootstrap draw of center(s): by process, the processes resampled,
+    then each drawn one's repetitions (a two-level bootstrap: the spread
+    between processes and within each both widen the interval)."""
+    if not hier:
+        return statistics.median(rng.choices(s, k=len(s)))
+    groups = rng.choices(list(s.procs.values()), k=len(s.procs))
+    return statistics.median(statistics.median(rng.choices(g, k=len(g))) for g in groups)
 
 
 def utest(a, b):
@@ -170,11 +233,14 @@ def min_p(n1, n2):
 
 
 def boot_ci(a, b, rng, ra=None, rb=None):
-    """95 % bootstrap interval of median(b) / median(a) - 1; with
-    references ra and rb, of the ratio medians (median(b) / median(rb)) /
-    (median(a) / median(ra)) - 1, every sample resampled."""
+    """95 % bootstrap interval of center(b) / center(a) - 1; with
+    references ra and rb, of the ratios (center(b) / center(rb)) /
+    (center(a) / center(ra)) - 1, every sample resampled (draw: by process
+    when every sample has processes)."""
+    hier = by_process(*[x for x in (a, b, ra, rb) if x is not None])
+
     def med(s):
-        return statistics.median(rng.choices(s, k=len(s)))
+        return draw(s, rng, hier)
     r = []
     for _ in range(BOOTSTRAP):
         if ra is None:
@@ -206,10 +272,20 @@ def spread(s):
 
 
 def judge(a, b, rng, lower_better=True):
-    """A row's figures and verdict for samples a (old) and b (new)."""
-    ma, mb = statistics.median(a), statistics.median(b)
+    """A row's figures and verdict for samples a (old) and b (new).  By
+    process (both sides from two processes or more): the centers are the
+    medians of the processes' medians, the spread theirs, the verdict from
+    the two-level bootstrap interval and MIN_EFFECT; the U test over the
+    process medians is shown, not used (3 against 3 cannot reach ALPHA)."""
+    hier = by_process(a, b)
+    ma, mb = center(a, hier), center(b, hier)
     ch = mb / ma - 1 if ma else 0.0
     lo, hi = boot_ci(a, b, rng)
+    if hier:
+        pa, pb = proc_medians(a), proc_medians(b)
+        return {"old": ma, "new": mb, "so": spread(pa), "sn": spread(pb), "ch": ch, "lo": lo,
+                "hi": hi, "p": utest(pa, pb), "verdict": moved(ch, lo, hi, lower_better) or
+                "within noise", "procs": (len(pa), len(pb))}
     p = utest(a, b)
     if len(a) < 3 or len(b) < 3 or min_p(len(a), len(b)) >= ALPHA:
         v = "undecided (n=%d/%d)" % (len(a), len(b))
@@ -245,15 +321,16 @@ def judge_over(a, ra, b, rb, rng, lower_better=True):
     interval instead of moving every engine's row at once; the verdict
     comes from that interval (no U test: the ratio of two independent
     samples has none) and MIN_EFFECT."""
-    ma, mb = statistics.median(a) / statistics.median(ra), statistics.median(b) / statistics.median(rb)
+    hier = by_process(a, ra, b, rb)
+    ma, mb = center(a, hier) / center(ra, hier), center(b, hier) / center(rb, hier)
     ch = mb / ma - 1 if ma else 0.0
     lo, hi = boot_ci(a, b, rng, ra, rb)
-    if min(len(a), len(b), len(ra), len(rb)) < 3:
+    if min(len(a), len(b), len(ra), len(rb)) < 3 and not hier:
         v = "undecided (n=%d/%d)" % (len(a), len(b))
     else:
         v = moved(ch, lo, hi, lower_better) or "within noise"
-    sa = [x / statistics.median(ra) for x in a]
-    sb = [x / statistics.median(rb) for x in b]
+    sa = [x / center(ra, hier) for x in (proc_medians(a) if hier else a)]
+    sb = [x / center(rb, hier) for x in (proc_medians(b) if hier else b)]
     return {"old": ma, "new": mb, "so": spread(sa), "sn": spread(sb), "ch": ch, "lo": lo, "hi": hi,
             "p": None, "verdict": v}
 
@@ -277,7 +354,11 @@ def ratio_samples(s, engines):
             continue
         floor = by.get((e, "floor"))
         if floor and len(floor) == len(seed):
-            out[(e, "x floor")] = ([x / f for x, f in zip(seed, floor) if f], None)
+            procs = None
+            if by_process(seed, floor) and seed.procs.keys() == floor.procs.keys():
+                procs = {k: [x / f for x, f in zip(v, floor.procs[k]) if f]
+                         for k, v in seed.procs.items()}
+            out[(e, "x floor")] = (reps([x / f for x, f in zip(seed, floor) if f], procs), None)
         if ref and e != "condvar":
             out[(e, "x condvar")] = (seed, ref)
         struct = next((v for (en, c), v in by.items()
@@ -379,7 +460,8 @@ def drift_floor(so, sn):
     less moved no more than the machine did under loops that hold no
     engine.  Same machine only: across machines the controls move by the
     machines' difference, and the ratios are what is compared."""
-    ch = sorted(abs(statistics.median(sn[k]) / statistics.median(so[k]) - 1)
+    ch = sorted(abs(center(sn[k], by_process(so[k], sn[k])) /
+                    center(so[k], by_process(so[k], sn[k])) - 1)
                 for k in sn if k in so and is_control(k) and statistics.median(so[k]))
     if len(ch) < 4:
         return MIN_EFFECT, len(ch)
@@ -423,6 +505,25 @@ def reference_moved(so, sn, rng):
                 100 * j["ch"], 100 * j["lo"], 100 * j["hi"], j["verdict"])]
 
 
+def process_line(judged):
+    """What "by process" means, when rows were judged so."""
+    n = [j["procs"] for j in judged.values() if "procs" in j]
+    if not n:
+        return []
+    lo = min(min(x) for x in n)
+    hi = max(max(x) for x in n)
+    return ["By process: %d of these %d rows came from %s processes a side (--repeat's "
+            "instances, each in a process of its own): each side is the median of its "
+            "processes' medians, the spread theirs, the interval a bootstrap that resamples the "
+            "processes and then each one's repetitions; faster or slower when that interval "
+            "excludes no change and the change is at least %.0f %% (the U p shown is over the "
+            "process medians: with 3 a side it cannot be under 0.1, so it decides nothing).  "
+            "A row that moves between processes of one binary is within noise, however tight "
+            "its repetitions inside each." % (
+                len(n), len(judged), str(lo) if lo == hi else "%d-%d" % (lo, hi),
+                100 * MIN_EFFECT)]
+
+
 def compare(old, new, markdown=False):
     od, nd = docs_of(old), docs_of(new)
     rng = random.Random(1)
@@ -433,9 +534,11 @@ def compare(old, new, markdown=False):
     so, sn = samples(od), samples(nd)
     header = ["benchmark", "old median ±IQR/2", "new median ±IQR/2", "change [95% CI]", "U p",
               "verdict"]
-    out += ["", h("Benchmarks: every repetition, U test (p < %g) and a change of at least %.0f %%"
-                   % (ALPHA, 100 * MIN_EFFECT))]
     common = [k for k in sn if k in so]
+    out += ["", h("Benchmarks: by process, a bootstrap interval and a change of at least %.0f %%"
+                  % (100 * MIN_EFFECT) if same and any(by_process(so[k], sn[k]) for k in common)
+                  else "Benchmarks: every repetition, U test (p < %g) and a change of at least "
+                  "%.0f %%" % (ALPHA, 100 * MIN_EFFECT))]
     floor, nctl = drift_floor(so, sn) if same else (MIN_EFFECT, 0)
     if not same:
         out.append("Absolute times: not comparable (different machines); %d benchmarks in both "
@@ -447,6 +550,7 @@ def compare(old, new, markdown=False):
         with_drift(judged, floor)
         with_machine(common, judged)
         rows = [row_text(k, judged[k], fmt_ns) for k in common]
+        out += process_line(judged)
         out += table(header, rows, markdown) + ["", "Benchmarks: " + tally(rows)[1]]
         out += controls(rows) + drift_line(floor, nctl)
     engines = [e for e in engines_in(sn) if e in engines_in(so)]

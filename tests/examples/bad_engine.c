@@ -11,11 +11,18 @@
  * The slots never run: the loader refuses the table first.  But for one:
  *   8 a good table whose create answers TMO_EUNAVAIL (its kernel facility
  *     missing, as uring's without io_uring): every scenario must skip it,
- *     naming the error (unavail.sh), never fail it. */
+ *     naming the error (unavail.sh), never fail it.
+ *   9 a good table whose create aborts the process: an instance of a
+ *     --repeat run (each in a process of its own) that dies must be a
+ *     violation naming the signal (tests/harness/instances.sh). */
+#include <stdlib.h>
+
 #include <tmo/engine.h>
 
 static int bad_create(const struct tmo_config *cfg, struct tmo **out)
 {
+	if (BAD == 9)
+		abort();
 	return BAD == 8 ? TMO_EUNAVAIL : TMO_ENOMEM;
 }
 static void bad_destroy(struct tmo *e) {}

@@ -47,6 +47,20 @@ add_test(NAME examples/unavail
          COMMAND ${CMAKE_CURRENT_LIST_DIR}/unavail.sh $<TARGET_FILE:tmo-harness>
                  $<TARGET_FILE:tmo_bad_unavail>)
 
+# harness/instances: --repeat's instances each in a process of its own
+# (scenarios/kit/instance.c): wheel's, merged and tagged; an engine whose
+# create aborts (bad_engine.c, BAD=9), each dead instance a violation that
+# names the signal; the unavailable engine above, skipped through its
+# instances.  tests/harness/instances.sh.
+add_library(tmo_bad_abort MODULE ${CMAKE_CURRENT_LIST_DIR}/bad_engine.c)
+target_compile_definitions(tmo_bad_abort PRIVATE BAD=9)
+target_include_directories(tmo_bad_abort PRIVATE ${PROJECT_SOURCE_DIR}/include)
+set_target_properties(tmo_bad_abort PROPERTIES PREFIX "" OUTPUT_NAME bad_abort)
+add_test(NAME harness/instances
+         COMMAND bash ${PROJECT_SOURCE_DIR}/tests/harness/instances.sh $<TARGET_FILE:tmo-harness>
+                 $<TARGET_FILE:tmo_bad_abort> $<TARGET_FILE:tmo_bad_unavail>)
+set_tests_properties(harness/instances PROPERTIES TIMEOUT ${TMO_TEST_TIMEOUT})
+
 # examples/skewed/<variant>: guarantee 4's named limit (tmo.h).  The
 # example built to run timers 2 ms late and the last due first: the expiry
 # scenario must fail the variant that does it silently, and report the one

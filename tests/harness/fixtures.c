@@ -151,7 +151,7 @@ static int run_one(const struct sk_scenario *sc, const struct tmo_engine_ops *op
 {
 	struct sk_sink_opts ro = {NULL, "harness_fixtures", 2, quick, 1, NULL};
 	struct sk_sink *rep = sk_sink_open(&ro);
-	struct sk_run run = {ops, 2, quick, 1, rep, 1};
+	struct sk_run run = {.ops = ops, .threads = 2, .quick = quick, .seed = 1, .report = rep, .repeat = 1};
 	sk_sink_begin_run(rep, sc, ops->name);
 	int v = sc->run(&run);
 	refused_rows = sk_sink_end_run(rep, v, 0);

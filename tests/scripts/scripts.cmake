@@ -15,7 +15,7 @@ if(TMO_SANITIZED)
   return()
 endif()
 foreach(case deps_nonroot deps_root deps_installed deps_one_list compare compare_reference
-        compare_controls compare_drift compare_machines plot_report scale_quick scale_plan scale_catches)
+        compare_controls compare_drift compare_processes compare_machines plot_report scale_quick scale_plan scale_catches)
   add_test(NAME scripts/${case}
            COMMAND bash ${PROJECT_SOURCE_DIR}/tests/scripts/test.sh ${PROJECT_SOURCE_DIR} ${case}
                    $<TARGET_FILE:tmo-harness>)

@@ -33,6 +33,10 @@
 #                    (drift), mpsc's (+15.7 %) slower; in the rows side by side, ranges
 #                    apart, wheel's seed figure 6 % within noise (drift),
 #                    condvar's 25 % beyond the ranges
+#   compare_processes three processes a side (tmo_pid): a row slower in
+#                    every process reads slower, one unchanged in a process
+#                    of three within noise; pooled (no pids) that row reads
+#                    slower
 #   compare_machines the same run as if from another CPU, every time x3: the
 #                    difference said, absolute times not compared, the
 #                    ratios within noise
@@ -309,6 +313,55 @@ EOF2
     fail "rows: condvar's seed figure, 25 % apart, not beyond the ranges"
   grep -q "or under the 8\.0 % the controls drifted by: [1-9]" "$dir/out" ||
     fail "rows: the verdict line does not count the rows within the drift"
+  ;;
+compare_processes)
+  # Three processes a side (--repeat's instances, each in a process of its
+  # own: "tmo_pid"), every benchmark's repetitions copied into each with a
+  # factor per process: 1 %% apart by default; wheel's seed 24-26 % slower
+  # in every new process; condvar's seed 15 and 20 % slower in two new
+  # processes, unchanged in the third.  By process: wheel's slower,
+  # condvar's within noise (one process of three saw no change).  The same
+  # files without the pids (every repetition pooled): condvar's reads
+  # slower, as it did before processes were told apart.
+  mkdir "$dir/old" "$dir/new" "$dir/old1" "$dir/new1"
+  /usr/bin/python3 - "$root/results/baseline/throughput.json" "$dir" <<'EOF2' || fail "planting failed"
+import copy, json, sys
+src = json.load(open(sys.argv[1]))
+plant = {"throughput/wheel/seed/threads:1": (1.25, 1.26, 1.24),
+         "throughput/condvar/seed/threads:1": (1.15, 0.99, 1.20)}
+def split(side, pids, default, pooled):
+    d = copy.deepcopy(src)
+    out = []
+    for b in d["benchmarks"]:
+        for i, pid in enumerate(pids):
+            c = dict(b)
+            if c.get("run_type", "iteration") == "iteration":
+                c["real_time"] *= (plant.get(c["name"], default) if side == "new" else default)[i]
+            if not pooled:
+                c["tmo_pid"], c["tmo_instance"] = pid, i
+            out.append(c)
+    d["benchmarks"] = out
+    return d
+for suffix, pooled in (("", False), ("1", True)):
+    json.dump(split("old", (101, 102, 103), (1.00, 1.01, 0.99), pooled),
+              open("%s/old%s/throughput.json" % (sys.argv[2], suffix), "w"))
+    json.dump(split("new", (201, 202, 203), (1.00, 0.99, 1.01), pooled),
+              open("%s/new%s/throughput.json" % (sys.argv[2], suffix), "w"))
+EOF2
+  "$root/scripts/compare" "$dir/old" "$dir/new" >"$dir/out" 2>&1 || fail "exit $?"
+  "$root/scripts/compare" "$dir/old1" "$dir/new1" >"$dir/out1" 2>&1 || fail "exit $? (pooled)"
+  cat "$dir/out"
+  grep -Eq "^By process: ([0-9]+) of these \1 rows came from 3 processes a side" "$dir/out" ||
+    fail "the rows are not said to be judged by process"
+  grep -Eq "^throughput/wheel/seed/threads:1 .* slower$" "$dir/out" ||
+    fail "wheel's seed, 24-26 % slower in every process, not slower"
+  grep -Eq "^throughput/condvar/seed/threads:1 .* within noise$" "$dir/out" ||
+    fail "condvar's seed, unchanged in one process of three, not within noise"
+  grep -Eq "^throughput/mpsc/seed/threads:1 .* within noise$" "$dir/out" ||
+    fail "mpsc's seed, 1 % apart, not within noise"
+  grep -Eq "^throughput/condvar/seed/threads:1 .* slower$" "$dir/out1" ||
+    fail "pooled (no pids), condvar's seed does not read slower: the plant shows nothing"
+  grep -q "^By process" "$dir/out1" && fail "pooled rows said to be judged by process"
   ;;
 compare_machines)
   # The same run as if made on another CPU: said in words, absolute times
