@@ -9,8 +9,12 @@
  * The child runs that instance only, prints its tables on the shared
  * standard output, writes {result, skip reason, figures} to FD and its
  * Google Benchmark entries and violations to TMP (its ordinary results
- * file).  The parent reads both, merges TMP into its own report, removes
- * TMP and the CSV beside it.  A pipe carries the figures because they are
+ * file).  The parent reads both and removes TMP and the CSV beside it;
+ * the engine's run merges TMP's entries into the report.  Ahead of the
+ * runs (sk_instance_prerun) the harness starts instance 1 of every engine,
+ * then 2 ...: each engine's instances then span the whole run, and a
+ * machine that drifts over minutes shows in every engine's spread instead
+ * of moving one engine's figures.  A pipe carries the figures because they are
  * the scenario's own struct: the same binary on both ends, so its layout
  * needs no format.  Why processes at all: on a shared VM a figure moves
  * between processes by more than between instances in one process (where

@@ -459,10 +459,20 @@ def drift_floor(so, sn):
     MIN_EFFECT if larger or with fewer than 4 controls.  A row that moved
     less moved no more than the machine did under loops that hold no
     engine.  Same machine only: across machines the controls move by the
-    machines' difference, and the ratios are what is compared."""
-    ch = sorted(abs(center(sn[k], by_process(so[k], sn[k])) /
-                    center(so[k], by_process(so[k], sn[k])) - 1)
-                for k in sn if k in so and is_control(k) and statistics.median(so[k]))
+    machines' difference, and the ratios are what is compared.  A control
+    judged by process counts only when it moved beyond its processes'
+    spread (judge: faster or slower), else as 0: its own processes
+    differ by that much, which the rows' intervals already carry (a
+    0.5 ns empty loop moves by up to half from one fresh process to the
+    next: results/2026-12-04-epyc2-bdff9df)."""
+    rng = random.Random(1)
+
+    def moved_by(k):
+        ch = abs(center(sn[k]) / center(so[k]) - 1)
+        if not by_process(so[k], sn[k]):
+            return ch
+        return ch if judge(so[k], sn[k], rng)["verdict"] in ("faster", "slower") else 0.0
+    ch = sorted(moved_by(k) for k in sn if k in so and is_control(k) and statistics.median(so[k]))
     if len(ch) < 4:
         return MIN_EFFECT, len(ch)
     return max(MIN_EFFECT, ch[int(math.ceil(DRIFT_Q * len(ch))) - 1]), len(ch)
