@@ -392,6 +392,9 @@ static int harness(int argc, char **argv, const struct opts *o)
 	}
 	sk_sink_close(rep);
 	free(command);
+	for (int e = 0; e < p.nengines; e++)
+		if (p.words[e] != p.engines[e]->name) /* a file's path, copied */
+			free((char *)p.words[e]);
 	return rc;
 }
 

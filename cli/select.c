@@ -91,6 +91,9 @@ static int choose(const struct menu *m, const char *list, const void **out, cons
 		}
 	}
 	free(copy);
+	for (int i = 0; rc != 0 && words != NULL && i < n; i++)
+		if (words[i] != m->name(out[i])) /* a file's path, copied */
+			free((char *)words[i]);
 	if (rc != 0)
 		return rc;
 	if (n == 0)

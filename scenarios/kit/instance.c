@@ -85,42 +85,20 @@ void sk_instance_send(const struct sk_run *run, int result, const void *figs, si
 }
 
 /* A child's results into r: its benchmarks (tagged with the instance and
- * the process, family indices renumbered as sk_sink_add_gbench_json does)
- * and its violations. */
+ * the process) and its violations. */
 static void merge(struct sk_sink *r, json_t *doc, int index, pid_t pid)
 {
 	pthread_mutex_lock(&r->mu);
-	int64_t max_family = -1;
-	json_t *b;
-	size_t i;
-	json_array_foreach(json_object_get(doc, "benchmarks"), i, b)
-	{
-		json_t *fi = json_object_get(b, "family_index");
-		if (json_is_integer(fi)) {
-			int64_t f = json_integer_value(fi);
-			if (f > max_family)
-				max_family = f;
-			json_object_set_new(b, "family_index", json_integer(f + r->family_offset));
-		}
-		json_object_set_new(b, "tmo_instance", json_integer(index));
-		json_object_set_new(b, "tmo_pid", json_integer(pid));
-		json_array_append(r->benchmarks, b);
-	}
-	r->family_offset += max_family + 1;
+	json_t *tags = json_pack("{s:i, s:I}", "tmo_instance", index, "tmo_pid", (json_int_t)pid);
+	sk_sink_merge_gbench_locked(r, doc, tags);
+	json_decref(tags);
 	json_t *v;
+	size_t i;
 	json_array_foreach(json_object_get(doc, "violations"), i, v)
 	{
 		json_object_set_new(v, "tmo_instance", json_integer(index));
 		json_array_append(r->violations, v);
 		r->run_violations++;
-	}
-	/* Google Benchmark's context (CPU, caches) once, as in a run here. */
-	const char *key;
-	json_t *val;
-	json_object_foreach(json_object_get(doc, "context"), key, val)
-	{
-		if (json_object_get(r->context, key) == NULL)
-			json_object_set(r->context, key, val);
 	}
 	pthread_mutex_unlock(&r->mu);
 }

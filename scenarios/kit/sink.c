@@ -341,30 +341,16 @@ void sk_progress(const struct sk_run *run, const char *what, double fraction)
 	pthread_mutex_unlock(&r->mu);
 }
 
-void sk_sink_add_gbench_json(struct sk_sink *r, const char *json_text)
+void sk_sink_merge_gbench_locked(struct sk_sink *r, json_t *doc, json_t *tags)
 {
-	/* Nothing ran (--benchmark_filter matched nothing): no document. */
-	if (json_text == NULL || json_text[0] == '\0')
-		return;
-	json_error_t err;
-	json_t *doc = json_loads(json_text, 0, &err);
-	if (doc == NULL) {
-		fprintf(stderr, "tmo-harness: Google Benchmark's JSON did not parse: %s (line %d)\n",
-		        err.text, err.line);
-		return;
-	}
-	pthread_mutex_lock(&r->mu);
-	json_t *ctx = json_object_get(doc, "context");
-	if (json_is_object(ctx)) {
-		/* Google Benchmark's context (cpu, caches, load, build type) joins
-		 * ours; ours wins on the keys both have (date, host). */
-		const char *key;
-		json_t *v;
-		json_object_foreach(ctx, key, v)
-		{
-			if (json_object_get(r->context, key) == NULL)
-				json_object_set(r->context, key, v);
-		}
+	/* Google Benchmark's context (cpu, caches, load, build type) joins
+	 * ours; ours wins on the keys both have (date, host). */
+	const char *key;
+	json_t *v;
+	json_object_foreach(json_object_get(doc, "context"), key, v)
+	{
+		if (json_object_get(r->context, key) == NULL)
+			json_object_set(r->context, key, v);
 	}
 	int64_t max_family = -1;
 	json_t *b;
@@ -378,11 +364,28 @@ void sk_sink_add_gbench_json(struct sk_sink *r, const char *json_text)
 				max_family = f;
 			json_object_set_new(b, "family_index", json_integer(f + r->family_offset));
 		}
-		json_object_set_new(b, "tmo_scenario", json_string(r->scenario));
-		json_object_set_new(b, "tmo_engine", json_string(r->engine));
+		json_object_update(b, tags);
 		json_array_append(r->benchmarks, b);
 	}
 	r->family_offset += max_family + 1;
+}
+
+void sk_sink_add_gbench_json(struct sk_sink *r, const char *json_text)
+{
+	/* Nothing ran (--benchmark_filter matched nothing): no document. */
+	if (json_text == NULL || json_text[0] == '\0')
+		return;
+	json_error_t err;
+	json_t *doc = json_loads(json_text, 0, &err);
+	if (doc == NULL) {
+		fprintf(stderr, "tmo-harness: Google Benchmark's JSON did not parse: %s (line %d)\n",
+		        err.text, err.line);
+		return;
+	}
+	pthread_mutex_lock(&r->mu);
+	json_t *tags = json_pack("{s:s, s:s}", "tmo_scenario", r->scenario, "tmo_engine", r->engine);
+	sk_sink_merge_gbench_locked(r, doc, tags);
+	json_decref(tags);
 	pthread_mutex_unlock(&r->mu);
 	json_decref(doc);
 }

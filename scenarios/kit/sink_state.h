@@ -38,6 +38,12 @@ struct sk_sink {
 	int tty;
 };
 
+/* One Google Benchmark document into the report, r->mu held: its context
+ * where ours lacks a key, its benchmarks appended (family indices
+ * renumbered past those already there, so runs stay distinct for
+ * compare.py), each given the keys of `tags`. */
+void sk_sink_merge_gbench_locked(struct sk_sink *r, json_t *doc, json_t *tags);
+
 /* [1, 5, 15 minute load averages], or null. */
 json_t *sk_sink_load_avg(void);
 
