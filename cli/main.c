@@ -363,15 +363,14 @@ static int run_plan(const struct opts *o, struct plan *p, struct sk_sink *rep)
 }
 
 /* The selection, the report and the runs.  Returns the exit status. */
-static int harness(int argc, char **argv, const struct opts *o)
+static int select_and_run(int argc, char **argv, const struct opts *o, struct plan *p)
 {
-	struct plan p = {.nout = 0};
-	p.nengines = cli_choose_engines(o->impl, p.engines, p.words);
-	if (p.nengines == 0)
+	p->nengines = cli_choose_engines(o->impl, p->engines, p->words);
+	if (p->nengines == 0)
 		fprintf(stderr, "tmo-harness: no engine is built (impls/ is empty)\n");
-	if (p.nengines == -EXIT_LOAD)
+	if (p->nengines == -EXIT_LOAD)
 		return EXIT_LOAD;
-	if (p.nengines <= 0 || (p.nscen = cli_choose_scenarios(o->scen, p.scenarios)) < 0)
+	if (p->nengines <= 0 || (p->nscen = cli_choose_scenarios(o->scen, p->scenarios)) < 0)
 		return 2;
 	const char *scale = getenv("TMO_TEST_SCALE");
 	if (scale != NULL)
@@ -388,10 +387,18 @@ static int harness(int argc, char **argv, const struct opts *o)
 		 * running, without touching the file. */
 		rc = cli_usage_error("--json=%s: cannot write the results there", o->json);
 	} else {
-		rc = run_plan(o, &p, rep);
+		rc = run_plan(o, p, rep);
 	}
 	sk_sink_close(rep);
 	free(command);
+	return rc;
+}
+
+/* select_and_run, then the words it copied freed on every way out. */
+static int harness(int argc, char **argv, const struct opts *o)
+{
+	struct plan p = {.nout = 0};
+	int rc = select_and_run(argc, argv, o, &p);
 	for (int e = 0; e < p.nengines; e++)
 		if (p.words[e] != p.engines[e]->name) /* a file's path, copied */
 			free((char *)p.words[e]);
