@@ -205,6 +205,12 @@ struct plan {
 	int nout, failed, skipped;
 };
 
+/* The watchdog's limit for one scenario x engine run (or one instance). */
+static int64_t watchdog_limit(const struct opts *o)
+{
+	return (o->quick ? WATCHDOG_QUICK_S : WATCHDOG_FULL_S) * TMO_NSEC_PER_SEC;
+}
+
 /* The command that runs one instance of a --repeat run in a process of its
  * own (kit/instance.c adds the scenario, the instance and the results
  * file): this engine, the sizes, the seed and Google Benchmark's flags.
@@ -244,8 +250,7 @@ static void run_one(const struct opts *o, struct plan *p, struct sk_sink *rep,
 	if (o->instance_fd == 0) /* a child's tables follow its parent's heading */
 		printf("\n==== %s / %s ====\n", sc->name, ops->name);
 	sk_sink_begin_run(rep, sc, ops->name);
-	cli_watchdog_arm(sc->name, ops->name,
-	                 (o->quick ? WATCHDOG_QUICK_S : WATCHDOG_FULL_S) * TMO_NSEC_PER_SEC);
+	cli_watchdog_arm(sc->name, ops->name, watchdog_limit(o));
 	int64_t t0 = tmo_now_ns();
 	int result = sc->run(&run);
 	cli_watchdog_arm(NULL, NULL, 0);
@@ -280,8 +285,7 @@ static void prerun(const struct opts *o, const struct plan *p, const struct sk_s
 			const char **argv = instance_command(o, p->words[e], opt);
 			printf("---- %s / %s: instance %d of %d ----\n", sc->name, p->engines[e]->name,
 			       i + 1, (int)o->repeat);
-			cli_watchdog_arm(sc->name, p->engines[e]->name,
-			                 (o->quick ? WATCHDOG_QUICK_S : WATCHDOG_FULL_S) * TMO_NSEC_PER_SEC);
+			cli_watchdog_arm(sc->name, p->engines[e]->name, watchdog_limit(o));
 			if (argv != NULL)
 				sk_instance_prerun(argv, sc->name, p->engines[e]->name, i);
 			cli_watchdog_arm(NULL, NULL, 0);

@@ -253,10 +253,13 @@ void sk_instance_discard(void)
 	}
 }
 
-int sk_instance_run(const struct sk_run *run, const char *scenario, int index, void *figs,
-                    size_t len, int *sent)
+int sk_instance_run(const struct sk_run *run, int index, void *figs, size_t len, int *sent)
 {
 	*sent = 0;
+	char scenario[sizeof run->report->scenario]; /* the run in progress */
+	pthread_mutex_lock(&run->report->mu);
+	memcpy(scenario, run->report->scenario, sizeof scenario);
+	pthread_mutex_unlock(&run->report->mu);
 	struct ran *x = NULL;
 	for (struct ran **p = &ready; *p != NULL; p = &(*p)->next) {
 		if ((*p)->index == index && strcmp((*p)->scenario, scenario) == 0 &&

@@ -167,8 +167,9 @@ void sk_skip(const struct sk_run *run, const char *fmt, ...) __attribute__((form
  * between processes (where the threads run, the address layout, the pages
  * the engine is given) shows in the instances' spread, and a comparison
  * judges by process (scripts/compare).  sk_instance_run starts instance
- * `index` of this scenario as a child harness (run->instance_argv), waits
- * for it, merges its Google Benchmark entries (tagged "tmo_instance" and
+ * `index` of the scenario running (run->report's) as a child harness
+ * (run->instance_argv), waits for it (or takes what sk_instance_prerun
+ * kept), merges its Google Benchmark entries (tagged "tmo_instance" and
  * "tmo_pid") and violations into run->report and copies its figures (the
  * `len` bytes it sent) to `figs`, setting *sent.  Returns what the
  * child's run returned (violations, SK_SKIPPED with its reason re-issued,
@@ -177,8 +178,7 @@ void sk_skip(const struct sk_run *run, const char *fmt, ...) __attribute__((form
  * a violation that says how it ended.  The child calls sk_instance_send
  * once, with its run's result and figures, before it returns.  Main thread
  * only. */
-int sk_instance_run(const struct sk_run *run, const char *scenario, int index, void *figs,
-                    size_t len, int *sent);
+int sk_instance_run(const struct sk_run *run, int index, void *figs, size_t len, int *sent);
 /* The harness, before the runs of a scenario that declares `instances`:
  * starts instance `index` for `engine` now (argv: as instance_argv), and
  * keeps what it left for that engine's sk_instance_run.  Called instance

@@ -451,7 +451,7 @@ static int throughput_run(const struct sk_run *run)
 		if (ninst > 1 && run->instance_argv == NULL)
 			printf("---- instance %d of %d ----\n", i + 1, ninst);
 		int rc = run->instance_argv
-		                 ? sk_instance_run(run, "throughput", i, &figs[got], sizeof *figs, &sent)
+		                 ? sk_instance_run(run, i, &figs[got], sizeof *figs, &sent)
 		                 : tp_instance(run, i, &figs[got]);
 		if (rc < 0) {
 			free(figs);

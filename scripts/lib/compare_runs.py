@@ -183,8 +183,8 @@ def samples(docs):
         for _, pid, v in s:
             if pid is not None:
                 procs.setdefault(pid, []).append(v)
-        res[k] = reps([v for _, _, v in s], procs if len(procs) >= 2 and
-                      sum(map(len, procs.values())) == len(s) else None)
+        res[k] = reps([v for _, _, v in s], procs if sum(map(len, procs.values())) == len(s)
+                      else None)
     return res
 
 
@@ -197,11 +197,10 @@ def proc_medians(s):
     return [statistics.median(v) for v in s.procs.values()]
 
 
-def center(s, hier=None):
+def center(s, hier):
     """The figure a side shows: the median of its processes' medians when
-    judged by process, else the median of every repetition."""
-    if hier is None:
-        hier = by_process(s)
+    judged by process (hier: by_process of every sample compared), else the
+    median of every repetition."""
     return statistics.median(proc_medians(s)) if hier else statistics.median(s)
 
 
@@ -468,10 +467,10 @@ def drift_floor(so, sn):
     rng = random.Random(1)
 
     def moved_by(k):
-        ch = abs(center(sn[k]) / center(so[k]) - 1)
         if not by_process(so[k], sn[k]):
-            return ch
-        return ch if judge(so[k], sn[k], rng)["verdict"] in ("faster", "slower") else 0.0
+            return abs(statistics.median(sn[k]) / statistics.median(so[k]) - 1)
+        j = judge(so[k], sn[k], rng)
+        return abs(j["ch"]) if j["verdict"] in ("faster", "slower") else 0.0
     ch = sorted(moved_by(k) for k in sn if k in so and is_control(k) and statistics.median(so[k]))
     if len(ch) < 4:
         return MIN_EFFECT, len(ch)
