@@ -22,7 +22,8 @@ static const struct {
 };
 
 static void *ds_alloc(size_t n) { return malloc(n); }
-static const struct tmo_heap_mem ds_mem = {ds_alloc, free};
+static void *ds_realloc(void *p, size_t n) { return realloc(p, n); }
+static const struct tmo_heap_mem ds_mem = {ds_alloc, free, ds_realloc};
 
 static void ds_nodes_init(struct tp_ds *d, size_t from, size_t to, int background)
 {

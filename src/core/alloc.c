@@ -67,6 +67,15 @@ void *tmo__aligned_alloc(size_t align, size_t n)
 	return counted(p);
 }
 
+void *tmo__realloc(void *p, size_t n)
+{
+	if (p == NULL)
+		return tmo__malloc(n);
+	if (tmo__fault(TMO_FAULT_ALLOC))
+		return NULL; /* as a failed realloc: p is kept */
+	return realloc(p, n); /* still one block: the count stays */
+}
+
 void tmo__free(void *p)
 {
 	if (p != NULL) {
@@ -75,7 +84,7 @@ void tmo__free(void *p)
 	}
 }
 
-static const struct tmo_heap_mem heap_mem = {tmo__malloc, tmo__free};
+static const struct tmo_heap_mem heap_mem = {tmo__malloc, tmo__free, tmo__realloc};
 
 int tmo__heap_init(struct tmo_heap *h, unsigned arity, uint32_t initial_cap)
 {

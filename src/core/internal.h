@@ -22,11 +22,14 @@ void *tmo__malloc(size_t n);
 void *tmo__calloc(size_t nmemb, size_t size);
 void *tmo__aligned_alloc(size_t align, size_t n); /* free with tmo__free */
 void tmo__free(void *p);
+/* realloc(3) under the same fault injection and count (p NULL: tmo__malloc). */
+void *tmo__realloc(void *p, size_t n);
 /* pthread_create through the hook; returns 0 or TMO_EAGAIN. */
 int tmo__thread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *),
                        void *arg);
 /* The library's heaps (src/ds/heap.h) on the counted allocator above: what
- * every engine calls; tmo__heap_init_with with tmo__malloc and tmo__free. */
+ * every engine calls; tmo__heap_init_with with tmo__malloc, tmo__free and
+ * tmo__realloc. */
 struct tmo_heap;
 int tmo__heap_init(struct tmo_heap *h, unsigned arity, uint32_t initial_cap);
 /* tmo_testing_timely_timer(): 1 when on */

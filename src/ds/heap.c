@@ -8,7 +8,11 @@
  * remove() needs no search.
  *
  * Memory: the array doubles when full and halves when fewer than a quarter
- * of its slots are used (never below min_cap).  The factor-of-two gap between
+ * of its slots are used (never below min_cap), through the owner's realloc
+ * where it gives one: glibc moves a large block with mremap, so a heap
+ * growing to 1e6 nodes neither copies its array nor faults its old pages in
+ * again (an allocate-copy-free doubling did both, on the timer thread of
+ * mpsc while it filed a million arms).  The factor-of-two gap between
  * the grow and the shrink points keeps a push/remove pair at a boundary from
  * reallocating every time.  A failed shrink is harmless (the larger array is
  * kept), so only push can report TMO_HEAP_ENOMEM.
@@ -32,6 +36,14 @@ static inline int before(const struct tmo_heap_node *x, const struct tmo_heap_no
 static int resize(struct tmo_heap *h, uint32_t cap)
 {
 	struct tmo_heap_node **a = NULL;
+	if (cap != 0 && h->a != NULL && h->mem->realloc != NULL) {
+		a = h->mem->realloc(h->a, (size_t)cap * sizeof *a);
+		if (a == NULL)
+			return TMO_HEAP_ENOMEM;
+		h->a = a;
+		h->cap = cap;
+		return 0;
+	}
 	if (cap != 0) {
 		a = h->mem->alloc((size_t)cap * sizeof *a);
 		if (a == NULL)

@@ -28,6 +28,9 @@
 struct tmo_heap_mem {
 	void *(*alloc)(size_t n);
 	void (*free)(void *p);
+	/* May be NULL: then a resize allocates, copies and frees.  Given, it
+	 * is realloc(3)'s contract (NULL on failure, the block unchanged). */
+	void *(*realloc)(void *p, size_t n);
 };
 
 #define TMO_HEAP_NOT_IN UINT32_MAX

@@ -97,11 +97,18 @@ static int push(struct tmo_heap *h, struct item *it, int64_t deadline)
 
 /* One randomized run: `steps` operations with deadlines drawn from
  * [0, spread) (a small spread gives many equal deadlines). */
-static void random_run(unsigned arity, uint32_t min_cap, uint64_t seed, int steps,
-                       int64_t spread)
+/* The counted allocator without realloc: the heap's other way to resize
+ * (allocate, copy, free), which every heap in the tree has realloc for. */
+static const struct tmo_heap_mem copy_mem = {tmo__malloc, tmo__free, NULL};
+
+static void random_run_with(unsigned arity, uint32_t min_cap, uint64_t seed, int steps,
+                            int64_t spread, const struct tmo_heap_mem *mem)
 {
 	struct tmo_heap h;
-	CHECK_EQ(tmo__heap_init(&h, arity, min_cap), 0);
+	if (mem != NULL)
+		CHECK_EQ(tmo__heap_init_with(&h, arity, min_cap, mem), 0);
+	else
+		CHECK_EQ(tmo__heap_init(&h, arity, min_cap), 0);
 	sk_rng_init(&rng, seed);
 	model_n = 0;
 	for (uint32_t i = 0; i < MAXN; i++) {
@@ -180,6 +187,12 @@ static void random_run(unsigned arity, uint32_t min_cap, uint64_t seed, int step
 	tmo__heap_fini(&h);
 }
 
+static void random_run(unsigned arity, uint32_t min_cap, uint64_t seed, int steps,
+                       int64_t spread)
+{
+	random_run_with(arity, min_cap, seed, steps, spread, NULL);
+}
+
 static void test_random_binary(void)
 {
 	random_run(2, 0, 1, 30000, 1000);
@@ -192,6 +205,16 @@ static void test_random_quaternary(void)
 	random_run(4, 0, 11, 30000, 1000);
 	random_run(4, 16, 12, 30000, 8);
 	random_run(4, 3, 13, 30000, INT32_MAX);
+}
+
+/* Growing and shrinking by allocate, copy and free (no realloc) keeps
+ * every node where the model says, and frees what it allocated. */
+static void test_random_copy(void)
+{
+	int64_t live0 = tmo_testing_live_allocs();
+	random_run_with(2, 0, 21, 30000, 1000, &copy_mem);
+	random_run_with(4, 3, 22, 30000, 8, &copy_mem);
+	CHECK_EQ(tmo_testing_live_allocs(), live0);
 }
 
 /* Equal deadlines pop in push order, including after removals in between
@@ -330,5 +353,6 @@ int main(void)
 	RUN(test_enomem);
 	RUN(test_random_binary);
 	RUN(test_random_quaternary);
+	RUN(test_random_copy);
 	return TEST_EXIT();
 }
