@@ -207,16 +207,6 @@ static void test_random_quaternary(void)
 	random_run(4, 3, 13, 30000, INT32_MAX);
 }
 
-/* Growing and shrinking by allocate, copy and free (no realloc) keeps
- * every node where the model says, and frees what it allocated. */
-static void test_random_copy(void)
-{
-	int64_t live0 = tmo_testing_live_allocs();
-	random_run_with(2, 0, 21, 30000, 1000, &copy_mem);
-	random_run_with(4, 3, 22, 30000, 8, &copy_mem);
-	CHECK_EQ(tmo_testing_live_allocs(), live0);
-}
-
 /* Equal deadlines pop in push order, including after removals in between
  * and with extreme deadlines. */
 static void test_fifo_ties(void)
@@ -331,6 +321,32 @@ static void test_enomem(void)
 	CHECK(tmo__heap_pop(&h) == &t[60].node);
 	tmo__heap_fini(&h);
 	CHECK(!tmo__heap_contains(&t[61].node)); /* fini marks leftovers out */
+}
+
+/* Growing and shrinking by allocate, copy and free (no realloc) keeps
+ * every node where the model says, and frees what it allocated. */
+static void test_random_copy(void)
+{
+	int64_t live0 = tmo_testing_live_allocs();
+	random_run_with(2, 0, 21, 30000, 1000, &copy_mem);
+	random_run_with(4, 3, 22, 30000, 8, &copy_mem);
+	/* a growth whose allocation fails: the push is refused, nothing lost */
+	struct tmo_heap h;
+	static struct item t[5];
+	CHECK_EQ(tmo__heap_init_with(&h, 4, 4, &copy_mem), 0);
+	for (uint32_t i = 0; i < 5; i++)
+		tmo__heap_node_init(&t[i].node);
+	for (uint32_t i = 0; i < 4; i++)
+		CHECK_EQ(tmo__heap_push(&h, &t[i].node, 10 - (int64_t)i), 0);
+	tmo_testing_set_fault(fail_alloc, NULL);
+	CHECK_EQ(tmo__heap_push(&h, &t[4].node, 0), TMO_ENOMEM);
+	tmo_testing_set_fault(NULL, NULL);
+	CHECK(!tmo__heap_contains(&t[4].node));
+	CHECK_EQ(tmo__heap_size(&h), 4);
+	CHECK_EQ(heap_violations(&h), 0);
+	CHECK(tmo__heap_pop(&h) == &t[3].node);
+	tmo__heap_fini(&h);
+	CHECK_EQ(tmo_testing_live_allocs(), live0);
 }
 
 static void test_bad_init(void)
