@@ -95,12 +95,13 @@ static int push(struct tmo_heap *h, struct item *it, int64_t deadline)
 	return rc;
 }
 
-/* One randomized run: `steps` operations with deadlines drawn from
- * [0, spread) (a small spread gives many equal deadlines). */
 /* The counted allocator without realloc: the heap's other way to resize
  * (allocate, copy, free), which every heap in the tree has realloc for. */
 static const struct tmo_heap_mem copy_mem = {tmo__malloc, tmo__free, NULL};
 
+/* One randomized run: `steps` operations with deadlines drawn from
+ * [0, spread) (a small spread gives many equal deadlines), on the
+ * counted allocator (mem NULL) or on mem. */
 static void random_run_with(unsigned arity, uint32_t min_cap, uint64_t seed, int steps,
                             int64_t spread, const struct tmo_heap_mem *mem)
 {
@@ -291,24 +292,33 @@ static int fail_alloc(enum tmo_fault_kind kind, void *ctx)
 	return kind == TMO_FAULT_ALLOC;
 }
 
-/* A push that needs to grow and cannot reports TMO_ENOMEM and leaves both
- * the node (not in) and the heap (unchanged) intact; a shrink that cannot
+/* h, made with capacity 4, holds t[0..3] (deadlines 10..7); a fifth push,
+ * whose growth cannot allocate, reports TMO_ENOMEM and leaves both the
+ * node (not in) and the heap (unchanged) intact. */
+static void fill_then_refuse(struct tmo_heap *h, struct item *t)
+{
+	for (uint32_t i = 0; i < 5; i++)
+		tmo__heap_node_init(&t[i].node);
+	for (uint32_t i = 0; i < 4; i++)
+		CHECK_EQ(tmo__heap_push(h, &t[i].node, 10 - (int64_t)i), 0);
+	tmo_testing_set_fault(fail_alloc, NULL);
+	CHECK_EQ(tmo__heap_push(h, &t[4].node, 0), TMO_ENOMEM);
+	tmo_testing_set_fault(NULL, NULL);
+	CHECK(!tmo__heap_contains(&t[4].node));
+	CHECK_EQ(tmo__heap_size(h), 4);
+	CHECK_EQ(heap_violations(h), 0);
+}
+
+/* A growth that cannot allocate (fill_then_refuse); a shrink that cannot
  * allocate keeps the larger array. */
 static void test_enomem(void)
 {
 	struct tmo_heap h;
 	CHECK_EQ(tmo__heap_init(&h, 2, 4), 0);
 	static struct item t[64];
-	for (uint32_t i = 0; i < 64; i++)
+	for (uint32_t i = 5; i < 64; i++)
 		tmo__heap_node_init(&t[i].node);
-	for (uint32_t i = 0; i < 4; i++)
-		CHECK_EQ(tmo__heap_push(&h, &t[i].node, 10 - (int64_t)i), 0);
-	tmo_testing_set_fault(fail_alloc, NULL);
-	CHECK_EQ(tmo__heap_push(&h, &t[4].node, 0), TMO_ENOMEM);
-	tmo_testing_set_fault(NULL, NULL);
-	CHECK(!tmo__heap_contains(&t[4].node));
-	CHECK_EQ(tmo__heap_size(&h), 4);
-	CHECK_EQ(heap_violations(&h), 0);
+	fill_then_refuse(&h, t);
 	for (uint32_t i = 4; i < 64; i++)
 		CHECK_EQ(tmo__heap_push(&h, &t[i].node, (int64_t)i), 0);
 	CHECK_EQ(tmo__heap_bytes(&h), 64 * sizeof(void *));
@@ -334,16 +344,7 @@ static void test_random_copy(void)
 	struct tmo_heap h;
 	static struct item t[5];
 	CHECK_EQ(tmo__heap_init_with(&h, 4, 4, &copy_mem), 0);
-	for (uint32_t i = 0; i < 5; i++)
-		tmo__heap_node_init(&t[i].node);
-	for (uint32_t i = 0; i < 4; i++)
-		CHECK_EQ(tmo__heap_push(&h, &t[i].node, 10 - (int64_t)i), 0);
-	tmo_testing_set_fault(fail_alloc, NULL);
-	CHECK_EQ(tmo__heap_push(&h, &t[4].node, 0), TMO_ENOMEM);
-	tmo_testing_set_fault(NULL, NULL);
-	CHECK(!tmo__heap_contains(&t[4].node));
-	CHECK_EQ(tmo__heap_size(&h), 4);
-	CHECK_EQ(heap_violations(&h), 0);
+	fill_then_refuse(&h, t);
 	CHECK(tmo__heap_pop(&h) == &t[3].node);
 	tmo__heap_fini(&h);
 	CHECK_EQ(tmo_testing_live_allocs(), live0);
