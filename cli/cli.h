@@ -36,6 +36,9 @@ struct tmo_engine_ops;
  * how a child harness names it again).  Returns the count, or after
  * printing why -1 (exit 2) or -EXIT_LOAD (a file that is no engine). */
 int cli_choose_engines(const char *list, const struct tmo_engine_ops **out, const char **words);
+/* Free what cli_choose_engines copied into words (n: the count it
+ * returned). */
+void cli_engine_words_free(const struct tmo_engine_ops *const *engines, const char **words, int n);
 /* --scenario's comma list, the same way (no files). */
 int cli_choose_scenarios(const char *list, const struct sk_scenario **out);
 

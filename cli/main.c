@@ -403,9 +403,7 @@ static int harness(int argc, char **argv, const struct opts *o)
 {
 	struct plan p = {.nout = 0};
 	int rc = select_and_run(argc, argv, o, &p);
-	for (int e = 0; e < p.nengines; e++)
-		if (p.words[e] != p.engines[e]->name) /* a file's path, copied */
-			free((char *)p.words[e]);
+	cli_engine_words_free(p.engines, p.words, p.nengines);
 	return rc;
 }
 

@@ -54,6 +54,15 @@ static const void *find_word(const struct menu *m, const char *tok, int *rc)
 	return NULL;
 }
 
+/* Free the words of out[0..n) that choose() copied (a file's path; a
+ * name is the menu's own string). */
+static void words_free(const struct menu *m, const void *const *out, const char **words, int n)
+{
+	for (int i = 0; words != NULL && i < n; i++)
+		if (words[i] != m->name(out[i]))
+			free((char *)words[i]);
+}
+
 /* Split a comma list; "all" (or no list) selects everything; a word that
  * names a file is loaded (m->load).  words (or NULL) gets the word that
  * chose each (the name, or the file: how a child names it again).  Returns
@@ -91,22 +100,32 @@ static int choose(const struct menu *m, const char *list, const void **out, cons
 		}
 	}
 	free(copy);
-	for (int i = 0; rc != 0 && words != NULL && i < n; i++)
-		if (words[i] != m->name(out[i])) /* a file's path, copied */
-			free((char *)words[i]);
-	if (rc != 0)
+	if (rc != 0) {
+		words_free(m, out, words, n);
 		return rc;
+	}
 	if (n == 0)
 		fprintf(stderr, "tmo-harness: %s names no %s\n", m->option, m->kind);
 	return n == 0 ? -1 : n;
 }
 
 
+static struct menu engine_menu(void)
+{
+	return (struct menu){"engine", "--impl", (const void *const *)tmo_engines(), engine_name,
+	                     engine_load};
+}
+
 int cli_choose_engines(const char *list, const struct tmo_engine_ops **out, const char **words)
 {
-	struct menu m = {"engine", "--impl", (const void *const *)tmo_engines(), engine_name,
-	                 engine_load};
+	struct menu m = engine_menu();
 	return choose(&m, list, (const void **)out, words);
+}
+
+void cli_engine_words_free(const struct tmo_engine_ops *const *engines, const char **words, int n)
+{
+	struct menu m = engine_menu();
+	words_free(&m, (const void *const *)engines, words, n);
 }
 
 int cli_choose_scenarios(const char *list, const struct sk_scenario **out)
