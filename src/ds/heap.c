@@ -150,6 +150,18 @@ int tmo__heap_push(struct tmo_heap *h, struct tmo_heap_node *n, int64_t deadline
 	return 0;
 }
 
+int tmo__heap_reserve(struct tmo_heap *h, uint32_t n)
+{
+	if (n <= h->cap)
+		return 0;
+	if (n > HEAP_MAX_CAP)
+		return TMO_HEAP_ENOMEM;
+	uint32_t cap = h->cap ? h->cap : (h->min_cap ? h->min_cap : HEAP_FIRST_CAP);
+	while (cap < n)
+		cap *= 2; /* cap < n <= 2^31: no overflow */
+	return resize(h, cap);
+}
+
 static void maybe_shrink(struct tmo_heap *h)
 {
 	if (h->cap > h->min_cap && h->n < h->cap / 4) {

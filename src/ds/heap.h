@@ -74,6 +74,10 @@ static inline struct tmo_heap_node *tmo__heap_peek(const struct tmo_heap *h)
 /* Insert with this deadline.  Returns 0, or TMO_HEAP_ENOMEM when the array
  * had to grow and could not (the node is then not in the heap). */
 int tmo__heap_push(struct tmo_heap *h, struct tmo_heap_node *n, int64_t deadline);
+/* Room for n nodes without growing (push cannot then fail below n):
+ * grows by doublings, as push does.  Returns 0, or TMO_HEAP_ENOMEM (the
+ * array unchanged). */
+int tmo__heap_reserve(struct tmo_heap *h, uint32_t n);
 /* Remove a node that is in the heap. */
 void tmo__heap_remove(struct tmo_heap *h, struct tmo_heap_node *n);
 /* Remove and return the minimum, or NULL when empty. */

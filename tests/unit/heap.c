@@ -362,12 +362,45 @@ static void test_bad_init(void)
 	tmo__heap_fini(&h);
 }
 
+/* Reserve: room by doublings, as push grows; below it no push allocates
+ * (nothing may fail there: the near/far structure moves a tick's timers
+ * into the heap after reserving, src/lf/schedule.c); refused, the array
+ * and its nodes stay as they were. */
+static void test_reserve(void)
+{
+	struct tmo_heap h;
+	CHECK_EQ(tmo__heap_init(&h, 4, 16), 0);
+	CHECK_EQ(tmo__heap_reserve(&h, 10), 0);
+	CHECK_EQ(tmo__heap_bytes(&h), 16 * sizeof(void *)); /* had room */
+	CHECK_EQ(tmo__heap_reserve(&h, 100), 0);
+	CHECK_EQ(tmo__heap_bytes(&h), 128 * sizeof(void *));
+	static struct item t[300];
+	tmo_testing_set_fault(fail_alloc, NULL); /* below the room: no allocation */
+	for (uint32_t i = 0; i < 128; i++) {
+		tmo__heap_node_init(&t[i].node);
+		CHECK_EQ(tmo__heap_push(&h, &t[i].node, (int64_t)(i * 37 % 128)), 0);
+	}
+	CHECK_EQ(tmo__heap_reserve(&h, 129), TMO_ENOMEM);
+	tmo_testing_set_fault(NULL, NULL);
+	CHECK_EQ(tmo__heap_bytes(&h), 128 * sizeof(void *));
+	CHECK_EQ(tmo__heap_size(&h), 128);
+	CHECK_EQ(heap_violations(&h), 0);
+	CHECK_EQ(tmo__heap_reserve(&h, UINT32_MAX), TMO_ENOMEM); /* past the largest */
+	CHECK_EQ(tmo__heap_reserve(&h, 300), 0);
+	CHECK_EQ(tmo__heap_bytes(&h), 512 * sizeof(void *));
+	CHECK_EQ(heap_violations(&h), 0);
+	for (int64_t want = 0; want < 128; want++)
+		CHECK_EQ(tmo__heap_pop(&h)->deadline, want);
+	tmo__heap_fini(&h);
+}
+
 int main(void)
 {
 	RUN(test_bad_init);
 	RUN(test_fifo_ties);
 	RUN(test_bytes);
 	RUN(test_enomem);
+	RUN(test_reserve);
 	RUN(test_random_binary);
 	RUN(test_random_quaternary);
 	RUN(test_random_copy);
