@@ -19,9 +19,10 @@
  * engine's lock-free inbox (mpsc), or into the owner's own base (wheel: a
  * per-thread timing wheel, so threads whose timers live long enough to be
  * filed never meet in one structure).
- * The timer thread owns one base of its own (the heap, or a wheel) for what
- * it steals, what the inbox brings and what callbacks arm; it collects due
- * nodes from every base, sorts them by deadline and runs the callbacks.
+ * The timer thread owns one base of its own (mpsc's heap over a wheel, or
+ * a wheel) for what it steals, what the inbox brings and what callbacks
+ * arm; it collects due nodes from every base, sorts them by deadline and
+ * runs the callbacks.
  * A round fires only what was due when it began, and nothing due after a
  * node an owner holds in transit (lf_rec.transit): order holds however
  * late the timer thread runs (timer.c, Order).

@@ -76,6 +76,10 @@ enum lf_where {
 	LF_IN_TT = 1,     /* the timer thread's base */
 	LF_IN_THREAD = 2, /* a per-thread base: aux & ~3 is it */
 };
+/* aux of a node in the timer thread's base (LF_IN_TT) of a near/far
+ * structure: it waits in the far wheel, not the heap (schedule.c).  Only
+ * the timer thread writes it; a canceller reads aux's low bits alone. */
+#define LF_FAR ((uintptr_t)4)
 
 struct lf_rec;
 struct lf_base;

@@ -1,5 +1,5 @@
-/* The structure behind a base: a heap or a wheel, behind one table
- * (schedule.c holds both; the engines in impls/ name one of them). */
+/* The structure behind a base: a heap over a wheel, or a wheel, behind one
+ * table (schedule.c holds both; the engines in impls/ name one of them). */
 #ifndef TMO_LF_SCHEDULE_H
 #define TMO_LF_SCHEDULE_H
 
@@ -43,8 +43,10 @@ struct lf_sched {
 	int wheel;
 };
 
-/* mpsc's: a 4-ary min-heap of exact deadlines (ds/heap.h). */
-extern const struct lf_sched tmo__lf_sched_heap;
+/* mpsc's: a 4-ary min-heap (ds/heap.h) of what is due within a
+ * millisecond or so, over a wheel of 1 ms ticks for the rest (schedule.c,
+ * near/far); exact deadlines, collected in deadline order. */
+extern const struct lf_sched tmo__lf_sched_near_far;
 /* wheel's: hierarchical timing wheels (ds/wheel.h), one tick's nodes in no
  * particular order. */
 extern const struct lf_sched tmo__lf_sched_wheel;
