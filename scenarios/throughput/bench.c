@@ -69,6 +69,10 @@ TP_INLINE int op_arm(struct tp_ctx *c, enum tp_on on, struct tmo_timer *ts, uint
 		tmo__wheel_add(&d->wheel, &d->wn[k], d->now + timeout);
 		return 0;
 	}
+	if (on == TP_NEAR_FAR) { /* as the timer thread files (timer.c, file_tt) */
+		atomic_store_explicit(&d->ln[k].aux, LF_IN_TT, memory_order_relaxed);
+		return d->sc->insert(d->nf, &d->ln[k], d->now + timeout);
+	}
 	return tmo__heap_push(&d->heap, &d->hn[k], d->now + timeout);
 }
 
@@ -81,6 +85,12 @@ TP_INLINE int op_cancel(struct tp_ctx *c, enum tp_on on, struct tmo_timer *ts, u
 		if (!tmo__wheel_contains(&d->wn[k]))
 			return TMO_CANCEL_FIRED;
 		tmo__wheel_del(&d->wheel, &d->wn[k]);
+		return TMO_CANCEL_PREVENTED;
+	}
+	if (on == TP_NEAR_FAR) {
+		if (!d->sc->contains(&d->ln[k]))
+			return TMO_CANCEL_FIRED;
+		d->sc->remove(d->nf, &d->ln[k]);
 		return TMO_CANCEL_PREVENTED;
 	}
 	if (!tmo__heap_contains(&d->hn[k]))
@@ -100,6 +110,8 @@ TP_INLINE void op_batch(struct tp_ctx *c, enum tp_on on, int64_t now)
 		struct tmo_wheel_list due = {NULL};
 		d->fired += (long long)tmo__wheel_advance(&d->wheel, now, &due);
 	}
+	if (on == TP_NEAR_FAR && d->sc->next_deadline(d->nf) <= now) /* the timer thread's round */
+		d->fired += (long long)d->sc->collect(d->nf, now, SIZE_MAX, tp_ds_due, NULL);
 }
 
 /* The seed loop body: the op a Ruby `Timeout.timeout(1) { }` costs. */
@@ -274,6 +286,8 @@ void bench_ds_seed(sk_gb_state *st, void *arg)
 	round_mark(st, c);
 	if (c->ds->kind == TP_WHEEL)
 		seed_loop(st, c, TP_WHEEL, NULL);
+	else if (c->ds->kind == TP_NEAR_FAR)
+		seed_loop(st, c, TP_NEAR_FAR, NULL);
 	else
 		seed_loop(st, c, TP_HEAP, NULL);
 }
@@ -283,6 +297,8 @@ void bench_ds_held(sk_gb_state *st, void *arg)
 	struct tp_ctx *c = arg;
 	if (c->ds->kind == TP_WHEEL)
 		held_loop(st, c, TP_WHEEL, &c->ds->held);
+	else if (c->ds->kind == TP_NEAR_FAR)
+		held_loop(st, c, TP_NEAR_FAR, &c->ds->held);
 	else
 		held_loop(st, c, TP_HEAP, &c->ds->held);
 }

@@ -11,6 +11,8 @@
 
 #include "ds/heap.h"
 #include "ds/wheel.h"
+#include "lf/node.h"
+#include "lf/schedule.h"
 #include "kit/gbench.h"
 #include "kit/util.h"
 
@@ -48,13 +50,15 @@ struct tp_held {
  * compiler): the engine, through tmo_arm and tmo_cancel, or the engine's
  * own structure alone (src/ds), unlocked, on one thread: the limit the
  * engine's locking, dating and filing add to. */
-enum tp_on { TP_ENGINE, TP_WHEEL, TP_HEAP };
+enum tp_on { TP_ENGINE, TP_WHEEL, TP_HEAP, TP_NEAR_FAR };
 
 /* The structure alone (structure.c).  Its clock is the loop's: `now` is
  * read once per batch of BATCH pairs, as the held loop reads it. */
 struct tp_ds {
-	enum tp_on kind; /* TP_WHEEL or TP_HEAP */
-	const char *name; /* "wheel", "heap": src/ds/<name>.c */
+	enum tp_on kind; /* TP_WHEEL, TP_HEAP or TP_NEAR_FAR */
+	/* "wheel", "heap": src/ds/<name>.c; "near_far": src/lf/schedule.c's
+	 * heap over a wheel, on the engine's own nodes (struct lf_node) */
+	const char *name;
 	int64_t now;
 	struct tmo_wheel wheel;
 	struct tmo_heap heap;
@@ -62,6 +66,9 @@ struct tp_ds {
 	 * loop's background nodes (nbg of them) */
 	struct tmo_wheel_node *wn, *wbg;
 	struct tmo_heap_node *hn, *hbg;
+	const struct lf_sched *sc; /* near_far: its table, state and nodes */
+	void *nf;
+	struct lf_node *ln, *lbg;
 	size_t nbg;
 	struct tp_held held; /* the held loop's FIFO (t unused: the nodes) */
 	long long fired; /* nodes the wheel handed out as due: none should be */
@@ -119,6 +126,9 @@ void tp_ds_free(struct tp_ds *d);
  * takes them out again and returns how many were no longer in it. */
 int tp_ds_fill(struct tp_ds *d, size_t n, struct sk_rng *rng);
 size_t tp_ds_drain(struct tp_ds *d);
+/* near_far's collect hands a due node here (none should be: op_batch
+ * counts them in `fired`). */
+void tp_ds_due(void *ctx, struct lf_node *n);
 
 /* What one engine instance measured (throughput.c fills it, report.c
  * reports it). */
