@@ -161,7 +161,8 @@ void tp_summary(const struct sk_results *res)
 	}
 	printf("  (x floor: times slower than an uncontended CAS pair measured in the same run;\n"
 	       "   x structure: times slower than the engine's own structure driven alone by the "
-	       "same\n   loop, unlocked, on one thread (wheel: src/ds/wheel.c; condvar, mpsc: "
-	       "src/ds/heap.c);\n   - : not measured, or no structure of that engine in the tree;\n"
+	       "same\n   loop, unlocked, on one thread (wheel: src/ds/wheel.c; condvar: "
+	       "src/ds/heap.c;\n   mpsc: src/lf/schedule.c's near/far, a heap over a wheel);\n"
+	       "   - : not measured, or no structure of that engine in the tree;\n"
 	       "   x vs thread: times faster than the thread engine, - when it was not run)\n");
 }

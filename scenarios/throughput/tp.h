@@ -117,8 +117,8 @@ size_t tp_arm_background(struct tp_ctx *c, struct tmo_timer *bg, size_t n, struc
 size_t tp_cancel_background(struct tp_ctx *c, struct tmo_timer *bg, size_t n);
 
 /* The structure alone (structure.c): the engine's own structure (wheel:
- * src/ds/wheel.c; condvar, mpsc: src/ds/heap.c), or NULL when it has none
- * in the tree, or when memory is short (printed). */
+ * src/ds/wheel.c; condvar: src/ds/heap.c; mpsc: near/far, src/lf/schedule.c),
+ * or NULL when it has none in the tree, or when memory is short (printed). */
 struct tp_ds *tp_ds_new(const struct sk_run *run);
 void tp_ds_free(struct tp_ds *d);
 /* Fill it with n background nodes, the timeouts drawn as
