@@ -11,8 +11,9 @@
  * inbox.  Every arm is dated by the TSC (precise: no tick), and the heap
  * fires exact deadlines (the wheel only holds the far ones until they come
  * near); the resolution is the timer thread's wake-up latency, about 50 us
- * on a shared 2-core machine, plus the time callbacks ahead of it take.  While arms keep coming the timer thread polls every 50 us
- * instead of being woken.
+ * on a shared 2-core machine, plus the time callbacks ahead of it take.
+ * While arms keep coming the timer thread polls every 50 us instead of
+ * being woken.
  */
 #include "lf/engine.h"
 
