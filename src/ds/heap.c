@@ -132,24 +132,6 @@ static void sift_down(struct tmo_heap *h, uint32_t i, struct tmo_heap_node *x)
 	set_slot(a, i, x);
 }
 
-int tmo__heap_push(struct tmo_heap *h, struct tmo_heap_node *n, int64_t deadline)
-{
-	if (h->n == h->cap) {
-		if (h->cap >= HEAP_MAX_CAP)
-			return TMO_HEAP_ENOMEM;
-		uint32_t cap = h->cap ? h->cap * 2 : (h->min_cap ? h->min_cap : HEAP_FIRST_CAP);
-		int rc = resize(h, cap);
-		if (rc != 0) {
-			n->index = TMO_HEAP_NOT_IN;
-			return rc;
-		}
-	}
-	n->deadline = deadline;
-	n->seq = h->next_seq++;
-	sift_up(h, h->n++, n);
-	return 0;
-}
-
 int tmo__heap_reserve(struct tmo_heap *h, uint32_t n)
 {
 	if (n <= h->cap)
@@ -160,6 +142,21 @@ int tmo__heap_reserve(struct tmo_heap *h, uint32_t n)
 	while (cap < n)
 		cap *= 2; /* cap < n <= 2^31: no overflow */
 	return resize(h, cap);
+}
+
+int tmo__heap_push(struct tmo_heap *h, struct tmo_heap_node *n, int64_t deadline)
+{
+	if (h->n == h->cap) { /* full: one doubling (the first: min_cap) */
+		int rc = tmo__heap_reserve(h, h->n + 1);
+		if (rc != 0) {
+			n->index = TMO_HEAP_NOT_IN;
+			return rc;
+		}
+	}
+	n->deadline = deadline;
+	n->seq = h->next_seq++;
+	sift_up(h, h->n++, n);
+	return 0;
 }
 
 static void maybe_shrink(struct tmo_heap *h)
