@@ -129,14 +129,14 @@ static int nf_contains(const struct lf_node *n)
 	return nf_is_far(n) ? tmo__wheel_contains(&n->s.wheel) : tmo__heap_contains(&n->s.heap);
 }
 
-/* A lower bound on every deadline the wheel holds: a node is due at the
- * first tick boundary at or after its deadline, so one due at next_expiry
- * or later has a deadline after next_expiry less a tick; what a bounded
- * advance left in a tick it stopped in is at least expired_min. */
-static int64_t far_low(const struct near_far *f)
+/* A lower bound on every deadline the wheel holds, given its next_expiry
+ * (`next`): a node is due at the first tick boundary at or after its
+ * deadline, so one due at next or later has a deadline after next less a
+ * tick; what a bounded advance left in a tick it stopped in is at least
+ * expired_min. */
+static int64_t far_low(const struct near_far *f, int64_t next)
 {
 	int64_t low = tmo__wheel_expired_min(&f->far);
-	int64_t next = tmo__wheel_next_expiry(&f->far);
 	if (next != INT64_MAX && next - NF_TICK + 1 < low)
 		low = next - NF_TICK + 1;
 	return low;
@@ -145,7 +145,7 @@ static int64_t far_low(const struct near_far *f)
 static int64_t nf_next(const void *s)
 {
 	const struct near_far *f = s;
-	int64_t low = far_low(f), top = h_next(&f->near);
+	int64_t low = far_low(f, tmo__wheel_next_expiry(&f->far)), top = h_next(&f->near);
 	return top < low ? top : low;
 }
 
@@ -153,8 +153,8 @@ static int64_t nf_next(const void *s)
  * (counted down).  The heap makes room first (a push then cannot fail):
  * when it cannot grow, the rest stays in the wheel, counted in far_low,
  * and moves at a later collect (next_deadline says it is due: the timer
- * thread looks again each round until memory comes back).  Returns 1 when the wheel is advanced to
- * `to`. */
+ * thread looks again each round until memory comes back).  Returns 1
+ * when the wheel is advanced to `to`. */
 static int nf_move(struct near_far *f, int64_t to, size_t *max)
 {
 	if (to > f->reached)
@@ -193,13 +193,14 @@ static size_t nf_collect(void *s, int64_t now, size_t max,
 	struct near_far *f = s;
 	size_t left = max;
 	nf_move(f, now <= INT64_MAX - NF_TICK ? now + NF_TICK : INT64_MAX, &left);
-	int64_t low = far_low(f);
+	int64_t next = tmo__wheel_next_expiry(&f->far), low = far_low(f, next);
 	size_t k = h_collect(&f->near, low <= now ? low - 1 : now, max, due, ctx);
+	/* the pops left the wheel as it was: next and low still hold */
 	for (int i = 0; i <= TMO_WHEEL_LEVELS && left > 0; i++) {
-		int64_t top = h_next(&f->near);
-		if ((low = far_low(f)) == INT64_MAX || top < low ||
-		    !nf_move(f, tmo__wheel_next_expiry(&f->far), &left))
+		if (low == INT64_MAX || h_next(&f->near) < low || !nf_move(f, next, &left))
 			break;
+		next = tmo__wheel_next_expiry(&f->far);
+		low = far_low(f, next);
 	}
 	return k;
 }
