@@ -231,15 +231,22 @@ static void test_sleep_exact(void)
 	sc->fini(state);
 }
 
+/* A fresh structure holding node N-1 at 100 ms (the heap's first: the
+ * rest go far) and nodes 0..2999 due within the tick ending at 41 ms. */
+static void burst_setup(uint64_t seed)
+{
+	reset();
+	sk_rng_init(&rng, seed);
+	CHECK_EQ(sc->init(state, 50000, ORIGIN), 0);
+	insert(N - 1, ORIGIN + 100 * MS);
+	for (int i = 0; i < 3000; i++)
+		insert(i, ORIGIN + 40 * MS + (int64_t)sk_below(&rng, 900000));
+}
+
 /* A burst due within one tick, collected a few at a time: exact order. */
 static void test_burst(void)
 {
-	reset();
-	sk_rng_init(&rng, 7);
-	CHECK_EQ(sc->init(state, 50000, ORIGIN), 0);
-	insert(N - 1, ORIGIN + 100 * MS); /* the heap's first: the rest go far */
-	for (int i = 0; i < 3000; i++)
-		insert(i, ORIGIN + 40 * MS + (int64_t)sk_below(&rng, 900000));
+	burst_setup(7);
 	int far = 0;
 	for (int i = 0; i < 3000; i++)
 		far += (atomic_load(&nodes[i].aux) & LF_FAR) != 0;
@@ -258,12 +265,7 @@ static void test_burst(void)
  * looks again every round meanwhile); then all of it comes out. */
 static void test_refused_growth(void)
 {
-	reset();
-	sk_rng_init(&rng, 11);
-	CHECK_EQ(sc->init(state, 50000, ORIGIN), 0);
-	insert(N - 1, ORIGIN + 100 * MS);
-	for (int i = 0; i < 3000; i++)
-		insert(i, ORIGIN + 40 * MS + (int64_t)sk_below(&rng, 900000));
+	burst_setup(11);
 	tmo_testing_set_fault(fail_alloc, NULL);
 	for (int r = 0; r < 20; r++) {
 		collect(ORIGIN + 41 * MS, 4096);
