@@ -69,10 +69,8 @@ TP_INLINE int op_arm(struct tp_ctx *c, enum tp_on on, struct tmo_timer *ts, uint
 		tmo__wheel_add(&d->wheel, &d->wn[k], d->now + timeout);
 		return 0;
 	}
-	if (on == TP_NEAR_FAR) { /* as the timer thread files (timer.c, file_tt) */
-		atomic_store_explicit(&d->ln[k].aux, LF_IN_TT, memory_order_relaxed);
-		return d->sc->insert(d->nf, &d->ln[k], d->now + timeout);
-	}
+	if (on == TP_NEAR_FAR)
+		return tp_nf_insert(d, &d->ln[k], d->now + timeout);
 	return tmo__heap_push(&d->heap, &d->hn[k], d->now + timeout);
 }
 

@@ -131,8 +131,7 @@ int tp_ds_fill(struct tp_ds *d, size_t n, struct sk_rng *rng)
 		if (d->kind == TP_WHEEL) {
 			tmo__wheel_add(&d->wheel, &d->wbg[i], d->now + timeout);
 		} else if (d->kind == TP_NEAR_FAR) {
-			atomic_store_explicit(&d->lbg[i].aux, LF_IN_TT, memory_order_relaxed);
-			if (d->sc->insert(d->nf, &d->lbg[i], d->now + timeout) != 0) {
+			if (tp_nf_insert(d, &d->lbg[i], d->now + timeout) != 0) {
 				d->nbg = i;
 				return -1;
 			}
