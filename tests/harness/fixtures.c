@@ -20,6 +20,12 @@
  *          is an engine's declared answer, and nothing was accepted)
  *   service: liar must be caught saying PREVENTED for a timeout that
  *          fired, early firing before the deadline; honest passes
+ *   hoarder keeps a 64-byte record per 100 us of arming, never freed
+ *          but at destroy, and counts them in held_bytes (a slow leak: a
+ *          ramp under the limit) -> sustain must call it still growing
+ *   stepper holds 320 KiB more from 700 ms after its create (a pool's
+ *          last growth step landing late in the run, as the wheel's did
+ *          under load) -> sustain must pass: a step is not a ramp
  *   busy   the honest wrapper whose timer thread, after its first
  *          callback, works for SPIN (6 s: more than expiry's 5 s of
  *          patience) before it runs another -> expiry must wait for it,
@@ -47,7 +53,7 @@
 extern const struct sk_scenario *const sk_scenarios[]; /* the harness's table */
 
 extern const struct sk_scenario sk_scenario_race, sk_scenario_expiry, sk_scenario_coalesce,
-	sk_scenario_progress, sk_scenario_service, sk_scenario_smoke;
+	sk_scenario_progress, sk_scenario_service, sk_scenario_smoke, sk_scenario_sustain;
 
 enum bug { HONEST, LIAR, EARLY, LOSSY, WAITARM };
 
@@ -114,6 +120,85 @@ static int busy_create(const struct tmo_config *cfg, struct tmo **out)
 	return rc;
 }
 
+/* hoarder and stepper: what they hold beyond the inner engine. */
+struct held {
+	pthread_mutex_t lock;
+	int64_t since, last; /* create; the last record (hoarder) */
+	void *records;       /* hoarder: a list, the first word of each the next */
+	uint64_t bytes;
+};
+#define HOARD_EVERY (100 * TMO_NSEC_PER_USEC)
+#define HOARD_BYTES 64
+#define STEP_AT (700 * TMO_NSEC_PER_MSEC)
+#define STEP_BYTES (UINT64_C(320) << 10)
+
+static int held_create(const struct tmo_config *cfg, struct tmo **out)
+{
+	struct held *h = calloc(1, sizeof *h);
+	if (h == NULL)
+		return TMO_ENOMEM;
+	int rc = fxw_create(cfg, out, "condvar", 0);
+	if (rc != 0) {
+		free(h);
+		return rc;
+	}
+	pthread_mutex_init(&h->lock, NULL);
+	h->since = h->last = tmo_now_ns();
+	FXW(*out)->fx = h;
+	return 0;
+}
+
+static void held_destroy(struct tmo *e)
+{
+	struct held *h = FXW(e)->fx;
+	while (h->records != NULL) {
+		void *next = *(void **)h->records;
+		free(h->records);
+		h->records = next;
+	}
+	pthread_mutex_destroy(&h->lock);
+	free(h);
+	fxw_destroy(e);
+}
+
+static int hoarder_arm(struct tmo *e, struct tmo_timer *t, int64_t ns, tmo_callback *cb,
+                       void *arg)
+{
+	struct held *h = FXW(e)->fx;
+	int64_t now = tmo_now_ns();
+	pthread_mutex_lock(&h->lock);
+	if (now - h->last >= HOARD_EVERY) {
+		void **r = malloc(HOARD_BYTES);
+		if (r != NULL) {
+			*r = h->records;
+			h->records = r;
+			h->bytes += HOARD_BYTES;
+			h->last = now;
+		}
+	}
+	pthread_mutex_unlock(&h->lock);
+	return fxw_arm(e, t, ns, cb, arg);
+}
+
+static int hoarder_stats(struct tmo *e, struct tmo_stats *out)
+{
+	struct held *h = FXW(e)->fx;
+	int rc = fxw_stats(e, out);
+	pthread_mutex_lock(&h->lock);
+	out->held_bytes += h->bytes;
+	pthread_mutex_unlock(&h->lock);
+	return rc;
+}
+
+static int stepper_stats(struct tmo *e, struct tmo_stats *out)
+{
+	struct held *h = FXW(e)->fx;
+	int rc = fxw_stats(e, out);
+	if (tmo_now_ns() - h->since >= STEP_AT)
+		out->held_bytes += STEP_BYTES;
+	return rc;
+}
+
 #define FIXTURE(NAME, INNER, CAPS, RES, ARM, CANCEL)                                            \
 	static int NAME##_create(const struct tmo_config *cfg, struct tmo **out)                 \
 	{                                                                                        \
@@ -133,12 +218,19 @@ FIXTURE(waitarm, "wheel", TMO_CAP_LOCKFREE_ARM | TMO_CAP_PARK, TMO_NSEC_PER_MSEC
 FXW_OPS(fx_busy, "busy", "fixture: condvar whose timer thread works 6 s after its first callback",
         TMO_CAP_PARK, CV_RES, busy_create, fxw_arm, fxw_cancel);
 
+FXW_OPS_DS(fx_hoarder, "hoarder", "fixture: condvar that keeps a record per 100 us of arming",
+           TMO_CAP_PARK, CV_RES, held_create, hoarder_arm, fxw_cancel, held_destroy,
+           hoarder_stats);
+FXW_OPS_DS(fx_stepper, "stepper", "fixture: condvar holding 320 KiB more from 700 ms on",
+           TMO_CAP_PARK, CV_RES, held_create, fxw_arm, fxw_cancel, held_destroy, stepper_stats);
+
 static const struct sk_scenario *const scenarios[] = {
-	&sk_scenario_race, &sk_scenario_expiry, &sk_scenario_coalesce, &sk_scenario_progress,
-	&sk_scenario_service, &sk_scenario_smoke, NULL,
+	&sk_scenario_race,    &sk_scenario_expiry, &sk_scenario_coalesce, &sk_scenario_progress,
+	&sk_scenario_service, &sk_scenario_smoke,  &sk_scenario_sustain,  NULL,
 };
 static const struct tmo_engine_ops *const fixtures[] = {
-	&fx_honest, &fx_liar, &fx_early, &fx_lossy, &fx_refuser, &fx_waitarm, &fx_busy, NULL,
+	&fx_honest, &fx_liar, &fx_early, &fx_lossy, &fx_refuser, &fx_waitarm, &fx_busy,
+	&fx_hoarder, &fx_stepper, NULL,
 };
 
 /* Rows the sink refused in the last run_one (metric not declared). */
@@ -294,6 +386,8 @@ int main(int argc, char **argv)
 		failures++;
 	}
 	expect(&sk_scenario_expiry, &fx_lossy, 1);
+	expect(&sk_scenario_sustain, &fx_hoarder, 1);
+	expect(&sk_scenario_sustain, &fx_stepper, 0);
 	expect_progress_waitarm();
 	expect_refusals_retried();
 	expect_declarations_checked();
