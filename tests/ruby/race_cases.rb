@@ -45,7 +45,8 @@ class TestTmoTimeoutRace < Test::Unit::TestCase
     end
     puts "\nrace on #{ENGINE}: #{n / THREADS * THREADS} blocks, deadline #{(d * 1e6).round} us: " \
          "#{totals[:returned]} returned, #{totals[:timed_out]} timed out, #{totals[:late]} late; " \
-         "handoffs withdrawn #{delta[:withdrawn]}, taken back after commit #{delta[:consumed]}"
+         "handoffs withdrawn #{delta[:withdrawn]}, taken back after commit #{delta[:consumed]}; " \
+         "arms refused for now and asked again #{delta[:arm_retries]}"
     if Tmo::PLANTED == "late"
       assert_operator totals[:late], :>, 0, "the planted defect (no withdrawal) must be caught"
     else

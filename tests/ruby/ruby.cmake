@@ -25,6 +25,14 @@ if(TMO_RUBY_OK)
     set_tests_properties(ruby/${engine} PROPERTIES ENVIRONMENT "${env}"
                          SKIP_RETURN_CODE 77 TIMEOUT 300)
   endforeach()
+  # ruby/refused: every third arm's first try answered TMO_EAGAIN by the
+  # binding (TMO_RUBY_REFUSE, a test hook), as a wheel whose timer thread is
+  # starved answers: every case must pass, the refusals asked again.
+  add_test(NAME ruby/refused COMMAND ${ruby_run})
+  set_tests_properties(ruby/refused PROPERTIES
+                       ENVIRONMENT "TMO_ENGINE=wheel;TMO_RUBY_REFUSE=3;TMO_TEST_SCALE=0.1"
+                       PASS_REGULAR_EXPRESSION "asked again [1-9][0-9]*\n.*36 tests, [0-9]+ assertions, 0 failures, 0 errors"
+                       TIMEOUT ${TMO_TEST_TIMEOUT})
   add_test(NAME ruby/planted-late
            COMMAND ${ruby_run} -n test_no_interrupt_after_the_block_returned)
   set_tests_properties(ruby/planted-late PROPERTIES

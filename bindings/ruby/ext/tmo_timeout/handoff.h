@@ -58,9 +58,10 @@ struct req {
 };
 
 /* Counters, for the tests' evidence and Tmo.stats.  `fired` is written by
- * engine threads (atomic); the rest under the GVL. */
+ * engine threads (atomic); the rest under the GVL.  arm_retries: arms the
+ * engine refused for now (TMO_EAGAIN) and the call asked again. */
 struct handoff_stats {
-	uint64_t armed, fired, withdrawn, delivered, consumed, timed_out, watchers;
+	uint64_t armed, fired, withdrawn, delivered, consumed, timed_out, watchers, arm_retries;
 };
 extern struct handoff_stats handoff_stats;
 

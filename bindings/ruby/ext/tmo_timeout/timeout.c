@@ -41,6 +41,11 @@ static ID id_zero_p, id_gt, id_handle_interrupt, id_immediate, id_timeout_after;
 /* TMO_RUBY_PLANT=late: a planted defect for the tests (the caller never
  * withdraws a fired handoff), which the deadline race must catch. */
 static int plant_late;
+/* TMO_RUBY_REFUSE=N (a test hook, not a defect): every N-th arm's first
+ * try is answered TMO_EAGAIN before the engine sees it, as a lock-free
+ * engine answers while its timer thread is starved (the nodes it must
+ * give back wait for it: src/lf/pool.c); 0, unset, never. */
+static unsigned long refuse_every, refuse_count;
 
 /* ---- sec ----------------------------------------------------------------------- */
 
@@ -92,6 +97,37 @@ static int64_t timeout_ns(VALUE sec)
 
 /* ---- arm, run, cancel ------------------------------------------------------------- */
 
+/* An arm refused for now (TMO_EAGAIN: a lock-free engine whose timer thread
+ * has not yet given back what it must, or a kernel limit another process
+ * holds a moment) is asked again, as ruby/timeout's own never fails for
+ * want of a thread: the caller's thread sleeps without the GVL (others run,
+ * and give back what they hold), from 50 us doubling to 10 ms, up to
+ * REFUSED_MAX_NS of asking; then the refusal is raised (Tmo::Error).  An
+ * interrupt during a sleep passes on: nothing is armed then.  Before this,
+ * a deadline race on the wheel in CI (32 threads, the timer thread starved
+ * by a loaded VM) raised TMO_EAGAIN out of Timeout.timeout. */
+#define REFUSED_MAX_NS (5 * TMO_NSEC_PER_SEC)
+
+static int refused_wait(int64_t *waited_ns, long *sleep_us)
+{
+	if (*waited_ns >= REFUSED_MAX_NS)
+		return 0;
+	handoff_stats.arm_retries++;
+	struct timeval tv = {0, *sleep_us};
+	rb_thread_wait_for(tv);
+	*waited_ns += (int64_t)*sleep_us * TMO_NSEC_PER_USEC;
+	if (*sleep_us < 10000)
+		*sleep_us *= 2;
+	return 1;
+}
+
+static int arm_once(struct tmo *e, struct req *r, int64_t ns, int first)
+{
+	if (RB_UNLIKELY(refuse_every != 0) && first && ++refuse_count % refuse_every == 0)
+		return TMO_EAGAIN;
+	return tmo_arm(e, &r->timer, ns, handoff_expired, r);
+}
+
 struct call {
 	struct req *r;
 	VALUE sec;
@@ -100,28 +136,34 @@ struct call {
 
 static struct req *arm(int64_t ns, VALUE klass, VALUE message, int retry)
 {
-	struct tmo *e = watcher_engine();
-	struct req *r = req_get();
-	r->refs = 2;
-	r->thread = rb_thread_current();
-	r->klass = klass;
-	r->message = message;
-	if (r->engine != e) { /* a timer belongs to the engine of its first arm */
-		tmo_timer_init(&r->timer);
-		r->engine = e;
-	}
-	__atomic_store_n(&r->state, REQ_ARMED, __ATOMIC_RELAXED);
-	int rc = tmo_arm(e, &r->timer, ns, handoff_expired, r);
-	if (RB_UNLIKELY(rc != 0)) {
+	int64_t waited = 0;
+	long sleep_us = 50;
+	for (int first = 1;; first = 0) {
+		struct tmo *e = watcher_engine();
+		struct req *r = req_get();
+		r->refs = 2;
+		r->thread = rb_thread_current();
+		r->klass = klass;
+		r->message = message;
+		if (r->engine != e) { /* a timer belongs to the engine of its first arm */
+			tmo_timer_init(&r->timer);
+			r->engine = e;
+		}
+		__atomic_store_n(&r->state, REQ_ARMED, __ATOMIC_RELAXED);
+		int rc = arm_once(e, r, ns, first);
+		if (RB_LIKELY(rc == 0)) {
+			handoff_stats.armed++;
+			return r;
+		}
 		req_put(r, 2);
 		if (rc == TMO_EFORKED && retry) { /* an engine from before fork() */
 			watcher_forked();
-			return arm(ns, klass, message, 0);
+			retry = 0;
+			continue;
 		}
-		watcher_raise("arm", rc);
+		if (rc != TMO_EAGAIN || !refused_wait(&waited, &sleep_us))
+			watcher_raise("arm", rc);
 	}
-	handoff_stats.armed++;
-	return r;
 }
 
 static VALUE yield_sec(VALUE arg)
@@ -304,6 +346,8 @@ void Init_tmo_timeout(void)
 	id_timeout_after = rb_intern("timeout_after");
 	const char *plant = getenv("TMO_RUBY_PLANT");
 	plant_late = plant != NULL && strcmp(plant, "late") == 0;
+	const char *refuse = getenv("TMO_RUBY_REFUSE");
+	refuse_every = refuse != NULL ? strtoul(refuse, NULL, 10) : 0;
 	rb_define_const(mTmo, "PLANTED", plant_late ? rb_str_new_cstr("late") : Qnil);
 	watcher_init(mTmo, eExit);
 }

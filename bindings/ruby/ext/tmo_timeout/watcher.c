@@ -241,6 +241,7 @@ static VALUE tmo_stats_m(VALUE self)
 	STAT(consumed);
 	STAT(timed_out);
 	STAT(watchers);
+	STAT(arm_retries);
 #undef STAT
 	rb_hash_aset(h, ID2SYM(rb_intern("handoff_pending")), handoff_pending() ? Qtrue : Qfalse);
 	return h;
