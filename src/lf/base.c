@@ -74,9 +74,13 @@ static int64_t deadline_lower(struct tmo *e, struct lf_node *n)
 	                                   atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed));
 }
 
+/* A node the holder of a base removed after its cancel: the owner's to
+ * its cache, the timer thread's back to the thread that armed it. */
 static void free_to(struct tmo *e, struct lf_rec *r, struct lf_node *n)
 {
-	if (r != NULL)
+	if (r == e->tt_rec)
+		tmo__lf_tt_free(e, n);
+	else if (r != NULL)
 		lf_cache_put(e, r, n);
 	else
 		tmo__lf_free_bare(e, n);

@@ -20,6 +20,10 @@ static inline void lf_cache_put(struct tmo *e, struct lf_rec *r, struct lf_node 
 	if (LF_UNLIKELY(++r->cache_n > LF_CACHE_MAX))
 		tmo__lf_cache_spill(e, r);
 }
+/* The timer thread frees a node it removed after a cancel, or dropped:
+ * back to the record of the thread that armed it where its aux names one
+ * (depot.c, Homes), else to its own cache. */
+void tmo__lf_tt_free(struct tmo *e, struct lf_node *n);
 /* A thread with no record frees one node / takes one. */
 void tmo__lf_free_bare(struct tmo *e, struct lf_node *n);
 struct lf_node *tmo__lf_alloc_bare(struct tmo *e, int *err);

@@ -132,6 +132,9 @@ struct lf_base {
 	 * while the timer thread does */
 	_Alignas(64) _Atomic int owner_in;
 	_Atomic int other_in;
+	/* the record whose base it is (for life: records are reused, not
+	 * freed, while the engine lives) */
+	struct lf_rec *owner;
 	/* a lower bound on its earliest deadline (INT64_MAX: empty) */
 	_Atomic int64_t next;
 	/* CANCEL_PENDING nodes whose canceller could not take the lock: the
@@ -201,6 +204,12 @@ struct lf_rec {
 	struct lf_rec *_Atomic next;
 	/* Timer thread only: `head` when it last looked. */
 	uint64_t seen_head;
+	/* Nodes of this thread's arms that the timer thread freed after their
+	 * cancel (stolen from the ring, or left on a base's cancel stack),
+	 * linked by free_next: pushed by the timer thread, taken whole by
+	 * anyone (depot.c, Homes); home_n counts them. */
+	_Alignas(64) struct lf_node *_Atomic home;
+	_Atomic uint32_t home_n;
 	/* Owner only, on a line of their own (the timer thread writes
 	 * seen_head every round): a clock reading and a TSC read just before
 	 * it (clock.c, tmo__lf_node_deadline_far), and the calibration pair

@@ -73,9 +73,14 @@ static inline _Atomic uint64_t *lf_timer_word(struct tmo_timer *t)
 /* Where a filed node is (aux's low bits; the rest is its per-thread base). */
 enum lf_where {
 	LF_NOWHERE = 0,
-	LF_IN_TT = 1,     /* the timer thread's base */
+	LF_IN_TT = 1,     /* the timer thread's base: aux & LF_HOME_MASK is the
+	                   * record whose ring it was stolen from, or NULL */
 	LF_IN_THREAD = 2, /* a per-thread base: aux & ~3 is it */
 };
+/* The record an LF_IN_TT node's aux names (64-byte aligned: the low bits
+ * are free): where its node goes back when the timer thread frees it
+ * after a cancel (depot.c, Homes). */
+#define LF_HOME_MASK (~(uintptr_t)63)
 /* aux of a node in the timer thread's base (LF_IN_TT) of a near/far
  * structure: it waits in the far wheel, not the heap (schedule.c).  Only
  * the timer thread writes it; a canceller reads aux's low bits alone. */

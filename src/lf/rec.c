@@ -128,9 +128,12 @@ static struct lf_rec *rec_new(struct tmo *e)
 	if (r == NULL)
 		return NULL;
 	memset(r, 0, sizeof *r);
-	if (e->p->thread_bases && (r->base = tmo__lf_base_new(e)) == NULL) {
-		tmo__free(r);
-		return NULL;
+	if (e->p->thread_bases) {
+		if ((r->base = tmo__lf_base_new(e)) == NULL) {
+			tmo__free(r);
+			return NULL;
+		}
+		r->base->owner = r;
 	}
 	atomic_fetch_add_explicit(&e->rec_bytes, sizeof *r, memory_order_relaxed);
 	return r;

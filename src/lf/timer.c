@@ -77,11 +77,14 @@ tmo__lf_hook_fn *_Atomic tmo__lf_hook_fork_wait;
 
 /* ---- filing (timer thread) -------------------------------------------------------- */
 
-/* A QUEUED node we hold goes into our base (or waits on `unfiled`). */
-static void file_tt(struct tmo *e, struct lf_node *n, uint64_t gen, int64_t deadline)
+/* A QUEUED node we hold goes into our base (or waits on `unfiled`);
+ * `home`: the record whose ring it came from, or NULL (its aux names it:
+ * a cancel's free goes back there, depot.c, Homes). */
+static void file_tt(struct tmo *e, struct lf_node *n, uint64_t gen, int64_t deadline,
+                    struct lf_rec *home)
 {
 	const struct lf_sched *sc = e->p->sched;
-	atomic_store_explicit(&n->aux, LF_IN_TT, memory_order_relaxed);
+	atomic_store_explicit(&n->aux, (uintptr_t)home | LF_IN_TT, memory_order_relaxed);
 	if (sc->insert(lf_sched_of(e->tt_base), n, deadline) != 0) {
 		n->s.unfiled.when = deadline;
 		n->free_next = e->tt->unfiled; /* QUEUED: its link is ours */
@@ -92,7 +95,7 @@ static void file_tt(struct tmo *e, struct lf_node *n, uint64_t gen, int64_t dead
 	if (!atomic_compare_exchange_strong_explicit(&n->state, &s, lf_st(gen, LF_IN_STRUCT),
 	                                             memory_order_acq_rel, memory_order_acquire)) {
 		sc->remove(lf_sched_of(e->tt_base), n); /* cancelled on the way */
-		lf_cache_put(e, e->tt_rec, n);
+		tmo__lf_tt_free(e, n);
 	}
 }
 
@@ -106,7 +109,9 @@ static void retry_unfiled(struct tmo *e)
 		if (lf_st_of(s) == LF_DROPPED)
 			lf_cache_put(e, e->tt_rec, n);
 		else
-			file_tt(e, n, lf_gen_of(s), n->s.unfiled.when);
+			file_tt(e, n, lf_gen_of(s), n->s.unfiled.when,
+			        (struct lf_rec *)(atomic_load_explicit(&n->aux, memory_order_relaxed) &
+			                          LF_HOME_MASK));
 		n = next;
 	}
 }
@@ -117,7 +122,7 @@ static void retry_unfiled(struct tmo *e)
  * is taken: an arm that lives longer than a tick gains nothing from staying
  * (its cancel then costs a CAS and a trip through the base either way), and
  * the thread never reads a node it has not won.  Returns 1 if it stole. */
-static int steal_one(struct tmo *e, uint64_t w)
+static int steal_one(struct tmo *e, uint64_t w, struct lf_rec *r)
 {
 	struct lf_node *n = lf_node_at(e, lf_word_idx(w));
 	uint64_t gen = lf_word_gen(w);
@@ -128,7 +133,8 @@ static int steal_one(struct tmo *e, uint64_t w)
 	    !atomic_compare_exchange_strong_explicit(&n->state, &s, lf_st(gen, LF_QUEUED),
 	                                             memory_order_acq_rel, memory_order_acquire))
 		return 0;
-	file_tt(e, n, gen, tmo__lf_node_deadline(e, n, 0)); /* reads the clock only for a stamp */
+	/* reads the clock only for a stamp */
+	file_tt(e, n, gen, tmo__lf_node_deadline(e, n, 0), r);
 	atomic_fetch_add_explicit(&e->tt->stolen, 1, memory_order_relaxed);
 	return 1;
 }
@@ -159,7 +165,7 @@ static int steal_rings(struct tmo *e, int64_t *transit)
 		transit_lower(r, transit);
 		for (uint32_t i = 0; i < LF_RING_SLOTS; i++) {
 			uint64_t w = atomic_load_explicit(&r->ring[i], memory_order_acquire);
-			if (w != 0 && steal_one(e, w))
+			if (w != 0 && steal_one(e, w, r))
 				active |= 2;
 		}
 		/* after its ring, before the drain: a 0 written after the push
@@ -197,7 +203,7 @@ static int drain_inbox(struct tmo *e)
 			lf_cache_put(e, e->tt_rec, n);
 			continue;
 		}
-		file_tt(e, n, lf_gen_of(s), tmo__lf_node_deadline(e, n, later));
+		file_tt(e, n, lf_gen_of(s), tmo__lf_node_deadline(e, n, later), NULL);
 		atomic_fetch_add_explicit(&e->tt->via_inbox, 1, memory_order_relaxed);
 	}
 	return 1;

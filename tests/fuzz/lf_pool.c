@@ -1,7 +1,7 @@
 /*
  * The lock-free core's fuzz target (tests/fuzz/lf.c): the node pool, read
  * while nothing moves it.  What an arm could take (the TMO_EAGAIN rule at
- * lf.c's top), and the audit: every free node (record caches and spares,
+ * lf.c's top), and the audit: every free node (record caches, spares and homes,
  * the timer thread's cache, depot chains, loose) in exactly one list, each
  * list as long as its count, no cache past LF_CACHE_BOUND, the pool below
  * its soft limit; every timer's word as the model says, a pending timer's
@@ -87,6 +87,10 @@ void audit(int exact)
 		           "a record's spare holds %llu nodes, counts %u (at most %d)",
 		           (unsigned long long)spare, atomic_load(&r->spare_n), LF_SPARE_MAX);
 		free_n += spare;
+		uint64_t home = walk_free(atomic_load(&r->home), seen, hwm, "a record's home");
+		FUZZ_CHECK(home == atomic_load(&r->home_n), "a record's home holds %llu nodes, counts %u",
+		           (unsigned long long)home, atomic_load(&r->home_n));
+		free_n += home;
 	}
 	uint64_t n = walk_free(e->tt_rec->cache, seen, hwm, "the timer thread's cache");
 	FUZZ_CHECK(n == e->tt_rec->cache_n, "the timer thread's cache holds %llu nodes, counts %u",

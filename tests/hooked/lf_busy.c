@@ -76,6 +76,31 @@ static void c_cb(struct tmo_timer *t, void *arg)
 	atomic_store(&c->armed, 1);
 }
 
+/* W's callback, on the timer thread: an arm and a cancel of its own, so
+ * that its cache holds nodes and C's arm of B is quick.  The nodes the
+ * timer thread frees after other threads' cancels (P's) go back to those
+ * threads (src/lf/depot.c, Homes); with its cache empty, C's arm grew the
+ * pool, which under TSan took 0.3-0.7 ms: B armed after S, not judged, in
+ * every try. */
+struct warm {
+	struct tmo *e;
+	struct tmo_timer x;
+	atomic_int done; /* 1 armed and cancelled, -1 failed */
+};
+static void x_cb(struct tmo_timer *t, void *arg)
+{
+	(void)t;
+	(void)arg; /* cancelled at once */
+}
+static void warm_cb(struct tmo_timer *t, void *arg)
+{
+	(void)t;
+	struct warm *w = arg;
+	int ok = tmo_arm(w->e, &w->x, LONG, x_cb, NULL) == 0 &&
+	         tmo_cancel(w->e, &w->x) == TMO_CANCEL_PREVENTED;
+	atomic_store(&w->done, ok ? 1 : -1);
+}
+
 struct owner {
 	struct tmo *e, *away;
 	struct tmo_timer a, p, q, fill[LF_RING_SLOTS];
@@ -153,6 +178,13 @@ static int busy_round(void)
 	/* a calibration, so that A is dated by its TSC stamp; then parked,
 	 * the timer thread steals nothing from the owner's ring */
 	CHECK(ET_WAIT_UNTIL(atomic_load(&e->cal.rate_fx) != 0, WAIT));
+	struct warm w = {.e = e};
+	struct tmo_timer wt;
+	tmo_timer_init(&wt);
+	tmo_timer_init(&w.x);
+	CHECK_EQ(tmo_arm(e, &wt, 1, warm_cb, &w), 0);
+	CHECK(ET_WAIT_UNTIL(atomic_load(&w.done) != 0, WAIT));
+	CHECK_EQ(atomic_load(&w.done), 1);
 	CHECK_EQ(tmo_testing_park(e, 1), 0);
 	pthread_t th;
 	CHECK_EQ(pthread_create(&th, NULL, owner_main, &o), 0);
