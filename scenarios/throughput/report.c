@@ -9,6 +9,23 @@
 
 const size_t tp_lives[3] = {1000, 100000, 1000000};
 
+/* A number, or "-" when it was not measured. */
+static void tp_fmt(char *buf, double v, const char *f)
+{
+	if (isnan(v) || isinf(v))
+		snprintf(buf, 32, "-");
+	else
+		snprintf(buf, 32, f, v);
+}
+
+/* The printouts' numbers: "-" for a figure not measured (a
+ * --benchmark_filter that left its benchmark out), not "nan". */
+static const char *tp_num(char buf[32], double v, const char *f)
+{
+	tp_fmt(buf, v, f);
+	return buf;
+}
+
 /* The median over instances of one figure, with its min and max as rows
  * of their own ("stat=min", "stat=max") when there are several. */
 static double tp_summarize(const struct sk_run *run, const struct tp_figs *figs, int ninst,
@@ -54,9 +71,11 @@ static void tp_report_ds(const struct sk_run *run, const struct tp_figs *figs, i
 	                             "pairs/s", "threads=1");
 	sk_report(run, "ratio_to_structure", "case=seed", seed / s_seed, "x");
 	sk_report(run, "ratio_to_structure", "case=held", s_held / held_one, "x");
-	printf("structure alone (unlocked, one thread, the same loops): seed %.1f ns/op, the engine "
-	       "%.2fx it; held 1 ms %.3g pairs/s, the engine %.2fx its time per pair\n",
-	       s_seed, seed / s_seed, s_held, s_held / held_one);
+	char nb[4][32];
+	printf("structure alone (unlocked, one thread, the same loops): seed %s ns/op, the engine "
+	       "%s it; held 1 ms %s pairs/s, the engine %s its time per pair\n",
+	       tp_num(nb[0], s_seed, "%.1f"), tp_num(nb[1], seed / s_seed, "%.2fx"),
+	       tp_num(nb[2], s_held, "%.3g"), tp_num(nb[3], s_held / held_one, "%.2fx"));
 	char param[64];
 	for (int li = 0; li < 3; li++) {
 		size_t n = (size_t)sk_scaled(tp_lives[li]);
@@ -79,9 +98,11 @@ void tp_report(const struct sk_run *run, const struct tp_figs *figs, int ninst,
 	double empty = tp_summarize(run, figs, ninst, FIG(empty_ns), "empty_loop_ns_per_op", "ns", "");
 	double floor_ns = tp_summarize(run, figs, ninst, FIG(floor_ns), "floor_ns_per_op", "ns", "");
 	sk_report(run, "ratio_to_floor", "", seed / floor_ns, "x");
-	printf("\nseed: median %.1f ns/op over %d instance%s; loop's own cost %.2f ns/op; floor "
-	       "(CAS pair) %.2f ns/op; %.1fx the floor\n",
-	       seed, ninst, ninst > 1 ? "s" : "", empty, floor_ns, seed / floor_ns);
+	char nb[4][32];
+	printf("\nseed: median %s ns/op over %d instance%s; loop's own cost %s ns/op; floor "
+	       "(CAS pair) %s ns/op; %s the floor\n",
+	       tp_num(nb[0], seed, "%.1f"), ninst, ninst > 1 ? "s" : "", tp_num(nb[1], empty, "%.2f"),
+	       tp_num(nb[2], floor_ns, "%.2f"), tp_num(nb[3], seed / floor_ns, "%.1fx"));
 	char param[64];
 	double one = NAN, held_one = NAN;
 	for (int t = 1; t <= nthreads; t++) {
@@ -93,9 +114,10 @@ void tp_report(const struct sk_run *run, const struct tp_figs *figs, int ninst,
 			one = ops_s;
 			held_one = held;
 		}
-		printf("threads=%d: seed %.3g ops/s aggregate (%.2fx one thread); held 1 ms %.3g "
-		       "pairs/s (%.2fx)\n",
-		       t, ops_s, ops_s / one, held, held / held_one);
+		printf("threads=%d: seed %s ops/s aggregate (%s one thread); held 1 ms %s "
+		       "pairs/s (%s)\n",
+		       t, tp_num(nb[0], ops_s, "%.3g"), tp_num(nb[1], ops_s / one, "%.2fx"),
+		       tp_num(nb[2], held, "%.3g"), tp_num(nb[3], held / held_one, "%.2fx"));
 	}
 	tp_summarize(run, figs, ninst, FIG(held_hold_ns), "held_mean_hold_ns", "ns", "threads=1");
 	double cross = tp_summarize(run, figs, ninst, FIG(cross), "cross_pairs_per_s", "pairs/s",
@@ -103,24 +125,15 @@ void tp_report(const struct sk_run *run, const struct tp_figs *figs, int ninst,
 	double refused = tp_summarize(run, figs, ninst, FIG(refused), "arms_refused", "count", "");
 	if (refused > 0)
 		printf("arms refused for capacity (TMO_EAGAIN) and asked again: %.0f\n", refused);
-	printf("cross-thread (arm on one thread, cancel on another): %.3g pairs/s, %.0f ns per "
+	printf("cross-thread (arm on one thread, cancel on another): %s pairs/s, %s ns per "
 	       "pair\n",
-	       cross, 1e9 / cross);
+	       tp_num(nb[0], cross, "%.3g"), tp_num(nb[1], 1e9 / cross, "%.0f"));
 	double live[3];
 	for (int li = 0; li < 3; li++) {
 		snprintf(param, sizeof param, "live=%zu", (size_t)sk_scaled(tp_lives[li]));
 		live[li] = tp_summarize(run, figs, ninst, FIG(live_ns[li]), "live_ns_per_op", "ns", param);
 	}
 	tp_report_ds(run, figs, ninst, seed, held_one, live);
-}
-
-/* A number, or "-" when it was not measured. */
-static void tp_fmt(char *buf, double v, const char *f)
-{
-	if (isnan(v) || isinf(v))
-		snprintf(buf, 32, "-");
-	else
-		snprintf(buf, 32, f, v);
 }
 
 /* The seed benchmark per engine against the in-run floor, the engine's

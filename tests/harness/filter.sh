@@ -4,7 +4,8 @@
 #   tests/harness/filter.sh HARNESS
 # A filter naming a case with its threads selects that case (engine and
 # structure) and nothing else, without "Failed to match" from the runs it
-# leaves empty; a filter that is not a regex is a bad command line (2).
+# leaves empty, and prints "-" (not "nan") for the figures it left out; a
+# filter that is not a regex is a bad command line (2).
 set -u
 h=${1:?usage: filter.sh HARNESS}
 dir=$(mktemp -d)
@@ -15,6 +16,8 @@ TMO_TEST_SCALE=0.01 "$h" --impl=wheel --scenario=throughput --quick \
   --benchmark_filter=held/threads:1 --json="$dir/f.json" >"$dir/out" 2>&1 ||
   fail "the filtered run exited $?"
 grep -q "Failed to match" "$dir/out" && fail "Google Benchmark was handed a run the filter emptied"
+# what the filter left out is "-" in the printout, not "nan"
+grep -n -w -i "nan" "$dir/out" && fail "the printout shows nan for figures the filter left out"
 /usr/bin/python3 - "$dir/f.json" <<'PY' || fail "the JSON's benchmarks are not the filter's"
 import json, sys
 names = {b["name"].split("_")[0] for b in json.load(open(sys.argv[1]))["benchmarks"]}
