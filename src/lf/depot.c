@@ -154,15 +154,20 @@ static struct lf_node *spare_take(struct lf_rec *r)
 
 /* ---- homes ------------------------------------------------------------------------ */
 
-void tmo__lf_tt_free(struct tmo *e, struct lf_node *n)
+struct lf_rec *tmo__lf_home_of(uintptr_t aux)
 {
-	uintptr_t aux = atomic_load_explicit(&n->aux, memory_order_relaxed);
-	struct lf_rec *home = NULL;
 	if ((aux & 3u) == LF_IN_THREAD) {
 		struct lf_base *b = (struct lf_base *)(aux & ~(uintptr_t)3);
-		home = b != NULL ? b->owner : NULL;
-	} else if ((aux & 3u) == LF_IN_TT)
-		home = (struct lf_rec *)(aux & LF_HOME_MASK);
+		return b != NULL ? b->owner : NULL;
+	}
+	if ((aux & 3u) == LF_IN_TT)
+		return (struct lf_rec *)(aux & LF_HOME_MASK);
+	return NULL;
+}
+
+void tmo__lf_tt_free(struct tmo *e, struct lf_node *n)
+{
+	struct lf_rec *home = tmo__lf_home_of(atomic_load_explicit(&n->aux, memory_order_relaxed));
 	if (home == NULL || home == e->tt_rec) {
 		lf_cache_put(e, e->tt_rec, n);
 		return;

@@ -24,6 +24,9 @@ static inline void lf_cache_put(struct tmo *e, struct lf_rec *r, struct lf_node 
  * back to the record of the thread that armed it where its aux names one
  * (depot.c, Homes), else to its own cache. */
 void tmo__lf_tt_free(struct tmo *e, struct lf_node *n);
+/* The record a node's aux names as its home: its base's owner, or the
+ * record an LF_IN_TT node came from; NULL for none (mpsc's arms). */
+struct lf_rec *tmo__lf_home_of(uintptr_t aux);
 /* A thread with no record frees one node / takes one. */
 void tmo__lf_free_bare(struct tmo *e, struct lf_node *n);
 struct lf_node *tmo__lf_alloc_bare(struct tmo *e, int *err);

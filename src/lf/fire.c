@@ -271,7 +271,7 @@ static void take_soon(struct tmo *e, struct lf_base *b)
 			tt->due[tt->due_n++] =
 			    (struct due){n, lf_gen_of(s), e->p->sched->deadline(n), n->timer, 1};
 		else
-			lf_cache_put(e, e->tt_rec, n); /* DROPPED on the list */
+			tmo__lf_tt_free(e, n); /* DROPPED on the list */
 	}
 }
 
@@ -385,7 +385,7 @@ void tmo__lf_due_compact(struct tmo *e)
 			tt->due[k++] = *d;
 			sorted += i < tt->sorted;
 		} else if (d->handed) {
-			lf_cache_put(e, e->tt_rec, d->n);
+			tmo__lf_tt_free(e, d->n); /* dropped on the list: back home */
 		}
 	}
 	tt->due_n = k;
@@ -434,7 +434,7 @@ void tmo__lf_fire(struct tmo *e, struct due *d)
 	                                             memory_order_acq_rel, memory_order_acquire)) {
 		tmo__cb_end();
 		if (d->handed)
-			lf_cache_put(e, e->tt_rec, n);
+			tmo__lf_tt_free(e, n); /* dropped on the list: back home */
 		return;
 	}
 	struct tmo_timer *t = n->timer;

@@ -107,7 +107,7 @@ static void retry_unfiled(struct tmo *e)
 		struct lf_node *next = n->free_next;
 		uint64_t s = atomic_load_explicit(&n->state, memory_order_acquire);
 		if (lf_st_of(s) == LF_DROPPED)
-			lf_cache_put(e, e->tt_rec, n);
+			tmo__lf_tt_free(e, n);
 		else
 			file_tt(e, n, lf_gen_of(s), n->s.unfiled.when,
 			        (struct lf_rec *)(atomic_load_explicit(&n->aux, memory_order_relaxed) &
@@ -200,10 +200,13 @@ static int drain_inbox(struct tmo *e)
 		rev = rev->next; /* before filing: a cancel may push it again */
 		uint64_t s = atomic_load_explicit(&n->state, memory_order_acquire);
 		if (lf_st_of(s) != LF_QUEUED) { /* DROPPED on the way */
-			lf_cache_put(e, e->tt_rec, n);
+			tmo__lf_tt_free(e, n);
 			continue;
 		}
-		file_tt(e, n, lf_gen_of(s), tmo__lf_node_deadline(e, n, later), NULL);
+		/* a wheel's arm the long way (its base was busy, its thread's
+		 * exit) names its base, whose owner is its home */
+		file_tt(e, n, lf_gen_of(s), tmo__lf_node_deadline(e, n, later),
+		        tmo__lf_home_of(atomic_load_explicit(&n->aux, memory_order_relaxed)));
 		atomic_fetch_add_explicit(&e->tt->via_inbox, 1, memory_order_relaxed);
 	}
 	return 1;

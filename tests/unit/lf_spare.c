@@ -19,12 +19,16 @@
  *  - stolen: the timer thread runs.  Two threads each hold 1,000 timers
  *    (a FIFO: arm one, cancel the one armed 1,000 pairs before) until the
  *    timer thread has stolen 4,000 ring arms (its counter, not a time);
- *    then no 64-node page may hold both threads' held nodes.  A stolen arm
- *    is filed in the timer thread's base, and its owner's cancel leaves the
- *    node to the timer thread to free (depot.c, Homes): through its cache
- *    and the depot they went to whichever thread refilled next: before
- *    the homes, 33-56 of 33-56 pages held both (every page, or all but
- *    one, in seven runs); with them, 0 of 34.
+ *    then at most half the 64-node pages of held nodes may hold both
+ *    threads'.  A stolen arm is filed in the timer thread's base, and its
+ *    owner's cancel leaves the node to the timer thread to free (depot.c,
+ *    Homes): through its cache and the depot they went to whichever thread
+ *    refilled next: before the homes, 33-56 of 33-56 pages held both
+ *    (every page, or all but one, in seven runs); with them, 0 of 34-40
+ *    quiet, and 0-11 of 37-40 under TSan beside two CPU hogs (a starved
+ *    timer thread sends nodes home late, and a refill that finds none at
+ *    home grows the pool or, past its soft bound, takes another thread's
+ *    spare).
  * The timeouts (60 s) never come due.
  */
 #include <pthread.h>
@@ -217,7 +221,7 @@ static void test_stolen(void)
 	       HOLD, (unsigned long long)h[0].pairs, (unsigned long long)h[1].pairs,
 	       (unsigned long long)(stolen(e) - s0), shared, pages);
 	CHECK_EQ(h[0].bad + h[1].bad, 0);
-	CHECK_EQ(shared, 0);
+	CHECK(shared <= pages / 2);
 	for (int k = 0; k < 2; k++)
 		CHECK_EQ(cancel_all(e, h[k].ts, HOLD), 0);
 	CHECK_EQ(tmo_destroy(&e), 0);
