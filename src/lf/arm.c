@@ -85,37 +85,11 @@ static __attribute__((noinline)) int arm_slow(struct tmo *e, struct tmo_timer *t
 	return arm_bare(e, t, timeout_ns, cb, arg);
 }
 
-/* Arms of one thread that find the timer thread asleep, the last of which
- * wakes it whatever its deadline: a stream of arms, not a stray one. */
-#define LF_WAKE_STREAM 64
-
-/* An arm found the timer thread asleep (r: its record).  From the values
- * arm stored: once published, the node may be stolen and filed, and its
- * fields rewritten.  It wakes the timer thread for this arm's deadline if
- * that is earlier than the one it sleeps for, and for the LF_WAKE_STREAM-th
- * arm of this thread in one sleep (the tick word unchanged) at once: its
- * rounds resume while arms keep coming (timer.c sleeps only after idle
- * rounds), and it calibrates, so the arms that follow take the fast path.
- * Without that, a timer thread that fell asleep in a pause of a few ticks
- * slept on through a stream of long timeouts (each later than the first),
- * and every one of them went the general path with a clock read (and an
- * eviction for a held arm): two threads holding 60 s timeouts on one
- * wheel engine after another thread had run 60 ns a pair each against 30
- * (a probe on the 2-vCPU AMD EPYC VM, 4 ticks in 1.2 s of arms), and the
- * throughput scenario's held repetitions ran in one mode or the other.
- * Returns 0 (arm's result). */
-static __attribute__((noinline)) int arm_wake(struct tmo *e, struct lf_rec *r, uint64_t stamp,
-                                              int64_t timeout_ns)
+/* From the values arm stored: once published, the node may be stolen
+ * and filed, and its fields rewritten.  Returns 0 (arm's result). */
+static __attribute__((noinline)) int arm_wake(struct tmo *e, uint64_t stamp, int64_t timeout_ns)
 {
-	uint64_t tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
-	if (r->sleep_tw != tw) {
-		r->sleep_tw = tw;
-		r->sleep_arms = 0;
-	}
-	if (++r->sleep_arms == LF_WAKE_STREAM)
-		tmo__lf_wake_for(e, 0);
-	else
-		tmo__lf_wake_for(e, tmo__lf_node_deadline_lower(e, stamp, timeout_ns));
+	tmo__lf_wake_for(e, tmo__lf_node_deadline_lower(e, stamp, timeout_ns));
 	return 0;
 }
 
@@ -403,7 +377,7 @@ static __attribute__((noinline)) int arm_general(struct tmo *e, struct tmo_timer
 	arm_unannounce(r);
 	lf_light_barrier(tw);
 	if (atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_SLEEPING)
-		return arm_wake(e, r, stamp, timeout_ns);
+		return arm_wake(e, stamp, timeout_ns);
 	return 0;
 }
 
@@ -464,7 +438,7 @@ static inline __attribute__((always_inline)) int arm_fast(struct tmo *e, struct 
 	arm_unannounce(r);
 	atomic_signal_fence(memory_order_seq_cst); /* see clock.c: membarrier */
 	if (LF_UNLIKELY(atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_SLEEPING))
-		return arm_wake(e, r, stamp, timeout_ns);
+		return arm_wake(e, stamp, timeout_ns);
 	return 0;
 }
 

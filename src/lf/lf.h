@@ -197,10 +197,6 @@ struct lf_rec {
 	/* arms filed at once, their ring slot's arm still live (arm.c) */
 	_Atomic uint64_t direct;
 	struct lf_base *base; /* wheel: this thread's base; mpsc: NULL */
-	/* Owner only: the tick word its arms last found the timer thread
-	 * asleep under, and how many arms found it so (arm.c, arm_wake) */
-	uint64_t sleep_tw;
-	uint32_t sleep_arms;
 	/* Under the engine's rec_lock. */
 	int attached;
 	struct lf_rec *next_free;

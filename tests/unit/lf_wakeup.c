@@ -20,13 +20,6 @@
  * so and exits 77.  The rounds must meet the thread both asleep and awake
  * (checked), else they did not cover the window.
  *
- * A stream of arms wakes it too (arm.c, arm_wake): the wheel's timer
- * thread asleep for one 60 s timeout, this thread arms 200 more, each due
- * later than the one it sleeps for; the 64th arm of one thread in one
- * sleep wakes it, and its tick word must move.  Without that it slept on
- * (fails: the word unchanged after WAIT) and every arm took the general
- * path with a clock read.
- *
  * What this can show where: on a weakly ordered CPU (arm64, POWER) a
  * missing barrier on either side is caught by enough rounds.  On x86, and
  * on qemu-user (which runs arm64 code on the x86 host's ordering), only a
@@ -36,7 +29,6 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 
 #include "check.h"
 #include "engine_test.h"
@@ -85,39 +77,6 @@ static void stress(const char *eng, long rounds)
 	tmo_destroy(&e);
 }
 
-#define STREAM 200
-
-static void never_cb(struct tmo_timer *t, void *arg)
-{
-	(void)t;
-	(void)arg;
-	abort(); /* 60 s: never due here */
-}
-
-static void stream(const char *eng)
-{
-	struct tmo *e = NULL;
-	CHECK_EQ(tmo_create(eng, NULL, &e), 0);
-	static struct tmo_timer ts[STREAM];
-	for (int i = 0; i < STREAM; i++)
-		tmo_timer_init(&ts[i]);
-	CHECK_EQ(tmo_arm(e, &ts[0], 60 * TMO_NSEC_PER_SEC, never_cb, NULL), 0);
-	CHECK(ET_WAIT_UNTIL(atomic_load(&e->tickw) & LF_TW_SLEEPING, WAIT));
-	uint64_t tw0 = atomic_load(&e->tickw);
-	int bad = 0;
-	for (int i = 1; i < STREAM; i++)
-		bad += tmo_arm(e, &ts[i], 60 * TMO_NSEC_PER_SEC, never_cb, NULL) != 0;
-	int woke = ET_WAIT_UNTIL(atomic_load(&e->tickw) != tw0, WAIT);
-	printf("  %s: %d arms of 60 s while its timer thread slept for the first: %s\n", eng,
-	       STREAM - 1, woke ? "it woke" : "it slept on");
-	CHECK_EQ(bad, 0);
-	CHECK(woke);
-	for (int i = 0; i < STREAM; i++)
-		bad += tmo_cancel(e, &ts[i]) != TMO_CANCEL_PREVENTED;
-	CHECK_EQ(bad, 0);
-	tmo_destroy(&e);
-}
-
 int main(void)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -133,6 +92,5 @@ int main(void)
 	}
 	stress("mpsc", et_scaled(3000, 300));
 	stress("wheel", et_scaled(500, 50));
-	stream("wheel");
 	return TEST_EXIT();
 }
