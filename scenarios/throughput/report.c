@@ -9,20 +9,14 @@
 
 const size_t tp_lives[3] = {1000, 100000, 1000000};
 
-/* A number, or "-" when it was not measured. */
-static void tp_fmt(char *buf, double v, const char *f)
+/* A number, or "-" when it was not measured (a --benchmark_filter that
+ * left its benchmark out: not "nan"); returns buf. */
+static const char *tp_fmt(char *buf, double v, const char *f)
 {
 	if (isnan(v) || isinf(v))
 		snprintf(buf, 32, "-");
 	else
 		snprintf(buf, 32, f, v);
-}
-
-/* The printouts' numbers: "-" for a figure not measured (a
- * --benchmark_filter that left its benchmark out), not "nan". */
-static const char *tp_num(char buf[32], double v, const char *f)
-{
-	tp_fmt(buf, v, f);
 	return buf;
 }
 
@@ -74,8 +68,8 @@ static void tp_report_ds(const struct sk_run *run, const struct tp_figs *figs, i
 	char nb[4][32];
 	printf("structure alone (unlocked, one thread, the same loops): seed %s ns/op, the engine "
 	       "%s it; held 1 ms %s pairs/s, the engine %s its time per pair\n",
-	       tp_num(nb[0], s_seed, "%.1f"), tp_num(nb[1], seed / s_seed, "%.2fx"),
-	       tp_num(nb[2], s_held, "%.3g"), tp_num(nb[3], s_held / held_one, "%.2fx"));
+	       tp_fmt(nb[0], s_seed, "%.1f"), tp_fmt(nb[1], seed / s_seed, "%.2fx"),
+	       tp_fmt(nb[2], s_held, "%.3g"), tp_fmt(nb[3], s_held / held_one, "%.2fx"));
 	char param[64];
 	for (int li = 0; li < 3; li++) {
 		size_t n = (size_t)sk_scaled(tp_lives[li]);
@@ -101,8 +95,8 @@ void tp_report(const struct sk_run *run, const struct tp_figs *figs, int ninst,
 	char nb[4][32];
 	printf("\nseed: median %s ns/op over %d instance%s; loop's own cost %s ns/op; floor "
 	       "(CAS pair) %s ns/op; %s the floor\n",
-	       tp_num(nb[0], seed, "%.1f"), ninst, ninst > 1 ? "s" : "", tp_num(nb[1], empty, "%.2f"),
-	       tp_num(nb[2], floor_ns, "%.2f"), tp_num(nb[3], seed / floor_ns, "%.1fx"));
+	       tp_fmt(nb[0], seed, "%.1f"), ninst, ninst > 1 ? "s" : "", tp_fmt(nb[1], empty, "%.2f"),
+	       tp_fmt(nb[2], floor_ns, "%.2f"), tp_fmt(nb[3], seed / floor_ns, "%.1fx"));
 	char param[64];
 	double one = NAN, held_one = NAN;
 	for (int t = 1; t <= nthreads; t++) {
@@ -116,8 +110,8 @@ void tp_report(const struct sk_run *run, const struct tp_figs *figs, int ninst,
 		}
 		printf("threads=%d: seed %s ops/s aggregate (%s one thread); held 1 ms %s "
 		       "pairs/s (%s)\n",
-		       t, tp_num(nb[0], ops_s, "%.3g"), tp_num(nb[1], ops_s / one, "%.2fx"),
-		       tp_num(nb[2], held, "%.3g"), tp_num(nb[3], held / held_one, "%.2fx"));
+		       t, tp_fmt(nb[0], ops_s, "%.3g"), tp_fmt(nb[1], ops_s / one, "%.2fx"),
+		       tp_fmt(nb[2], held, "%.3g"), tp_fmt(nb[3], held / held_one, "%.2fx"));
 	}
 	tp_summarize(run, figs, ninst, FIG(held_hold_ns), "held_mean_hold_ns", "ns", "threads=1");
 	double cross = tp_summarize(run, figs, ninst, FIG(cross), "cross_pairs_per_s", "pairs/s",
@@ -127,7 +121,7 @@ void tp_report(const struct sk_run *run, const struct tp_figs *figs, int ninst,
 		printf("arms refused for capacity (TMO_EAGAIN) and asked again: %.0f\n", refused);
 	printf("cross-thread (arm on one thread, cancel on another): %s pairs/s, %s ns per "
 	       "pair\n",
-	       tp_num(nb[0], cross, "%.3g"), tp_num(nb[1], 1e9 / cross, "%.0f"));
+	       tp_fmt(nb[0], cross, "%.3g"), tp_fmt(nb[1], 1e9 / cross, "%.0f"));
 	double live[3];
 	for (int li = 0; li < 3; li++) {
 		snprintf(param, sizeof param, "live=%zu", (size_t)sk_scaled(tp_lives[li]));

@@ -40,10 +40,12 @@
  * threads each holding 10,000 on the 2-vCPU AMD EPYC VM: after 30M pairs
  * 42 % of one thread's held nodes shared a 128-byte pair with the
  * other's, and each pair cost 65-80 ns against 34-40 ns alone; with the
- * homes 30-33 ns each, and no pair shared).  A home is a list the timer thread pushes onto (a CAS) and
- * anyone takes whole (an exchange: no pop, no ABA): its owner first when
- * its cache runs dry, before its spare; the trimmer, a thread that exits
- * and a refill that found nothing else, like a spare.  Fired nodes still
+ * homes 30-33 ns each, and no pair shared).  A home is a list the timer
+ * thread pushes onto (a CAS) and anyone takes whole (an exchange: no pop,
+ * no ABA): its owner first when its cache runs dry, before its spare; the
+ * trimmer, a thread that exits and a refill that found nothing else, like
+ * a spare.  The timer thread's own record is no one's home (its base has
+ * no owner, its arms name none).  Fired nodes still
  * go to the timer thread's cache: a burst's fires would pay a CAS each.
  */
 #include "clock.h"
@@ -168,7 +170,7 @@ struct lf_rec *tmo__lf_home_of(uintptr_t aux)
 void tmo__lf_tt_free(struct tmo *e, struct lf_node *n)
 {
 	struct lf_rec *home = tmo__lf_home_of(atomic_load_explicit(&n->aux, memory_order_relaxed));
-	if (home == NULL || home == e->tt_rec) {
+	if (home == NULL) {
 		lf_cache_put(e, e->tt_rec, n);
 		return;
 	}

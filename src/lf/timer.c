@@ -110,8 +110,7 @@ static void retry_unfiled(struct tmo *e)
 			tmo__lf_tt_free(e, n);
 		else
 			file_tt(e, n, lf_gen_of(s), n->s.unfiled.when,
-			        (struct lf_rec *)(atomic_load_explicit(&n->aux, memory_order_relaxed) &
-			                          LF_HOME_MASK));
+			        tmo__lf_home_of(atomic_load_explicit(&n->aux, memory_order_relaxed)));
 		n = next;
 	}
 }
