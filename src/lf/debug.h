@@ -23,6 +23,12 @@ struct lf_debug {
 	uint64_t clock;       /* 1: arms stamp with the clock, not the TSC */
 };
 void tmo__lf_debug(struct tmo *e, struct lf_debug *out);
+/* Free nodes in every list of e's pool: the records' caches, spares and
+ * homes, the timer thread's cache, the depot, loose nodes.  Exact only
+ * while nothing moves the pool (the timer thread parked, tmo_testing_park,
+ * and no other thread arming or cancelling): then the pool's nodes less
+ * these are the nodes in use, pending or in transit. */
+uint64_t tmo__lf_free_nodes(struct tmo *e);
 /* Free nodes in the calling thread's cache for e (tests). */
 uint64_t tmo__lf_my_cache_count(struct tmo *e);
 

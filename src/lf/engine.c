@@ -187,3 +187,18 @@ void tmo__lf_debug(struct tmo *e, struct lf_debug *out)
 	}
 	pthread_mutex_unlock(&e->rec_lock);
 }
+
+uint64_t tmo__lf_free_nodes(struct tmo *e)
+{
+	struct lf_pool *p = &e->pool;
+	uint64_t n = e->tt_rec->cache_n + atomic_load_explicit(&p->depot_nodes, memory_order_relaxed);
+	pthread_mutex_lock(&e->rec_lock);
+	for (struct lf_rec *r = atomic_load_explicit(&e->recs, memory_order_acquire); r != NULL;
+	     r = atomic_load_explicit(&r->next, memory_order_relaxed))
+		n += r->cache_n + atomic_load_explicit(&r->spare_n, memory_order_relaxed) +
+		     atomic_load_explicit(&r->home_n, memory_order_relaxed);
+	pthread_mutex_unlock(&e->rec_lock);
+	for (ck_stack_entry_t *l = CK_STACK_FIRST(&p->loose); l != NULL; l = CK_STACK_NEXT(l))
+		n++;
+	return n;
+}
