@@ -19,6 +19,7 @@ struct lf_debug {
 	uint64_t trims;       /* pages given back */
 	uint64_t trim_runs;   /* trims the timer thread finished */
 	uint64_t cache_count; /* free nodes in the calling thread's cache */
+	uint64_t home_count;  /* and on its record's home list (depot.c, Homes) */
 	uint64_t fence;       /* 1: arms fence before reading the tick word */
 	uint64_t clock;       /* 1: arms stamp with the clock, not the TSC */
 };

@@ -179,6 +179,8 @@ void tmo__lf_debug(struct tmo *e, struct lf_debug *out)
 	out->fence = (atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_FENCE) != 0;
 	out->clock = !tmo__lf_use_tsc;
 	out->cache_count = tmo__lf_my_cache_count(e);
+	if (tmo__lf_tls_hot.id == e->base.id)
+		out->home_count = atomic_load_explicit(&tmo__lf_tls_hot.rec->home_n, memory_order_relaxed);
 	pthread_mutex_lock(&e->rec_lock);
 	for (struct lf_rec *r = atomic_load_explicit(&e->recs, memory_order_acquire); r != NULL;
 	     r = atomic_load_explicit(&r->next, memory_order_relaxed)) {

@@ -16,19 +16,25 @@
  * The timer thread is parked throughout those two (tmo_testing_park): it
  * neither steals ring arms nor trims (a trim takes every spare to the
  * depot), so which node goes where is decided by the threads alone.
- *  - stolen: the timer thread runs.  Two threads each hold 1,000 timers
- *    (a FIFO: arm one, cancel the one armed 1,000 pairs before) until the
- *    timer thread has stolen 4,000 ring arms (its counter, not a time);
- *    then at most half the 64-node pages of held nodes may hold both
- *    threads'.  A stolen arm is filed in the timer thread's base, and its
- *    owner's cancel leaves the node to the timer thread to free (depot.c,
- *    Homes): through its cache and the depot they went to whichever thread
- *    refilled next: before the homes, 33-56 of 33-56 pages held both
- *    (every page, or all but one, in seven runs); with them, 0 of 34-40
- *    quiet, and 0-11 of 37-40 under TSan beside two CPU hogs (a starved
- *    timer thread sends nodes home late, and a refill that finds none at
- *    home grows the pool or, past its soft bound, takes another thread's
- *    spare).
+ *  - stolen: the timer thread runs.  This thread arms one timer; once the
+ *    timer thread has stolen it (its node filed in the timer thread's
+ *    base; a 10 ms ticker keeps the trimmer out) it is cancelled, and its
+ *    node must reach this thread's home (depot.c, Homes: the timer thread
+ *    frees a stolen arm's node after its owner's cancel); another
+ *    thread's next 128 arms must not take it, this thread's next 128 must,
+ *    once.  With the timer thread freeing into its own cache (before the
+ *    homes) it never reaches the home and this thread's arms never get it
+ *    back.
+ *  - stolen_pages (reported, not asserted): two threads each hold 1,000
+ *    timers (a FIFO: arm one, cancel the one armed 1,000 pairs before)
+ *    until the timer thread has stolen 4,000 ring arms; how many 64-node
+ *    pages hold both threads' held nodes.  Before the homes 33-56 of
+ *    33-56 (every page, or all but one, in seven runs); with them 0 of
+ *    34-40 quiet, but 12-21 of 34 beside a CI run (load 5-7 on 2 vCPUs:
+ *    a starved timer thread sends nodes home late, and a refill that finds
+ *    none at home takes the depot's or grows the pool).  It was asserted
+ *    as at most half, which such a run failed (20 of 34): how the
+ *    scheduler treats the timer thread decides it, so it is no check.
  * The timeouts (60 s) never come due.
  */
 #include <pthread.h>
@@ -188,7 +194,105 @@ static uint64_t stolen(struct tmo *e)
 	return d.stolen;
 }
 
+static uint64_t trim_runs(struct tmo *e)
+{
+	struct lf_debug d;
+	tmo__lf_debug(e, &d);
+	return d.trim_runs;
+}
+
+static uint64_t home_count(struct tmo *e)
+{
+	struct lf_debug d;
+	tmo__lf_debug(e, &d);
+	return d.home_count;
+}
+
+struct taker {
+	struct tmo *e;
+	uint32_t node;
+	int bad, got;
+};
+
+/* Arm 4 * LF_CACHE_MAX timers (past a refill or two), looking for a node;
+ * cancel them all. */
+static void *take_nodes(void *arg)
+{
+	struct taker *x = arg;
+	static _Thread_local struct tmo_timer ts[4 * LF_CACHE_MAX];
+	for (int i = 0; i < 4 * LF_CACHE_MAX; i++) {
+		x->bad += tmo_arm(x->e, &ts[i], 60 * SEC, no_cb, NULL) != 0;
+		x->got += node_of(&ts[i]) == x->node;
+	}
+	x->bad += cancel_all(x->e, ts, 4 * LF_CACHE_MAX);
+	return NULL;
+}
+
+/* Re-arms itself every 10 ms while `ticking`: the timer thread never
+ * sleeps the 50 ms before which it trims (a trim takes every spare and
+ * home to the depot, where any thread's refill finds them). */
+static atomic_int ticking, ticks;
+static void tick_cb(struct tmo_timer *t, void *arg)
+{
+	atomic_fetch_add(&ticks, 1);
+	if (atomic_load(&ticking))
+		tmo_arm(arg, t, 10 * TMO_NSEC_PER_MSEC, tick_cb, arg);
+}
+
+/* t's node was stolen: filed in the timer thread's base. */
+static int in_tt(struct tmo *e, struct tmo_timer *t)
+{
+	struct lf_node *n = lf_node_at(e, node_of(t));
+	return lf_st_of(atomic_load(&n->state)) == LF_IN_STRUCT &&
+	       (atomic_load(&n->aux) & 3u) == LF_IN_TT;
+}
+
 static void test_stolen(void)
+{
+	struct tmo *e = NULL;
+	CHECK_EQ(tmo_create("wheel", NULL, &e), 0);
+	struct tmo_timer tick = TMO_TIMER_INIT;
+	atomic_store(&ticking, 1);
+	atomic_store(&ticks, 0);
+	CHECK_EQ(tmo_arm(e, &tick, 10 * TMO_NSEC_PER_MSEC, tick_cb, e), 0);
+	/* after its first fire, no sleep of the timer thread reaches 50 ms */
+	CHECK(ET_WAIT_UNTIL(atomic_load(&ticks) > 0, 30 * SEC));
+	/* one ring arm, stolen (filed in the timer thread's base), cancelled:
+	 * the timer thread frees its node onto this thread's home */
+	struct tmo_timer t = TMO_TIMER_INIT;
+	uint64_t h0 = home_count(e), trims0 = trim_runs(e);
+	CHECK_EQ(tmo_arm(e, &t, 60 * SEC, no_cb, NULL), 0);
+	struct taker x = {.e = e, .node = node_of(&t)};
+	CHECK(ET_WAIT_UNTIL(in_tt(e, &t), 30 * SEC));
+	CHECK_EQ(tmo_cancel(e, &t), TMO_CANCEL_PREVENTED);
+	int home = ET_WAIT_UNTIL(home_count(e) > h0, 30 * SEC);
+	/* another thread's arms do not get it; this thread's next do */
+	pthread_t th;
+	CHECK_EQ(pthread_create(&th, NULL, take_nodes, &x), 0);
+	CHECK_EQ(pthread_join(th, NULL), 0);
+	int other = x.got;
+	x.got = 0;
+	take_nodes(&x);
+	printf("  a stolen arm cancelled: its node %s this thread's home; another thread's "
+	       "%d arms took it %d times, this thread's next %d arms %d times\n",
+	       home ? "went to" : "did not reach", 4 * LF_CACHE_MAX, other, 4 * LF_CACHE_MAX,
+	       x.got);
+	CHECK_EQ(trim_runs(e), trims0); /* the ticker kept the trimmer out */
+	CHECK(home);
+	CHECK_EQ(other, 0);
+	CHECK_EQ(x.got, 1);
+	CHECK_EQ(x.bad, 0);
+	atomic_store(&ticking, 0);
+	CHECK_EQ(tmo_destroy(&e), 0); /* the ticker's last arm, cancelled */
+}
+
+/* Not a check: how many pages two threads' held nodes share depends on
+ * how the timer thread is scheduled beside them (a starved one sends
+ * nodes home late, and a refill that finds none at home takes the
+ * depot's, or grows the pool; past the soft bound another thread's
+ * spare): reported, as the throughput scenario's held case reports its
+ * pairs/s. */
+static void test_stolen_pages(void)
 {
 	struct tmo *e = NULL;
 	CHECK_EQ(tmo_create("wheel", NULL, &e), 0);
@@ -217,11 +321,10 @@ static void test_stolen(void)
 		shared += mine[p] == 3;
 	}
 	printf("  two threads held %d timers each through %llu and %llu pairs, %llu ring arms "
-	       "stolen: %d of %d pages hold both threads' held nodes\n",
+	       "stolen: %d of %d pages hold both threads' held nodes (reported)\n",
 	       HOLD, (unsigned long long)h[0].pairs, (unsigned long long)h[1].pairs,
 	       (unsigned long long)(stolen(e) - s0), shared, pages);
 	CHECK_EQ(h[0].bad + h[1].bad, 0);
-	CHECK(shared <= pages / 2);
 	for (int k = 0; k < 2; k++)
 		CHECK_EQ(cancel_all(e, h[k].ts, HOLD), 0);
 	CHECK_EQ(tmo_destroy(&e), 0);
@@ -232,5 +335,6 @@ int main(void)
 	RUN(test_home);
 	RUN(test_steal);
 	RUN(test_stolen);
+	RUN(test_stolen_pages);
 	return TEST_EXIT();
 }
