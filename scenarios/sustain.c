@@ -67,6 +67,8 @@ static const struct sk_size sustain_sizes[] = {
 #define HELD_PER_THREAD (UINT64_C(192) << 10)
 #define HELD_LIMIT(threads) (HELD_BASE + (uint64_t)(threads)*HELD_PER_THREAD)
 #define GROWTH_SLACK (UINT64_C(64) << 10)
+/* The fewest samples a run takes: two in each sixth (sus_ramp). */
+#define SAMPLES_MIN 12
 #define SETTLE (200 * TMO_NSEC_PER_MSEC)
 #define MAX_WORKERS 256
 
@@ -211,6 +213,8 @@ static int sus_setup(const struct sk_run *run, struct sus_ctx *c)
 		c->duration = TMO_NSEC_PER_SEC;
 	c->period = sk_size_ns(run, "sample");
 	c->nsamples_max = (size_t)(c->duration / c->period) + 2;
+	if (c->nsamples_max < SAMPLES_MIN)
+		c->nsamples_max = SAMPLES_MIN;
 	c->ws = calloc((size_t)c->nworkers, sizeof *c->ws);
 	c->slots = calloc((size_t)c->nworkers * c->w, sizeof *c->slots);
 	c->smp = calloc(c->nsamples_max, sizeof *c->smp);
@@ -248,14 +252,22 @@ static int sus_start(struct sus_ctx *c)
 	return 0;
 }
 
-/* Sample every period for the run's duration, then stop and join the
- * workers and take the after and settled samples. */
+/* Sample every period for the run's duration, and at least SAMPLES_MIN
+ * times, each at least a period after the one before; then stop and join
+ * the workers and take the after and settled samples.  On a starved
+ * machine the sampler fell behind and caught up back to back, or ran out
+ * of the duration with too few samples to judge a ramp (5 in 1 s beside
+ * four CPU hogs, and the ramp check needs six): the run goes on until it
+ * has them, spaced in time, instead. */
 static void sus_sample_and_stop(struct sus_ctx *c)
 {
 	int64_t next_print = 0;
 	c->t0 = sk_now_ns();
 	while (c->ns < c->nsamples_max) {
-		sk_wait_until(c->t0 + (int64_t)(c->ns + 1) * c->period);
+		int64_t at = c->t0 + (int64_t)(c->ns + 1) * c->period;
+		if (c->ns > 0 && at < c->t0 + c->smp[c->ns - 1].t_ns + c->period)
+			at = c->t0 + c->smp[c->ns - 1].t_ns + c->period;
+		sk_wait_until(at);
 		sus_take(c->e, c->t0, c->rss0, &c->smp[c->ns]);
 		if (c->smp[c->ns].t_ns >= next_print) {
 			sus_print("load", &c->smp[c->ns]);
@@ -264,7 +276,7 @@ static void sus_sample_and_stop(struct sus_ctx *c)
 		c->ns++;
 		sk_progress(c->run, "sustained arm+cancel",
 		            (double)(sk_now_ns() - c->t0) / (double)c->duration);
-		if (sk_now_ns() - c->t0 >= c->duration)
+		if (sk_now_ns() - c->t0 >= c->duration && c->ns >= SAMPLES_MIN)
 			break;
 	}
 	atomic_store(&c->stop, 1);

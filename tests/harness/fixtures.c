@@ -20,9 +20,14 @@
  *          is an engine's declared answer, and nothing was accepted)
  *   service: liar must be caught saying PREVENTED for a timeout that
  *          fired, early firing before the deadline; honest passes
- *   hoarder keeps a 64-byte record per 100 us of arming, never freed
- *          but at destroy, and counts them in held_bytes (a slow leak: a
- *          ramp under the limit) -> sustain must call it still growing
+ *   hoarder reports 64 bytes more held for every 100 us since its create
+ *          (a slow leak: a ramp under the limit) -> sustain must call it
+ *          still growing.  It grew by a record per 100 us of arming
+ *          before: in a CI run on a loaded machine (ctest -j4 on 2 vCPUs)
+ *          the workers ran about a third of the second, the ramp stalled
+ *          in a sixth and sustain passed it; a leak that grows with time
+ *          is the same leak to sustain, and a stalled machine cannot
+ *          flatten it
  *   stepper holds 320 KiB more from 700 ms after its create (a pool's
  *          last growth step landing late in the run, as the wheel's did
  *          under load) -> sustain must pass: a step is not a ramp
@@ -122,10 +127,7 @@ static int busy_create(const struct tmo_config *cfg, struct tmo **out)
 
 /* hoarder and stepper: what they hold beyond the inner engine. */
 struct held {
-	pthread_mutex_t lock;
-	int64_t since, last; /* create; the last record (hoarder) */
-	void *records;       /* hoarder: a list, the first word of each the next */
-	uint64_t bytes;
+	int64_t since; /* create */
 };
 #define HOARD_EVERY (100 * TMO_NSEC_PER_USEC)
 #define HOARD_BYTES 64
@@ -142,51 +144,22 @@ static int held_create(const struct tmo_config *cfg, struct tmo **out)
 		free(h);
 		return rc;
 	}
-	pthread_mutex_init(&h->lock, NULL);
-	h->since = h->last = tmo_now_ns();
+	h->since = tmo_now_ns();
 	FXW(*out)->fx = h;
 	return 0;
 }
 
 static void held_destroy(struct tmo *e)
 {
-	struct held *h = FXW(e)->fx;
-	while (h->records != NULL) {
-		void *next = *(void **)h->records;
-		free(h->records);
-		h->records = next;
-	}
-	pthread_mutex_destroy(&h->lock);
-	free(h);
+	free(FXW(e)->fx);
 	fxw_destroy(e);
-}
-
-static int hoarder_arm(struct tmo *e, struct tmo_timer *t, int64_t ns, tmo_callback *cb,
-                       void *arg)
-{
-	struct held *h = FXW(e)->fx;
-	int64_t now = tmo_now_ns();
-	pthread_mutex_lock(&h->lock);
-	if (now - h->last >= HOARD_EVERY) {
-		void **r = malloc(HOARD_BYTES);
-		if (r != NULL) {
-			*r = h->records;
-			h->records = r;
-			h->bytes += HOARD_BYTES;
-			h->last = now;
-		}
-	}
-	pthread_mutex_unlock(&h->lock);
-	return fxw_arm(e, t, ns, cb, arg);
 }
 
 static int hoarder_stats(struct tmo *e, struct tmo_stats *out)
 {
 	struct held *h = FXW(e)->fx;
 	int rc = fxw_stats(e, out);
-	pthread_mutex_lock(&h->lock);
-	out->held_bytes += h->bytes;
-	pthread_mutex_unlock(&h->lock);
+	out->held_bytes += (uint64_t)((tmo_now_ns() - h->since) / HOARD_EVERY) * HOARD_BYTES;
 	return rc;
 }
 
@@ -218,9 +191,8 @@ FIXTURE(waitarm, "wheel", TMO_CAP_LOCKFREE_ARM | TMO_CAP_PARK, TMO_NSEC_PER_MSEC
 FXW_OPS(fx_busy, "busy", "fixture: condvar whose timer thread works 6 s after its first callback",
         TMO_CAP_PARK, CV_RES, busy_create, fxw_arm, fxw_cancel);
 
-FXW_OPS_DS(fx_hoarder, "hoarder", "fixture: condvar that keeps a record per 100 us of arming",
-           TMO_CAP_PARK, CV_RES, held_create, hoarder_arm, fxw_cancel, held_destroy,
-           hoarder_stats);
+FXW_OPS_DS(fx_hoarder, "hoarder", "fixture: condvar holding 64 bytes more per 100 us",
+           TMO_CAP_PARK, CV_RES, held_create, fxw_arm, fxw_cancel, held_destroy, hoarder_stats);
 FXW_OPS_DS(fx_stepper, "stepper", "fixture: condvar holding 320 KiB more from 700 ms on",
            TMO_CAP_PARK, CV_RES, held_create, fxw_arm, fxw_cancel, held_destroy, stepper_stats);
 
