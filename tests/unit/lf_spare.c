@@ -187,25 +187,12 @@ static void *hold_loop(void *arg)
 	return NULL;
 }
 
-static uint64_t stolen(struct tmo *e)
+/* The core's test view of e, for one of its counters. */
+static struct lf_debug debug_of(struct tmo *e)
 {
 	struct lf_debug d;
 	tmo__lf_debug(e, &d);
-	return d.stolen;
-}
-
-static uint64_t trim_runs(struct tmo *e)
-{
-	struct lf_debug d;
-	tmo__lf_debug(e, &d);
-	return d.trim_runs;
-}
-
-static uint64_t home_count(struct tmo *e)
-{
-	struct lf_debug d;
-	tmo__lf_debug(e, &d);
-	return d.home_count;
+	return d;
 }
 
 struct taker {
@@ -260,12 +247,12 @@ static void test_stolen(void)
 	/* one ring arm, stolen (filed in the timer thread's base), cancelled:
 	 * the timer thread frees its node onto this thread's home */
 	struct tmo_timer t = TMO_TIMER_INIT;
-	uint64_t h0 = home_count(e), trims0 = trim_runs(e);
+	struct lf_debug d0 = debug_of(e);
 	CHECK_EQ(tmo_arm(e, &t, 60 * SEC, no_cb, NULL), 0);
 	struct taker x = {.e = e, .node = node_of(&t)};
 	CHECK(ET_WAIT_UNTIL(in_tt(e, &t), 30 * SEC));
 	CHECK_EQ(tmo_cancel(e, &t), TMO_CANCEL_PREVENTED);
-	int home = ET_WAIT_UNTIL(home_count(e) > h0, 30 * SEC);
+	int home = ET_WAIT_UNTIL(debug_of(e).home_count > d0.home_count, 30 * SEC);
 	/* another thread's arms do not get it; this thread's next do */
 	pthread_t th;
 	CHECK_EQ(pthread_create(&th, NULL, take_nodes, &x), 0);
@@ -277,7 +264,7 @@ static void test_stolen(void)
 	       "%d arms took it %d times, this thread's next %d arms %d times\n",
 	       home ? "went to" : "did not reach", 4 * LF_CACHE_MAX, other, 4 * LF_CACHE_MAX,
 	       x.got);
-	CHECK_EQ(trim_runs(e), trims0); /* the ticker kept the trimmer out */
+	CHECK_EQ(debug_of(e).trim_runs, d0.trim_runs); /* the ticker kept the trimmer out */
 	CHECK(home);
 	CHECK_EQ(other, 0);
 	CHECK_EQ(x.got, 1);
@@ -300,12 +287,12 @@ static void test_stolen_pages(void)
 	static struct holder h[2];
 	pthread_t th[2];
 	atomic_store(&stop, 0);
-	uint64_t s0 = stolen(e);
+	uint64_t s0 = debug_of(e).stolen;
 	for (int k = 0; k < 2; k++) {
 		h[k] = (struct holder){.e = e, .stop = &stop};
 		CHECK_EQ(pthread_create(&th[k], NULL, hold_loop, &h[k]), 0);
 	}
-	int reached = ET_WAIT_UNTIL(stolen(e) - s0 >= STEALS, 120 * SEC);
+	int reached = ET_WAIT_UNTIL(debug_of(e).stolen - s0 >= STEALS, 120 * SEC);
 	atomic_store(&stop, 1);
 	for (int k = 0; k < 2; k++)
 		CHECK_EQ(pthread_join(th[k], NULL), 0);
@@ -323,7 +310,7 @@ static void test_stolen_pages(void)
 	printf("  two threads held %d timers each through %llu and %llu pairs, %llu ring arms "
 	       "stolen: %d of %d pages hold both threads' held nodes (reported)\n",
 	       HOLD, (unsigned long long)h[0].pairs, (unsigned long long)h[1].pairs,
-	       (unsigned long long)(stolen(e) - s0), shared, pages);
+	       (unsigned long long)(debug_of(e).stolen - s0), shared, pages);
 	CHECK_EQ(h[0].bad + h[1].bad, 0);
 	for (int k = 0; k < 2; k++)
 		CHECK_EQ(cancel_all(e, h[k].ts, HOLD), 0);
