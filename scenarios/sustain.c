@@ -264,10 +264,10 @@ static void sus_sample_and_stop(struct sus_ctx *c)
 	int64_t next_print = 0;
 	c->t0 = sk_now_ns();
 	while (c->ns < c->nsamples_max) {
-		int64_t at = c->t0 + (int64_t)(c->ns + 1) * c->period;
-		if (c->ns > 0 && at < c->t0 + c->smp[c->ns - 1].t_ns + c->period)
-			at = c->t0 + c->smp[c->ns - 1].t_ns + c->period;
-		sk_wait_until(at);
+		int64_t at = (int64_t)(c->ns + 1) * c->period; /* from t0 */
+		if (c->ns > 0 && at < c->smp[c->ns - 1].t_ns + c->period)
+			at = c->smp[c->ns - 1].t_ns + c->period;
+		sk_wait_until(c->t0 + at);
 		sus_take(c->e, c->t0, c->rss0, &c->smp[c->ns]);
 		if (c->smp[c->ns].t_ns >= next_print) {
 			sus_print("load", &c->smp[c->ns]);
