@@ -98,8 +98,10 @@ struct lf_node *tmo__lf_depot_take_all(struct tmo *e)
 {
 	struct lf_pool *p = &e->pool;
 	uint64_t w = atomic_load_explicit(&p->depot, memory_order_acquire);
+	/* acq_rel: a pop that reads the emptied word sees the trim's
+	 * allowance (pool.c, may_grow) */
 	while (!atomic_compare_exchange_weak_explicit(&p->depot, &w, depot_word(e, w, NULL),
-	                                              memory_order_acquire,
+	                                              memory_order_acq_rel,
 	                                              memory_order_acquire))
 		;
 	return (uint32_t)w != 0 ? lf_node_at(e, (uint32_t)w - 1) : NULL;
@@ -312,7 +314,11 @@ struct lf_node *tmo__lf_cache_refill(struct tmo *e, struct lf_rec *r, int *err)
 		if ((c = tmo__lf_pool_grow(e, want, &count, err)) != NULL) {
 			if (own)
 				r->grow_pages = want < GROW_PAGES_MAX ? 2 * want : GROW_PAGES_MAX;
-		} else if (*err != TMO_EAGAIN || (c = spare_steal(e, r, &count)) == NULL)
+		} else if (*err != TMO_EAGAIN ||
+		           /* a trim that held the depot has ended since (pool.c,
+		            * may_grow): its nodes are back */
+		           ((c = depot_pop(e, &count)) == NULL &&
+		            (c = spare_steal(e, r, &count)) == NULL))
 			return NULL;
 	}
 	count = chain_trim(e, r, c, count);

@@ -34,6 +34,9 @@ extern tmo__lf_hook_fn *_Atomic tmo__lf_hook_pair;
  * its publication (trim.c, its arrays allocated; fire.c, the due arrays
  * resized), holding the engine's mem_lock (lf.h). */
 extern tmo__lf_hook_fn *_Atomic tmo__lf_hook_mem;
+/* The timer thread in a trim, holding every node the depot had (trim.c,
+ * trim_pages: taken, sorted by page, not yet pushed back). */
+extern tmo__lf_hook_fn *_Atomic tmo__lf_hook_trim;
 /* A fork's prepare handler (rec.c, Fork) found an engine's mem_lock held
  * and is about to wait for it.  Called on the forking thread. */
 extern tmo__lf_hook_fn *_Atomic tmo__lf_hook_fork_wait;

@@ -283,6 +283,10 @@ struct lf_pool {
 	/* 1: a producer woke the sleeping timer thread to trim (depot.c); the
 	 * trim clears it */
 	_Atomic int trim_asked;
+	/* pages refills may still grow past the soft bound while a trim
+	 * holds the depot's nodes of pages it may give back (trim.c; pool.c,
+	 * may_grow); 0 otherwise */
+	_Atomic uint32_t trim_grow;
 };
 
 struct tmo {

@@ -4,6 +4,7 @@
  */
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "depot.h"
 #include "trim.h"
@@ -20,26 +21,83 @@ static void loose_collect(struct tmo *e)
 	}
 }
 
-/* Empty the depot into buckets by page: by_page[pg] lists page pg's free
- * nodes, free_in[pg] of them; nodes of pages populated after hwm was read go
- * to *late (*late_n of them).  Returns the number of nodes taken. */
-static uint64_t bucket_by_page(struct tmo *e, uint32_t hwm, uint8_t *free_in,
-                               struct lf_node **by_page, struct lf_node **late, uint32_t *late_n)
+/* A node in one of these states is in use; a free node keeps the state
+ * it left in (FREE after a fire, CANCELLED, CANCEL_PENDING or DROPPED
+ * after a cancel), and so may one in use (a cancelled arm in a ring, or
+ * on its way to the timer thread). */
+static inline int in_use(uint64_t s)
+{
+	unsigned st = lf_st_of(s);
+	return st == LF_RING || st == LF_QUEUED || st == LF_IN_STRUCT || st == LF_FIRING;
+}
+
+/* Pages that may be wholly free (cand[pg] = 1): no node of the page reads
+ * in use.  Only these can be given back; whether one is, the nodes the
+ * trim holds tell (bucket_by_page), so a node taken from a cache meanwhile
+ * keeps its page.  Pages
+ * given back earlier are not resident (mincore) and are not read: a read
+ * would map them again.  Returns their count. */
+static uint32_t candidates(struct tmo *e, uint32_t hwm, uint8_t *cand)
+{
+	size_t bytes = (size_t)hwm * PAGE_BYTES;
+	long os = sysconf(_SC_PAGESIZE);
+	unsigned char *vec = NULL;
+	if (os >= (long)PAGE_BYTES && (vec = tmo__malloc((bytes + (size_t)os - 1) / (size_t)os)) != NULL &&
+	    mincore(e->pool.arena, bytes, vec) != 0) {
+		tmo__free(vec); /* read them all */
+		vec = NULL;
+	}
+	uint32_t n = 0;
+	for (uint32_t pg = 0; pg < hwm; pg++) {
+		if (vec != NULL && !(vec[(size_t)pg * PAGE_BYTES / (size_t)os] & 1))
+			continue;
+		uint32_t i = 0;
+		while (i < PAGE_NODES &&
+		       !in_use(atomic_load_explicit(&lf_node_at(e, pg * PAGE_NODES + i)->state,
+		                                    memory_order_relaxed)))
+			i++;
+		cand[pg] = i == PAGE_NODES;
+		n += cand[pg];
+	}
+	tmo__free(vec);
+	return n;
+}
+
+/* Empty the depot into buckets by page: by_page[pg] lists candidate page
+ * pg's free nodes, free_in[pg] of them; the nodes of other pages (and of
+ * pages populated after hwm was read) go back to the depot as they are
+ * met, in chains of LF_CHAIN, *back of them: a refill meanwhile finds
+ * them.  Returns the number of nodes taken. */
+static uint64_t bucket_by_page(struct tmo *e, uint32_t hwm, const uint8_t *cand, uint8_t *free_in,
+                               struct lf_node **by_page, uint64_t *back)
 {
 	uint64_t taken = 0;
+	struct lf_node *chain = NULL;
+	uint32_t chain_n = 0;
 	for (struct lf_node *c = tmo__lf_depot_take_all(e), *next_chain; c != NULL; c = next_chain) {
 		next_chain = lf_chain_next(c);
 		for (struct lf_node *n = c, *next; n != NULL; n = next, taken++) {
 			next = n->free_next;
 			uint32_t pg = page_of(e, n);
-			struct lf_node **list = pg < hwm ? &by_page[pg] : late;
-			n->free_next = *list;
-			*list = n;
-			if (pg < hwm)
+			if (pg < hwm && cand[pg]) {
+				n->free_next = by_page[pg];
+				by_page[pg] = n;
 				free_in[pg]++;
-			else
-				(*late_n)++;
+				continue;
+			}
+			n->free_next = chain;
+			chain = n;
+			if (++chain_n == LF_CHAIN) {
+				tmo__lf_depot_push(e, chain, chain_n);
+				*back += chain_n;
+				chain = NULL;
+				chain_n = 0;
+			}
 		}
+	}
+	if (chain != NULL) {
+		tmo__lf_depot_push(e, chain, chain_n);
+		*back += chain_n;
 	}
 	return taken;
 }
@@ -80,29 +138,33 @@ static void trim_pages(struct tmo *e)
 {
 	struct lf_pool *p = &e->pool;
 	uint32_t hwm = atomic_load_explicit(&p->hwm_pages, memory_order_acquire);
-	uint8_t *free_in = tmo__calloc(hwm, 1);
+	uint8_t *free_in = tmo__calloc(hwm, 1), *cand = tmo__calloc(hwm, 1);
 	struct lf_node **by_page = tmo__calloc(hwm, sizeof *by_page);
-	if (free_in == NULL || by_page == NULL) {
-		tmo__free(free_in);
-		tmo__free(by_page);
-		return; /* try again next time */
-	}
+	if (free_in == NULL || cand == NULL || by_page == NULL)
+		goto out; /* try again next time */
 	LF_HOOK(mem, e);
-	struct lf_node *late = NULL;
-	uint32_t late_n = 0;
-	uint64_t taken = bucket_by_page(e, hwm, free_in, by_page, &late, &late_n);
+	/* No page can be given back: the depot is not taken at all. */
+	uint32_t cand_pages = candidates(e, hwm, cand);
+	if (cand_pages == 0)
+		goto out;
+	/* before the take (its CAS releases it): a refill that finds the depot
+	 * emptied by it may grow by what the trim holds (pool.c, may_grow) */
+#ifdef TMO_LF_PLANT_TRIM_SMALL /* tests/hooked/lf_trim_hold.c must catch it */
+	cand_pages = cand_pages < 2 * GROW_PAGES_MIN ? cand_pages : 2 * GROW_PAGES_MIN;
+#endif
+	atomic_store_explicit(&p->trim_grow, cand_pages, memory_order_relaxed);
+	uint64_t kept = 0, gave = 0;
+	uint64_t taken = bucket_by_page(e, hwm, cand, free_in, by_page, &kept);
+	LF_HOOK(trim, e);
 	atomic_fetch_sub_explicit(&p->depot_nodes, taken, memory_order_relaxed);
 
 	/* Give back runs of wholly free pages; chain the rest page by page,
 	 * highest first, so the lowest are taken first: live and cached nodes
 	 * gather in low pages, and the pages above come free together. */
-	uint64_t kept = late_n, gave = 0;
-	if (late != NULL)
-		tmo__lf_depot_push(e, late, late_n); /* may exceed LF_CHAIN: fine */
 	/* The free nodes of pages that stay anyway (a node in use or in a
-	 * cache pins its page) count first: wholly free pages are kept only
-	 * to make up TRIM_KEEP (an idle thread's cache pinned five to eight
-	 * pages beside two kept wholly free ones). */
+	 * cache pins its page; those pushed back above) count first: wholly
+	 * free pages are kept only to make up TRIM_KEEP (an idle thread's
+	 * cache pinned five to eight pages beside two kept wholly free ones). */
 	for (uint32_t pg = 0; pg < hwm; pg++)
 		if (free_in[pg] != PAGE_NODES)
 			kept += free_in[pg];
@@ -123,8 +185,12 @@ static void trim_pages(struct tmo *e)
 	for (uint32_t pg = hwm; pg-- > 0;)
 		if (by_page[pg] != NULL)
 			tmo__lf_depot_push(e, by_page[pg], free_in[pg]);
+	/* after the pushes: a refill that reads 0 here finds them */
+	atomic_store_explicit(&p->trim_grow, 0, memory_order_release);
 	atomic_fetch_add_explicit(&p->trimmed_pages, gave, memory_order_relaxed);
+out:
 	tmo__free(free_in);
+	tmo__free(cand);
 	tmo__free(by_page);
 }
 

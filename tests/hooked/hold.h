@@ -18,7 +18,7 @@
 #include "lf/lf.h"
 #include "lf/pool.h"
 
-enum { HOLD_NONE, HOLD_TRANSIT, HOLD_ROUND, HOLD_OWNER_IN, HOLD_MEM };
+enum { HOLD_NONE, HOLD_TRANSIT, HOLD_ROUND, HOLD_OWNER_IN, HOLD_MEM, HOLD_TRIM };
 static atomic_int hold, held, release;
 static _Thread_local int owner_thread = 0;
 
@@ -32,7 +32,7 @@ static inline void hold_at(int point)
 		et_sleep_ns(100 * TMO_NSEC_PER_USEC);
 }
 /* The hooks (tmo__lf_hook_transit, tmo__lf_hook_owner_in, tmo__lf_hook_round,
- * tmo__lf_hook_mem). */
+ * tmo__lf_hook_mem, tmo__lf_hook_trim). */
 static inline void hold_transit(struct tmo *e)
 {
 	(void)e;
@@ -54,6 +54,11 @@ static inline void hold_mem(struct tmo *e)
 {
 	(void)e;
 	hold_at(HOLD_MEM);
+}
+static inline void hold_trim(struct tmo *e)
+{
+	(void)e;
+	hold_at(HOLD_TRIM);
 }
 static inline void hold_reset(void)
 {

@@ -60,6 +60,15 @@ set(tmo_hooked_regex_lf_step_lo "before: 1 of 1 arms fired early")
 set(tmo_hooked_plants_lf_fork mem=TMO_LF_PLANT_FORK_MEM)
 set(tmo_hooked_regex_lf_fork_mem
     "trim/mpsc: the child's destroy left.*trim/wheel: the child's destroy left.*due/mpsc: the child's destroy left.*due/wheel: the child's destroy left")
+#   lf_trim_hold  refuse: TMO_LF_PLANT_TRIM_REFUSE, growth past the soft
+#             bound refused while a trim holds the depot (pool.c, may_grow);
+#             small: TMO_LF_PLANT_TRIM_SMALL, a fixed allowance of 8 pages.
+set(tmo_hooked_plants_lf_trim_hold refuse=TMO_LF_PLANT_TRIM_REFUSE
+    small=TMO_LF_PLANT_TRIM_SMALL)
+set(tmo_hooked_regex_lf_trim_hold_refuse
+    "trim_hold/mpsc: the arm was refused.*trim_hold/wheel: the arm was refused")
+set(tmo_hooked_regex_lf_trim_hold_small
+    "trim_hold/mpsc: .* 512 accepted, then TMO_EAGAIN.*trim_hold/wheel: .* 512 accepted, then TMO_EAGAIN")
 set(tmo_hooked_plants_lf_lock other=TMO_LF_PLANT_LOCK_OTHER)
 set(tmo_hooked_regex_lf_lock_other
     "P was taken out of its base while its owner held|ThreadSanitizer: data race")
