@@ -34,15 +34,15 @@ static inline int in_use(uint64_t s)
 /* Pages that may be wholly free (cand[pg] = 1): no node of the page reads
  * in use.  Only these can be given back; whether one is, the nodes the
  * trim holds tell (bucket_by_page), so a node taken from a cache meanwhile
- * keeps its page.  Pages
- * given back earlier are not resident (mincore) and are not read: a read
- * would map them again.  Returns their count. */
+ * keeps its page.  Pages given back earlier are not resident (mincore) and
+ * are not read: a read would map them again.  Returns their count. */
 static uint32_t candidates(struct tmo *e, uint32_t hwm, uint8_t *cand)
 {
 	size_t bytes = (size_t)hwm * PAGE_BYTES;
 	long os = sysconf(_SC_PAGESIZE);
 	unsigned char *vec = NULL;
-	if (os >= (long)PAGE_BYTES && (vec = tmo__malloc((bytes + (size_t)os - 1) / (size_t)os)) != NULL &&
+	if (os >= (long)PAGE_BYTES &&
+	    (vec = tmo__malloc((bytes + (size_t)os - 1) / (size_t)os)) != NULL &&
 	    mincore(e->pool.arena, bytes, vec) != 0) {
 		tmo__free(vec); /* read them all */
 		vec = NULL;
