@@ -59,10 +59,9 @@ static inline int tp_arm(struct tp_ctx *c, struct tmo_timer *t, int64_t timeout)
  * has none to judge but a node already gone (cancel: fired). */
 #define TP_INLINE static inline __attribute__((always_inline))
 
-TP_INLINE int op_arm(struct tp_ctx *c, enum tp_on on, struct tmo_timer *ts, uint32_t k,
-                     int64_t timeout)
+TP_INLINE int op_arm(struct tp_ctx *c, struct tp_ds *d, enum tp_on on, struct tmo_timer *ts,
+                     uint32_t k, int64_t timeout)
 {
-	struct tp_ds *d = c->ds;
 	if (on == TP_ENGINE)
 		return tp_arm(c, &ts[k], timeout);
 	if (on == TP_WHEEL) {
@@ -74,9 +73,9 @@ TP_INLINE int op_arm(struct tp_ctx *c, enum tp_on on, struct tmo_timer *ts, uint
 	return tmo__heap_push(&d->heap, &d->hn[k], d->now + timeout);
 }
 
-TP_INLINE int op_cancel(struct tp_ctx *c, enum tp_on on, struct tmo_timer *ts, uint32_t k)
+TP_INLINE int op_cancel(struct tp_ctx *c, struct tp_ds *d, enum tp_on on, struct tmo_timer *ts,
+                        uint32_t k)
 {
-	struct tp_ds *d = c->ds;
 	if (on == TP_ENGINE)
 		return tmo_cancel(c->e, &ts[k]);
 	if (on == TP_WHEEL) {
@@ -98,9 +97,8 @@ TP_INLINE int op_cancel(struct tp_ctx *c, enum tp_on on, struct tmo_timer *ts, u
 }
 
 /* Before each batch: the structure's clock (and the wheel's turn). */
-TP_INLINE void op_batch(struct tp_ctx *c, enum tp_on on, int64_t now)
+TP_INLINE void op_batch(struct tp_ds *d, enum tp_on on, int64_t now)
 {
-	struct tp_ds *d = c->ds;
 	if (on == TP_ENGINE)
 		return;
 	d->now = now;
@@ -115,13 +113,13 @@ TP_INLINE void op_batch(struct tp_ctx *c, enum tp_on on, int64_t now)
 /* The seed loop body: the op a Ruby `Timeout.timeout(1) { }` costs. */
 TP_INLINE void seed_op(struct tp_ctx *c, enum tp_on on, struct tmo_timer *ts)
 {
-	int rc = op_arm(c, on, ts, 0, TMO_NSEC_PER_SEC);
+	int rc = op_arm(c, c->ds, on, ts, 0, TMO_NSEC_PER_SEC);
 	if (rc != 0) {
 		tp_error(c, &c->arm_errors, rc);
 		return;
 	}
 	__asm__ volatile("" ::: "memory"); /* the empty block */
-	rc = op_cancel(c, on, ts, 0);
+	rc = op_cancel(c, c->ds, on, ts, 0);
 	if (rc != TMO_CANCEL_PREVENTED)
 		tp_error(c, &c->cancel_errors, rc);
 }
@@ -131,7 +129,7 @@ TP_INLINE void seed_loop(sk_gb_state *st, struct tp_ctx *c, enum tp_on on, struc
 {
 	while (sk_gb_keep_running_batch(st, BATCH)) {
 		if (on != TP_ENGINE)
-			op_batch(c, on, tmo_now_ns());
+			op_batch(c->ds, on, tmo_now_ns());
 		for (int i = 0; i < BATCH; i++)
 			seed_op(c, on, ts);
 	}
@@ -183,11 +181,11 @@ void bench_seed(sk_gb_state *st, void *arg)
 }
 
 /* Cancel the oldest held timer (it was armed `now - at` ago). */
-TP_INLINE void held_cancel_oldest(struct tp_ctx *c, enum tp_on on, struct tp_held *h,
-                                  int64_t now)
+TP_INLINE void held_cancel_oldest(struct tp_ctx *c, struct tp_ds *d, enum tp_on on,
+                                  struct tp_held *h, int64_t now)
 {
 	uint32_t k = (uint32_t)(h->tail++ % HELD_RING);
-	int rc = op_cancel(c, on, h->t, k);
+	int rc = op_cancel(c, d, on, h->t, k);
 	if (rc != TMO_CANCEL_PREVENTED)
 		tp_error(c, &c->cancel_errors, rc);
 	h->hold_ns_sum += (double)(now - h->at[k]);
@@ -215,7 +213,7 @@ static __attribute__((noinline)) int held_arm_refused(struct tp_ctx *c, struct t
 	}
 	long long n = 0;
 	while (rc == TMO_EAGAIN && h->head - 1 > h->tail) {
-		held_cancel_oldest(c, TP_ENGINE, h, now);
+		held_cancel_oldest(c, NULL, TP_ENGINE, h, now);
 		n++;
 		rc = tmo_arm(c->e, &h->t[k], TMO_NSEC_PER_SEC, tp_cb, c);
 	}
@@ -223,31 +221,32 @@ static __attribute__((noinline)) int held_arm_refused(struct tp_ctx *c, struct t
 	return rc == TMO_EAGAIN ? tp_arm_again(c, &h->t[k], TMO_NSEC_PER_SEC, REFUSED_MAX_NS) : rc;
 }
 
-TP_INLINE int held_arm(struct tp_ctx *c, enum tp_on on, struct tp_held *h, uint32_t k,
-                       int64_t now)
+TP_INLINE int held_arm(struct tp_ctx *c, struct tp_ds *d, enum tp_on on, struct tp_held *h,
+                       uint32_t k, int64_t now)
 {
 	if (on != TP_ENGINE)
-		return op_arm(c, on, h->t, k, TMO_NSEC_PER_SEC);
+		return op_arm(c, d, on, h->t, k, TMO_NSEC_PER_SEC);
 	int rc = tmo_arm(c->e, &h->t[k], TMO_NSEC_PER_SEC, tp_cb, c);
 	return __builtin_expect(rc == TMO_EAGAIN, 0) ? held_arm_refused(c, h, k, now) : rc;
 }
 
 /* Each iteration arms one timer and cancels those armed at least HELD_NS
  * ago: in the steady state one arm and one cancel. */
-TP_INLINE void held_loop(sk_gb_state *st, struct tp_ctx *c, enum tp_on on, struct tp_held *h)
+TP_INLINE void held_loop(sk_gb_state *st, struct tp_ctx *c, struct tp_ds *d, enum tp_on on,
+                         struct tp_held *h)
 {
 	h->head = h->tail = 0;
 	h->capped = 0;
 	while (sk_gb_keep_running_batch(st, BATCH)) {
 		int64_t now = tmo_now_ns();
-		op_batch(c, on, now);
+		op_batch(d, on, now);
 		for (int i = 0; i < BATCH; i++) {
 			while (h->head - h->tail >= HELD_RING ||
 			       (h->head > h->tail && now - h->at[h->tail % HELD_RING] >= HELD_NS))
-				held_cancel_oldest(c, on, h, now);
+				held_cancel_oldest(c, d, on, h, now);
 			uint32_t k = (uint32_t)(h->head++ % HELD_RING);
 			h->at[k] = now;
-			int rc = held_arm(c, on, h, k, now);
+			int rc = held_arm(c, d, on, h, k, now);
 			if (rc != 0) {
 				tp_error(c, &c->arm_errors, rc);
 				h->head--;
@@ -256,7 +255,7 @@ TP_INLINE void held_loop(sk_gb_state *st, struct tp_ctx *c, enum tp_on on, struc
 	}
 	int64_t now = tmo_now_ns(); /* the loop has ended: this is not timed */
 	while (h->head > h->tail)
-		held_cancel_oldest(c, on, h, now);
+		held_cancel_oldest(c, d, on, h, now);
 	sk_gb_items_processed(st, (int64_t)sk_gb_max_iterations(st));
 }
 
@@ -265,14 +264,14 @@ void bench_held(sk_gb_state *st, void *arg)
 	struct tp_ctx *c = arg;
 	if (tp_on_loop(st, c, 1))
 		return;
-	held_loop(st, c, TP_ENGINE, &c->held[sk_gb_thread_index(st)]);
+	held_loop(st, c, NULL, TP_ENGINE, &c->held[sk_gb_thread_index(st)]);
 }
 
 static void tp_loop_body(void *arg)
 {
 	struct tp_loop_call *call = arg;
 	if (call->held)
-		held_loop(call->st, call->c, TP_ENGINE, &call->c->held[0]);
+		held_loop(call->st, call->c, NULL, TP_ENGINE, &call->c->held[0]);
 	else
 		seed_loop(call->st, call->c, TP_ENGINE, &call->c->slots[0].t);
 }
@@ -290,15 +289,18 @@ void bench_ds_seed(sk_gb_state *st, void *arg)
 		seed_loop(st, c, TP_HEAP, NULL);
 }
 
+/* At two threads (the machine's ceiling for the engine's held case at
+ * two: nothing shared), the second thread drives a structure of its own. */
 void bench_ds_held(sk_gb_state *st, void *arg)
 {
 	struct tp_ctx *c = arg;
-	if (c->ds->kind == TP_WHEEL)
-		held_loop(st, c, TP_WHEEL, &c->ds->held);
-	else if (c->ds->kind == TP_NEAR_FAR)
-		held_loop(st, c, TP_NEAR_FAR, &c->ds->held);
+	struct tp_ds *d = sk_gb_thread_index(st) == 0 ? c->ds : c->ds2;
+	if (d->kind == TP_WHEEL)
+		held_loop(st, c, d, TP_WHEEL, &d->held);
+	else if (d->kind == TP_NEAR_FAR)
+		held_loop(st, c, d, TP_NEAR_FAR, &d->held);
 	else
-		held_loop(st, c, TP_HEAP, &c->ds->held);
+		held_loop(st, c, d, TP_HEAP, &d->held);
 }
 
 void bench_empty(sk_gb_state *st, void *arg)

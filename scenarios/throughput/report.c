@@ -50,7 +50,7 @@ static double tp_summarize(const struct sk_run *run, const struct tp_figs *figs,
  * the engine's time per pair over the structure's, same loop, same run.
  * No rows for an engine without one (its end-table cells say "-"). */
 static void tp_report_ds(const struct sk_run *run, const struct tp_figs *figs, int ninst,
-                         double seed, double held_one, const double *live)
+                         double seed, double held_one, double held_two, const double *live)
 {
 	int any = 0;
 	for (int i = 0; i < ninst; i++)
@@ -70,6 +70,19 @@ static void tp_report_ds(const struct sk_run *run, const struct tp_figs *figs, i
 	       "%s it; held 1 ms %s pairs/s, the engine %s its time per pair\n",
 	       tp_fmt(nb[0], s_seed, "%.1f"), tp_fmt(nb[1], seed / s_seed, "%.2fx"),
 	       tp_fmt(nb[2], s_held, "%.3g"), tp_fmt(nb[3], s_held / held_one, "%.2fx"));
+	/* At two threads, each its own structure: the machine's ceiling for
+	 * the engine's 2 threads / 1 (a VM's vCPUs may differ, docs/harness.md). */
+	int two = 0;
+	for (int i = 0; i < ninst; i++)
+		two |= !isnan(figs[i].ds_held2_s);
+	if (two) {
+		double s_held2 = tp_summarize(run, figs, ninst, FIG(ds_held2_s),
+		                              "structure_held_pairs_per_s", "pairs/s", "threads=2");
+		printf("structure alone at two threads, each its own: held 1 ms %s pairs/s, 2 threads / "
+		       "1 %s (the engine's %s)\n",
+		       tp_fmt(nb[0], s_held2, "%.3g"), tp_fmt(nb[1], s_held2 / s_held, "%.2fx"),
+		       tp_fmt(nb[2], held_two / held_one, "%.2fx"));
+	}
 	char param[64];
 	for (int li = 0; li < 3; li++) {
 		size_t n = (size_t)sk_scaled(tp_lives[li]);
@@ -98,7 +111,7 @@ void tp_report(const struct sk_run *run, const struct tp_figs *figs, int ninst,
 	       tp_fmt(nb[0], seed, "%.1f"), ninst, ninst > 1 ? "s" : "", tp_fmt(nb[1], empty, "%.2f"),
 	       tp_fmt(nb[2], floor_ns, "%.2f"), tp_fmt(nb[3], seed / floor_ns, "%.1fx"));
 	char param[64];
-	double one = NAN, held_one = NAN;
+	double one = NAN, held_one = NAN, held_two = NAN;
 	for (int t = 1; t <= nthreads; t++) {
 		snprintf(param, sizeof param, "threads=%d", t);
 		double ops_s = tp_summarize(run, figs, ninst, FIG(ops_s[t]), "ops_per_s", "ops/s", param);
@@ -108,6 +121,8 @@ void tp_report(const struct sk_run *run, const struct tp_figs *figs, int ninst,
 			one = ops_s;
 			held_one = held;
 		}
+		if (t == 2)
+			held_two = held;
 		printf("threads=%d: seed %s ops/s aggregate (%s one thread); held 1 ms %s "
 		       "pairs/s (%s)\n",
 		       t, tp_fmt(nb[0], ops_s, "%.3g"), tp_fmt(nb[1], ops_s / one, "%.2fx"),
@@ -127,7 +142,7 @@ void tp_report(const struct sk_run *run, const struct tp_figs *figs, int ninst,
 		snprintf(param, sizeof param, "live=%zu", (size_t)sk_scaled(tp_lives[li]));
 		live[li] = tp_summarize(run, figs, ninst, FIG(live_ns[li]), "live_ns_per_op", "ns", param);
 	}
-	tp_report_ds(run, figs, ninst, seed, held_one, live);
+	tp_report_ds(run, figs, ninst, seed, held_one, held_two, live);
 }
 
 /* The seed benchmark per engine against the in-run floor, the engine's

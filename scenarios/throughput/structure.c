@@ -98,6 +98,16 @@ short_of_memory:
 	return NULL;
 }
 
+/* 1 (a violation, reported) when d (or NULL) handed out nodes as due. */
+int tp_ds_fired(const struct sk_run *run, const struct tp_ds *d)
+{
+	if (d == NULL || d->fired == 0)
+		return 0;
+	sk_violation(run, "the %s alone handed out %lld nodes as due, none of them due for 1 s or more",
+	             d->name, d->fired);
+	return 1;
+}
+
 void tp_ds_free(struct tp_ds *d)
 {
 	if (d == NULL)

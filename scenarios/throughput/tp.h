@@ -78,6 +78,7 @@ struct tp_ctx {
 	const struct sk_run *run;
 	struct tmo *e;
 	struct tp_ds *ds; /* NULL: the engine has no structure in the tree */
+	struct tp_ds *ds2; /* the second thread's at two threads (or NULL) */
 	struct tp_slot slots[MAX_THREADS];
 	struct tp_held *held; /* per thread */
 	atomic_llong arm_errors, cancel_errors, fired, refused;
@@ -120,6 +121,7 @@ size_t tp_cancel_background(struct tp_ctx *c, struct tmo_timer *bg, size_t n);
  * src/ds/wheel.c; condvar: src/ds/heap.c; mpsc: near/far, src/lf/schedule.c),
  * or NULL when it has none in the tree, or when memory is short (printed). */
 struct tp_ds *tp_ds_new(const struct sk_run *run);
+int tp_ds_fired(const struct sk_run *run, const struct tp_ds *d);
 void tp_ds_free(struct tp_ds *d);
 /* Fill it with n background nodes, the timeouts drawn as
  * tp_arm_background draws them; returns 0 or -1 (out of memory).  Drain
@@ -146,8 +148,9 @@ struct tp_figs {
 	double held_hold_ns;            /* the mean hold, at one thread */
 	double live_ns[3];
 	double refused; /* arms asked again after TMO_EAGAIN, every case */
-	/* the structure alone (NaN: none): seed ns, held pairs/s, live ns */
-	double ds_seed_ns, ds_held_s, ds_live_ns[3];
+	/* the structure alone (NaN: none): seed ns, held pairs/s at one
+	 * thread and at two (each its own), live ns */
+	double ds_seed_ns, ds_held_s, ds_held2_s, ds_live_ns[3];
 };
 
 extern const size_t tp_lives[3];
