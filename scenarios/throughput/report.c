@@ -20,6 +20,12 @@ static const char *tp_fmt(char *buf, double v, const char *f)
 	return buf;
 }
 
+/* The figure at offset (FIG) of one instance's figures. */
+static inline double tp_fig(const struct tp_figs *f, size_t offset)
+{
+	return *(const double *)(const void *)((const char *)f + offset);
+}
+
 /* The median over instances of one figure, with its min and max as rows
  * of their own ("stat=min", "stat=max") when there are several. */
 static double tp_summarize(const struct sk_run *run, const struct tp_figs *figs, int ninst,
@@ -28,7 +34,7 @@ static double tp_summarize(const struct sk_run *run, const struct tp_figs *figs,
 	double v[MAX_INSTANCES];
 	int k = 0;
 	for (int i = 0; i < ninst; i++) {
-		double x = *(const double *)(const void *)((const char *)&figs[i] + offset);
+		double x = tp_fig(&figs[i], offset);
 		if (!isnan(x))
 			v[k++] = x;
 	}
@@ -46,16 +52,22 @@ static double tp_summarize(const struct sk_run *run, const struct tp_figs *figs,
 
 #define FIG(field) offsetof(struct tp_figs, field)
 
+/* Whether any instance measured the figure at offset (not NaN). */
+static int tp_any(const struct tp_figs *figs, int ninst, size_t offset)
+{
+	for (int i = 0; i < ninst; i++)
+		if (!isnan(tp_fig(&figs[i], offset)))
+			return 1;
+	return 0;
+}
+
 /* The structure alone beside the engine: its rows, and "x structure",
  * the engine's time per pair over the structure's, same loop, same run.
  * No rows for an engine without one (its end-table cells say "-"). */
 static void tp_report_ds(const struct sk_run *run, const struct tp_figs *figs, int ninst,
                          double seed, double held_one, double held_two, const double *live)
 {
-	int any = 0;
-	for (int i = 0; i < ninst; i++)
-		any |= !isnan(figs[i].ds_seed_ns) || !isnan(figs[i].ds_held_s);
-	if (!any) {
+	if (!tp_any(figs, ninst, FIG(ds_seed_ns)) && !tp_any(figs, ninst, FIG(ds_held_s))) {
 		printf("structure alone: - (no structure of this engine is in the tree)\n");
 		return;
 	}
@@ -72,10 +84,7 @@ static void tp_report_ds(const struct sk_run *run, const struct tp_figs *figs, i
 	       tp_fmt(nb[2], s_held, "%.3g"), tp_fmt(nb[3], s_held / held_one, "%.2fx"));
 	/* At two threads, each its own structure: the machine's ceiling for
 	 * the engine's 2 threads / 1 (a VM's vCPUs may differ, docs/harness.md). */
-	int two = 0;
-	for (int i = 0; i < ninst; i++)
-		two |= !isnan(figs[i].ds_held2_s);
-	if (two) {
+	if (tp_any(figs, ninst, FIG(ds_held2_s))) {
 		double s_held2 = tp_summarize(run, figs, ninst, FIG(ds_held2_s),
 		                              "structure_held_pairs_per_s", "pairs/s", "threads=2");
 		printf("structure alone at two threads, each its own: held 1 ms %s pairs/s, 2 threads / "

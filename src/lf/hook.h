@@ -34,8 +34,9 @@ extern tmo__lf_hook_fn *_Atomic tmo__lf_hook_pair;
  * its publication (trim.c, its arrays allocated; fire.c, the due arrays
  * resized), holding the engine's mem_lock (lf.h). */
 extern tmo__lf_hook_fn *_Atomic tmo__lf_hook_mem;
-/* The timer thread in a trim, holding every node the depot had (trim.c,
- * trim_pages: taken, sorted by page, not yet pushed back). */
+/* The timer thread in a trim, holding the depot's nodes of the pages it
+ * may give back (trim.c, trim_pages: taken and counted by page, the other
+ * pages' nodes pushed back, these not yet). */
 extern tmo__lf_hook_fn *_Atomic tmo__lf_hook_trim;
 /* A fork's prepare handler (rec.c, Fork) found an engine's mem_lock held
  * and is about to wait for it.  Called on the forking thread. */

@@ -30,8 +30,8 @@
  * more than TRIM_KEEP nodes and some page has no node in use, it takes
  * it: the nodes of other pages go back at once, every page whose 64 nodes
  * it then holds is returned with madvise(MADV_DONTNEED), and the rest go
- * back as chains of one page each, lowest on top (trim.c).  A given-back page reads as
- * zeros; populated again, its nodes start at a generation floor above
+ * back as chains of one page each, lowest on top (trim.c).  A given-back
+ * page reads as zeros; populated again, its nodes start at a generation floor above
  * every generation they used: no stale (index, generation) matches.
  */
 #include <stdlib.h>

@@ -1,12 +1,13 @@
 /*
  * An arm while a trim holds the depot's nodes (src/lf/trim.c: the timer
- * thread, going to sleep, takes every free node of the depot, sorts them
- * by page, gives wholly free pages back and pushes the rest back).  A
- * thread whose cache, spare and home are empty then finds the depot empty;
- * past the pool's soft bound (pool.c, may_grow) growth was refused and
- * the arm answered TMO_EAGAIN, with thousands of free nodes in the pool
- * (a probe on the 2-vCPU AMD EPYC VM: two new threads' first arms after
- * two others had held 10,000 timers each and exited, 2 runs of 6).  Now it
+ * thread, going to sleep, takes the depot, holds the free nodes of pages
+ * it may give back while it counts them by page, gives wholly free pages
+ * back and pushes the rest back).  A thread whose cache, spare and home
+ * are empty then finds the depot empty; past the pool's soft bound
+ * (pool.c, may_grow) growth was refused and the arm answered TMO_EAGAIN,
+ * with thousands of free nodes in the pool (a probe on the 2-vCPU AMD EPYC
+ * VM: two new threads' first arms after two others had held 10,000 timers
+ * each and exited, 8 runs of 40, when the trim held every depot node).  Now it
  * grows by what the trim is about to give back (its candidate pages,
  * trim.c; pool.c, may_grow), and a refill refused after the trim ended
  * looks at the depot again.  Unbounded, the growth swelled mpsc's pool to
