@@ -21,11 +21,18 @@
  * AMD EPYC VM; 1.0-1.45x with spares).  A spare is a stack of chains like
  * the depot but with no tag: its owner alone pushes and pops, and anyone
  * else only takes it whole (an exchange), so the head a pop read cannot
- * come back before its CAS.  Others take it: the trimmer (every spare goes
- * to the depot before a trim, trim.c), a thread that exits (its record's
- * spare, with its cache), and a refill that found the depot empty and the
- * pool unable to grow (the soft bound or the reservation): free nodes in
- * another thread's spare are used before an arm is refused.  The timer
+ * come back before its CAS.  Others take it: the trimmer (trim.c: the
+ * nodes of pages it does not give back go home, to the record they came
+ * from), and a refill that found the depot empty and the pool unable to
+ * grow (the soft bound or the reservation): free nodes in another
+ * thread's spare are used before an arm is refused.  A thread that exits
+ * leaves its cache in its record's spare, and spare and home stay with
+ * the record for the next thread that attaches it.  Through the depot, an
+ * exited thread's nodes and (a trim) a live one's went to whichever
+ * thread refilled next: two threads holding timers, made anew for each
+ * round as Google Benchmark makes them for each run, ran at 62-100 ns a
+ * pair each after the first round against 30-37 in it; now 26-35
+ * (`unit/lf_keep`).  The timer
  * thread keeps no spare: the nodes it frees (fired, or cancelled in its
  * base) are other threads' to use.
  *
@@ -169,20 +176,25 @@ struct lf_rec *tmo__lf_home_of(uintptr_t aux)
 	return NULL;
 }
 
+void tmo__lf_home_give(struct lf_rec *r, struct lf_node *head, struct lf_node *tail,
+                       uint32_t count)
+{
+	/* the count first: home_n never reads below what the list holds */
+	atomic_fetch_add_explicit(&r->home_n, count, memory_order_relaxed);
+	struct lf_node *top = atomic_load_explicit(&r->home, memory_order_relaxed);
+	do
+		tail->free_next = top;
+	while (!atomic_compare_exchange_weak_explicit(&r->home, &top, head, memory_order_release,
+	                                              memory_order_relaxed));
+}
+
 void tmo__lf_tt_free(struct tmo *e, struct lf_node *n)
 {
 	struct lf_rec *home = tmo__lf_home_of(atomic_load_explicit(&n->aux, memory_order_relaxed));
-	if (home == NULL) {
+	if (home == NULL)
 		lf_cache_put(e, e->tt_rec, n);
-		return;
-	}
-	/* the count first: home_n never reads below what the list holds */
-	atomic_fetch_add_explicit(&home->home_n, 1, memory_order_relaxed);
-	struct lf_node *top = atomic_load_explicit(&home->home, memory_order_relaxed);
-	do
-		n->free_next = top;
-	while (!atomic_compare_exchange_weak_explicit(&home->home, &top, n, memory_order_release,
-	                                              memory_order_relaxed));
+	else
+		tmo__lf_home_give(home, n, n, 1);
 }
 
 /* Anyone: take r's whole home list (linked by free_next); *count its
@@ -238,13 +250,22 @@ static void spare_home_give(struct tmo *e, struct lf_rec *r)
 	push_list(e, NULL, home_take(r, &k));
 }
 
-/* Every record's spare and home to the depot (the trimmer, before it
- * trims). */
-void tmo__lf_spares_collect(struct tmo *e)
+struct lf_node *tmo__lf_rec_free_take(struct tmo *e, struct lf_rec *r, uint32_t *count)
 {
-	for (struct lf_rec *r = atomic_load_explicit(&e->recs, memory_order_acquire); r != NULL;
-	     r = atomic_load_explicit(&r->next, memory_order_relaxed))
-		spare_home_give(e, r);
+	*count = 0;
+	if (!spare_of(e, r))
+		return NULL;
+	struct lf_node *list = home_take(r, count);
+	for (struct lf_node *c = spare_take(r), *next; c != NULL; c = next) {
+		next = lf_chain_next(c);
+		struct lf_node *tail = c;
+		while (tail->free_next != NULL)
+			tail = tail->free_next;
+		tail->free_next = list;
+		list = c;
+		*count += c->s.chain_n;
+	}
+	return list;
 }
 
 /* Free nodes in every record's spare and home (tests, the refusal rule). */
@@ -368,6 +389,14 @@ void tmo__lf_cache_spill(struct tmo *e, struct lf_rec *r)
 		atomic_store_explicit(&p->trim_asked, 1, memory_order_relaxed);
 		tmo__lf_wake_for(e, 0);
 	}
+}
+
+void tmo__lf_cache_park(struct tmo *e, struct lf_rec *r)
+{
+	/* to its spare (beyond LF_SPARE_MAX, the depot) */
+	push_list(e, r, r->cache);
+	r->cache = NULL;
+	r->cache_n = 0;
 }
 
 void tmo__lf_cache_return(struct tmo *e, struct lf_rec *r)

@@ -287,6 +287,8 @@ struct lf_pool {
 	 * holds the depot's nodes of pages it may give back (trim.c; pool.c,
 	 * may_grow); 0 otherwise */
 	_Atomic uint32_t trim_grow;
+	/* the most arms found pending at once by a growth (pool.c, may_grow) */
+	_Atomic uint64_t pending_peak;
 };
 
 struct tmo {

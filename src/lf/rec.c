@@ -163,7 +163,7 @@ static void rec_detach(struct tmo *e, struct lf_rec *r)
 			tmo__lf_ring_evict(e, r, w);
 		atomic_store_explicit(&r->ring[i], 0, memory_order_relaxed);
 	}
-	tmo__lf_cache_return(e, r);
+	tmo__lf_cache_park(e, r);
 	pthread_mutex_lock(&e->rec_lock);
 	r->attached = 0;
 	r->next_free = e->free_recs;

@@ -63,6 +63,19 @@ static uint32_t candidates(struct tmo *e, uint32_t hwm, uint8_t *cand)
 	return n;
 }
 
+/* A free node of a candidate page joins its page's bucket: 1; else 0. */
+static inline int bucket_put(struct tmo *e, uint32_t hwm, const uint8_t *cand, uint8_t *free_in,
+                             struct lf_node **by_page, struct lf_node *n)
+{
+	uint32_t pg = page_of(e, n);
+	if (pg >= hwm || !cand[pg])
+		return 0;
+	n->free_next = by_page[pg];
+	by_page[pg] = n;
+	free_in[pg]++;
+	return 1;
+}
+
 /* Empty the depot into buckets by page: by_page[pg] lists candidate page
  * pg's free nodes, free_in[pg] of them; the nodes of other pages (and of
  * pages populated after hwm was read) go back to the depot as they are
@@ -78,13 +91,8 @@ static uint64_t bucket_by_page(struct tmo *e, uint32_t hwm, const uint8_t *cand,
 		next_chain = lf_chain_next(c);
 		for (struct lf_node *n = c, *next; n != NULL; n = next, taken++) {
 			next = n->free_next;
-			uint32_t pg = page_of(e, n);
-			if (pg < hwm && cand[pg]) {
-				n->free_next = by_page[pg];
-				by_page[pg] = n;
-				free_in[pg]++;
+			if (bucket_put(e, hwm, cand, free_in, by_page, n))
 				continue;
-			}
 			n->free_next = chain;
 			chain = n;
 			if (++chain_n == LF_CHAIN) {
@@ -98,6 +106,42 @@ static uint64_t bucket_by_page(struct tmo *e, uint32_t hwm, const uint8_t *cand,
 	if (chain != NULL) {
 		tmo__lf_depot_push(e, chain, chain_n);
 		*back += chain_n;
+	}
+	return taken;
+}
+
+/* Each application record's spare and home, taken whole: the nodes of
+ * candidate pages join the buckets, the others go back to that record
+ * through its home (the timer thread may push onto any home; onto a
+ * spare only its owner pushes), *back of them.  Through the depot they
+ * went to whichever thread refilled next, and two threads holding timers
+ * came to share 128-byte pairs of nodes after a trim (depot.c, Spares).
+ * Returns the number of nodes bucketed. */
+static uint64_t bucket_records(struct tmo *e, uint32_t hwm, const uint8_t *cand,
+                               uint8_t *free_in, struct lf_node **by_page, uint64_t *back)
+{
+	uint64_t taken = 0;
+	for (struct lf_rec *r = atomic_load_explicit(&e->recs, memory_order_acquire); r != NULL;
+	     r = atomic_load_explicit(&r->next, memory_order_relaxed)) {
+		uint32_t count;
+		struct lf_node *keep = NULL, *keep_tail = NULL;
+		uint32_t keep_n = 0;
+		for (struct lf_node *n = tmo__lf_rec_free_take(e, r, &count), *next; n != NULL;
+		     n = next) {
+			next = n->free_next;
+			if (bucket_put(e, hwm, cand, free_in, by_page, n)) {
+				taken++;
+				continue;
+			}
+			n->free_next = keep;
+			keep = n;
+			if (keep_tail == NULL)
+				keep_tail = n;
+			keep_n++;
+		}
+		if (keep != NULL)
+			tmo__lf_home_give(r, keep, keep_tail, keep_n);
+		*back += keep_n;
 	}
 	return taken;
 }
@@ -155,8 +199,9 @@ static void trim_pages(struct tmo *e)
 	atomic_store_explicit(&p->trim_grow, cand_pages, memory_order_relaxed);
 	uint64_t kept = 0, gave = 0;
 	uint64_t taken = bucket_by_page(e, hwm, cand, free_in, by_page, &kept);
-	LF_HOOK(trim, e);
 	atomic_fetch_sub_explicit(&p->depot_nodes, taken, memory_order_relaxed);
+	bucket_records(e, hwm, cand, free_in, by_page, &kept);
+	LF_HOOK(trim, e);
 
 	/* Give back runs of wholly free pages; chain the rest page by page,
 	 * highest first, so the lowest are taken first: live and cached nodes
@@ -200,8 +245,8 @@ void tmo__lf_pool_trim(struct tmo *e)
 	atomic_store_explicit(&p->trim_asked, 0, memory_order_relaxed);
 	loose_collect(e);
 	tmo__lf_cache_return(e, e->tt_rec);
-	tmo__lf_spares_collect(e);
-	if (atomic_load_explicit(&p->depot_nodes, memory_order_relaxed) > TRIM_KEEP) {
+	if (atomic_load_explicit(&p->depot_nodes, memory_order_relaxed) + tmo__lf_spares_count(e) >
+	    TRIM_KEEP) {
 		/* its arrays and a run's record are allocated and freed inside:
 		 * no fork in between (lf.h, mem_lock) */
 		pthread_mutex_lock(&e->mem_lock);

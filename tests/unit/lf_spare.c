@@ -14,8 +14,8 @@
  *    pool cannot grow, a refill takes another thread's spare before it
  *    refuses an arm (without it: TMO_EAGAIN after about 1,000).
  * The timer thread is parked throughout those two (tmo_testing_park): it
- * neither steals ring arms nor trims (a trim takes every spare to the
- * depot), so which node goes where is decided by the threads alone.
+ * neither steals ring arms nor trims (a trim takes every spare), so which
+ * node goes where is decided by the threads alone.
  *  - stolen: the timer thread runs.  This thread arms one timer; once the
  *    timer thread has stolen it (its node filed in the timer thread's
  *    base; a 10 ms ticker keeps the trimmer out) it is cancelled, and its
@@ -48,54 +48,11 @@
 #include "lf/debug.h"
 #include "lf/lf.h"
 #include "lf/pool.h"
+#include "lf_nodes.h"
 #include "tmo/testing.h"
 
 #define N 600
 #define SEC TMO_NSEC_PER_SEC
-
-static void no_cb(struct tmo_timer *t, void *arg)
-{
-	(void)t;
-	(void)arg;
-	abort(); /* 60 s: never due here */
-}
-
-/* The arena index of t's node. */
-static uint32_t node_of(struct tmo_timer *t)
-{
-	return lf_word_idx(atomic_load(lf_timer_word(t)));
-}
-
-struct job {
-	struct tmo *e;
-	struct tmo_timer *ts;
-	int n, armed;
-};
-
-/* Arm j->n timers until one is refused; cancel none. */
-static void *arm_all(void *arg)
-{
-	struct job *j = arg;
-	for (j->armed = 0; j->armed < j->n; j->armed++)
-		if (tmo_arm(j->e, &j->ts[j->armed], 60 * SEC, no_cb, NULL) != 0)
-			break;
-	return NULL;
-}
-
-static void in_thread(struct job *j)
-{
-	pthread_t th;
-	CHECK_EQ(pthread_create(&th, NULL, arm_all, j), 0);
-	CHECK_EQ(pthread_join(th, NULL), 0);
-}
-
-static int cancel_all(struct tmo *e, struct tmo_timer *ts, int n)
-{
-	int bad = 0;
-	for (int i = 0; i < n; i++)
-		bad += tmo_cancel(e, &ts[i]) != TMO_CANCEL_PREVENTED;
-	return bad;
-}
 
 static unsigned char mine[1u << LF_IDX_BITS];
 
@@ -217,7 +174,8 @@ static void *take_nodes(void *arg)
 
 /* Re-arms itself every 10 ms while `ticking`: the timer thread never
  * sleeps the 50 ms before which it trims (a trim takes every spare and
- * home to the depot, where any thread's refill finds them). */
+ * home: a node of a page it may give back goes with the page, or to the
+ * depot, where any thread's refill finds it). */
 static atomic_int ticking, ticks;
 static void tick_cb(struct tmo_timer *t, void *arg)
 {

@@ -5,7 +5,7 @@
  * which spills chains to the thread's spare; a spill that finds the timer
  * thread asleep with more free nodes in the depot and that spare than a
  * trim keeps (TRIM_KEEP) asks it to trim, TRIM_DEFER later (the trim takes
- * every spare to the depot first).  Before, only a depot past 256 woke
+ * every spare and home too).  Before, only a depot past 256 woke
  * it: the tail of a stream of cancels stayed until its next long sleep
  * (the retention scenario read 100-600 free nodes 100 ms after its last
  * batch, 39-72 KiB held).
