@@ -30,9 +30,10 @@
  * the record for the next thread that attaches it.  Through the depot, an
  * exited thread's nodes and (a trim) a live one's went to whichever
  * thread refilled next: two threads holding timers, made anew for each
- * round as Google Benchmark makes them for each run, ran at 62-100 ns a
- * pair each after the first round against 30-37 in it; now 26-35
- * (`unit/lf_keep`).  The timer
+ * round as Google Benchmark makes them for each run, ran at 63-91 ns a
+ * pair each in 12 of 21 rounds after the first, against 30-37 in it; now
+ * 28-35 in most (the 2-vCPU AMD EPYC VM, results/2026-12-05-epyc2-41339d7;
+ * `unit/lf_keep` checks where the nodes go).  The timer
  * thread keeps no spare: the nodes it frees (fired, or cancelled in its
  * base) are other threads' to use.
  *

@@ -107,7 +107,7 @@ void tmo__lf_pool_fini(struct tmo *e)
  * their nodes, the pool was past the bound with little pending, and the
  * newcomer took that spare, both threads then refilling from the depot,
  * mixed (the throughput scenario's held case at two threads after one:
- * 52-78 ns a pair against 39-41 at one, the 2-vCPU AMD EPYC VM; with the
+ * 51-78 ns a pair against 39-41 at one, the 2-vCPU AMD EPYC VM; with the
  * peak, 40-41).  Memory the engine once needed it may need again; what is
  * free is given back by the trim all the same.  Discounting the free
  * nodes of the spares instead let the wheel's pool pass sustain's limit
