@@ -243,30 +243,14 @@ static void push_list(struct tmo *e, struct lf_rec *r, struct lf_node *list)
 	}
 }
 
-/* r's spare and home to the depot. */
-static void spare_home_give(struct tmo *e, struct lf_rec *r)
+struct lf_node *tmo__lf_rec_free_take(struct tmo *e, struct lf_rec *r, struct lf_node **home)
 {
-	uint32_t k;
-	depot_push_chains(e, spare_take(r));
-	push_list(e, NULL, home_take(r, &k));
-}
-
-struct lf_node *tmo__lf_rec_free_take(struct tmo *e, struct lf_rec *r, uint32_t *count)
-{
-	*count = 0;
+	*home = NULL;
 	if (!spare_of(e, r))
 		return NULL;
-	struct lf_node *list = home_take(r, count);
-	for (struct lf_node *c = spare_take(r), *next; c != NULL; c = next) {
-		next = lf_chain_next(c);
-		struct lf_node *tail = c;
-		while (tail->free_next != NULL)
-			tail = tail->free_next;
-		tail->free_next = list;
-		list = c;
-		*count += c->s.chain_n;
-	}
-	return list;
+	uint32_t k;
+	*home = home_take(r, &k);
+	return spare_take(r);
 }
 
 /* Free nodes in every record's spare and home (tests, the refusal rule). */
@@ -405,7 +389,6 @@ void tmo__lf_cache_return(struct tmo *e, struct lf_rec *r)
 	push_list(e, NULL, r->cache);
 	r->cache = NULL;
 	r->cache_n = 0;
-	spare_home_give(e, r);
 }
 
 void tmo__lf_free_bare(struct tmo *e, struct lf_node *n)

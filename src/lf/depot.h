@@ -30,15 +30,16 @@ struct lf_rec *tmo__lf_home_of(uintptr_t aux);
 /* A thread with no record frees one node / takes one. */
 void tmo__lf_free_bare(struct tmo *e, struct lf_node *n);
 struct lf_node *tmo__lf_alloc_bare(struct tmo *e, int *err);
-/* A whole cache, spare and home go to the depot (the timer thread's
- * record, before a trim). */
+/* The timer thread's cache goes to the depot, before a trim (its record
+ * has no spare, and is no one's home). */
 void tmo__lf_cache_return(struct tmo *e, struct lf_rec *r);
 /* A record detaches: its cache joins its spare, which stays with it, and
  * its home too, for the next thread that attaches it (depot.c, Spares). */
 void tmo__lf_cache_park(struct tmo *e, struct lf_rec *r);
-/* The trimmer (the timer thread) takes r's spare and home as one list,
- * linked by free_next (NULL for a record with no spare); *count its nodes. */
-struct lf_node *tmo__lf_rec_free_take(struct tmo *e, struct lf_rec *r, uint32_t *count);
+/* The trimmer (the timer thread) takes r's spare and home whole: returns
+ * the spare's chains (linked as the depot's), *home the home list (linked
+ * by free_next); both NULL for a record with no spare. */
+struct lf_node *tmo__lf_rec_free_take(struct tmo *e, struct lf_rec *r, struct lf_node **home);
 /* The timer thread gives r free nodes through its home: a list linked by
  * free_next, head to tail, of count nodes. */
 void tmo__lf_home_give(struct lf_rec *r, struct lf_node *head, struct lf_node *tail,

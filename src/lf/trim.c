@@ -123,21 +123,27 @@ static uint64_t bucket_records(struct tmo *e, uint32_t hwm, const uint8_t *cand,
 	uint64_t taken = 0;
 	for (struct lf_rec *r = atomic_load_explicit(&e->recs, memory_order_acquire); r != NULL;
 	     r = atomic_load_explicit(&r->next, memory_order_relaxed)) {
-		uint32_t count;
-		struct lf_node *keep = NULL, *keep_tail = NULL;
+		struct lf_node *list, *keep = NULL, *keep_tail = NULL;
 		uint32_t keep_n = 0;
-		for (struct lf_node *n = tmo__lf_rec_free_take(e, r, &count), *next; n != NULL;
-		     n = next) {
-			next = n->free_next;
-			if (bucket_put(e, hwm, cand, free_in, by_page, n)) {
-				taken++;
-				continue;
+		/* the home list, then each of the spare's chains */
+		struct lf_node *chains = tmo__lf_rec_free_take(e, r, &list);
+		for (;;) {
+			for (struct lf_node *n = list, *next; n != NULL; n = next) {
+				next = n->free_next;
+				if (bucket_put(e, hwm, cand, free_in, by_page, n)) {
+					taken++;
+					continue;
+				}
+				n->free_next = keep;
+				keep = n;
+				if (keep_tail == NULL)
+					keep_tail = n;
+				keep_n++;
 			}
-			n->free_next = keep;
-			keep = n;
-			if (keep_tail == NULL)
-				keep_tail = n;
-			keep_n++;
+			if (chains == NULL)
+				break;
+			list = chains;
+			chains = lf_chain_next(chains);
 		}
 		if (keep != NULL)
 			tmo__lf_home_give(r, keep, keep_tail, keep_n);

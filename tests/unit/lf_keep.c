@@ -61,12 +61,12 @@ static void *arm_mark_cancel(void *arg)
 	return NULL;
 }
 
-/* How many of ts[0..n)'s nodes are marked m. */
-static int count_marked(struct tmo_timer *ts, int n, unsigned char m)
+/* How many of ts[0..n)'s nodes were thread A's. */
+static int count_marked(struct tmo_timer *ts, int n)
 {
 	int k = 0;
 	for (int i = 0; i < n; i++)
-		k += mark[node_of(&ts[i])] == m;
+		k += mark[node_of(&ts[i])];
 	return k;
 }
 
@@ -77,7 +77,8 @@ static void test_exit(void)
 	CHECK_EQ(tmo_testing_park(e, 1), 0);
 	static struct tmo_timer a[N], mine[N], b[N];
 	memset(mark, 0, sizeof mark);
-	/* this thread's record first: else it would attach A's, the next to */
+	/* this thread's record first: else this thread, the next to attach
+	 * one, would get A's */
 	CHECK_EQ(tmo_arm(e, &mine[0], 60 * TMO_NSEC_PER_SEC, no_cb, NULL), 0);
 	CHECK_EQ(tmo_cancel(e, &mine[0]), TMO_CANCEL_PREVENTED);
 	struct job ja = {.e = e, .ts = a, .n = N};
@@ -91,7 +92,7 @@ static void test_exit(void)
 	struct job jb = {.e = e, .ts = b, .n = N};
 	in_thread(&jb); /* B: attaches A's record */
 	CHECK_EQ(jb.armed, N);
-	int took = count_marked(mine, N, 1), b_own = count_marked(b, N, 1);
+	int took = count_marked(mine, N), b_own = count_marked(b, N);
 	printf("  exit: this thread's %d arms took %d of the exited thread's nodes; the next "
 	       "new thread's %d arms, %d\n",
 	       N, took, N, b_own);
@@ -183,7 +184,7 @@ static void test_newcomer(void)
 	struct job jb = {.e = e, .ts = b, .n = B};
 	in_thread(&jb);
 	CHECK_EQ(jb.armed, B);
-	int took = count_marked(b, B, 1);
+	int took = count_marked(b, B);
 	printf("  newcomer: %llu nodes in the pool, nothing pending; a new thread's %d held "
 	       "arms took %d of this thread's free nodes\n",
 	       (unsigned long long)st.held_nodes, B, took);
