@@ -13,7 +13,7 @@
 #   deps_installed   nothing missing: exit 0, silent
 #   deps_one_list    scripts/deps is the only package list: .ci/run, ./harness
 #                    and scripts/check install nothing by name themselves
-#   compare          scripts/compare on the baseline and a copy whose wheel
+#   compare          scripts/compare on $fixture_run and a copy whose wheel
 #                    seed figure and repetitions are doubled (condvar's 1 %
 #                    slower): the benchmark verdicts (wheel slower, condvar
 #                    within noise, wheel x floor slower) and the rows table,
@@ -75,12 +75,18 @@ harness=${3:-}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 fail() { echo "FAIL [$case]: $*" >&2; exit 1; }
-# scripts/compare on results/baseline's throughput.json ($dir/old) and the
-# copy the Python on stdin writes ($dir/new: argv 1 old, 2 new); its output
-# in $dir/out and on stdout, exit 0 required.
+# The run the compare cases plant their shifts in: a record, not
+# results/baseline.  Each shift is sized against this run's spreads (a
+# 15 % move must read slower, a 1 % one within noise), and a record never
+# changes; the baseline moves to noisier runs (1a9eb9b's wheel seed
+# repetitions spread 11 %, and the 15 % plant read within noise there).
+fixture_run=$root/results/2026-12-05-epyc2-9522f03/throughput.json
+# scripts/compare on $fixture_run ($dir/old) and the copy the Python on
+# stdin writes ($dir/new: argv 1 old, 2 new); its output in $dir/out and
+# on stdout, exit 0 required.
 planted_compare() {
   mkdir "$dir/old" "$dir/new"
-  cp "$root/results/baseline/throughput.json" "$dir/old/"
+  cp "$fixture_run" "$dir/old/"
   /usr/bin/python3 - "$dir/old/throughput.json" "$dir/new/throughput.json" || fail "planting failed"
   "$root/scripts/compare" "$dir/old" "$dir/new" >"$dir/out" 2>&1
   local rc=$?
@@ -324,7 +330,7 @@ compare_processes)
   # files without the pids (every repetition pooled): condvar's reads
   # slower, as it did before processes were told apart.
   mkdir "$dir/old" "$dir/new" "$dir/old1" "$dir/new1"
-  /usr/bin/python3 - "$root/results/baseline/throughput.json" "$dir" <<'EOF2' || fail "planting failed"
+  /usr/bin/python3 - "$fixture_run" "$dir" <<'EOF2' || fail "planting failed"
 import copy, json, sys
 src = json.load(open(sys.argv[1]))
 plant = {"throughput/wheel/seed/threads:1": (1.25, 1.26, 1.24),
