@@ -3,9 +3,9 @@
  * that an interleaving the scheduler gives rarely (an owner preempted with
  * a node in transit, a timer thread preempted between its steal and its
  * collect) happens on every run (tests/hooked/).  They exist only where
- * TMO_LF_TEST_HOOKS is defined: tests/hooked/ compiles the core into each
- * of its tests with it; in libtmo every hook is nothing, no load and no
- * branch.
+ * TMO_LF_TEST_HOOKS is defined: tests/hooked/ compiles the core once with
+ * it, for all of its tests; in libtmo every hook is nothing, no load and
+ * no branch.
  */
 #ifndef TMO_LF_HOOK_H
 #define TMO_LF_HOOK_H

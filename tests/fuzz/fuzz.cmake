@@ -106,6 +106,14 @@ set_tests_properties(fuzz-replay/wheel-planted PROPERTIES
 #   lf-leak-planted  cancel.c: a cancel that takes back its own ring arm reports
 #                    PREVENTED but never returns the node -- only the pool
 #                    audit can see it (a leak at the end of a draining input).
+# The core as the planted replays build it, compiled once: each takes these
+# objects but the one of the file it breaks.
+add_library(tmo_fuzz_lf_core OBJECT ${tmo_fuzz_src_lf})
+target_include_directories(tmo_fuzz_lf_core PRIVATE ${PROJECT_SOURCE_DIR}/src
+                                                    ${PROJECT_SOURCE_DIR}/src/lf
+                                                    ${PROJECT_SOURCE_DIR}/include)
+target_link_libraries(tmo_fuzz_lf_core PRIVATE ${tmo_fuzz_libs_lf})
+
 function(tmo_lf_planted name file pattern replacement regex)
   set(src ${PROJECT_SOURCE_DIR}/src/lf/${file})
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${src})
@@ -120,10 +128,10 @@ function(tmo_lf_planted name file pattern replacement regex)
   set(out ${CMAKE_CURRENT_BINARY_DIR}/planted/${name}/${file})
   file(WRITE ${out}.tmp "${text}")
   configure_file(${out}.tmp ${out} COPYONLY)
-  set(sources ${tmo_fuzz_src_lf})
-  list(REMOVE_ITEM sources ${src})
+  string(REPLACE "." "\\." escaped "${file}")
+  set(core "$<FILTER:$<TARGET_OBJECTS:tmo_fuzz_lf_core>,EXCLUDE,/src/lf/${escaped}\\.o(bj)?$>")
   add_executable(fuzz_replay_${name} ${CMAKE_CURRENT_LIST_DIR}/lf.c ${tmo_fuzz_parts_lf}
-                                     ${CMAKE_CURRENT_LIST_DIR}/replay.c ${sources} ${out})
+                                     ${CMAKE_CURRENT_LIST_DIR}/replay.c ${core} ${out})
   target_include_directories(fuzz_replay_${name} PRIVATE ${CMAKE_CURRENT_LIST_DIR}
                              ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/src/lf
                              ${PROJECT_SOURCE_DIR}/include)

@@ -1,8 +1,9 @@
 # tests/hooked/<name>.c: a test that holds a thread at a point inside the
 # lock-free core (src/lf/hook.h).  The hooks exist only where
-# TMO_LF_TEST_HOOKS is defined, so each test compiles the core into itself
-# (tmo_lf_core_src, with the kit's checks, cases and waits) instead of
-# linking libtmo, whose core has none.  ctest "hooked/<name>".
+# TMO_LF_TEST_HOOKS is defined, so the tests link the core compiled with
+# them (tmo_lf_core_src, object library tmo_hooked_core, with the kit's
+# checks, cases and waits) instead of libtmo, whose core has none.  ctest
+# "hooked/<name>".
 #
 # Each is built again (in the release and TSan builds) with each defect it
 # must catch planted (a macro of src/lf/: the order rule's two halves in
@@ -73,15 +74,67 @@ set(tmo_hooked_plants_lf_lock other=TMO_LF_PLANT_LOCK_OTHER)
 set(tmo_hooked_regex_lf_lock_other
     "P was taken out of its base while its owner held|ThreadSanitizer: data race")
 
-function(tmo_hooked_test exe src defs)
-  add_executable(${exe} ${src} ${tmo_hooked_kit} ${tmo_lf_core_src})
-  target_compile_definitions(${exe} PRIVATE TMO_LF_TEST_HOOKS ${defs})
-  target_include_directories(${exe} PRIVATE ${PROJECT_SOURCE_DIR}/tests/kit
-                                            ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/src/lf
-                                            ${PROJECT_SOURCE_DIR}/include)
+# The core and the kit with the hooks: compiled once, into the object
+# library every hooked test links (each used to compile the whole core
+# into itself: 25 copies of it in the release and TSan builds, most of the
+# CPU of CI's background sanitizer builds).
+function(tmo_hooked_flags target)
+  target_compile_definitions(${target} PRIVATE TMO_LF_TEST_HOOKS ${ARGN})
+  target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR}/tests/kit
+                                               ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/src/lf
+                                               ${PROJECT_SOURCE_DIR}/include)
   if(TMO_TSAN)
-    target_include_directories(${exe} BEFORE PRIVATE ${TMO_CK_OVERRIDE_DIR})
+    target_include_directories(${target} BEFORE PRIVATE ${TMO_CK_OVERRIDE_DIR})
   endif()
+endfunction()
+add_library(tmo_hooked_kit OBJECT ${tmo_hooked_kit})
+add_library(tmo_hooked_core OBJECT ${tmo_lf_core_src})
+foreach(t tmo_hooked_kit tmo_hooked_core)
+  tmo_hooked_flags(${t})
+  target_link_libraries(${t} PRIVATE PkgConfig::CK)
+endforeach()
+
+# tmo_hooked_planted_sources(OUT DEF): the core's sources a planted build
+# compiles again with DEF: those that name it, or the whole core when a
+# header of src/ or impls/ names it (what includes that header is not
+# traced).  A macro no file names is an error here, not a planted test
+# that cannot catch anything.  Editing a core file configures again, so
+# that a plant moved to another file moves its sources too.
+function(tmo_hooked_planted_sources out def)
+  file(GLOB headers CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/*/*.h
+                                      ${PROJECT_SOURCE_DIR}/impls/*.h)
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${headers} ${tmo_lf_core_src})
+  tmo_files_naming(in_headers "${def}" ${headers})
+  if(in_headers)
+    set(${out} ${tmo_lf_core_src} PARENT_SCOPE)
+    return()
+  endif()
+  tmo_files_naming(named "${def}" ${tmo_lf_core_src})
+  if(NOT named)
+    message(FATAL_ERROR "tests/hooked/hooked.cmake: no source of the core names ${def}")
+  endif()
+  set(${out} ${named} PARENT_SCOPE)
+endfunction()
+
+# tmo_hooked_test(EXE SRC [DEF]): SRC with the hooked core; with DEF, the
+# core's files that name it compiled again with it, in place of theirs.
+function(tmo_hooked_test exe src defs)
+  set(core $<TARGET_OBJECTS:tmo_hooked_core>)
+  set(planted "")
+  if(defs)
+    tmo_hooked_planted_sources(planted ${defs})
+    if(planted STREQUAL tmo_lf_core_src)
+      set(core "")
+    else()
+      foreach(s IN LISTS planted)
+        file(RELATIVE_PATH rel ${PROJECT_SOURCE_DIR} ${s})
+        string(REGEX REPLACE "([.+])" "\\\\\\1" rel "${rel}")
+        set(core "$<FILTER:${core},EXCLUDE,/${rel}\\.o(bj)?$>")
+      endforeach()
+    endif()
+  endif()
+  add_executable(${exe} ${src} ${planted} $<TARGET_OBJECTS:tmo_hooked_kit> ${core})
+  tmo_hooked_flags(${exe} ${defs})
   target_link_libraries(${exe} PRIVATE Threads::Threads PkgConfig::CK rt ${CMAKE_DL_LIBS})
 endfunction()
 
@@ -95,10 +148,10 @@ foreach(src IN LISTS hooked_tests)
   set_tests_properties(hooked/${name} PROPERTIES TIMEOUT ${TMO_TEST_TIMEOUT}
                        SKIP_REGULAR_EXPRESSION "SKIPPED:")
   # The planted builds in release and under TSan only: whether a test
-  # catches its defect does not hang on ASan's instrumentation, and each
-  # compiles the whole core again, in the ASan build CI makes beside its
-  # scenario step (ten of them: that step took 495-562 s in CI runs 41-44,
-  # 577-602 s once lf_step's three came).
+  # catches its defect does not hang on ASan's instrumentation.  (Each
+  # compiled the whole core again when this was decided: CI's scenario
+  # step, beside which the ASan build runs, took 495-562 s with ten of
+  # them and 577-602 s once lf_step's three came.)
   if(TMO_SANITIZED AND NOT TMO_TSAN)
     continue()
   endif()
