@@ -271,8 +271,12 @@ static __attribute__((noinline)) int cancel_filed(struct tmo *e, struct tmo_time
 		LF_HOOK(owner_in, e);
 		if (tmo__wheel_contains(&n->s.wheel))
 			tmo__wheel_del(lf_own_wheel(b), &n->s.wheel);
+		bool emptied = tmo__wheel_count(lf_own_wheel(b)) == 0;
 		lf_base_own_unlock(b);
-		lf_cache_put(e, r, n);
+		if (LF_UNLIKELY(emptied))
+			tmo__lf_cache_idle(e, r, n);
+		else
+			lf_cache_put(e, r, n);
 	} else {
 		unfile(e, n, r);
 	}

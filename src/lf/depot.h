@@ -20,6 +20,9 @@ static inline void lf_cache_put(struct tmo *e, struct lf_rec *r, struct lf_node 
 	if (LF_UNLIKELY(++r->cache_n > LF_CACHE_MAX))
 		tmo__lf_cache_spill(e, r);
 }
+/* r's own base emptied as n was cancelled out of it: n and the whole cache
+ * go to r's spare (depot.c, Idle caches). */
+void tmo__lf_cache_idle(struct tmo *e, struct lf_rec *r, struct lf_node *n);
 /* The timer thread frees a node it removed after a cancel, or dropped:
  * back to the record of the thread that armed it where its aux names one
  * (depot.c, Homes), else to its own cache. */
