@@ -61,11 +61,11 @@
  * owner's base (the wheel's, none of its timers filed there any more)
  * sends the whole cache to the spare, where the trimmer takes it; what
  * stays in the cache is the ring's arms cancelled after that, at most
- * LF_RING_SLOTS.  An idle thread's 17-32 cached nodes pinned 7 to 12
+ * LF_RING_SLOTS.  An idle thread's 24-32 cached nodes pinned 6 to 10
  * pages (a free node or three in each, the arms' order reshuffled over
  * many batches by the ring arms the timer thread steals), and the
- * retention scenario's wheel settled at 40-72 KiB; now 31 KiB
- * (unit/lf_keep, idle).  A thread that keeps timers filed never pays it;
+ * retention scenario's wheel settled at 38.6-62.6 KiB; now 30.6 KiB
+ * (results/2026-12-06-epyc2-d31142e; unit/lf_keep, idle).  A thread that keeps timers filed never pays it;
  * one that empties its base every few dozen arms pays a spill and a
  * refill each time (probes of 9-48 held arms cancelled in order: within
  * the run-to-run spread of the same loop without it).

@@ -31,9 +31,9 @@
  *    cache to its spare, so what stays in the cache is at most the ring's
  *    arms cancelled after it; and its next arm takes one of its own nodes
  *    again.  Before, the cache kept its 32 nodes: an idle thread's cache
- *    pinned 7 to 12 pages, a free node or three in each, that the trim
+ *    pinned 6 to 10 pages, a free node or three in each, that the trim
  *    could not give back (the retention scenario's wheel settled at
- *    40-72 KiB, 31 KiB after).
+ *    38.6-62.6 KiB, 30.6 after: results/2026-12-06-epyc2-d31142e).
  * The held timeouts (60 s) never come due.
  */
 #include <pthread.h>
