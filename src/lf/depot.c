@@ -65,10 +65,11 @@
  * pages (a free node or three in each, the arms' order reshuffled over
  * many batches by the ring arms the timer thread steals), and the
  * retention scenario's wheel settled at 38.6-62.6 KiB; now 30.6 KiB
- * (results/2026-12-06-epyc2-d31142e; unit/lf_keep, idle).  A thread that keeps timers filed never pays it;
- * one that empties its base every few dozen arms pays a spill and a
- * refill each time (probes of 9-48 held arms cancelled in order: within
- * the run-to-run spread of the same loop without it).
+ * (results/2026-12-06-epyc2-d31142e; unit/lf_keep, idle).  A thread that
+ * keeps timers filed never pays it; one that empties its base every few
+ * dozen arms pays a spill and a refill each time (probes of 9-48 held arms
+ * cancelled in order: within the run-to-run spread of the same loop
+ * without it).
  */
 #include "clock.h"
 #include "depot.h"

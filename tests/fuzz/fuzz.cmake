@@ -128,8 +128,7 @@ function(tmo_lf_planted name file pattern replacement regex)
   set(out ${CMAKE_CURRENT_BINARY_DIR}/planted/${name}/${file})
   file(WRITE ${out}.tmp "${text}")
   configure_file(${out}.tmp ${out} COPYONLY)
-  string(REPLACE "." "\\." escaped "${file}")
-  set(core "$<FILTER:$<TARGET_OBJECTS:tmo_fuzz_lf_core>,EXCLUDE,/src/lf/${escaped}\\.o(bj)?$>")
+  tmo_objects_except(core tmo_fuzz_lf_core ${src})
   add_executable(fuzz_replay_${name} ${CMAKE_CURRENT_LIST_DIR}/lf.c ${tmo_fuzz_parts_lf}
                                      ${CMAKE_CURRENT_LIST_DIR}/replay.c ${core} ${out})
   target_include_directories(fuzz_replay_${name} PRIVATE ${CMAKE_CURRENT_LIST_DIR}

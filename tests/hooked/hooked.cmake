@@ -100,11 +100,12 @@ endforeach()
 # traced).  A macro no file names is an error here, not a planted test
 # that cannot catch anything.  Editing a core file configures again, so
 # that a plant moved to another file moves its sources too.
+file(GLOB tmo_hooked_headers CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/*/*.h
+                                               ${PROJECT_SOURCE_DIR}/impls/*.h)
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${tmo_hooked_headers}
+                                                               ${tmo_lf_core_src})
 function(tmo_hooked_planted_sources out def)
-  file(GLOB headers CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/*/*.h
-                                      ${PROJECT_SOURCE_DIR}/impls/*.h)
-  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${headers} ${tmo_lf_core_src})
-  tmo_files_naming(in_headers "${def}" ${headers})
+  tmo_files_naming(in_headers "${def}" ${tmo_hooked_headers})
   if(in_headers)
     set(${out} ${tmo_lf_core_src} PARENT_SCOPE)
     return()
@@ -123,14 +124,10 @@ function(tmo_hooked_test exe src defs)
   set(planted "")
   if(defs)
     tmo_hooked_planted_sources(planted ${defs})
-    if(planted STREQUAL tmo_lf_core_src)
+    if("${planted}" STREQUAL "${tmo_lf_core_src}")
       set(core "")
     else()
-      foreach(s IN LISTS planted)
-        file(RELATIVE_PATH rel ${PROJECT_SOURCE_DIR} ${s})
-        string(REGEX REPLACE "([.+])" "\\\\\\1" rel "${rel}")
-        set(core "$<FILTER:${core},EXCLUDE,/${rel}\\.o(bj)?$>")
-      endforeach()
+      tmo_objects_except(core tmo_hooked_core ${planted})
     endif()
   endif()
   add_executable(${exe} ${src} ${planted} $<TARGET_OBJECTS:tmo_hooked_kit> ${core})
