@@ -289,6 +289,10 @@ struct lf_pool {
 	_Atomic uint32_t trim_grow;
 	/* the most arms found pending at once by a growth (pool.c, may_grow) */
 	_Atomic uint64_t pending_peak;
+	/* 1: a refill was refused growth past the soft bound since the timer
+	 * thread last went to trim; it then waits TRIM_DEFER instead (timer.c,
+	 * announce_sleep) */
+	_Atomic int pressed;
 };
 
 struct tmo {

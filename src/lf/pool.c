@@ -35,6 +35,9 @@
  * back as chains of one page each, lowest on top (trim.c).  A given-back
  * page reads as zeros; populated again, its nodes start at a generation floor above
  * every generation they used: no stale (index, generation) matches.
+ * Not while arms are refused growth (pressed): the load is still on, and
+ * the pages would be populated again at once; the trim waits TRIM_DEFER
+ * and looks again (timer.c, announce_sleep).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -193,6 +196,16 @@ static uint32_t fresh_claim(struct lf_pool *p, uint32_t want, uint32_t *first)
 	return pages;
 }
 
+/* A refill was refused growth: the timer thread's next trim waits
+ * (timer.c, announce_sleep).  A load and a store, not an RMW: refusals
+ * come from every producer at once under flow control, and the line stays
+ * shared while the flag is up. */
+static inline void pressed(struct lf_pool *p)
+{
+	if (!atomic_load_explicit(&p->pressed, memory_order_relaxed))
+		atomic_store_explicit(&p->pressed, 1, memory_order_relaxed);
+}
+
 /* Populate pages: a chain of their nodes, *count of them.  NULL with *err
  * past the soft bound or with the reservation used up (TMO_EAGAIN), or
  * when a fault is injected (TMO_ENOMEM).  Never waits for another grower:
@@ -206,6 +219,7 @@ struct lf_node *tmo__lf_pool_grow(struct tmo *e, uint32_t want, uint32_t *count,
 		return NULL;
 	}
 	if (!may_grow(e, &want)) {
+		pressed(p);
 		*err = TMO_EAGAIN;
 		return NULL;
 	}
@@ -221,6 +235,7 @@ struct lf_node *tmo__lf_pool_grow(struct tmo *e, uint32_t want, uint32_t *count,
 		pages = reuse_take_locked(p, want, &first, &floor);
 		pthread_mutex_unlock(&p->grow_lock);
 		if (pages == 0) {
+			pressed(p);
 			*err = TMO_EAGAIN;
 			return NULL;
 		}

@@ -71,7 +71,8 @@ tmo__lf_hook_fn *_Atomic tmo__lf_hook_fork_wait;
 /* The least sleep ahead for which the timer thread gives memory back. */
 #define TRIM_SLEEP_MIN (50 * TMO_NSEC_PER_MSEC)
 /* How long after a spill woke it (depot.c) the timer thread trims: the
- * frees that follow in the same stream are given back with it. */
+ * frees that follow in the same stream are given back with it.  And how
+ * long it puts a trim off while arms are refused growth (pool.c). */
 #define TRIM_DEFER (10 * TMO_NSEC_PER_MSEC)
 /* A due array longer than this is rid of cancelled entries each round. */
 #define DUE_COMPACT_MIN 64
@@ -284,15 +285,29 @@ static int announce_sleep(struct tmo *e, int64_t now, int64_t poll, int64_t *wak
 	struct lf_tt *tt = e->tt;
 	/* memory goes back before a long sleep only: a timer thread napping
 	 * between ticks of a stream of fires would walk the depot each time and
-	 * give back pages about to be used */
+	 * give back pages about to be used; and not while arms are refused
+	 * growth (pool.c, pressed): it waits TRIM_DEFER and looks again.  A
+	 * sleep comes between refusals too (both of mpsc's producers preempted,
+	 * or refused and retrying): trimmed then, the pages went back and were
+	 * populated again at once, and what refills grew while the trim held
+	 * the depot (pool.c, may_grow) came on top of the pool's bound
+	 * (tests/hooked/lf_press.c) */
 	int trim = 0;
 	if (*wake - now >= TRIM_SLEEP_MIN) {
 		if (tt->trim_at == 0 && atomic_load_explicit(&e->pool.trim_asked, memory_order_relaxed))
 			tt->trim_at = now + TRIM_DEFER; /* woken by a spill: trim later */
-		if (tt->trim_at != 0 && now < tt->trim_at)
+		if (tt->trim_at != 0 && now < tt->trim_at) {
 			*wake = tt->trim_at;
-		else
+		} else if (atomic_exchange_explicit(&e->pool.pressed, 0, memory_order_relaxed)
+#ifdef TMO_LF_PLANT_TRIM_PRESSED /* tests/hooked/lf_press.c must catch it */
+		           && 0
+#endif
+		) {
+			tt->trim_at = now + TRIM_DEFER; /* arms still refused: later */
+			*wake = tt->trim_at;
+		} else {
 			trim = 1;
+		}
 	}
 	atomic_store_explicit(&e->sleep_until, *wake, memory_order_relaxed);
 	tmo__lf_tick_publish(e, LF_TW_SLEEPING);

@@ -70,6 +70,11 @@ set(tmo_hooked_regex_lf_trim_hold_refuse
     "trim_hold/mpsc: the arm was refused.*trim_hold/wheel: the arm was refused")
 set(tmo_hooked_regex_lf_trim_hold_small
     "trim_hold/mpsc: .* 512 accepted, then TMO_EAGAIN.*trim_hold/wheel: .* 512 accepted, then TMO_EAGAIN")
+#   lf_press  pressed: TMO_LF_PLANT_TRIM_PRESSED, the timer thread trims
+#             while arms are refused growth (timer.c, announce_sleep).
+set(tmo_hooked_plants_lf_press pressed=TMO_LF_PLANT_TRIM_PRESSED)
+set(tmo_hooked_regex_lf_press_pressed
+    "press/mpsc: the timer thread trimmed while arms were refused.*press/wheel: the timer thread trimmed while arms were refused")
 set(tmo_hooked_plants_lf_lock other=TMO_LF_PLANT_LOCK_OTHER)
 set(tmo_hooked_regex_lf_lock_other
     "P was taken out of its base while its owner held|ThreadSanitizer: data race")
