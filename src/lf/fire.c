@@ -154,19 +154,21 @@ static int split_unfireable(struct tmo *e, size_t from, int64_t hold)
 }
 
 /* How many nodes a collect from s may hand out: what it holds, at most
- * COLLECT_BATCH.  An ordered structure's collect goes into the room the due
- * array has (doubled only when it has none): what it leaves is due no
- * earlier than what it gave, so a smaller collect only moves the rest to
- * the next round.  Room for all a structure holds, reserved at each
- * collect, doubled the array for thousands of long timeouts of which a few
- * were due (mpsc under sustain, beside two CPU hogs: the array 4,096 to
- * 8,192 entries, up to 262 KB of the 913 KB the engine held). */
+ * COLLECT_BATCH, at most the room the due array has (doubled only when it
+ * has none).  What an ordered structure leaves is due no earlier than what
+ * it gave, so a smaller collect only moves the rest to the next round; a
+ * wheel that stops inside a tick is handled as a batch's split is
+ * (collect_base: it fires what it may, or collects on into a doubled
+ * array when it may fire none).  Room for all a structure holds, reserved
+ * at each collect, doubled the array for thousands of long timeouts of
+ * which a few were due: mpsc under sustain beside two CPU hogs, the array
+ * 4,096 to 8,192 entries, up to 262 KB of the 913 KB the engine held; the
+ * wheel's two per-thread bases of about 1,000 timers each, 2,048 to 4,096
+ * entries, 80 or 240 KB of its 838-903 KB. */
 static uint64_t collect_max(const struct tmo *e, const struct lf_sched *sc, const void *s)
 {
 	uint64_t max = sc->count(s);
 	max = max < COLLECT_BATCH ? max : COLLECT_BATCH;
-	if (!sc->ordered)
-		return max;
 	const struct lf_tt *tt = e->tt;
 	uint64_t room = tt->due_cap - tt->due_n;
 	if (room == 0)
@@ -242,14 +244,19 @@ static void base_unlock_other(struct lf_base *b)
 	atomic_store_explicit(&b->other_in, 0, memory_order_release);
 }
 
-/* Take base b's soon list: what its owner handed over. */
+/* Take base b's soon list: what its owner handed over.  Room is made for
+ * the nodes still QUEUED (a node cancelled on the list is DROPPED, and no
+ * later state of it is QUEUED again): room for the whole list doubled the
+ * due array for nodes freed at once (the wheel under sustain beside two
+ * CPU hogs, lists of 800-2,700 short timeouts mostly cancelled: the array
+ * 1,024 to 4,096 entries, 240 KB of the 838-903 KB the engine held). */
 static void take_soon(struct tmo *e, struct lf_base *b)
 {
 	struct lf_node *chain = atomic_exchange_explicit(&b->soon, NULL, memory_order_acquire);
-	size_t k = 0;
-	for (struct lf_node *n = chain; n != NULL; n = n->s.soon.next)
-		k++;
-	if (k == 0 || !due_reserve(e, k)) {
+	size_t k = 0, queued = 0;
+	for (struct lf_node *n = chain; n != NULL; n = n->s.soon.next, k++)
+		queued += lf_st_of(atomic_load_explicit(&n->state, memory_order_relaxed)) == LF_QUEUED;
+	if (k == 0 || (queued != 0 && !due_reserve(e, queued))) {
 		if (k != 0) { /* no room now: back for the next round */
 			struct lf_node *tail = chain, *old = NULL;
 			while (tail->s.soon.next != NULL)
