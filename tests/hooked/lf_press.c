@@ -5,10 +5,10 @@
  * it down and waits TRIM_DEFER before it trims, and waits again while the
  * flag keeps coming back up.  Before, it trimmed whenever it went to a
  * long sleep: mpsc in the sustain scenario beside two busy loops gave back
- * and populated again 4,000-5,400 pages in a 5 s run, and the pages that
+ * and populated again 3,942-5,413 pages in a 5 s run, and the pages that
  * refills grew while a trim held the depot's nodes (pool.c, may_grow)
- * took its peak to 614-970 KB, past the scenario's 896 KiB limit in CI
- * (results/ has the record).
+ * took its peak to 614-979 KB, past the scenario's 896 KiB limit in CI
+ * (results/2026-12-06-epyc2-98d286e).
  *
  * Each engine (mpsc, wheel), created with a cap of CAP nodes, its timer
  * thread parked: this thread arms 60 s timers until one is refused
