@@ -244,42 +244,57 @@ static void base_unlock_other(struct lf_base *b)
 	atomic_store_explicit(&b->other_in, 0, memory_order_release);
 }
 
+/* Put a chain taken from b's soon list back, for the next round. */
+static void soon_back(struct lf_base *b, struct lf_node *chain)
+{
+	struct lf_node *tail = chain, *old = NULL;
+	while (tail->s.soon.next != NULL)
+		tail = tail->s.soon.next;
+	do
+		tail->s.soon.next = old;
+	while (!atomic_compare_exchange_weak_explicit(&b->soon, &old, chain, memory_order_release,
+	                                              memory_order_relaxed));
+}
+
 /* Take base b's soon list: what its owner handed over.  Room is made for
  * the nodes still QUEUED (a node cancelled on the list is DROPPED, and no
  * later state of it is QUEUED again): room for the whole list doubled the
  * due array for nodes freed at once (the wheel under sustain beside two
  * CPU hogs, lists of 800-2,700 short timeouts mostly cancelled: the array
- * 1,024 to 4,096 entries, 240 KB of the 838-903 KB the engine held). */
-static void take_soon(struct tmo *e, struct lf_base *b)
+ * 1,024 to 4,096 entries, 240 KB of the 838-903 KB the engine held).  A
+ * QUEUED node met with the array full all the same goes back with the
+ * rest of the list, as the whole list does when there is no room.
+ * Returns 1 when nodes went back: they may be due before anything the
+ * round holds (the caller holds back everything). */
+static int take_soon(struct tmo *e, struct lf_base *b)
 {
 	struct lf_node *chain = atomic_exchange_explicit(&b->soon, NULL, memory_order_acquire);
-	size_t k = 0, queued = 0;
-	for (struct lf_node *n = chain; n != NULL; n = n->s.soon.next, k++)
+	size_t queued = 0;
+	for (struct lf_node *n = chain; n != NULL; n = n->s.soon.next)
 		queued += lf_st_of(atomic_load_explicit(&n->state, memory_order_relaxed)) == LF_QUEUED;
-	if (k == 0 || (queued != 0 && !due_reserve(e, queued))) {
-		if (k != 0) { /* no room now: back for the next round */
-			struct lf_node *tail = chain, *old = NULL;
-			while (tail->s.soon.next != NULL)
-				tail = tail->s.soon.next;
-			do
-				tail->s.soon.next = old;
-			while (!atomic_compare_exchange_weak_explicit(&b->soon, &old, chain,
-			                                              memory_order_release,
-			                                              memory_order_relaxed));
-		}
-		return;
+	if (chain == NULL)
+		return 0;
+	if (queued != 0 && !due_reserve(e, queued)) {
+		soon_back(b, chain); /* no room now */
+		return 1;
 	}
 	struct lf_tt *tt = e->tt;
 	while (chain != NULL) {
 		struct lf_node *n = chain;
-		chain = n->s.soon.next;
 		uint64_t s = atomic_load_explicit(&n->state, memory_order_acquire);
-		if (lf_st_of(s) == LF_QUEUED)
+		if (lf_st_of(s) != LF_QUEUED) {
+			chain = n->s.soon.next;
+			tmo__lf_tt_free(e, n); /* DROPPED on the list */
+		} else if (tt->due_n < tt->due_cap) {
+			chain = n->s.soon.next;
 			tt->due[tt->due_n++] =
 			    (struct due){n, lf_gen_of(s), e->p->sched->deadline(n), n->timer, 1};
-		else
-			tmo__lf_tt_free(e, n); /* DROPPED on the list */
+		} else {
+			soon_back(b, chain);
+			return 1;
+		}
 	}
+	return 0;
 }
 
 /* Collect from every base.  Returns the earliest deadline a busy base may
@@ -302,15 +317,15 @@ int64_t tmo__lf_collect_all(struct tmo *e, int64_t now, int64_t *wake)
 		/* `next` first, then the soon list: an owner hands over, then
 		 * raises `next` (release), so a raised `next` comes with its list */
 		next = atomic_load_explicit(&b->next, memory_order_acquire);
-		if (atomic_load_explicit(&b->soon, memory_order_relaxed) != NULL)
-			take_soon(e, b);
+		int back = atomic_load_explicit(&b->soon, memory_order_relaxed) != NULL &&
+		           take_soon(e, b);
 		if (next <= now || ck_pr_load_ptr(&b->tofile.head) != NULL ||
 		    ck_pr_load_ptr(&b->cancels.head) != NULL) {
 			if (base_lock_other(e, b)) {
 				next = collect_base(e, b, e->tt_rec, now, &hold);
 				/* under the lock nothing more is handed over */
 				if (atomic_load_explicit(&b->soon, memory_order_relaxed) != NULL)
-					take_soon(e, b);
+					back |= take_soon(e, b);
 				filed += e->p->sched->count(lf_sched_of(b));
 				base_unlock_other(b);
 			} else {
@@ -328,6 +343,10 @@ int64_t tmo__lf_collect_all(struct tmo *e, int64_t now, int64_t *wake)
 					hold = INT64_MIN;
 				next = now + e->tick_ns / RETRY_DIV;
 			}
+		}
+		if (back) { /* soon nodes left on the list (no room for them) */
+			hold = INT64_MIN;
+			next = now + e->tick_ns / RETRY_DIV;
 		}
 		if (next < *wake)
 			*wake = next;
