@@ -289,8 +289,9 @@ struct lf_pool {
 	_Atomic uint32_t trim_grow;
 	/* the most arms found pending at once by a growth (pool.c, may_grow) */
 	_Atomic uint64_t pending_peak;
-	/* 1: a refill was refused growth past the soft bound since the timer
-	 * thread last went to trim; it then waits TRIM_DEFER instead (timer.c,
+	/* 1: a refill was refused growth (past the soft bound, or the
+	 * reservation used up: pool.c, pressed) since the timer thread last
+	 * looked at a trim; it then waits TRIM_DEFER instead (timer.c,
 	 * announce_sleep) */
 	_Atomic int pressed;
 };
