@@ -24,6 +24,13 @@ struct lf_debug {
 	uint64_t clock;       /* 1: arms stamp with the clock, not the TSC */
 };
 void tmo__lf_debug(struct tmo *e, struct lf_debug *out);
+/* Its trim_runs alone: what tests that wait for a finished trim read. */
+static inline uint64_t tmo__lf_trim_runs(struct tmo *e)
+{
+	struct lf_debug d;
+	tmo__lf_debug(e, &d);
+	return d.trim_runs;
+}
 /* Free nodes in every list of e's pool: the records' caches, spares and
  * homes, the timer thread's cache, the depot, loose nodes.  Exact only
  * while nothing moves the pool (the timer thread parked, tmo_testing_park,

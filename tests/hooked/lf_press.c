@@ -60,13 +60,6 @@ static void round_hook(struct tmo *e)
 	}
 }
 
-static uint64_t trim_runs(struct tmo *e)
-{
-	struct lf_debug d;
-	tmo__lf_debug(e, &d);
-	return d.trim_runs;
-}
-
 static uint64_t pages(struct tmo *e)
 {
 	return atomic_load(&e->pool.populated_pages);
@@ -90,7 +83,7 @@ static void one(const char *eng)
 	int raised = atomic_load(&e->pool.pressed);
 	for (int i = KEEP; i < n; i++)
 		bad += tmo_cancel(e, &ts[i]) != TMO_CANCEL_PREVENTED;
-	uint64_t trims0 = trim_runs(e), pages0 = pages(e);
+	uint64_t trims0 = tmo__lf_trim_runs(e), pages0 = pages(e);
 
 	atomic_store(&looks, 0);
 	atomic_store(&cur, e);
@@ -98,13 +91,13 @@ static void one(const char *eng)
 	CHECK_EQ(tmo_testing_park(e, 0), 0);
 	/* every deadline 60 s away: it goes to sleep, and looks at a trim */
 	int went =
-	    ET_WAIT_UNTIL(atomic_load(&looks) >= LOOKS || trim_runs(e) != trims0, WAIT);
-	uint64_t trims1 = trim_runs(e), pages1 = pages(e);
+	    ET_WAIT_UNTIL(atomic_load(&looks) >= LOOKS || tmo__lf_trim_runs(e) != trims0, WAIT);
+	uint64_t trims1 = tmo__lf_trim_runs(e), pages1 = pages(e);
 	int looked = atomic_load(&looks);
 	atomic_store(&pressure, 0);
 	/* (a trim that ran under pressure is reported below, not waited on) */
 	int back = trims1 != trims0 ||
-	           ET_WAIT_UNTIL(trim_runs(e) > trims1 && pages(e) < pages0, WAIT);
+	           ET_WAIT_UNTIL(tmo__lf_trim_runs(e) > trims1 && pages(e) < pages0, WAIT);
 	uint64_t pages2 = pages(e);
 
 	if (err != TMO_EAGAIN || !raised)

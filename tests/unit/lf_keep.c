@@ -120,13 +120,6 @@ static void short_cb(struct tmo_timer *t, void *arg)
 	atomic_fetch_add(&fired, 1);
 }
 
-static uint64_t trim_runs(struct tmo *e)
-{
-	struct lf_debug d;
-	tmo__lf_debug(e, &d);
-	return d.trim_runs;
-}
-
 static void test_trim(void)
 {
 	enum { HELD = 2048, FREE = 1024, EVERY = 8 };
@@ -150,12 +143,12 @@ static void test_trim(void)
 	}
 	CHECK_EQ(bad, 0);
 	/* a fire wakes the timer thread; asleep again, it has trimmed */
-	uint64_t before = trim_runs(e);
+	uint64_t before = tmo__lf_trim_runs(e);
 	struct tmo_timer s = TMO_TIMER_INIT;
 	atomic_store(&fired, 0);
 	CHECK_EQ(tmo_arm(e, &s, TMO_NSEC_PER_MSEC, short_cb, NULL), 0);
 	CHECK(ET_WAIT_UNTIL(atomic_load(&fired) == 1, WAIT));
-	int trimmed = ET_WAIT_UNTIL(trim_runs(e) > before, WAIT);
+	int trimmed = ET_WAIT_UNTIL(tmo__lf_trim_runs(e) > before, WAIT);
 	CHECK(trimmed);
 	struct job jc = {.e = e, .ts = c, .n = N};
 	in_thread(&jc);

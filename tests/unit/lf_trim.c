@@ -53,17 +53,10 @@ static void short_cb(struct tmo_timer *t, void *arg)
 	atomic_fetch_add(&short_fired, 1);
 }
 
-static uint64_t trim_runs(struct tmo *e)
-{
-	struct lf_debug d;
-	tmo__lf_debug(e, &d);
-	return d.trim_runs;
-}
-
 static int asleep_trimmed(struct tmo *e, uint64_t since)
 {
 	return (atomic_load(&e->tickw) & LF_TW_SLEEPING) && !atomic_load(&e->pool.trim_asked) &&
-	       trim_runs(e) > since;
+	       tmo__lf_trim_runs(e) > since;
 }
 
 /* Returns 1 when the round was judged. */
@@ -80,25 +73,25 @@ static int round_once(void)
 		bad += tmo_cancel(e, &ts[i]) != TMO_CANCEL_PREVENTED;
 	CHECK_EQ(bad, 0);
 	atomic_store(&short_fired, 0);
-	uint64_t before = trim_runs(e);
+	uint64_t before = tmo__lf_trim_runs(e);
 	CHECK_EQ(tmo_arm(e, &ts[N], TMO_NSEC_PER_MSEC, short_cb, NULL), 0);
 	CHECK(ET_WAIT_UNTIL(atomic_load(&short_fired) == 1, WAIT));
 	CHECK(ET_WAIT_UNTIL(asleep_trimmed(e, before), WAIT));
-	uint64_t r0 = trim_runs(e);
+	uint64_t r0 = tmo__lf_trim_runs(e);
 	for (int i = N - LAST; i < N; i++)
 		bad += tmo_cancel(e, &ts[i]) != TMO_CANCEL_PREVENTED;
 	CHECK_EQ(bad, 0);
 	/* free nodes outside the caches: the depot and the thread's spare
 	 * (src/lf/depot.c, Spares), what the spill's wake-up counts */
 	uint64_t depot = atomic_load(&e->pool.depot_nodes) + tmo__lf_spares_count(e);
-	int judged = depot > TRIM_KEEP && depot <= OLD_WAKE && trim_runs(e) == r0;
+	int judged = depot > TRIM_KEEP && depot <= OLD_WAKE && tmo__lf_trim_runs(e) == r0;
 	if (!judged) {
 		printf("  round: %llu free nodes in the depot after the last cancels, %llu trims "
 		       "meanwhile: not judged\n",
-		       (unsigned long long)depot, (unsigned long long)(trim_runs(e) - r0));
+		       (unsigned long long)depot, (unsigned long long)(tmo__lf_trim_runs(e) - r0));
 	} else {
 		int64_t t0 = tmo_now_ns();
-		int trimmed = ET_WAIT_UNTIL(trim_runs(e) > r0, WAIT);
+		int trimmed = ET_WAIT_UNTIL(tmo__lf_trim_runs(e) > r0, WAIT);
 		printf("  round: %llu free nodes in the depot after the last cancels: %s (%.1f ms)\n",
 		       (unsigned long long)depot, trimmed ? "trimmed" : "never trimmed",
 		       (double)(tmo_now_ns() - t0) / 1e6);
