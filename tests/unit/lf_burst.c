@@ -73,7 +73,7 @@ static int burst_round(int64_t *lead)
 	int64_t took = tmo_now_ns() - start;
 	int judged = ET_WAIT_UNTIL(filed() == N || atomic_load(&fired) > 0, WAIT) &&
 	             atomic_load(&fired) == 0;
-	CHECK(ET_WAIT_UNTIL(atomic_load(&fired) == N, WAIT));
+	CHECK(ET_WAIT_UNTIL(atomic_load(&fired) == N, *lead + WAIT)); /* WAIT past the instant */
 	for (int i = 0; i < N; i++)
 		CHECK_EQ(atomic_load(&runs[i]), 1);
 	uint64_t left = atomic_load(&filed_at_first) - 1;
