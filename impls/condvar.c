@@ -343,19 +343,14 @@ static int cv_stats(struct tmo *e, struct tmo_stats *out)
 	return 0;
 }
 
-/* Park's wake-up (not when already requested: the parked thread holds m).
- * Sent under m, it reaches the thread in its sleep or finds it before its
- * next look at the request. */
-static void cv_wake(struct tmo *e)
-{
-	pthread_mutex_lock(&e->m);
-	pthread_cond_signal(&e->cv);
-	pthread_mutex_unlock(&e->m);
-}
+/* Park's wake-up, under m (park.h: m is this engine's wake_lock, since the
+ * parked thread holds it): it reaches the thread in its sleep or finds it
+ * before its next look at the request. */
+static void cv_wake(struct tmo *e) { pthread_cond_signal(&e->cv); }
 
 static int cv_park(struct tmo *e, int on)
 {
-	return tmo__park_set(&e->park, on, NULL, cv_wake, e);
+	return tmo__park_set(&e->park, on, NULL, &e->m, cv_wake, e);
 }
 
 static const struct tmo_testing_ops testing_ops = {.park = cv_park};

@@ -407,7 +407,7 @@ static void lev_wake(struct tmo *e)
  * event_active, which a parked thread (holding the base lock) would block. */
 static int lev_park(struct tmo *e, int on)
 {
-	return tmo__park_set(&e->park, on, &e->fork_req, lev_wake, e);
+	return tmo__park_set(&e->park, on, &e->fork_req, NULL, lev_wake, e);
 }
 
 static const struct tmo_testing_ops testing_ops = {.park = lev_park};

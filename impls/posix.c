@@ -449,7 +449,7 @@ static int px_stats(struct tmo *e, struct tmo_stats *out)
 
 static int px_park(struct tmo *e, int on)
 {
-	return tmo__park_set(&e->park, on, NULL, tmo__px_ctl_kick, e);
+	return tmo__park_set(&e->park, on, NULL, NULL, tmo__px_ctl_kick, e);
 }
 
 static const struct tmo_testing_ops testing_ops = {.park = px_park};

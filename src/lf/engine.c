@@ -164,7 +164,7 @@ int tmo__lf_stats(struct tmo *e, struct tmo_stats *out)
 /* Park's wake-up: the timer thread sees the request at the top of its loop. */
 static void lf_park_wake(struct tmo *e) { tmo__lf_ec_wake(&e->wake_ec); }
 
-static int lf_park(struct tmo *e, int on) { return tmo__park_set(&e->park, on, NULL, lf_park_wake, e); }
+static int lf_park(struct tmo *e, int on) { return tmo__park_set(&e->park, on, NULL, NULL, lf_park_wake, e); }
 
 const struct tmo_testing_ops tmo__lf_testing_ops = {.park = lf_park};
 

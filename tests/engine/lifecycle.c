@@ -16,6 +16,14 @@
  *                  callback answer TMO_EDEADLK, the handle is untouched and
  *                  the engine keeps working; destroying ANOTHER engine from
  *                  the callback is allowed (the refusal is specific).
+ *  park_rounds     (engines with a park hook) park(1) straight after park(0),
+ *                  round after round, while a timer due at once keeps the
+ *                  engine thread moving through its loop: the thread may
+ *                  reach a park point, and hold there what it holds,
+ *                  between the park op's recording of the request and its
+ *                  wake-up.  That wake-up must not then wait for what the
+ *                  parked thread holds; a deadlock fails the case by its
+ *                  watchdog.
  *  stale_identity  a timer left pending (or fired) on a destroyed engine,
  *                  then cancelled or armed through a new engine (of this
  *                  kind, or this kind after any other kind), answers
@@ -257,6 +265,36 @@ static void test_callback_misuse(void)
 	CHECK_EQ(tmo_destroy(&mu.e), 0);
 }
 
+/* ---- park straight after a release ------------------------------------------------ */
+
+#define PARK_ROUNDS 3000
+
+static void test_park_rounds(void)
+{
+	if (!(et_ops->caps & TMO_CAP_PARK)) {
+		printf("  no park hook: nothing to run\n");
+		return;
+	}
+	static atomic_llong fired;
+	struct tmo *e = new_engine();
+	struct tmo_timer t = TMO_TIMER_INIT;
+	int armed = 0, bad = 0;
+	for (int i = 0; i < PARK_ROUNDS && bad == 0; i++) {
+		/* Fired, prevented or never armed: each answer leaves t idle. */
+		(void)tmo_cancel(e, &t);
+		if (arm(e, &t, 0, count_cb, &fired) == 0)
+			armed++;
+		bad += tmo_testing_park(e, 1) != 0;
+		bad += tmo_testing_park(e, 0) != 0;
+	}
+	(void)tmo_cancel(e, &t);
+	printf("  %d park(1)+park(0) rounds, %d arms due at once, %lld fired meanwhile\n",
+	       PARK_ROUNDS, armed, (long long)atomic_load(&fired));
+	CHECK_EQ(bad, 0);
+	CHECK_EQ(armed, PARK_ROUNDS);
+	CHECK_EQ(tmo_destroy(&e), 0);
+}
+
 /* ---- stale identities ------------------------------------------------------------- */
 
 static atomic_llong si_fired;
@@ -395,6 +433,7 @@ int main(int argc, char **argv)
 	et_case_watchdog(30);
 	RUN(test_callback_misuse);
 	et_case_watchdog(60);
+	RUN(test_park_rounds);
 	RUN(test_stale_identity);
 	return TEST_EXIT();
 }

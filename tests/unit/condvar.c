@@ -362,6 +362,7 @@ static void test_no_wakeups_in_steady_loop(void)
 
 int main(void)
 {
+	et_case_watchdog(60); /* a deadlock fails its case by name (cases.h) */
 	RUN(test_park);
 	RUN(test_fifo_order);
 	RUN(test_cancel_due_in_batch);
