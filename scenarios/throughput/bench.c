@@ -384,6 +384,25 @@ void bench_cross(sk_gb_state *st, void *arg)
 		sk_gb_counter(st, "pairs", (double)sk_gb_max_iterations(st), SK_GB_COUNTER_RATE);
 }
 
+/* Thread 0 writes an odd count into one cache line, thread 1 answers with
+ * the next even one: each iteration is one round trip of the line between
+ * the two threads' CPUs, what a timer handed to another thread's structure
+ * (mpsc's filing thread) pays at least once.  Both threads run the same
+ * iteration count, so the count ends even, ready for the next repetition. */
+void bench_handoff(sk_gb_state *st, void *arg)
+{
+	struct tp_ctx *c = arg;
+	unsigned long long mine = sk_gb_thread_index(st) == 0 ? 0 : 1; /* the parity I wait for */
+	while (sk_gb_keep_running_batch(st, BATCH))
+		for (int i = 0; i < BATCH; i++) {
+			unsigned spins = 0;
+			unsigned long long v;
+			while (((v = atomic_load_explicit(&c->handoff, memory_order_acquire)) & 1) != mine)
+				tp_pause(&spins);
+			atomic_store_explicit(&c->handoff, v + 1, memory_order_release);
+		}
+}
+
 /* One seed pair, out of line: the warm-up's. */
 void tp_seed_op(struct tp_ctx *c, struct tmo_timer *t) { seed_op(c, TP_ENGINE, t); }
 

@@ -1,13 +1,61 @@
 /*
  * The throughput scenario's figures: the rows of each figure (the median
- * over instances, and its spread), the printout, and the end-of-run table
- * (see throughput.c).
+ * over instances, and its spread), the printout, the targets and the
+ * end-of-run table (see throughput.c).
  */
 #include <math.h>
 
 #include "tp.h"
 
 const size_t tp_lives[3] = {1000, 100000, 1000000};
+
+/* The end-of-run targets table's rows (the scenario's .targets). */
+const struct sk_target tp_targets[] = {
+	{.label = "seed 1 thread: wheel ns per arm+cancel", .engines = "wheel",
+	 .metric = "seed_median_ns_per_op", .cmp = SK_AT_MOST, .bound = 15, .unit = " ns"},
+	{.label = "seed 1 thread: wheel / condvar", .engines = "wheel",
+	 .metric = "seed_median_ns_per_op", .per_engine = "condvar", .cmp = SK_AT_MOST, .bound = 0.5,
+	 .unit = "x"},
+	{.label = "seed 1 thread: wheel faster than thread", .engines = "wheel",
+	 .metric = "seed_median_ns_per_op", .per_engine = "thread", .inverse = 1,
+	 .cmp = SK_AT_LEAST, .bound = 1500, .unit = "x"},
+	{.label = "seed 1 thread: wheel faster than libevent", .engines = "wheel",
+	 .metric = "seed_median_ns_per_op", .per_engine = "libevent", .inverse = 1,
+	 .cmp = SK_AT_LEAST, .bound = 2, .unit = "x"},
+	{.label = "seed 1 thread: wheel / in-run floor", .engines = "wheel",
+	 .metric = "seed_median_ns_per_op", .per_metric = "floor_ns_per_op", .cmp = SK_AT_MOST,
+	 .bound = 3, .unit = "x"},
+	{.label = "2 threads / 1 thread aggregate: %s", .engines = "wheel,mpsc", .metric = "ops_per_s",
+	 .param = "threads=2", .per_param = "threads=1", .cmp = SK_AT_LEAST, .bound = 1.7,
+	 .unit = "x", .missing = "not measured (%s not run, or --threads<2)"},
+	/* 12x and 8x at 16 threads: 0.75 and 0.5 of linear. */
+	{.label = "%d threads / 1 aggregate: wheel seed", .engines = "wheel", .metric = "ops_per_s",
+	 .per_param = "threads=1", .most_threads = 1, .cmp = SK_AT_LEAST, .bound = 0.75, .unit = "x"},
+	{.label = "%d threads / 1 aggregate: wheel 1 ms held", .engines = "wheel",
+	 .metric = "held_pairs_per_s", .per_param = "threads=1", .most_threads = 1,
+	 .cmp = SK_AT_LEAST, .bound = 0.5, .unit = "x"},
+	/* issue 20: the lock-free engines' lead where timeouts live (held) */
+	{.label = "held 1 ms, 1 thread: %s pairs/s / condvar", .engines = "wheel",
+	 .metric = "held_pairs_per_s", .param = "threads=1", .per_engine = "condvar",
+	 .cmp = SK_AT_LEAST, .bound = 3, .unit = "x"},
+	{.label = "held 1 ms, 1 thread: %s pairs/s / condvar", .engines = "mpsc",
+	 .metric = "held_pairs_per_s", .param = "threads=1", .per_engine = "condvar",
+	 .cmp = SK_AT_LEAST, .bound = 1.5, .unit = "x"},
+	{.label = "held 1 ms, 2 threads / 1: %s", .engines = "wheel", .metric = "held_pairs_per_s",
+	 .param = "threads=2", .per_param = "threads=1", .cmp = SK_AT_LEAST, .bound = 1.8,
+	 .unit = "x", .missing = "not measured (%s not run, or --threads<2)"},
+	{.label = "held 1 ms, 1 thread: wheel ns a pair / its structure alone", .engines = "wheel",
+	 .metric = "ratio_to_structure", .param = "case=held", .cmp = SK_AT_MOST, .bound = 4,
+	 .unit = "x"},
+	{.label = "1e6 live timers: wheel ns per op", .engines = "wheel", .metric = "live_ns_per_op",
+	 .param = "live=1000000", .cmp = SK_AT_MOST, .bound = 30, .unit = " ns",
+	 .missing = "not measured (%s not run, or --quick)"},
+	{.label = "1e6 live timers: wheel / condvar ns per op", .engines = "wheel",
+	 .metric = "live_ns_per_op", .param = "live=1000000", .per_engine = "condvar",
+	 .cmp = SK_AT_MOST, .bound = 0.5, .unit = "x",
+	 .missing = "not measured (wheel or condvar not run, or --quick)"},
+	{0},
+};
 
 /* A number, or "-" when it was not measured (a --benchmark_filter that
  * left its benchmark out: not "nan"); returns buf. */
@@ -146,6 +194,10 @@ void tp_report(const struct sk_run *run, const struct tp_figs *figs, int ninst,
 	printf("cross-thread (arm on one thread, cancel on another): %s pairs/s, %s ns per "
 	       "pair\n",
 	       tp_fmt(nb[0], cross, "%.3g"), tp_fmt(nb[1], 1e9 / cross, "%.0f"));
+	double handoff = tp_summarize(run, figs, ninst, FIG(handoff_ns), "handoff_round_trip_ns",
+	                              "ns", "threads=2");
+	printf("handoff (a cache line's round trip between two threads, no engine): %s ns\n",
+	       tp_fmt(nb[0], handoff, "%.0f"));
 	double live[3];
 	for (int li = 0; li < 3; li++) {
 		snprintf(param, sizeof param, "live=%zu", (size_t)sk_scaled(tp_lives[li]));
@@ -178,22 +230,27 @@ void tp_summary(const struct sk_results *res)
 		tp_fmt(c[5], thread / ns, "%.0f");
 		printf("  %-10s %9s %9s %8s %10s %11s %10s\n", e, c[0], c[1], c[2], c[3], c[4], c[5]);
 	}
-	printf("\n  held 1 ms, one thread         %14s %14s %11s\n", "engine pairs/s",
-	       "struct pairs/s", "x structure");
+	printf("\n  held 1 ms, one thread         %14s %14s %11s %12s\n", "engine pairs/s",
+	       "struct pairs/s", "x structure", "handoff ns");
 	for (int i = 0; i < res->nengines; i++) {
 		const char *e = res->engines[i]->name;
 		double held = sk_figure(res, "throughput", e, "held_pairs_per_s", "threads=1");
 		double ds = sk_figure(res, "throughput", e, "structure_held_pairs_per_s", "threads=1");
-		char c[3][32];
+		double ho = sk_figure(res, "throughput", e, "handoff_round_trip_ns", "threads=2");
+		char c[4][32];
 		tp_fmt(c[0], held, "%.3g");
 		tp_fmt(c[1], ds, "%.3g");
 		tp_fmt(c[2], ds / held, "%.2f");
-		printf("  %-29s %14s %14s %11s\n", e, c[0], c[1], c[2]);
+		tp_fmt(c[3], ho, "%.0f");
+		printf("  %-29s %14s %14s %11s %12s\n", e, c[0], c[1], c[2], c[3]);
 	}
 	printf("  (x floor: times slower than an uncontended CAS pair measured in the same run;\n"
 	       "   x structure: times slower than the engine's own structure driven alone by the "
 	       "same\n   loop, unlocked, on one thread (wheel: src/ds/wheel.c; condvar: "
 	       "src/ds/heap.c;\n   mpsc: src/lf/schedule.c's near/far, a heap over a wheel);\n"
+	       "   handoff ns: a cache line's round trip between two threads, measured beside\n"
+	       "   that engine's rows (no engine in it): what a timer filed by another thread\n"
+	       "   pays, and on a VM it moves with the host's placement of the vCPUs;\n"
 	       "   - : not measured, or no structure of that engine in the tree;\n"
 	       "   x vs thread: times faster than the thread engine, - when it was not run)\n");
 }

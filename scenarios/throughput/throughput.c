@@ -19,6 +19,8 @@
  *          earlier): aggregate pairs/s.
  *  cross   arm on one thread, cancel on another (two threads and a
  *          single-producer ring between them): pairs/s.
+ *  handoff two threads pass one cache line to and fro, no engine: what a
+ *          timer filed by another thread pays (docs/held-and-service.md).
  *  live:L  the seed loop with L (1e3, 1e5, 1e6) other timers armed
  *          (timeouts 60..3600 s, never due during the run).
  *  structure:S/seed, /held, /live:L  the same seed, held and live loops
@@ -49,57 +51,11 @@ static const struct sk_metric throughput_metrics[] = {
 	{"live_capacity", "timers"}, {"seed_instance_ns_per_op", "ns"},
 	{"seed_median_ns_per_op", "ns"}, {"empty_loop_ns_per_op", "ns"}, {"floor_ns_per_op", "ns"},
 	{"ratio_to_floor", "x"}, {"ops_per_s", "ops/s"}, {"held_pairs_per_s", "pairs/s"},
-	{"held_mean_hold_ns", "ns"}, {"cross_pairs_per_s", "pairs/s"}, {"arms_refused", "count"},
+	{"held_mean_hold_ns", "ns"}, {"cross_pairs_per_s", "pairs/s"},
+	{"handoff_round_trip_ns", "ns"}, {"arms_refused", "count"},
 	{"live_ns_per_op", "ns"}, {"structure_seed_ns_per_op", "ns"},
 	{"structure_held_pairs_per_s", "pairs/s"}, {"structure_live_ns_per_op", "ns"},
 	{"ratio_to_structure", "x"}, {NULL, NULL},
-};
-
-static const struct sk_target tp_targets[] = {
-	{.label = "seed 1 thread: wheel ns per arm+cancel", .engines = "wheel",
-	 .metric = "seed_median_ns_per_op", .cmp = SK_AT_MOST, .bound = 15, .unit = " ns"},
-	{.label = "seed 1 thread: wheel / condvar", .engines = "wheel",
-	 .metric = "seed_median_ns_per_op", .per_engine = "condvar", .cmp = SK_AT_MOST, .bound = 0.5,
-	 .unit = "x"},
-	{.label = "seed 1 thread: wheel faster than thread", .engines = "wheel",
-	 .metric = "seed_median_ns_per_op", .per_engine = "thread", .inverse = 1,
-	 .cmp = SK_AT_LEAST, .bound = 1500, .unit = "x"},
-	{.label = "seed 1 thread: wheel faster than libevent", .engines = "wheel",
-	 .metric = "seed_median_ns_per_op", .per_engine = "libevent", .inverse = 1,
-	 .cmp = SK_AT_LEAST, .bound = 2, .unit = "x"},
-	{.label = "seed 1 thread: wheel / in-run floor", .engines = "wheel",
-	 .metric = "seed_median_ns_per_op", .per_metric = "floor_ns_per_op", .cmp = SK_AT_MOST,
-	 .bound = 3, .unit = "x"},
-	{.label = "2 threads / 1 thread aggregate: %s", .engines = "wheel,mpsc", .metric = "ops_per_s",
-	 .param = "threads=2", .per_param = "threads=1", .cmp = SK_AT_LEAST, .bound = 1.7,
-	 .unit = "x", .missing = "not measured (%s not run, or --threads<2)"},
-	/* 12x and 8x at 16 threads: 0.75 and 0.5 of linear. */
-	{.label = "%d threads / 1 aggregate: wheel seed", .engines = "wheel", .metric = "ops_per_s",
-	 .per_param = "threads=1", .most_threads = 1, .cmp = SK_AT_LEAST, .bound = 0.75, .unit = "x"},
-	{.label = "%d threads / 1 aggregate: wheel 1 ms held", .engines = "wheel",
-	 .metric = "held_pairs_per_s", .per_param = "threads=1", .most_threads = 1,
-	 .cmp = SK_AT_LEAST, .bound = 0.5, .unit = "x"},
-	/* issue 20: the lock-free engines' lead where timeouts live (held) */
-	{.label = "held 1 ms, 1 thread: %s pairs/s / condvar", .engines = "wheel",
-	 .metric = "held_pairs_per_s", .param = "threads=1", .per_engine = "condvar",
-	 .cmp = SK_AT_LEAST, .bound = 3, .unit = "x"},
-	{.label = "held 1 ms, 1 thread: %s pairs/s / condvar", .engines = "mpsc",
-	 .metric = "held_pairs_per_s", .param = "threads=1", .per_engine = "condvar",
-	 .cmp = SK_AT_LEAST, .bound = 1.5, .unit = "x"},
-	{.label = "held 1 ms, 2 threads / 1: %s", .engines = "wheel", .metric = "held_pairs_per_s",
-	 .param = "threads=2", .per_param = "threads=1", .cmp = SK_AT_LEAST, .bound = 1.8,
-	 .unit = "x", .missing = "not measured (%s not run, or --threads<2)"},
-	{.label = "held 1 ms, 1 thread: wheel ns a pair / its structure alone", .engines = "wheel",
-	 .metric = "ratio_to_structure", .param = "case=held", .cmp = SK_AT_MOST, .bound = 4,
-	 .unit = "x"},
-	{.label = "1e6 live timers: wheel ns per op", .engines = "wheel", .metric = "live_ns_per_op",
-	 .param = "live=1000000", .cmp = SK_AT_MOST, .bound = 30, .unit = " ns",
-	 .missing = "not measured (%s not run, or --quick)"},
-	{.label = "1e6 live timers: wheel / condvar ns per op", .engines = "wheel",
-	 .metric = "live_ns_per_op", .param = "live=1000000", .per_engine = "condvar",
-	 .cmp = SK_AT_MOST, .bound = 0.5, .unit = "x",
-	 .missing = "not measured (wheel or condvar not run, or --quick)"},
-	{0},
 };
 
 /* min_time_reps: the repetitions of the min-time benchmarks, their median. */
@@ -210,6 +166,7 @@ static void tp_register_rest(const struct sk_run *run, struct tp_ctx *c, double 
 	for (int t = 1; c->held != NULL && t <= nthreads; t++)
 		tp_register(run, "held", bench_held, c, t, min_time);
 	tp_register(run, "cross", bench_cross, c, 2, min_time);
+	tp_register(run, "handoff", bench_handoff, c, 2, min_time);
 }
 
 /* Read one instance's figures out of its Google Benchmark results. */
@@ -245,6 +202,8 @@ static int tp_collect(const struct sk_run *run, struct tp_ctx *c, const struct s
 	                      : NAN;
 	/* Both threads count an iteration per timer: pairs = iterations / 2. */
 	f->cross = tp_median_rate(run, res, n, "cross", 2) / 2;
+	/* Both threads count an iteration per round trip too. */
+	f->handoff_ns = 2e9 / tp_median_rate(run, res, n, "handoff", 2);
 	f->ds_seed_ns = f->ds_held_s = f->ds_held2_s = NAN;
 	if (c->ds != NULL) {
 		char what[64];
@@ -478,7 +437,9 @@ const struct sk_scenario sk_scenario_throughput = {
 	          "in a random order; 1..--threads threads each "
 	          "arming its own timer, and 1..--threads threads each cancelling its arms ~1 ms "
 	          "after making them (min-time runs of min_time, median of min_time_reps); "
-	          "cross-thread cancel (2 threads); the seed loop with 1e3, 1e5, 1e6 other timers "
+	          "cross-thread cancel (2 threads); a cache line's round trip between 2 threads, "
+	          "no engine (handoff: what a timer filed by another thread pays; on a VM the "
+	          "host's placement of the vCPUs sets it); the seed loop with 1e3, 1e5, 1e6 other timers "
 	          "live (thread engine: 1e3 only). The seed, held (one thread) and live loops also drive "
 	          "the engine's own structure alone, unlocked on one thread (wheel: src/ds/wheel.c; "
 	          "condvar: src/ds/heap.c; mpsc: the heap over a wheel of src/lf/schedule.c; other "

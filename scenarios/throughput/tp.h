@@ -91,9 +91,11 @@ struct tp_ctx {
 	_Alignas(64) struct tmo_timer *free_[RING];
 	_Alignas(64) atomic_ullong free_head;
 	_Alignas(64) atomic_ullong free_tail;
+	/* handoff: the line the two threads pass back and forth */
+	_Alignas(64) atomic_ullong handoff;
 	/* While the rounds run (tp_register_rounds): each repetition's place
 	 * in their order, the counter "round" in its report. */
-	int rounds_on, round_seq;
+	_Alignas(64) int rounds_on, round_seq;
 };
 
 /* The benchmark bodies (sk_gb_fn, ctx a struct tp_ctx). */
@@ -102,6 +104,7 @@ void bench_held(sk_gb_state *st, void *arg);  /* each timer held ~1 ms, then can
 void bench_empty(sk_gb_state *st, void *arg); /* the loop alone */
 void bench_floor(sk_gb_state *st, void *arg); /* an uncontended CAS pair */
 void bench_cross(sk_gb_state *st, void *arg); /* armed on one thread, cancelled on another */
+void bench_handoff(sk_gb_state *st, void *arg); /* a cache line's round trip, 2 threads */
 /* The seed and held loops on the structure alone (c->ds, one thread). */
 void bench_ds_seed(sk_gb_state *st, void *arg);
 void bench_ds_held(sk_gb_state *st, void *arg);
@@ -143,6 +146,7 @@ static inline int tp_nf_insert(struct tp_ds *d, struct lf_node *n, int64_t deadl
  * reports it). */
 struct tp_figs {
 	double seed_ns, empty_ns, floor_ns, cross;
+	double handoff_ns; /* a cache line's round trip between two threads */
 	double ops_s[MAX_THREADS + 1];  /* seed, by threads */
 	double held_s[MAX_THREADS + 1]; /* held 1 ms, by threads */
 	double held_hold_ns;            /* the mean hold, at one thread */
@@ -157,5 +161,6 @@ extern const size_t tp_lives[3];
 /* The figures' rows and printout (report.c), the end-of-run table. */
 void tp_report(const struct sk_run *run, const struct tp_figs *figs, int ninst, int nthreads);
 void tp_summary(const struct sk_results *res);
+extern const struct sk_target tp_targets[];
 
 #endif

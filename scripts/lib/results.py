@@ -278,6 +278,11 @@ def throughput_figures(rows, engines):
     if maxt >= 2:
         header.append("%d threads / 1" % maxt)
     header += ["%s live, ns/op" % live_label(n) for n in lives] + ["cross-thread, ns/pair"]
+    # a cache line's round trip between two threads, measured beside each
+    # engine's rows (no engine in it): records made before it have none
+    handoff = any(sc == "throughput" and m == "handoff_round_trip_ns" for (sc, _, m, _) in rows)
+    if handoff:
+        header.append("handoff round trip, ns")
     table = []
     for e in engines:
         ns = rows.get(("throughput", e, "seed_median_ns_per_op", ""), math.nan)
@@ -297,6 +302,9 @@ def throughput_figures(rows, engines):
             line.append(fmt(rows.get(("throughput", e, "live_ns_per_op", "live=%d" % n), math.nan)))
         cross = rows.get(("throughput", e, "cross_pairs_per_s", "threads=2"), math.nan)
         line.append(fmt(1e9 / cross if num(cross) and cross > 0 else math.nan))
+        if handoff:
+            line.append(fmt(rows.get(("throughput", e, "handoff_round_trip_ns", "threads=2"),
+                                     math.nan)))
         table.append(line)
     return header, table
 
