@@ -20,9 +20,13 @@ void et_run_case(const char *name, void (*fn)(void));
  * contain it run; the others are left out, reported neither way. */
 void et_cases_from_args(int argc, char **argv);
 
-/* From now on each case runs under an alarm of `seconds` (0: none): a case
- * still running then prints "case NAME did not finish in S s (a
- * deadlock?)" on stderr and the process exits 1. */
+/* From now on each case runs under a watchdog of `seconds` (0: none): a
+ * case still running then prints "case NAME did not finish in S s (a
+ * deadlock?)" on stderr and the process exits 1.  The watchdog is a thread
+ * of the test's own, started by the first call with seconds > 0 (so a
+ * test that counts its threads calls this first), and it fires under
+ * ThreadSanitizer too, where a signal's handler waits while its thread
+ * blocks in a mutex. */
 void et_case_watchdog(int seconds);
 
 /* The name of the case that runs now ("?" outside RUN): for a skip's or a
