@@ -326,14 +326,17 @@ void bench_floor(sk_gb_state *st, void *arg)
 		}
 }
 
-/* Spin for a ring slot without starving the timer thread (2 cores). */
-static inline void tp_pause(unsigned *spins)
+/* One step of a spin-wait: yield once `limit` steps went by. */
+static inline void tp_spin(unsigned *spins, unsigned limit)
 {
-	if (++*spins > 64) {
+	if (++*spins > limit) {
 		sched_yield();
 		*spins = 0;
 	}
 }
+
+/* Spin for a ring slot without starving the timer thread (2 cores). */
+static inline void tp_pause(unsigned *spins) { tp_spin(spins, 64); }
 
 /* Thread 0 arms timers and passes them to thread 1, which cancels them and
  * passes them back.  Both threads run the same iteration count, so every
@@ -404,10 +407,7 @@ void bench_handoff(sk_gb_state *st, void *arg)
 			unsigned spins = 0;
 			unsigned long long v;
 			while (((v = atomic_load_explicit(&c->handoff, memory_order_acquire)) & 1) != mine)
-				if (++spins == HANDOFF_SPINS) {
-					sched_yield();
-					spins = 0;
-				}
+				tp_spin(&spins, HANDOFF_SPINS);
 			atomic_store_explicit(&c->handoff, v + 1, memory_order_release);
 		}
 }

@@ -165,13 +165,11 @@ static void tp_register_rest(const struct sk_run *run, struct tp_ctx *c, double 
 		tp_register(run, "", bench_seed, c, t, min_time);
 	/* handoff straight after the held case at one thread: the vCPUs'
 	 * placement, which it reads, can change within seconds */
-	for (int t = 1; c->held != NULL && t <= nthreads; t++) {
+	if (c->held != NULL)
+		tp_register(run, "held", bench_held, c, 1, min_time);
+	tp_register(run, "handoff", bench_handoff, c, 2, min_time);
+	for (int t = 2; c->held != NULL && t <= nthreads; t++)
 		tp_register(run, "held", bench_held, c, t, min_time);
-		if (t == 1)
-			tp_register(run, "handoff", bench_handoff, c, 2, min_time);
-	}
-	if (c->held == NULL)
-		tp_register(run, "handoff", bench_handoff, c, 2, min_time);
 	tp_register(run, "cross", bench_cross, c, 2, min_time);
 }
 

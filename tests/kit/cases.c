@@ -1,6 +1,5 @@
 #include "cases.h"
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -8,6 +7,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "core/internal.h" /* tmo__cond_init_monotonic */
 
 static const char *only;       /* et_cases_from_args: NULL, every case */
 static int watchdog_s;         /* et_case_watchdog: 0, none */
@@ -63,25 +63,23 @@ void et_case_watchdog(int seconds)
 	watchdog_s = seconds > 0 ? seconds : 0;
 	if (watchdog_s == 0 || wd.started)
 		return;
-	pthread_condattr_t a;
 	pthread_t th;
-	if (pthread_condattr_init(&a) != 0 || pthread_condattr_setclock(&a, CLOCK_MONOTONIC) != 0 ||
-	    pthread_cond_init(&wd.cv, &a) != 0 ||
-	    pthread_create(&th, NULL, watchdog_main, NULL) != 0) {
+	/* pthread_create returns its error; it does not set errno */
+	int rc = tmo__cond_init_monotonic(&wd.cv) != 0 ? -1
+	                                                : pthread_create(&th, NULL, watchdog_main, NULL);
+	if (rc != 0) {
 		fprintf(stderr, "et_case_watchdog: cannot start the watchdog thread: %s\n",
-		        strerror(errno));
+		        rc > 0 ? strerror(rc) : "no CLOCK_MONOTONIC condition variable");
 		_exit(1);
 	}
-	pthread_condattr_destroy(&a);
 	pthread_detach(th);
 	wd.started = 1;
 }
 
-/* Watch case `name` for watchdog_s seconds from now; NULL: stop watching. */
+/* Watch case `name` for watchdog_s seconds from now; NULL: stop watching.
+ * Only while watchdog_s > 0, so the thread has started. */
 static void watch(const char *name)
 {
-	if (!wd.started)
-		return;
 	pthread_mutex_lock(&wd.mu);
 	wd.name = name;
 	wd.seconds = watchdog_s;
