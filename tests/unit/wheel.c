@@ -437,6 +437,7 @@ static void test_refiling_is_spread(void)
 
 int main(void)
 {
+	et_case_watchdog(60); /* a misplaced node can make advance() loop */
 	RUN(test_init_rejects_bad_resolution);
 	RUN(test_tick_boundaries);
 	RUN(test_past_deadline_due_next_advance);
