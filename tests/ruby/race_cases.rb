@@ -32,7 +32,6 @@ class TestTmoTimeoutRace < Test::Unit::TestCase
         end
         c[:late] += take_pending_exit
       end
-      c[:late] += take_pending_exit
     end
     c
   end
