@@ -297,16 +297,25 @@ static int take_soon(struct tmo *e, struct lf_base *b)
 	return 0;
 }
 
-/* Collect from every base.  Returns the earliest deadline a busy base may
- * hold (INT64_MAX: none was busy): nothing due later may fire before it is
- * collected, or deadlines further apart than the resolution would run out
- * of order. */
-int64_t tmo__lf_collect_all(struct tmo *e, int64_t now, int64_t *wake)
+/* *wake lowered to a base's next deadline, `lead` before it (a time to
+ * look again, a busy base's retry, is not). */
+static inline void wake_lead(int64_t *wake, int64_t next, int64_t lead)
+{
+	if (next != INT64_MAX && next - lead < *wake)
+		*wake = next - lead;
+}
+
+/* Collect from every base what is due by `now` (the round's time, plus
+ * the lead of a wheel's: timer.c, Lead).  Returns the earliest deadline a
+ * busy base may hold (INT64_MAX: none was busy): nothing due later may
+ * fire before it is collected, or deadlines further apart than the
+ * resolution would run out of order.  Lowers *wake to `lead` before the
+ * earliest base's next deadline. */
+int64_t tmo__lf_collect_all(struct tmo *e, int64_t now, int64_t lead, int64_t *wake)
 {
 	int64_t hold = INT64_MAX;
 	int64_t next = collect_base(e, e->tt_base, e->tt_rec, now, &hold);
-	if (next < *wake)
-		*wake = next;
+	wake_lead(wake, next, lead);
 	uint64_t filed = e->p->sched->count(lf_sched_of(e->tt_base));
 	atomic_store_explicit(&e->tt->filed, filed, memory_order_relaxed);
 	if (!e->p->thread_bases)
@@ -317,6 +326,7 @@ int64_t tmo__lf_collect_all(struct tmo *e, int64_t now, int64_t *wake)
 		/* `next` first, then the soon list: an owner hands over, then
 		 * raises `next` (release), so a raised `next` comes with its list */
 		next = atomic_load_explicit(&b->next, memory_order_acquire);
+		int retry = 0;
 		int back = atomic_load_explicit(&b->soon, memory_order_relaxed) != NULL &&
 		           take_soon(e, b);
 		if (next <= now || ck_pr_load_ptr(&b->tofile.head) != NULL ||
@@ -341,15 +351,17 @@ int64_t tmo__lf_collect_all(struct tmo *e, int64_t now, int64_t *wake)
 				}
 				if (ck_pr_load_ptr(&b->tofile.head) != NULL)
 					hold = INT64_MIN;
-				next = now + e->tick_ns / RETRY_DIV;
+				retry = 1;
 			}
 		}
 		if (back) { /* soon nodes left on the list (no room for them) */
 			hold = INT64_MIN;
-			next = now + e->tick_ns / RETRY_DIV;
+			retry = 1;
 		}
-		if (next < *wake)
-			*wake = next;
+		if (retry) /* soon after the round's own time, not its lead's */
+			wake_lead(wake, now - lead + e->tick_ns / RETRY_DIV, 0);
+		else
+			wake_lead(wake, next, lead);
 	}
 	atomic_store_explicit(&e->tt->filed, filed, memory_order_relaxed);
 	return hold;

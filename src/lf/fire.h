@@ -7,7 +7,7 @@
 
 #include "tt.h"
 
-int64_t tmo__lf_collect_all(struct tmo *e, int64_t now, int64_t *wake);
+int64_t tmo__lf_collect_all(struct tmo *e, int64_t now, int64_t lead, int64_t *wake);
 void tmo__lf_due_compact(struct tmo *e);
 void tmo__lf_due_order(struct tmo *e);
 void tmo__lf_fire(struct tmo *e, struct due *d);

@@ -33,6 +33,10 @@ struct lf_tt {
 	struct lf_node *unfiled; /* QUEUED nodes its base could not take yet */
 	int64_t last_cal;
 	int idle;
+	/* How long before a wheel's tick the round that collects it runs
+	 * (timer.c, Lead): ns, 0 for a heap; what the last round that
+	 * collected took */
+	int64_t lead, took;
 	/* when the trim a spill asked for is due (0: none waiting): timer.c,
 	 * announce_sleep */
 	int64_t trim_at;

@@ -75,6 +75,11 @@ set(tmo_hooked_regex_lf_trim_hold_small
 set(tmo_hooked_plants_lf_press pressed=TMO_LF_PLANT_TRIM_PRESSED)
 set(tmo_hooked_regex_lf_press_pressed
     "press/mpsc: the timer thread trimmed while arms were refused.*press/wheel: the timer thread trimmed while arms were refused")
+#   lf_lead   early: TMO_LF_PLANT_LEAD_EARLY, what a round collected
+#             ahead fired by the collect's horizon, not its time (timer.c,
+#             fire_due).
+set(tmo_hooked_plants_lf_lead early=TMO_LF_PLANT_LEAD_EARLY)
+set(tmo_hooked_regex_lf_lead_early "lf_lead: [0-9]+ of [0-9]+ As ran early")
 set(tmo_hooked_plants_lf_lock other=TMO_LF_PLANT_LOCK_OTHER)
 set(tmo_hooked_regex_lf_lock_other
     "P was taken out of its base while its owner held|ThreadSanitizer: data race")
