@@ -180,7 +180,7 @@ static void place(struct tmo_wheel *w, struct tmo_wheel_node *n)
 		unsigned s = (unsigned)((e >> LEVEL_SHIFT(l)) & RING_MASK);
 		list_push(&w->slot[l][s], n);
 		slot_mark(w, l, s);
-		if (l > 0 && w->placed[l - 1][s] != UINT16_MAX)
+		if (l > 0 && w->placed[l - 1][s] != UINT32_MAX)
 			w->placed[l - 1][s]++;
 		else if (l == 0 && n->deadline < w->min0[s])
 			w->min0[s] = n->deadline;
@@ -248,7 +248,7 @@ static void pending_start(struct tmo_wheel *w, unsigned l)
 	if (h)
 		h->pprev = &w->pending[l].head;
 	/* a count that stuck at its top: the wheel's count bounds it too */
-	w->pending_left[l] = h == NULL ? 0 : placed == UINT16_MAX ? w->count : placed;
+	w->pending_left[l] = h == NULL ? 0 : placed == UINT32_MAX ? w->count : placed;
 }
 
 /* Move T forward to t, which must be <= the tick of every node still in

@@ -389,9 +389,8 @@ static void test_extreme_range(void)
  * density per level, so no step may move more than 2 x levels x (density
  * + 1) nodes; filing a whole slot at its boundary moves 64 x density (a
  * level-1 slot) or up to 4,096 x density (level 2).  At 100 a tick a
- * level-2 slot holds over 65,535 nodes, where its count sticks and the
- * wheel's count paces it instead.  Order and count are checked on the
- * way. */
+ * level-2 slot holds 409,600 nodes, more than 16 bits count.  Order and
+ * count are checked on the way. */
 static void refiling_is_spread(int n, int64_t span)
 {
 	static struct tmo_wheel_node node[1000000];
@@ -435,6 +434,46 @@ static void test_refiling_is_spread(void)
 	refiling_is_spread(1000000, 10000);
 }
 
+/* A full slot is paced by its own count, not the wheel's: FULL nodes in
+ * one level-1 slot (ticks 192-255, more than 16 bits count) beside
+ * OTHERS in the level-1 slots of the next level-1 block.  While T crosses
+ * ticks 128-191 the slot moves down a share a tick, its count over the
+ * ticks left: no step may move more than twice that.  With a count that
+ * stuck at 65,535, the wheel's count (FULL + OTHERS) sized the shares:
+ * 9,000 nodes a tick where 1,100 were due (a million timers over a
+ * second stalled 4.5 ms at such a slot). */
+static void test_full_slot_paced_by_its_count(void)
+{
+	enum { FULL = 70000, OTHERS = 500000 };
+	static struct tmo_wheel_node node[FULL + OTHERS];
+	static struct tmo_wheel w;
+	struct tmo_wheel_list due = {NULL};
+	CHECK_EQ(tmo__wheel_init(&w, 1, 0), 0);
+	for (int i = 0; i < FULL; i++)
+		add_new(&w, &node[i], 192 + i % 64);
+	for (int i = 0; i < OTHERS; i++)
+		add_new(&w, &node[FULL + i], 4096 + i % 4096);
+	const uint64_t bound = 2 * ((uint64_t)FULL / 63 + 1);
+	uint64_t worst = 0, fired = 0;
+	int64_t worst_at = 0;
+	for (int64_t t = 1; t <= 255; t++) {
+		uint64_t before = tmo__wheel_refiled(&w);
+		due.head = NULL;
+		fired += tmo__wheel_advance(&w, t, &due);
+		uint64_t moved = tmo__wheel_refiled(&w) - before;
+		if (t >= 128 && t < 192 && moved > worst)
+			worst = moved, worst_at = t;
+	}
+	if (worst > bound)
+		fprintf(stderr, "a slot of %d: advance to tick %lld re-filed %llu nodes (bound %llu)\n",
+		        FULL, (long long)worst_at, (unsigned long long)worst,
+		        (unsigned long long)bound);
+	CHECK(worst <= bound);
+	CHECK(worst > 0);
+	CHECK_EQ(fired, (uint64_t)FULL);
+	CHECK_EQ(tmo__wheel_count(&w), (uint64_t)OTHERS);
+}
+
 int main(void)
 {
 	et_case_watchdog(60); /* a misplaced node can make advance() loop */
@@ -448,5 +487,6 @@ int main(void)
 	RUN(test_extreme_range);
 	RUN(test_random_against_model);
 	RUN(test_refiling_is_spread);
+	RUN(test_full_slot_paced_by_its_count);
 	return TEST_EXIT();
 }
