@@ -382,6 +382,17 @@ static void test_extreme_range(void)
 	}
 }
 
+/* Advance w to tick t: what came due in *due (counted into *fired); returns
+ * how many nodes the advance re-filed on the way. */
+static uint64_t advance_refiled(struct tmo_wheel *w, int64_t t, struct tmo_wheel_list *due,
+                                uint64_t *fired)
+{
+	uint64_t before = tmo__wheel_refiled(w);
+	due->head = NULL;
+	*fired += tmo__wheel_advance(w, t, due);
+	return tmo__wheel_refiled(w) - before;
+}
+
 /* Time passing by one tick at a time re-files a share per tick, never a
  * whole slot: n nodes due over `span` ticks (across level-1 and level-2
  * boundaries), stepped tick by tick.  Each pending list moves what it has
@@ -408,14 +419,11 @@ static void refiling_is_spread(int n, int64_t span)
 	uint64_t worst = 0, fired = 0;
 	int64_t worst_at = 0, prev = INT64_MIN;
 	for (int64_t t = start + 1; t <= start + 50 + span; t++) {
-		uint64_t before = tmo__wheel_refiled(&w);
-		due.head = NULL;
-		fired += tmo__wheel_advance(&w, t, &due);
+		uint64_t moved = advance_refiled(&w, t, &due, &fired);
 		for (struct tmo_wheel_node *d = due.head; d; d = d->next) {
 			CHECK(d->deadline <= t && d->deadline >= prev);
 			prev = d->deadline;
 		}
-		uint64_t moved = tmo__wheel_refiled(&w) - before;
 		if (moved > worst)
 			worst = moved, worst_at = t;
 	}
@@ -457,10 +465,7 @@ static void test_full_slot_paced_by_its_count(void)
 	uint64_t worst = 0, fired = 0;
 	int64_t worst_at = 0;
 	for (int64_t t = 1; t <= 255; t++) {
-		uint64_t before = tmo__wheel_refiled(&w);
-		due.head = NULL;
-		fired += tmo__wheel_advance(&w, t, &due);
-		uint64_t moved = tmo__wheel_refiled(&w) - before;
+		uint64_t moved = advance_refiled(&w, t, &due, &fired);
 		if (t >= 128 && t < 192 && moved > worst)
 			worst = moved, worst_at = t;
 	}
