@@ -34,6 +34,10 @@ extern tmo__lf_hook_fn *_Atomic tmo__lf_hook_pair;
  * its publication (trim.c, its arrays allocated; fire.c, the due arrays
  * resized), holding the engine's mem_lock (lf.h). */
 extern tmo__lf_hook_fn *_Atomic tmo__lf_hook_mem;
+/* The timer thread about to trim (trim.c, trim_pages: its arrays
+ * allocated, before it reads which pages it may give back), holding the
+ * engine's mem_lock. */
+extern tmo__lf_hook_fn *_Atomic tmo__lf_hook_trim_start;
 /* The timer thread in a trim, holding the depot's nodes of the pages it
  * may give back (trim.c, trim_pages: taken and counted by page, the other
  * pages' nodes pushed back, these not yet). */

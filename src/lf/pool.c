@@ -117,9 +117,11 @@ void tmo__lf_pool_fini(struct tmo *e)
  * under load (3 runs of 5).  Growers that pass it together may each add a
  * step beyond it.  Past it,
  * a refill that found the depot empty while a trim holds nodes of pages it
- * may give back takes its pages from the trim's allowance (as many as
- * those pages, trim.c; *want lowered to what it got): the pool grows by no
- * more than the trim is about to give back.  Refused then, the first arms
+ * may give back takes its pages from the trim's allowance (trim.c; *want
+ * lowered to what it got), one growth step in all: the pool is never more
+ * than a step past what it was when the trim began, and once the trim
+ * has given pages back it is under its bound and grows as it would.
+ * Refused then, the first arms
  * of a thread that began as a trim ran were answered TMO_EAGAIN with
  * 20,000 free nodes in the pool (a probe on the 2-vCPU AMD EPYC VM: two
  * threads after two others had exited, 8 runs of 40); with a fixed

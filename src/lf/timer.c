@@ -56,6 +56,7 @@ tmo__lf_hook_fn *_Atomic tmo__lf_hook_round;
 tmo__lf_hook_fn *_Atomic tmo__lf_hook_pair;
 tmo__lf_hook_fn *_Atomic tmo__lf_hook_owner_in;
 tmo__lf_hook_fn *_Atomic tmo__lf_hook_mem;
+tmo__lf_hook_fn *_Atomic tmo__lf_hook_trim_start;
 tmo__lf_hook_fn *_Atomic tmo__lf_hook_trim;
 tmo__lf_hook_fn *_Atomic tmo__lf_hook_fork_wait;
 #endif

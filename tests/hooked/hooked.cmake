@@ -70,6 +70,12 @@ set(tmo_hooked_regex_lf_trim_hold_refuse
     "trim_hold/mpsc: the arm was refused.*trim_hold/wheel: the arm was refused")
 set(tmo_hooked_regex_lf_trim_hold_small
     "trim_hold/mpsc: .* 512 accepted, then TMO_EAGAIN.*trim_hold/wheel: .* 512 accepted, then TMO_EAGAIN")
+#   lf_trim_inbox  cand: TMO_LF_PLANT_TRIM_CAND, the allowance of a
+#             trim that has given nothing back is its candidate pages
+#             (trim.c, trim_pages), not one growth step.
+set(tmo_hooked_plants_lf_trim_inbox cand=TMO_LF_PLANT_TRIM_CAND)
+set(tmo_hooked_regex_lf_trim_inbox_cand
+    "trim_inbox/mpsc: .* the pool grew by [0-9]+ pages, more than one growth step")
 #   lf_press  pressed: TMO_LF_PLANT_TRIM_PRESSED, the timer thread trims
 #             while arms are refused growth (timer.c, announce_sleep).
 set(tmo_hooked_plants_lf_press pressed=TMO_LF_PLANT_TRIM_PRESSED)

@@ -8,8 +8,8 @@
  * with thousands of free nodes in the pool (a probe on the 2-vCPU AMD EPYC
  * VM: two new threads' first arms after two others had held 10,000 timers
  * each and exited, 8 runs of 40, when the trim held every depot node).  Now it
- * grows by what the trim is about to give back (its candidate pages,
- * trim.c; pool.c, may_grow), and a refill refused after the trim ended
+ * grows by one growth step (GROW_PAGES_MAX pages) while the
+ * trim holds them (trim.c, trim_pages; pool.c, may_grow), and a refill refused after the trim ended
  * looks at the depot again.  Unbounded, the growth swelled mpsc's pool to
  * 27,136 nodes under CI's load (sustain: every refill of two busy threads
  * while the trimmer was preempted in its window).
