@@ -73,6 +73,7 @@
  */
 #include "clock.h"
 #include "depot.h"
+#include "hook.h"
 
 #define DEPOT_TAG ((uint64_t)1 << 32)
 
@@ -321,6 +322,7 @@ static uint32_t chain_trim(struct tmo *e, struct lf_rec *r, struct lf_node *c, u
 
 struct lf_node *tmo__lf_cache_refill(struct tmo *e, struct lf_rec *r, int *err)
 {
+	LF_HOOK(refill, e);
 	uint32_t count = 0;
 	int own = spare_of(e, r);
 	struct lf_node *c = NULL;

@@ -45,6 +45,10 @@ extern tmo__lf_hook_fn *_Atomic tmo__lf_hook_trim;
 /* A fork's prepare handler (rec.c, Fork) found an engine's mem_lock held
  * and is about to wait for it.  Called on the forking thread. */
 extern tmo__lf_hook_fn *_Atomic tmo__lf_hook_fork_wait;
+/* A thread refills its node cache (depot.c, tmo__lf_cache_refill: from its
+ * home, its spare or the depot, else by growing the pool, a page fault a
+ * page).  Called on the refilling thread, before it looks. */
+extern tmo__lf_hook_fn *_Atomic tmo__lf_hook_refill;
 /* A step between the TSC and the clock, as a virtual machine's pause may
  * make (clock.c, Steps): added to every TSC read (cpu.h, lf_tsc) and to
  * every clock read (core/tmo.c, tmo_now_ns; the event count's sleeps take

@@ -59,6 +59,7 @@ tmo__lf_hook_fn *_Atomic tmo__lf_hook_mem;
 tmo__lf_hook_fn *_Atomic tmo__lf_hook_trim_start;
 tmo__lf_hook_fn *_Atomic tmo__lf_hook_trim;
 tmo__lf_hook_fn *_Atomic tmo__lf_hook_fork_wait;
+tmo__lf_hook_fn *_Atomic tmo__lf_hook_refill;
 #endif
 
 /* How far ahead of the one it fires the firing loop fetches nodes (half

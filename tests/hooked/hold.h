@@ -4,8 +4,8 @@
  *
  * While `hold` names a point, the first thread that comes to that point's
  * hook stays there until `release` is set, after setting `held`; then
- * `hold` is HOLD_NONE again, so later comers pass.  At the transit and
- * owner_in hooks only a thread that set owner_thread is held (the case's
+ * `hold` is HOLD_NONE again, so later comers pass.  At the transit,
+ * owner_in and refill hooks only a thread that set owner_thread is held (the case's
  * owner, not the test's other threads).  One test a process: the state is the file's.
  */
 #ifndef TMO_TEST_HOOKED_HOLD_H
@@ -18,7 +18,7 @@
 #include "lf/lf.h"
 #include "lf/pool.h"
 
-enum { HOLD_NONE, HOLD_TRANSIT, HOLD_ROUND, HOLD_OWNER_IN, HOLD_MEM, HOLD_TRIM };
+enum { HOLD_NONE, HOLD_TRANSIT, HOLD_ROUND, HOLD_OWNER_IN, HOLD_MEM, HOLD_TRIM, HOLD_REFILL };
 static atomic_int hold, held, release;
 static _Thread_local int owner_thread = 0;
 
@@ -32,7 +32,7 @@ static inline void hold_at(int point)
 		et_sleep_ns(100 * TMO_NSEC_PER_USEC);
 }
 /* The hooks (tmo__lf_hook_transit, tmo__lf_hook_owner_in, tmo__lf_hook_round,
- * tmo__lf_hook_mem, tmo__lf_hook_trim). */
+ * tmo__lf_hook_mem, tmo__lf_hook_trim, tmo__lf_hook_refill). */
 static inline void hold_transit(struct tmo *e)
 {
 	(void)e;
@@ -44,6 +44,12 @@ static inline void hold_owner_in(struct tmo *e)
 	(void)e;
 	if (owner_thread)
 		hold_at(HOLD_OWNER_IN);
+}
+static inline void hold_refill(struct tmo *e)
+{
+	(void)e;
+	if (owner_thread)
+		hold_at(HOLD_REFILL);
 }
 static inline void hold_round(struct tmo *e)
 {

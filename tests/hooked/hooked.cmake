@@ -76,6 +76,12 @@ set(tmo_hooked_regex_lf_trim_hold_small
 set(tmo_hooked_plants_lf_trim_inbox cand=TMO_LF_PLANT_TRIM_CAND)
 set(tmo_hooked_regex_lf_trim_inbox_cand
     "trim_inbox/mpsc: .* the pool grew by [0-9]+ pages, more than one growth step")
+#   lf_refill  announced: TMO_LF_PLANT_REFILL_ANNOUNCED, an arm keeps
+#             its announcement up through a refill of its cache (arm.c,
+#             arm_general).
+set(tmo_hooked_plants_lf_refill announced=TMO_LF_PLANT_REFILL_ANNOUNCED)
+set(tmo_hooked_regex_lf_refill_announced
+    "refill/mpsc: Y held back while an arm refilled.*refill/wheel: Y held back while an arm refilled")
 #   lf_press  pressed: TMO_LF_PLANT_TRIM_PRESSED, the timer thread trims
 #             while arms are refused growth (timer.c, announce_sleep).
 set(tmo_hooked_plants_lf_press pressed=TMO_LF_PLANT_TRIM_PRESSED)
