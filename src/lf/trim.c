@@ -250,10 +250,8 @@ static void trim_pages(struct tmo *e)
 	 * them), page by page, highest first, so the lowest are taken first;
 	 * then the runs of pages the plan chose go back to the kernel. */
 	for (uint32_t pg = hwm; pg-- > 0;)
-		if (!cand[pg] && by_page[pg] != NULL) {
+		if (!cand[pg] && by_page[pg] != NULL)
 			tmo__lf_depot_push(e, by_page[pg], free_in[pg]);
-			by_page[pg] = NULL;
-		}
 	for (uint32_t pg = 0; pg < hwm;) {
 		if (!cand[pg]) {
 			pg++;

@@ -168,29 +168,12 @@ static void refill(void)
 	one("wheel");
 }
 
-/* 1: the timer thread polls every tick (LF_TW_FENCE), so no arm goes the
- * fast way; -1 when no engine could be made. */
-static int fence_mode(const char *eng)
-{
-	struct tmo *e = NULL;
-	if (tmo_create(eng, NULL, &e) != 0)
-		return -1;
-	int fence = (atomic_load(&e->tickw) & LF_TW_FENCE) != 0;
-	return tmo_destroy(&e) != 0 ? -1 : fence;
-}
-
 int main(void)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	int rc = need_tsc("lf_refill", "mpsc", "no arm goes the fast way, which announces");
+	int rc = need_fast_way("lf_refill", "mpsc", "no arm goes the fast way, which announces");
 	if (rc >= 0)
 		return rc;
-	if ((rc = fence_mode("mpsc")) != 0) {
-		if (rc > 0)
-			printf("SKIPPED: LF_TW_FENCE (no membarrier, or TSan): no arm goes the fast way, "
-			       "which announces\n");
-		return rc > 0 ? 77 : 1;
-	}
 	tmo_testing_timely_timer(1);
 	atomic_store(&tmo__lf_hook_refill, hold_refill);
 	RUN(refill);
