@@ -40,11 +40,8 @@
 #include <string.h>
 
 #include "ds/wheel.h"
+#include "ds/wheel_prim.h"
 
-#define LEVEL_SHIFT(l) ((unsigned)(l) * TMO_WHEEL_BITS)
-#define SLOT_MASK ((uint64_t)TMO_WHEEL_SLOTS - 1)
-#define RING (2u * TMO_WHEEL_SLOTS)
-#define RING_MASK ((uint64_t)RING - 1)
 /* Levels with a pending list: all but the top, whose next block comes from
  * the overflow list. */
 #define PACED (TMO_WHEEL_LEVELS - 1)
@@ -57,6 +54,7 @@
 _Static_assert(TMO_WHEEL_SLOTS == 64, "one uint64_t bitmap per level");
 _Static_assert(EPOCH_SHIFT < 64, "levels must leave room for the epoch");
 _Static_assert(RING == 128, "a level's slot: its digit and its block's parity");
+_Static_assert((TMO_WHEEL_WAYS & (TMO_WHEEL_WAYS - 1)) == 0, "ways: a power of two");
 
 int tmo__wheel_init(struct tmo_wheel *w, int64_t resolution_ns, int64_t now_ns)
 {
@@ -74,28 +72,7 @@ int tmo__wheel_init(struct tmo_wheel *w, int64_t resolution_ns, int64_t now_ns)
 	return 0;
 }
 
-/* ---- time conversion ------------------------------------------------------ */
-
-/* Exact distance b - a for b >= a, even across the whole int64 range. */
-static inline uint64_t udiff(int64_t b, int64_t a) { return (uint64_t)b - (uint64_t)a; }
-
-/* d / r and d % r without a divide instruction (it sits on the add path, and
- * a 64-bit divide costs several times a multiply; measured: a hot del+add
- * pair 10.1 ns with the divide, 5.3 ns without).  With inv = floor((2^64 - 1)
- * / r), q = high half of d * inv satisfies d/r - 2 < q <= d/r, so at most
- * two corrections make it exact, for every d < 2^64 and every r >= 1. */
-static inline uint64_t div_res(const struct tmo_wheel *w, uint64_t d, uint64_t *rem)
-{
-	uint64_t r = (uint64_t)w->resolution_ns;
-	uint64_t q = (uint64_t)(((unsigned __int128)d * w->res_inv) >> 64);
-	uint64_t m = d - q * r;
-	while (m >= r) {
-		q++;
-		m -= r;
-	}
-	*rem = m;
-	return q;
-}
+/* ---- placement -------------------------------------------------------------- */
 
 /* First tick whose start is >= deadline: rounding up is what makes "never
  * early" hold.  Deadlines at or before the origin map to tick 0. */
@@ -107,67 +84,13 @@ static inline uint64_t tick_ceil(const struct tmo_wheel *w, int64_t deadline)
 	return q + (rem != 0);
 }
 
-/* Start of tick t in ns, saturated at INT64_MAX (a time advance() can never
- * reach anyway). */
-static inline int64_t tick_ns(const struct tmo_wheel *w, uint64_t t)
-{
-	uint64_t span;
-	if (__builtin_mul_overflow(t, (uint64_t)w->resolution_ns, &span) ||
-	    span > udiff(INT64_MAX, w->origin_ns))
-		return INT64_MAX;
-	return (int64_t)((uint64_t)w->origin_ns + span);
-}
-
-/* ---- intrusive lists (hlist style: pprev points at whoever points at us) -- */
-
-static inline void list_push(struct tmo_wheel_list *l, struct tmo_wheel_node *n)
-{
-	n->next = l->head;
-	if (n->next)
-		n->next->pprev = &n->next;
-	l->head = n;
-	n->pprev = &l->head;
-}
-
-/* Take the whole list; the nodes keep stale pprev values until re-linked. */
-static inline struct tmo_wheel_node *list_take(struct tmo_wheel_list *l)
-{
-	struct tmo_wheel_node *h = l->head;
-	l->head = NULL;
-	return h;
-}
-
-/* ---- placement -------------------------------------------------------------- */
-
-/* The block of tick t at level l: t's digits above l. */
-static inline uint64_t block_of(uint64_t t, unsigned l) { return t >> LEVEL_SHIFT(l + 1); }
-
-/* First tick of block b of level l, or UINT64_MAX when it lies beyond the
- * last tick (then no node can be in it). */
-static inline uint64_t block_start(uint64_t b, unsigned l)
-{
-	unsigned sh = LEVEL_SHIFT(l + 1);
-	return b > (UINT64_MAX >> sh) ? UINT64_MAX : b << sh;
-}
-
-static inline void slot_mark(struct tmo_wheel *w, unsigned l, unsigned s)
-{
-	w->occupied[l][s >> TMO_WHEEL_BITS] |= UINT64_C(1) << (s & SLOT_MASK);
-}
-
-/* Slot s of level l is empty, or about to be taken whole. */
-static inline void slot_unmark(struct tmo_wheel *w, unsigned l, unsigned s)
-{
-	tmo__wheel_unmark(w, l, s);
-}
-
 /* Put n where its tick belongs (see Placement at the top): on `expired` when
  * already processed, on `overflow` beyond the top level, else in its slot. */
 static void place(struct tmo_wheel *w, struct tmo_wheel_node *n)
 {
 	uint64_t e = n->expires, t = w->now_tick;
 	if (e < t) {
-		list_push(&w->expired, n);
+		ways_push(&w->expired, n);
 		if (e < w->expired_tick)
 			w->expired_tick = e;
 		if (n->deadline < w->expired_min)
@@ -178,7 +101,10 @@ static void place(struct tmo_wheel *w, struct tmo_wheel_node *n)
 		if (block_of(e, l) - block_of(t, l) > 1)
 			continue;
 		unsigned s = (unsigned)((e >> LEVEL_SHIFT(l)) & RING_MASK);
-		list_push(&w->slot[l][s], n);
+		if (l < TMO_WHEEL_WAYS_LEVELS)
+			ways_push(&w->slot[l][s], n);
+		else
+			head_push(&w->slot_up[l - TMO_WHEEL_WAYS_LEVELS][s], n);
 		slot_mark(w, l, s);
 		if (l > 0 && w->placed[l - 1][s] != UINT32_MAX)
 			w->placed[l - 1][s]++;
@@ -189,6 +115,46 @@ static void place(struct tmo_wheel *w, struct tmo_wheel_node *n)
 	list_push(&w->overflow, n);
 	if (e < w->overflow_min)
 		w->overflow_min = e;
+}
+
+/* Ways.  A slot of the lowest TMO_WHEEL_WAYS_LEVELS levels links its nodes
+ * in TMO_WHEEL_WAYS lists, and every walk of such a slot (moved onto a
+ * pending list, or handed out), of a pending list and of `expired` takes a
+ * node of each way in turn.  Timers due together are most often armed at
+ * different times, so their nodes lie anywhere in memory: with many timers
+ * each node a walk reaches is a cache miss, and a walk of one list learns
+ * the next address only when that miss is over.  Independent chains let
+ * TMO_WHEEL_WAYS misses overlap.  A node's way is that of the 256 KiB of
+ * memory it lies in, not a turn: nodes armed one after another from
+ * memory in order (a burst due at one instant) stay in one way in runs of
+ * thousands, and a walk of each way reads them in memory order, which the
+ * hardware prefetcher follows (turns cost such a walk 2-3 times its time).
+ * docs/lockfree.md, The timer thread, gives what the ways save.  Adding
+ * and deleting cost what they did with one list, but for the few
+ * instructions that pick the way and that tell a slot empty. */
+
+/* Move up to k nodes off sl's ways, a node of each in turn, to where they
+ * now belong; the nodes left keep valid pprev values.  Returns how many
+ * moved. */
+static uint64_t ways_move(struct tmo_wheel *w, struct tmo_wheel_slot *sl, uint64_t k)
+{
+	uint64_t moved = 0;
+	for (int any = 1; any && moved < k;) {
+		any = 0;
+		for (unsigned j = 0; j < TMO_WHEEL_WAYS && moved < k; j++) {
+			struct tmo_wheel_node *n = sl->head[j];
+			if (n == NULL)
+				continue;
+			any = 1;
+			sl->head[j] = n->next;
+			if (n->next)
+				n->next->pprev = &sl->head[j];
+			place(w, n);
+			moved++;
+		}
+	}
+	w->refiled += moved;
+	return moved;
 }
 
 static void refile_chain(struct tmo_wheel *w, struct tmo_wheel_node *n)
@@ -213,28 +179,27 @@ void tmo__wheel_add(struct tmo_wheel *w, struct tmo_wheel_node *n, int64_t deadl
 
 /* ---- time passing ---------------------------------------------------------- */
 
-/* Take slot s of level l whole (its nodes keep stale pprev values until
- * re-linked). */
-static struct tmo_wheel_node *slot_take(struct tmo_wheel *w, unsigned l, unsigned s)
+/* Take slot s of level l whole (the first node of each way keeps a stale
+ * pprev until re-linked). */
+static struct tmo_wheel_slot slot_take(struct tmo_wheel *w, unsigned l, unsigned s)
 {
 	slot_unmark(w, l, s);
-	return list_take(&w->slot[l][s]);
+	struct tmo_wheel_slot t = {{NULL}};
+	if (l < TMO_WHEEL_WAYS_LEVELS) {
+		t = w->slot[l][s];
+		memset(&w->slot[l][s], 0, sizeof t);
+	} else {
+		t.head[0] = w->slot_up[l - TMO_WHEEL_WAYS_LEVELS][s];
+		w->slot_up[l - TMO_WHEEL_WAYS_LEVELS][s] = NULL;
+	}
+	return t;
 }
 
 /* File up to k nodes of pending[l] where they now belong. */
 static void pending_move(struct tmo_wheel *w, unsigned l, uint64_t k)
 {
-	struct tmo_wheel_list *p = &w->pending[l];
-	for (; k > 0 && p->head != NULL; k--) {
-		struct tmo_wheel_node *n = p->head;
-		p->head = n->next;
-		if (n->next)
-			n->next->pprev = &p->head;
-		place(w, n);
-		w->refiled++;
-		if (w->pending_left[l] > 0)
-			w->pending_left[l]--;
-	}
+	uint64_t moved = ways_move(w, &w->pending[l], k);
+	w->pending_left[l] = w->pending_left[l] > moved ? w->pending_left[l] - moved : 0;
 }
 
 /* T has entered a new block at level l: the next block's slot of level
@@ -243,12 +208,13 @@ static void pending_start(struct tmo_wheel *w, unsigned l)
 {
 	unsigned s = (unsigned)((block_of(w->now_tick, l) + 1) & RING_MASK);
 	uint64_t placed = w->placed[l][s];
-	struct tmo_wheel_node *h = slot_take(w, l + 1, s);
-	w->pending[l].head = h;
-	if (h)
-		h->pprev = &w->pending[l].head;
+	struct tmo_wheel_slot *p = &w->pending[l];
+	*p = slot_take(w, l + 1, s);
+	for (unsigned j = 0; j < TMO_WHEEL_WAYS; j++)
+		if (p->head[j])
+			p->head[j]->pprev = &p->head[j];
 	/* a count that stuck at its top: the wheel's count bounds it too */
-	w->pending_left[l] = h == NULL ? 0 : placed == UINT32_MAX ? w->count : placed;
+	w->pending_left[l] = ways_empty(p) ? 0 : placed == UINT32_MAX ? w->count : placed;
 }
 
 /* Move T forward to t, which must be <= the tick of every node still in
@@ -267,8 +233,10 @@ static void rebase(struct tmo_wheel *w, uint64_t t)
 		if (bn == bo)
 			continue;
 		pending_move(w, l, UINT64_MAX); /* block bo + 1: now current or passed */
-		if (bn - bo > 1) /* jumped past the next block: its successor was not pending */
-			refile_chain(w, slot_take(w, l + 1, (unsigned)(bn & RING_MASK)));
+		if (bn - bo > 1) { /* jumped past the next block: its successor was not pending */
+			struct tmo_wheel_slot skipped = slot_take(w, l + 1, (unsigned)(bn & RING_MASK));
+			ways_move(w, &skipped, UINT64_MAX);
+		}
 		/* the next block's slot is the first of l + 1's next block: that
 		 * level's pending list may still hold some of it */
 		if (l + 1 < PACED && ((bn + 1) >> TMO_WHEEL_BITS) != (bn >> TMO_WHEEL_BITS))
@@ -276,7 +244,7 @@ static void rebase(struct tmo_wheel *w, uint64_t t)
 		pending_start(w, l);
 	}
 	for (unsigned l = 0; l < PACED; l++) {
-		if (w->pending[l].head == NULL)
+		if (ways_empty(&w->pending[l]))
 			continue;
 		/* empty once T enters the last level-l slot of its block */
 		uint64_t deadline = block_start(block_of(t, l) + 1, l) - (UINT64_C(1) << LEVEL_SHIFT(l));
@@ -285,48 +253,62 @@ static void rebase(struct tmo_wheel *w, uint64_t t)
 	}
 }
 
+/* A slot's heads, or a pending list's, as next_expiry() reads them: n of
+ * them from h (h NULL: none to read). */
+struct heads {
+	struct tmo_wheel_node *const *h;
+	unsigned n;
+};
+
+static inline struct heads slot_heads(const struct tmo_wheel *w, unsigned l, unsigned s)
+{
+	if (l < TMO_WHEEL_WAYS_LEVELS)
+		return (struct heads){w->slot[l][s].head, TMO_WHEEL_WAYS};
+	return (struct heads){&w->slot_up[l - TMO_WHEEL_WAYS_LEVELS][s], 1};
+}
+
 /* The first tick of the first occupied slot of block b at level l, and
  * that slot in *slot; UINT64_MAX when the block has none. */
 static uint64_t first_slot(const struct tmo_wheel *w, unsigned l, uint64_t b,
-                           const struct tmo_wheel_list **slot)
+                           struct heads *slot)
 {
 	uint64_t start = block_start(b, l), occ = w->occupied[l][b & 1];
 	if (start == UINT64_MAX || occ == 0)
 		return UINT64_MAX;
 	unsigned s = (unsigned)__builtin_ctzll(occ);
-	*slot = &w->slot[l][(b & 1) << TMO_WHEEL_BITS | s];
+	*slot = slot_heads(w, l, (unsigned)(b & 1) << TMO_WHEEL_BITS | s);
 	return start | (uint64_t)s << LEVEL_SHIFT(l);
 }
 
 /* Lower bound on the tick of every node in the wheel proper (slots, pending
  * lists and overflow, not `expired`); UINT64_MAX when they are all empty.
  * *level_out tells where it came from: a level, or TMO_WHEEL_LEVELS for the
- * overflow; *list_out the list whose nodes start there, or NULL for a
- * level-0 slot (exact). */
+ * overflow; *list_out the slot or pending list whose nodes start there, or
+ * none (h NULL) for a level-0 slot (exact) and for the overflow. */
 static uint64_t next_tick(const struct tmo_wheel *w, unsigned *level_out,
-                          const struct tmo_wheel_list **list_out)
+                          struct heads *list_out)
 {
 	uint64_t t = w->now_tick;
 	for (unsigned l = 0; l < TMO_WHEEL_LEVELS; l++) {
 		uint64_t b = block_of(t, l);
 		for (uint64_t k = 0; k < 2; k++) { /* this block, then the next */
-			const struct tmo_wheel_list *slot;
-			if (k == 1 && l < PACED && w->pending[l].head) {
+			struct heads slot;
+			if (k == 1 && l < PACED && !ways_empty(&w->pending[l])) {
 				*level_out = l;
-				*list_out = &w->pending[l];
+				*list_out = (struct heads){w->pending[l].head, TMO_WHEEL_WAYS};
 				return block_start(b + 1, l);
 			}
 			uint64_t first = first_slot(w, l, b + k, &slot);
 			if (first == UINT64_MAX)
 				continue;
 			*level_out = l;
-			*list_out = l == 0 ? NULL : slot;
+			*list_out = l == 0 ? (struct heads){NULL, 0} : slot;
 			return first;
 		}
 	}
 	if (w->overflow.head) {
 		*level_out = TMO_WHEEL_LEVELS;
-		*list_out = &w->overflow;
+		*list_out = (struct heads){NULL, 0};
 		/* Every overflow node is at least two epochs past T; nor before
 		 * the epoch of overflow_min (a lower bound kept by place(); del()
 		 * leaves it low, which costs at most one early re-filing).
@@ -340,29 +322,32 @@ static uint64_t next_tick(const struct tmo_wheel *w, unsigned *level_out,
 	return UINT64_MAX;
 }
 
-/* The earliest tick in a list of at most NEXT_EXPIRY_SCAN nodes, else
- * UINT64_MAX. */
-static uint64_t list_min(const struct tmo_wheel_list *l)
+/* The earliest tick in a slot of at most NEXT_EXPIRY_SCAN nodes (its ways
+ * together), else UINT64_MAX. */
+static uint64_t list_min(struct heads sl)
 {
 	uint64_t min = UINT64_MAX;
 	unsigned k = 0;
-	const struct tmo_wheel_node *n = l->head;
-	for (; n != NULL && k < NEXT_EXPIRY_SCAN; n = n->next, k++)
-		if (n->expires < min)
-			min = n->expires;
-	return n == NULL ? min : UINT64_MAX;
+	for (unsigned j = 0; j < sl.n; j++)
+		for (const struct tmo_wheel_node *n = sl.h[j]; n != NULL; n = n->next, k++) {
+			if (k == NEXT_EXPIRY_SCAN)
+				return UINT64_MAX;
+			if (n->expires < min)
+				min = n->expires;
+		}
+	return min;
 }
 
 int64_t tmo__wheel_next_expiry(const struct tmo_wheel *w)
 {
-	if (w->expired.head)
+	if (!ways_empty(&w->expired))
 		/* Already due: the earliest tick among them, <= the last `now`
 		 * given to advance() (not the last processed tick: an advance to
 		 * a time ahead, then a node added for a tick between, would hide
 		 * that node until the time ahead, behind later ones elsewhere). */
 		return tick_ns(w, w->expired_tick);
 	unsigned level;
-	const struct tmo_wheel_list *list = NULL;
+	struct heads list = {NULL, 0};
 	uint64_t t = next_tick(w, &level, &list);
 	if (t == UINT64_MAX)
 		return INT64_MAX;
@@ -371,16 +356,16 @@ int64_t tmo__wheel_next_expiry(const struct tmo_wheel *w)
 		 * exact unless its node was deleted. */
 		if (w->overflow_min > t)
 			t = w->overflow_min;
-	} else if (list != NULL) {
+	} else if (list.h != NULL) {
 		/* The earliest node is in this list (a slot, or a pending list
 		 * before its level's next block).  A short one is scanned for the
 		 * exact tick, so an engine with a few far timers wakes once, not
 		 * once per level on the way down; a long one costs a step. */
 		uint64_t min = list_min(list);
-		if (min != UINT64_MAX && list == &w->pending[level]) {
+		if (min != UINT64_MAX && level < PACED && list.h == w->pending[level].head) {
 			/* the next block's slots at this level: their first one's
 			 * earliest tick, or its start when it is long */
-			const struct tmo_wheel_list *slot;
+			struct heads slot = {NULL, 0};
 			uint64_t start = first_slot(w, level, block_of(w->now_tick, level) + 1, &slot);
 			uint64_t in_slot = level == 0 || start == UINT64_MAX ? start : list_min(slot);
 			if (in_slot == UINT64_MAX)
@@ -394,23 +379,30 @@ int64_t tmo__wheel_next_expiry(const struct tmo_wheel *w)
 	return tick_ns(w, t);
 }
 
-/* Move at most max nodes from the front of list l to the due list behind
- * *tail; the rest stay on l.  Returns how many moved. */
-static size_t hand_out_max(struct tmo_wheel_node ***tail, struct tmo_wheel_list *l, size_t max)
+/* Move at most max nodes from the fronts of sl's ways, a node of each in
+ * turn, to the due list behind *tail; the rest stay on sl.  Returns how
+ * many moved. */
+static size_t hand_out_max(struct tmo_wheel_node ***tail, struct tmo_wheel_slot *sl, size_t max)
 {
-	struct tmo_wheel_node *n = l->head;
 	size_t k = 0;
-	for (; n != NULL && k < max; k++) {
-		struct tmo_wheel_node *next = n->next;
-		n->pprev = NULL;
-		n->next = NULL;
-		**tail = n;
-		*tail = &n->next;
-		n = next;
+	for (int any = 1; any && k < max;) {
+		any = 0;
+		for (unsigned j = 0; j < TMO_WHEEL_WAYS && k < max; j++) {
+			struct tmo_wheel_node *n = sl->head[j];
+			if (n == NULL)
+				continue;
+			any = 1;
+			sl->head[j] = n->next;
+			n->pprev = NULL;
+			n->next = NULL;
+			**tail = n;
+			*tail = &n->next;
+			k++;
+		}
 	}
-	l->head = n;
-	if (n != NULL)
-		n->pprev = &l->head;
+	for (unsigned j = 0; j < TMO_WHEEL_WAYS; j++)
+		if (sl->head[j] != NULL)
+			sl->head[j]->pprev = &sl->head[j];
 	return k;
 }
 
@@ -421,17 +413,22 @@ static size_t take_tick(struct tmo_wheel *w, unsigned s, uint64_t t,
                         struct tmo_wheel_node ***tail, size_t max, int *left)
 {
 	int64_t min = w->min0[s]; /* slot_take forgets it */
-	struct tmo_wheel_list rest = {slot_take(w, 0, s)};
+	struct tmo_wheel_slot rest = slot_take(w, 0, s);
 	size_t k = hand_out_max(tail, &rest, max);
-	*left = rest.head != NULL;
+	*left = !ways_empty(&rest);
 	if (*left) {
-		struct tmo_wheel_node **end = &w->expired.head;
-		while (*end != NULL)
-			end = &(*end)->next;
+		/* each way behind the same way of `expired` (most often empty) */
+		for (unsigned j = 0; j < TMO_WHEEL_WAYS; j++) {
+			if (rest.head[j] == NULL)
+				continue;
+			struct tmo_wheel_node **end = &w->expired.head[j];
+			while (*end != NULL)
+				end = &(*end)->next;
+			*end = rest.head[j];
+			rest.head[j]->pprev = end;
+		}
 		if (min < w->expired_min) /* the rest's, without a walk of it */
 			w->expired_min = min;
-		*end = rest.head;
-		rest.head->pprev = end;
 		if (t < w->expired_tick)
 			w->expired_tick = t;
 	}
@@ -449,7 +446,7 @@ size_t tmo__wheel_advance_max(struct tmo_wheel *w, int64_t now, size_t max,
 	 * tick a bounded advance stopped in) come first: they are due before
 	 * anything still in the slots. */
 	size_t k = hand_out_max(&tail, &w->expired, max);
-	if (w->expired.head == NULL) {
+	if (ways_empty(&w->expired)) {
 		w->expired_tick = UINT64_MAX;
 		w->expired_min = INT64_MAX;
 	}
@@ -465,13 +462,13 @@ size_t tmo__wheel_advance_max(struct tmo_wheel *w, int64_t now, size_t max,
 			last--;
 		while (w->now_tick <= last && k < max) {
 			unsigned level;
-			const struct tmo_wheel_list *list;
+			struct heads list;
 			uint64_t t = next_tick(w, &level, &list);
 			if (t > last) {
 				rebase(w, last + 1);
 				break;
 			}
-			if (list == NULL) {
+			if (list.h == NULL && level < TMO_WHEEL_LEVELS) {
 				/* Level 0 slots hold exactly one tick each: all due. */
 				int left;
 				k += take_tick(w, (unsigned)(t & RING_MASK), t, &tail, max - k, &left);

@@ -38,6 +38,22 @@ struct tmo_wheel_list {
 	struct tmo_wheel_node *head;
 };
 
+/* A slot of the lowest TMO_WHEEL_WAYS_LEVELS levels (and a pending list,
+ * and `expired`) is TMO_WHEEL_WAYS lists, filled in turn and walked in
+ * turn: the walks that move those nodes a level down or hand them out
+ * chase TMO_WHEEL_WAYS pointers at once rather than one, so their cache
+ * misses overlap (wheel.c, Ways).  The levels above keep one list a slot:
+ * few timers wait there long enough to be moved down, and their slots
+ * would cost 3 KiB a level more. */
+#define TMO_WHEEL_WAYS 4
+#define TMO_WHEEL_WAYS_LEVELS 2
+/* A node's way: that of the 2^TMO_WHEEL_WAY_SHIFT bytes of memory it lies
+ * in, (address >> TMO_WHEEL_WAY_SHIFT) % TMO_WHEEL_WAYS. */
+#define TMO_WHEEL_WAY_SHIFT 18
+struct tmo_wheel_slot {
+	struct tmo_wheel_node *head[TMO_WHEEL_WAYS];
+};
+
 struct tmo_wheel {
 	int64_t resolution_ns;
 	uint64_t res_inv;   /* floor((2^64 - 1) / resolution_ns): divide by a multiply */
@@ -46,9 +62,11 @@ struct tmo_wheel {
 	uint64_t count;     /* nodes in the wheel */
 	uint64_t refiled;   /* nodes moved to another list, in all */
 	/* Level L, slot (tick >> 6L) & 127: the two halves hold two
-	 * consecutive blocks of 64 (wheel.c, Placement). */
+	 * consecutive blocks of 64 (wheel.c, Placement); slot_up[L - 2] for
+	 * the levels above TMO_WHEEL_WAYS_LEVELS. */
 	uint64_t occupied[TMO_WHEEL_LEVELS][2];
-	struct tmo_wheel_list slot[TMO_WHEEL_LEVELS][2 * TMO_WHEEL_SLOTS];
+	struct tmo_wheel_slot slot[TMO_WHEEL_WAYS_LEVELS][2 * TMO_WHEEL_SLOTS];
+	struct tmo_wheel_node *slot_up[TMO_WHEEL_LEVELS - TMO_WHEEL_WAYS_LEVELS][2 * TMO_WHEEL_SLOTS];
 	/* placed[L - 1][s]: nodes put in slot s of level L since it was last
 	 * taken (del does not count down: an upper bound on its length;
 	 * UINT32_MAX: at least that many).  Not 16 bits: a million timers
@@ -58,11 +76,12 @@ struct tmo_wheel {
 	uint32_t placed[TMO_WHEEL_LEVELS - 1][2 * TMO_WHEEL_SLOTS];
 	/* pending[L]: the next block of level L, taken from level L + 1 and
 	 * moved down a share per tick; pending_left bounds its length */
-	struct tmo_wheel_list pending[TMO_WHEEL_LEVELS - 1];
+	struct tmo_wheel_slot pending[TMO_WHEEL_LEVELS - 1];
 	uint64_t pending_left[TMO_WHEEL_LEVELS - 1];
 	struct tmo_wheel_list overflow; /* beyond the top level, re-filed later */
 	uint64_t overflow_min;          /* <= the tick of every overflow node */
-	struct tmo_wheel_list expired;  /* added after their tick was processed */
+	struct tmo_wheel_slot expired;  /* added after their tick was processed,
+	                                   and the rest of a split tick */
 	uint64_t expired_tick;          /* <= the tick of every expired node */
 	int64_t expired_min;            /* <= the deadline of every expired
 	                                   node; INT64_MAX when none */
@@ -109,14 +128,28 @@ static inline void tmo__wheel_del(struct tmo_wheel *w, struct tmo_wheel_node *n)
 	*pprev = n->next;
 	if (n->next)
 		n->next->pprev = pprev;
-	/* The slot became empty iff we were its only node: pprev is then the
-	 * slot's own head and nothing followed us.  Recognise a slot head by its
-	 * address, so no level/slot index has to be stored in the node. */
+	/* The slot became empty iff we were the only node of its way (pprev
+	 * is then a head of the slot and nothing followed us) and its other
+	 * ways are empty.  Recognise a slot's head by its address, so no
+	 * level/slot index has to be stored in the node. */
 	if (n->next == NULL) {
-		uintptr_t p = (uintptr_t)pprev, base = (uintptr_t)&w->slot[0][0];
-		if (p >= base && p < base + sizeof w->slot) {
-			size_t i = (p - base) / sizeof(struct tmo_wheel_list);
-			tmo__wheel_unmark(w, (unsigned)(i / (2 * TMO_WHEEL_SLOTS)),
+		uintptr_t p = (uintptr_t)pprev;
+		uintptr_t lo = p - (uintptr_t)&w->slot[0][0], up = p - (uintptr_t)&w->slot_up[0][0];
+		if (lo < sizeof w->slot) {
+			size_t i = lo / sizeof(struct tmo_wheel_slot);
+			const struct tmo_wheel_slot *sl = &w->slot[0][0] + i;
+			uintptr_t any = 0;
+			for (unsigned j = 0; j < TMO_WHEEL_WAYS; j++)
+				any |= (uintptr_t)sl->head[j];
+#ifdef TMO_WHEEL_PLANT_ONE_WAY /* tests/unit/wheel.cmake: unit/wheel must catch it */
+			any = 0; /* as if the slot's other ways were empty */
+#endif
+			if (any == 0)
+				tmo__wheel_unmark(w, (unsigned)(i / (2 * TMO_WHEEL_SLOTS)),
+				                  (unsigned)(i % (2 * TMO_WHEEL_SLOTS)));
+		} else if (up < sizeof w->slot_up) {
+			size_t i = up / sizeof(struct tmo_wheel_node *);
+			tmo__wheel_unmark(w, TMO_WHEEL_WAYS_LEVELS + (unsigned)(i / (2 * TMO_WHEEL_SLOTS)),
 			                  (unsigned)(i % (2 * TMO_WHEEL_SLOTS)));
 		}
 	}

@@ -27,10 +27,35 @@
 #include "ds/wheel.h"
 #include "model.h"
 
+/* The timers' nodes lie in TMO_WHEEL_WAYS regions of memory, node i in
+ * region i % TMO_WHEEL_WAYS, so that a slot's nodes fill all its ways
+ * (src/ds/wheel.c, Ways: a node's way is the region it lies in).  Only the
+ * nodes' lines are touched. */
+#define WM_REGION ((uintptr_t)1 << TMO_WHEEL_WAY_SHIFT)
+static unsigned char wm_spread[(TMO_WHEEL_WAYS + 1) * WM_REGION];
+
+static inline struct tmo_wheel_node *wm_slot_of(int i)
+{
+	uintptr_t base = ((uintptr_t)wm_spread + WM_REGION - 1) & ~(WM_REGION - 1);
+	return (struct tmo_wheel_node *)(base + (uintptr_t)(i % TMO_WHEEL_WAYS) * WM_REGION) +
+	       i / TMO_WHEEL_WAYS;
+}
+
+/* node i's index, -1 for a node that is not one of them */
+static inline int wm_idx_of(const struct tmo_wheel_node *n)
+{
+	for (int j = 0; j < TMO_WHEEL_WAYS; j++) {
+		const struct tmo_wheel_node *first = wm_slot_of(j);
+		if (n >= first && n < first + (MODEL_MAX + TMO_WHEEL_WAYS - 1) / TMO_WHEEL_WAYS)
+			return (int)(n - first) * TMO_WHEEL_WAYS + j;
+	}
+	return -1;
+}
+
 struct wheel_model {
 	struct model m; /* the armed timers by due time */
 	struct tmo_wheel w;
-	struct tmo_wheel_node node[MODEL_MAX];
+	struct tmo_wheel_node *node[MODEL_MAX]; /* wm_slot_of(i) */
 	int nodes; /* node[0 .. nodes-1] are the driver's timers */
 	int64_t origin, r, now;
 	/* advances hand out at most max nodes (SIZE_MAX: advance(), else
@@ -51,8 +76,10 @@ static inline int wm_init(struct wheel_model *f, int64_t r, int64_t origin, int 
 	f->origin = origin;
 	f->now = origin;
 	f->max = SIZE_MAX;
-	for (int i = 0; i < nodes; i++)
-		tmo__wheel_node_init(&f->node[i]);
+	for (int i = 0; i < nodes; i++) {
+		f->node[i] = wm_slot_of(i);
+		tmo__wheel_node_init(f->node[i]);
+	}
 	return tmo__wheel_init(&f->w, r, origin);
 }
 
@@ -80,9 +107,9 @@ static inline int64_t wm_next_due(const struct wheel_model *f)
 
 static inline void wm_cancel(struct wheel_model *f, int idx)
 {
-	if (!model_armed(&f->m, idx, tmo__wheel_contains(&f->node[idx])))
+	if (!model_armed(&f->m, idx, tmo__wheel_contains(f->node[idx])))
 		return;
-	tmo__wheel_del(&f->w, &f->node[idx]);
+	tmo__wheel_del(&f->w, f->node[idx]);
 	model_drop(&f->m, idx);
 }
 
@@ -96,7 +123,7 @@ static inline void wm_arm(struct wheel_model *f, int idx, int64_t deadline)
 	e.key = e.due <= f->now
 	            ? f->now - (int64_t)(((uint64_t)f->now - (uint64_t)f->origin) % (uint64_t)f->r)
 	            : e.due;
-	tmo__wheel_add(&f->w, &f->node[idx], deadline);
+	tmo__wheel_add(&f->w, f->node[idx], deadline);
 	model_insert(&f->m, e);
 }
 
@@ -114,7 +141,7 @@ static inline size_t wm_advance(struct wheel_model *f, int64_t now)
 	size_t seen = 0;
 	int64_t prev_key = INT64_MIN;
 	for (struct tmo_wheel_node *n = due.head; n; n = n->next) {
-		int idx = (int)(n - f->node);
+		int idx = wm_idx_of(n);
 		seen++;
 		if (!MODEL_CHECK(m, idx >= 0 && idx < f->nodes, "a node that is not ours came back") ||
 		    !MODEL_CHECK(m, m->live[idx], "node %d fired but was not armed", idx))
@@ -144,7 +171,7 @@ static inline size_t wm_advance(struct wheel_model *f, int64_t now)
 	MODEL_CHECK(m, m->n == 0 || m->sorted[0].never || m->sorted[0].due > now,
 	            "late: node %d due %lld (deadline %lld) not fired at now %lld (r %lld)",
 	            m->sorted[0].idx, (long long)m->sorted[0].due,
-	            (long long)f->node[m->sorted[0].idx].deadline, (long long)now, (long long)f->r);
+	            (long long)f->node[m->sorted[0].idx]->deadline, (long long)now, (long long)f->r);
 	return k;
 }
 
@@ -155,8 +182,8 @@ static inline void wm_check_state(struct wheel_model *f)
 	MODEL_CHECK(m, tmo__wheel_count(&f->w) == (uint64_t)m->n, "count %llu, model %d",
 	            (unsigned long long)tmo__wheel_count(&f->w), m->n);
 	for (int i = 0; i < f->nodes; i++)
-		MODEL_CHECK(m, !!tmo__wheel_contains(&f->node[i]) == m->live[i],
-		            "node %d: contains %d, model live %d", i, tmo__wheel_contains(&f->node[i]),
+		MODEL_CHECK(m, !!tmo__wheel_contains(f->node[i]) == m->live[i],
+		            "node %d: contains %d, model live %d", i, tmo__wheel_contains(f->node[i]),
 		            m->live[i]);
 	int64_t ne = tmo__wheel_next_expiry(&f->w);
 	if (m->n == 0) {
