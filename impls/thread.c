@@ -290,6 +290,16 @@ static void thr_destroy(struct tmo *e)
 	pthread_mutex_unlock(&e->m);
 	tmo__thr_reap(e, tojoin);
 	tmo__thr_reap(e, done);
+	/* A cancelled record's thread that was waiting for an earlier record's
+	 * callback (TURN_ENTERING, pinning it) may wake after the take above,
+	 * as that record's last waiter, and move it to `done` on its way out:
+	 * the join above waited for that.  Every thread is joined now, so
+	 * `done` is final (destroy/thread saw the record leak, its thread
+	 * unjoined, once in a CI run). */
+	pthread_mutex_lock(&e->m);
+	done = tmo__thr_take_done(e);
+	pthread_mutex_unlock(&e->m);
+	tmo__thr_reap(e, done);
 	tmo__heap_fini(&e->heap);
 	pthread_mutex_destroy(&e->m);
 	pthread_attr_destroy(&e->attr);
