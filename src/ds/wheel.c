@@ -37,6 +37,7 @@
  * top-level epoch while on the overflow list; while T steps tick by tick,
  * a tick's share of that is what is pending over the ticks left for it.
  */
+#include <stddef.h>
 #include <string.h>
 
 #include "ds/wheel.h"
@@ -55,6 +56,9 @@ _Static_assert(TMO_WHEEL_SLOTS == 64, "one uint64_t bitmap per level");
 _Static_assert(EPOCH_SHIFT < 64, "levels must leave room for the epoch");
 _Static_assert(RING == 128, "a level's slot: its digit and its block's parity");
 _Static_assert((TMO_WHEEL_WAYS & (TMO_WHEEL_WAYS - 1)) == 0, "ways: a power of two");
+_Static_assert(offsetof(struct tmo_wheel, slot_up) ==
+                   offsetof(struct tmo_wheel, slot) + sizeof(((struct tmo_wheel *)0)->slot),
+               "del() tells a slot's head by one range over slot and slot_up");
 
 int tmo__wheel_init(struct tmo_wheel *w, int64_t resolution_ns, int64_t now_ns)
 {
@@ -214,7 +218,7 @@ static void pending_start(struct tmo_wheel *w, unsigned l)
 		if (p->head[j])
 			p->head[j]->pprev = &p->head[j];
 	/* a count that stuck at its top: the wheel's count bounds it too */
-	w->pending_left[l] = ways_empty(p) ? 0 : placed == UINT32_MAX ? w->count : placed;
+	w->pending_left[l] = tmo__wheel_slot_empty(p) ? 0 : placed == UINT32_MAX ? w->count : placed;
 }
 
 /* Move T forward to t, which must be <= the tick of every node still in
@@ -244,7 +248,7 @@ static void rebase(struct tmo_wheel *w, uint64_t t)
 		pending_start(w, l);
 	}
 	for (unsigned l = 0; l < PACED; l++) {
-		if (ways_empty(&w->pending[l]))
+		if (tmo__wheel_slot_empty(&w->pending[l]))
 			continue;
 		/* empty once T enters the last level-l slot of its block */
 		uint64_t deadline = block_start(block_of(t, l) + 1, l) - (UINT64_C(1) << LEVEL_SHIFT(l));
@@ -293,7 +297,7 @@ static uint64_t next_tick(const struct tmo_wheel *w, unsigned *level_out,
 		uint64_t b = block_of(t, l);
 		for (uint64_t k = 0; k < 2; k++) { /* this block, then the next */
 			struct heads slot;
-			if (k == 1 && l < PACED && !ways_empty(&w->pending[l])) {
+			if (k == 1 && l < PACED && !tmo__wheel_slot_empty(&w->pending[l])) {
 				*level_out = l;
 				*list_out = (struct heads){w->pending[l].head, TMO_WHEEL_WAYS};
 				return block_start(b + 1, l);
@@ -340,7 +344,7 @@ static uint64_t list_min(struct heads sl)
 
 int64_t tmo__wheel_next_expiry(const struct tmo_wheel *w)
 {
-	if (!ways_empty(&w->expired))
+	if (!tmo__wheel_slot_empty(&w->expired))
 		/* Already due: the earliest tick among them, <= the last `now`
 		 * given to advance() (not the last processed tick: an advance to
 		 * a time ahead, then a node added for a tick between, would hide
@@ -415,7 +419,7 @@ static size_t take_tick(struct tmo_wheel *w, unsigned s, uint64_t t,
 	int64_t min = w->min0[s]; /* slot_take forgets it */
 	struct tmo_wheel_slot rest = slot_take(w, 0, s);
 	size_t k = hand_out_max(tail, &rest, max);
-	*left = !ways_empty(&rest);
+	*left = !tmo__wheel_slot_empty(&rest);
 	if (*left) {
 		/* each way behind the same way of `expired` (most often empty) */
 		for (unsigned j = 0; j < TMO_WHEEL_WAYS; j++) {
@@ -446,7 +450,7 @@ size_t tmo__wheel_advance_max(struct tmo_wheel *w, int64_t now, size_t max,
 	 * tick a bounded advance stopped in) come first: they are due before
 	 * anything still in the slots. */
 	size_t k = hand_out_max(&tail, &w->expired, max);
-	if (ways_empty(&w->expired)) {
+	if (tmo__wheel_slot_empty(&w->expired)) {
 		w->expired_tick = UINT64_MAX;
 		w->expired_min = INT64_MAX;
 	}

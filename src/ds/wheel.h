@@ -54,6 +54,15 @@ struct tmo_wheel_slot {
 	struct tmo_wheel_node *head[TMO_WHEEL_WAYS];
 };
 
+/* No node in any of the slot's ways. */
+static inline int tmo__wheel_slot_empty(const struct tmo_wheel_slot *sl)
+{
+	uintptr_t any = 0;
+	for (unsigned j = 0; j < TMO_WHEEL_WAYS; j++)
+		any |= (uintptr_t)sl->head[j];
+	return any == 0;
+}
+
 struct tmo_wheel {
 	int64_t resolution_ns;
 	uint64_t res_inv;   /* floor((2^64 - 1) / resolution_ns): divide by a multiply */
@@ -63,7 +72,8 @@ struct tmo_wheel {
 	uint64_t refiled;   /* nodes moved to another list, in all */
 	/* Level L, slot (tick >> 6L) & 127: the two halves hold two
 	 * consecutive blocks of 64 (wheel.c, Placement); slot_up[L - 2] for
-	 * the levels above TMO_WHEEL_WAYS_LEVELS. */
+	 * the levels above TMO_WHEEL_WAYS_LEVELS, right after `slot` (del()
+	 * tells a slot's head by one address range over both). */
 	uint64_t occupied[TMO_WHEEL_LEVELS][2];
 	struct tmo_wheel_slot slot[TMO_WHEEL_WAYS_LEVELS][2 * TMO_WHEEL_SLOTS];
 	struct tmo_wheel_node *slot_up[TMO_WHEEL_LEVELS - TMO_WHEEL_WAYS_LEVELS][2 * TMO_WHEEL_SLOTS];
@@ -131,27 +141,26 @@ static inline void tmo__wheel_del(struct tmo_wheel *w, struct tmo_wheel_node *n)
 	/* The slot became empty iff we were the only node of its way (pprev
 	 * is then a head of the slot and nothing followed us) and its other
 	 * ways are empty.  Recognise a slot's head by its address, so no
-	 * level/slot index has to be stored in the node. */
-	if (n->next == NULL) {
-		uintptr_t p = (uintptr_t)pprev;
-		uintptr_t lo = p - (uintptr_t)&w->slot[0][0], up = p - (uintptr_t)&w->slot_up[0][0];
-		if (lo < sizeof w->slot) {
-			size_t i = lo / sizeof(struct tmo_wheel_slot);
-			const struct tmo_wheel_slot *sl = &w->slot[0][0] + i;
-			uintptr_t any = 0;
-			for (unsigned j = 0; j < TMO_WHEEL_WAYS; j++)
-				any |= (uintptr_t)sl->head[j];
+	 * level/slot index has to be stored in the node: one range test over
+	 * `slot` and `slot_up`, which follows it, for the most common case, a
+	 * node whose pprev is another node's `next`. */
+	uintptr_t off = (uintptr_t)pprev - (uintptr_t)&w->slot[0][0];
+	if (n->next == NULL && off < sizeof w->slot + sizeof w->slot_up) {
+		size_t i;
+		int empty = 1;
+		if (off < sizeof w->slot) {
+			i = off / sizeof(struct tmo_wheel_slot);
+			empty = tmo__wheel_slot_empty(&w->slot[0][0] + i);
 #ifdef TMO_WHEEL_PLANT_ONE_WAY /* tests/unit/wheel.cmake: unit/wheel must catch it */
-			any = 0; /* as if the slot's other ways were empty */
+			empty = 1; /* as if the slot's other ways were empty */
 #endif
-			if (any == 0)
-				tmo__wheel_unmark(w, (unsigned)(i / (2 * TMO_WHEEL_SLOTS)),
-				                  (unsigned)(i % (2 * TMO_WHEEL_SLOTS)));
-		} else if (up < sizeof w->slot_up) {
-			size_t i = up / sizeof(struct tmo_wheel_node *);
-			tmo__wheel_unmark(w, TMO_WHEEL_WAYS_LEVELS + (unsigned)(i / (2 * TMO_WHEEL_SLOTS)),
-			                  (unsigned)(i % (2 * TMO_WHEEL_SLOTS)));
+		} else {
+			i = (off - sizeof w->slot) / sizeof(struct tmo_wheel_node *) +
+			    TMO_WHEEL_WAYS_LEVELS * 2 * TMO_WHEEL_SLOTS;
 		}
+		if (empty)
+			tmo__wheel_unmark(w, (unsigned)(i / (2 * TMO_WHEEL_SLOTS)),
+			                  (unsigned)(i % (2 * TMO_WHEEL_SLOTS)));
 	}
 	n->next = NULL;
 	n->pprev = NULL;

@@ -71,14 +71,6 @@ static inline void ways_push(struct tmo_wheel_slot *sl, struct tmo_wheel_node *n
 	head_push(&sl->head[((uintptr_t)n >> TMO_WHEEL_WAY_SHIFT) & (TMO_WHEEL_WAYS - 1)], n);
 }
 
-static inline int ways_empty(const struct tmo_wheel_slot *sl)
-{
-	uintptr_t any = 0;
-	for (unsigned j = 0; j < TMO_WHEEL_WAYS; j++)
-		any |= (uintptr_t)sl->head[j];
-	return any == 0;
-}
-
 /* Take the whole list; the nodes keep stale pprev values until re-linked. */
 static inline struct tmo_wheel_node *list_take(struct tmo_wheel_list *l)
 {
