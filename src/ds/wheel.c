@@ -142,21 +142,14 @@ static void place(struct tmo_wheel *w, struct tmo_wheel_node *n)
  * moved. */
 static uint64_t ways_move(struct tmo_wheel *w, struct tmo_wheel_slot *sl, uint64_t k)
 {
+	struct ways_walk it = {sl, 0};
 	uint64_t moved = 0;
-	for (int any = 1; any && moved < k;) {
-		any = 0;
-		for (unsigned j = 0; j < TMO_WHEEL_WAYS && moved < k; j++) {
-			struct tmo_wheel_node *n = sl->head[j];
-			if (n == NULL)
-				continue;
-			any = 1;
-			sl->head[j] = n->next;
-			if (n->next)
-				n->next->pprev = &sl->head[j];
-			place(w, n);
-			moved++;
-		}
+	struct tmo_wheel_node *n;
+	while (moved < k && (n = ways_take(&it)) != NULL) {
+		place(w, n);
+		moved++;
 	}
+	ways_mend(sl);
 	w->refiled += moved;
 	return moved;
 }
@@ -214,9 +207,7 @@ static void pending_start(struct tmo_wheel *w, unsigned l)
 	uint64_t placed = w->placed[l][s];
 	struct tmo_wheel_slot *p = &w->pending[l];
 	*p = slot_take(w, l + 1, s);
-	for (unsigned j = 0; j < TMO_WHEEL_WAYS; j++)
-		if (p->head[j])
-			p->head[j]->pprev = &p->head[j];
+	ways_mend(p);
 	/* a count that stuck at its top: the wheel's count bounds it too */
 	w->pending_left[l] = tmo__wheel_slot_empty(p) ? 0 : placed == UINT32_MAX ? w->count : placed;
 }
@@ -388,25 +379,17 @@ int64_t tmo__wheel_next_expiry(const struct tmo_wheel *w)
  * many moved. */
 static size_t hand_out_max(struct tmo_wheel_node ***tail, struct tmo_wheel_slot *sl, size_t max)
 {
+	struct ways_walk it = {sl, 0};
 	size_t k = 0;
-	for (int any = 1; any && k < max;) {
-		any = 0;
-		for (unsigned j = 0; j < TMO_WHEEL_WAYS && k < max; j++) {
-			struct tmo_wheel_node *n = sl->head[j];
-			if (n == NULL)
-				continue;
-			any = 1;
-			sl->head[j] = n->next;
-			n->pprev = NULL;
-			n->next = NULL;
-			**tail = n;
-			*tail = &n->next;
-			k++;
-		}
+	struct tmo_wheel_node *n;
+	while (k < max && (n = ways_take(&it)) != NULL) {
+		n->pprev = NULL;
+		n->next = NULL;
+		**tail = n;
+		*tail = &n->next;
+		k++;
 	}
-	for (unsigned j = 0; j < TMO_WHEEL_WAYS; j++)
-		if (sl->head[j] != NULL)
-			sl->head[j]->pprev = &sl->head[j];
+	ways_mend(sl);
 	return k;
 }
 

@@ -71,6 +71,44 @@ static inline void ways_push(struct tmo_wheel_slot *sl, struct tmo_wheel_node *n
 	head_push(&sl->head[((uintptr_t)n >> TMO_WHEEL_WAY_SHIFT) & (TMO_WHEEL_WAYS - 1)], n);
 }
 
+/* A walk of a slot's ways that takes a node of each in turn, from the
+ * heads (wheel.c, Ways): ways_take() unlinks the next one (NULL: all are
+ * empty) and leaves the heads' pprev for ways_mend() to set once the walk
+ * is over.  It asks for the line of the node behind the one it takes: the
+ * next take of that way reads it, and each way then has two misses in
+ * flight, not one.  Without it a walk was slower than the one before it,
+ * whose store to that node's pprev at each take did the same: at 1e5
+ * random deadlines, medians of 74.4 and 82.8 ns a node against 54.9 and
+ * 53.9 (collect.c of results/2026-12-07-epyc2-d683398). */
+struct ways_walk {
+	struct tmo_wheel_slot *sl;
+	unsigned j; /* the way whose turn is next */
+};
+
+static inline struct tmo_wheel_node *ways_take(struct ways_walk *it)
+{
+	for (unsigned k = 0; k < TMO_WHEEL_WAYS; k++) {
+		unsigned j = (it->j + k) & (TMO_WHEEL_WAYS - 1);
+		struct tmo_wheel_node *n = it->sl->head[j];
+		if (n != NULL) {
+			it->sl->head[j] = n->next;
+			__builtin_prefetch(n->next, 1);
+			it->j = j + 1;
+			return n;
+		}
+	}
+	return NULL;
+}
+
+/* Each way's first node points back at its head (after a walk, or once
+ * the ways moved to another slot). */
+static inline void ways_mend(struct tmo_wheel_slot *sl)
+{
+	for (unsigned j = 0; j < TMO_WHEEL_WAYS; j++)
+		if (sl->head[j] != NULL)
+			sl->head[j]->pprev = &sl->head[j];
+}
+
 /* Take the whole list; the nodes keep stale pprev values until re-linked. */
 static inline struct tmo_wheel_node *list_take(struct tmo_wheel_list *l)
 {
