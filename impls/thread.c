@@ -286,18 +286,17 @@ static void thr_destroy(struct tmo *e)
 			pthread_cond_wait(&run->cv, &e->m);
 		tmo__thr_unwait(e, run);
 	}
-	struct rec *done = tmo__thr_take_done(e);
 	pthread_mutex_unlock(&e->m);
 	tmo__thr_reap(e, tojoin);
-	tmo__thr_reap(e, done);
-	/* A cancelled record's thread that was waiting for an earlier record's
-	 * callback (TURN_ENTERING, pinning it) may wake after the take above,
-	 * as that record's last waiter, and move it to `done` on its way out:
-	 * the join above waited for that.  Every thread is joined now, so
-	 * `done` is final (destroy/thread saw the record leak, its thread
-	 * unjoined, once in a CI run). */
+	/* `done` only now: a cancelled record's thread that was waiting for
+	 * an earlier record's callback (TURN_ENTERING, pinning it) may wake
+	 * as that record's last waiter and move it to `done` on its way out
+	 * (destroy/thread saw such a record leak, its thread unjoined, once
+	 * in a CI run, when `done` was taken before these joins).  No other
+	 * thread can add to it now: no record waits or runs, and a DONE
+	 * record's thread has left its loop. */
 	pthread_mutex_lock(&e->m);
-	done = tmo__thr_take_done(e);
+	struct rec *done = tmo__thr_take_done(e);
 	pthread_mutex_unlock(&e->m);
 	tmo__thr_reap(e, done);
 	tmo__heap_fini(&e->heap);
