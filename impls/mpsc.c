@@ -12,8 +12,9 @@
  * fires exact deadlines (the wheel only holds the far ones until they come
  * near); the resolution is the timer thread's wake-up latency, about 50 us
  * on a shared 2-core machine, plus the time callbacks ahead of it take.
- * While arms keep coming the timer thread polls every 50 us instead of
- * being woken.
+ * While arms due soon keep coming the timer thread polls every 50 us
+ * instead of being woken; far ones alone do not keep it up
+ * (src/lf/timer.c, Lazy).
  */
 #include "lf/engine.h"
 
@@ -39,7 +40,7 @@ static int mpsc_create(const struct tmo_config *cfg, struct tmo **out)
 		.ops = &tmo__engine_mpsc,
 		.sched = &tmo__lf_sched_near_far,
 		.resolution_ns = MPSC_RESOLUTION_NS,
-		.tick_ns = 0, /* looks every resolution_ns while arms come */
+		.tick_ns = 0, /* looks every resolution_ns while near arms come */
 		.thread_bases = 0,
 	};
 	return tmo__lf_create(&params, cfg, out);

@@ -134,7 +134,7 @@ size_t tp_ds_drain(struct tp_ds *d);
 /* near_far's collect hands a due node here (none should be: op_batch
  * counts them in `fired`). */
 void tp_ds_due(void *ctx, struct lf_node *n);
-/* File node n in near_far as mpsc's timer thread files (timer.c, file_tt:
+/* File node n in near_far as mpsc's timer thread files (take.c, file_tt:
  * aux names the timer thread's base first). */
 static inline int tp_nf_insert(struct tp_ds *d, struct lf_node *n, int64_t deadline)
 {

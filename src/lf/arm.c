@@ -252,6 +252,28 @@ static __attribute__((noinline)) int arm_wake_at(struct tmo *e, uint64_t stamp, 
 	return 0;
 }
 
+/* The fast path's arm (in its slot, or filed at once: arm_spill) found the
+ * timer thread asleep (timer.c, Lazy): it wakes it when due before its
+ * wake-up, `wake_at` as for arm_wake_at.  The common case is worked out
+ * from the arm's announcement, still up (the latest tick's time plus its
+ * timeout: a lower bound on its deadline), with no conversion: the arms of
+ * a stream of far timeouts go the fast way and wake nothing while the
+ * thread sleeps.  Returns 0 (arm's result). */
+static __attribute__((noinline)) int arm_asleep(struct tmo *e, struct lf_rec *r, uint64_t stamp,
+                                                int64_t timeout_ns, int64_t wake_at)
+{
+	int64_t lower = atomic_load_explicit(&r->transit, memory_order_relaxed);
+	arm_unannounce(r);
+	atomic_thread_fence(memory_order_acquire); /* sleep_until is stored before SLEEPING */
+	int64_t until = atomic_load_explicit(&e->sleep_until, memory_order_relaxed);
+	if (lower >= until && wake_at >= until &&
+	    (e->p->thread_bases || atomic_load_explicit(&e->inbox_in, memory_order_relaxed) -
+	                                   atomic_load_explicit(&e->inbox_out, memory_order_relaxed) <
+	                               INBOX_WAKE))
+		return 0; /* it wakes by itself in time */
+	return arm_wake_at(e, stamp, timeout_ns, wake_at);
+}
+
 /* The fast path's arm whose ring slot is not free.  Its arm still in the
  * ring (its RING state): this arm is filed at once (file_own, file_inbox).
  * Else the slot is stale: the timer thread stole its arm (the node is its
@@ -300,10 +322,10 @@ static __attribute__((noinline)) int arm_spill(struct tmo *e, struct tmo_timer *
 		tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
 		arm_publish_filled(e, r, n, i, t);
 	}
-	arm_unannounce(r);
 	lf_light_barrier(tw);
-	if (atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_SLEEPING)
-		return arm_wake_at(e, stamp, timeout_ns, wake_at);
+	if (LF_UNLIKELY(atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_SLEEPING))
+		return arm_asleep(e, r, stamp, timeout_ns, wake_at);
+	arm_unannounce(r);
 	return 0;
 }
 
@@ -446,10 +468,10 @@ static inline __attribute__((always_inline)) int arm_fast(struct tmo *e, struct 
 	atomic_store_explicit(word, w, memory_order_release);
 	atomic_store_explicit(slot, w, memory_order_release);
 	atomic_store_explicit(&r->head, head + 1, memory_order_relaxed);
-	arm_unannounce(r);
 	atomic_signal_fence(memory_order_seq_cst); /* see clock.c: membarrier */
 	if (LF_UNLIKELY(atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_SLEEPING))
-		return arm_wake(e, stamp, timeout_ns);
+		return arm_asleep(e, r, stamp, timeout_ns, INT64_MAX);
+	arm_unannounce(r);
 	return 0;
 }
 
@@ -457,7 +479,7 @@ static inline __attribute__((always_inline)) int arm_fast(struct tmo *e, struct 
 int tmo__lf_arm(struct tmo *e, struct tmo_timer *t, int64_t timeout_ns, tmo_callback *cb, void *arg)
 {
 	uint64_t tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
-	if (LF_UNLIKELY(tmo__lf_tls_hot.id != e->base.id || (tw & (LF_TW_SLEEPING | LF_TW_FENCE)) != 0 ||
+	if (LF_UNLIKELY(tmo__lf_tls_hot.id != e->base.id || (tw & LF_TW_FENCE) != 0 ||
 	                !tmo__lf_use_tsc))
 		return arm_general(e, t, timeout_ns, cb, arg, 0);
 	return arm_fast(e, t, timeout_ns, cb, arg);

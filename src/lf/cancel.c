@@ -117,11 +117,15 @@ static void unfile(struct tmo *e, struct lf_node *n, struct lf_rec *r)
 		return;
 	}
 	ck_stack_push_upmc(&b->cancels, &n->link);
-	/* the holder frees it; make sure one comes soon (no retention) */
+	/* the holder frees it; make sure one comes soon (no retention): a timer
+	 * thread that sleeps no longer than it would while arms keep coming
+	 * (timer.c, Lazy) is not woken.  Woken at once, it stole the arm the
+	 * canceller had in its ring by then, whose cancel woke it again. */
 	uint64_t tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
 	lf_light_barrier(tw);
 	if (atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_SLEEPING)
-		tmo__lf_wake_for(e, 0);
+		tmo__lf_wake_for(e, atomic_load_explicit(&e->tick_at, memory_order_relaxed) +
+		                        lf_lazy_ns(e));
 }
 
 static void ring_take_back(struct tmo *e, uint64_t w, struct lf_node *n);

@@ -28,6 +28,13 @@ static inline int64_t lf_fresh_ns(const struct tmo *e)
 {
 	return e->margin_ns * (1000000 / LF_SLEW_PPM);
 }
+/* The longest the timer thread sleeps while arms keep coming, all far
+ * (timer.c, Lazy), and the longest a cancel lets the holder of its node
+ * sleep before freeing it: half the calibration's life. */
+static inline int64_t lf_lazy_ns(const struct tmo *e)
+{
+	return lf_fresh_ns(e) / 2;
+}
 /* 1 if an arm stamped `stamp` is dated by it: the calibration is at most
  * lf_fresh_ns() old, or there is no TSC (the stamp is the clock).  Else the
  * arm reads the clock and holds its deadline (LF_STAMP_DEADLINE). */

@@ -71,10 +71,10 @@
  * base.c (making a base, the inbox's push, filing by whoever holds a
  * base), rec.c (the threads' records), arm.c (arm, its fused filing of an
  * evicted arm, the timer thread's own arm), cancel.c, fire.c (collect,
- * order, fire) and timer.c (the timer thread's loop, stealing, draining),
- * engine.c (create, destroy, stats, park).  Each has a header of its own
- * name that declares what the files after it may use (fire.c and timer.c
- * share tt.h, the timer thread's state), and includes only the headers of
+ * order, fire), take.c (stealing, draining), timer.c (the timer thread's
+ * loop), engine.c (create, destroy, stats, park).  Each has a header of its
+ * own name that declares what the files after it may use (fire.c, take.c
+ * and timer.c share tt.h, the timer thread's state), and includes only the headers of
  * the files before it: scripts/shape checks both.  This header is the data
  * model they all share (a base, a record, the engine); node.h the node,
  * cal.h the calibration pair, cpu.h the TSC, schedule.h a base's

@@ -11,10 +11,19 @@
  *      try-locked; a busy one is retried a little later), sort by deadline;
  *      a wheel's tick is collected a little before it (Lead);
  *   4. run the callbacks, one at a time, stopping at once for destroy;
- *   5. sleep: one tick_ns while arms keep coming; else, after a few idle
- *      rounds, set LF_TW_SLEEPING, give back free pages, look everywhere
- *      once more (Dekker with arm, clock.c) and sleep until the earliest
- *      deadline or a wake-up.
+ *   5. sleep: one tick_ns while near arms keep coming; else, after a few
+ *      idle rounds, set LF_TW_SLEEPING, give back free pages, look
+ *      everywhere once more (Dekker with arm, clock.c) and sleep until the
+ *      earliest deadline or a wake-up (Lazy).
+ *
+ * Lazy.  Arms that keep coming, all far (held timeouts cancelled long
+ * before they are due, the seed's 1 s), need no round before the earliest
+ * deadline: an arm made while the thread sleeps wakes it only if due
+ * before its wake-up (arm.c, arm_asleep).  Only near arms (stolen due
+ * within lf_lazy_ns) or the inbox keep it polling; far ones alone let it
+ * sleep, at most lf_lazy_ns (the arms' stamps stay fresh).  Polling while
+ * any arm came, mpsc's thread was on a CPU 19.5 % of the time beside one
+ * thread arming 1 s timeouts, the wheel's 4.5 % (docs/lockfree.md).
  *
  * Order (guarantee 4) however late this thread runs.  A round fires only
  * what was due at its start (`now`, read before it steals and drains):
@@ -47,6 +56,7 @@
 #include "trim.h"
 #include "base.h"
 #include "fire.h"
+#include "take.h"
 #include "timer.h"
 #include "hook.h"
 
@@ -66,8 +76,11 @@ tmo__lf_hook_fn *_Atomic tmo__lf_hook_refill;
  * that for their timers): a burst's nodes and timers lie anywhere in
  * memory, one miss each. */
 #define FIRE_AHEAD 16
-/* Idle rounds (no arm anywhere, nothing in the inbox) before it sleeps. */
+/* Idle rounds (no near arm, nothing in the inbox) before it sleeps. */
 #define IDLE_ROUNDS 4
+/* While arms keep coming it sleeps only for this many polls or more (its
+ * sleep costs the arming threads a barrier, membarrier's IPI). */
+#define LAZY_MIN_POLLS 4
 /* How often the TSC calibration is refreshed while rounds follow each
  * other (a round after a sleep always refreshes it). */
 #define CAL_EVERY_NS (100 * TMO_NSEC_PER_USEC)
@@ -80,151 +93,17 @@ tmo__lf_hook_fn *_Atomic tmo__lf_hook_refill;
 /* A due array longer than this is rid of cancelled entries each round. */
 #define DUE_COMPACT_MIN 64
 
-/* ---- filing (timer thread) -------------------------------------------------------- */
-
-/* A QUEUED node we hold goes into our base (or waits on `unfiled`);
- * `home`: the record whose ring it came from, or NULL (its aux names it:
- * a cancel's free goes back there, depot.c, Homes). */
-static void file_tt(struct tmo *e, struct lf_node *n, uint64_t gen, int64_t deadline,
-                    struct lf_rec *home)
-{
-	const struct lf_sched *sc = e->p->sched;
-	atomic_store_explicit(&n->aux, (uintptr_t)home | LF_IN_TT, memory_order_relaxed);
-	if (sc->insert(lf_sched_of(e->tt_base), n, deadline) != 0) {
-		n->s.unfiled.when = deadline;
-		n->free_next = e->tt->unfiled; /* QUEUED: its link is ours */
-		e->tt->unfiled = n;
-		return;
-	}
-	uint64_t s = lf_st(gen, LF_QUEUED);
-	if (!atomic_compare_exchange_strong_explicit(&n->state, &s, lf_st(gen, LF_IN_STRUCT),
-	                                             memory_order_acq_rel, memory_order_acquire)) {
-		sc->remove(lf_sched_of(e->tt_base), n); /* cancelled on the way */
-		tmo__lf_tt_free(e, n);
-	}
-}
-
-static void retry_unfiled(struct tmo *e)
-{
-	struct lf_node *n = e->tt->unfiled;
-	e->tt->unfiled = NULL;
-	while (n != NULL) {
-		struct lf_node *next = n->free_next;
-		uint64_t s = atomic_load_explicit(&n->state, memory_order_acquire);
-		if (lf_st_of(s) == LF_DROPPED)
-			tmo__lf_tt_free(e, n);
-		else
-			file_tt(e, n, lf_gen_of(s), n->s.unfiled.when,
-			        tmo__lf_home_of(atomic_load_explicit(&n->aux, memory_order_relaxed)));
-		n = next;
-	}
-}
-
-/* ---- steal and drain ---------------------------------------------------------------- */
-
-/* Steal a ring arm.  Every arm still in a ring when the timer thread looks
- * is taken: an arm that lives longer than a tick gains nothing from staying
- * (its cancel then costs a CAS and a trip through the base either way), and
- * the thread never reads a node it has not won.  Returns 1 if it stole. */
-static int steal_one(struct tmo *e, uint64_t w, struct lf_rec *r)
-{
-	struct lf_node *n = lf_node_at(e, lf_word_idx(w));
-	uint64_t gen = lf_word_gen(w);
-	uint64_t s = lf_st(gen, LF_RING);
-	/* acquire, when it finds the owner's CAS done: its record's transit
-	 * announcement (Order, above) is then visible */
-	if (atomic_load_explicit(&n->state, memory_order_acquire) != s ||
-	    !atomic_compare_exchange_strong_explicit(&n->state, &s, lf_st(gen, LF_QUEUED),
-	                                             memory_order_acq_rel, memory_order_acquire))
-		return 0;
-	/* reads the clock only for a stamp */
-	file_tt(e, n, gen, tmo__lf_node_deadline(e, n, 0), r);
-	atomic_fetch_add_explicit(&e->tt->stolen, 1, memory_order_relaxed);
-	return 1;
-}
-
-/* Lower *transit to what r's owner announces it holds (0: nothing). */
-static inline void transit_lower(struct lf_rec *r, int64_t *transit)
-{
-	int64_t t = atomic_load_explicit(&r->transit, memory_order_acquire);
-	if (t != 0 && t < *transit)
-		*transit = t;
-}
-
-/* Walk every record: steal from rings, note activity, and lower *transit
- * to what an owner holds in transit (Order, above).  Returns 1 if any
- * thread armed since the last look, 2 if it also stole. */
-static int steal_rings(struct tmo *e, int64_t *transit)
-{
-	int active = 0;
-	for (struct lf_rec *r = atomic_load_explicit(&e->recs, memory_order_acquire); r != NULL;
-	     r = atomic_load_explicit(&r->next, memory_order_relaxed)) {
-		uint64_t armed = atomic_load_explicit(&r->head, memory_order_relaxed);
-		if (armed != r->seen_head) {
-			r->seen_head = armed;
-			active = 1;
-		}
-		/* before its ring: an arm announced before its stamp and cleared
-		 * after its slot store is here, or in the slot read below */
-		transit_lower(r, transit);
-		for (uint32_t i = 0; i < LF_RING_SLOTS; i++) {
-			uint64_t w = atomic_load_explicit(&r->ring[i], memory_order_acquire);
-			if (w != 0 && steal_one(e, w, r))
-				active |= 2;
-		}
-		/* after its ring, before the drain: a 0 written after the push
-		 * comes with the push */
-		transit_lower(r, transit);
-	}
-	return active;
-}
-
-/* Take the inbox, oldest first (equal deadlines keep their arm order).
- * Returns 1 if it held anything. */
-static int drain_inbox(struct tmo *e)
-{
-	ck_stack_entry_t *l = ck_stack_batch_pop_upmc(&e->inbox);
-	if (l == NULL)
-		return 0;
-	int64_t later = tmo_now_ns(); /* after every arm in the chain */
-	ck_stack_entry_t *rev = NULL;
-	uint64_t taken = 0;
-	while (l != NULL) {
-		ck_stack_entry_t *next = l->next;
-		l->next = rev;
-		rev = l;
-		l = next;
-		taken++;
-	}
-	atomic_store_explicit(&e->inbox_out,
-	                      atomic_load_explicit(&e->inbox_out, memory_order_relaxed) + taken,
-	                      memory_order_relaxed);
-	while (rev != NULL) {
-		struct lf_node *n = lf_node_of_link(rev);
-		rev = rev->next; /* before filing: a cancel may push it again */
-		uint64_t s = atomic_load_explicit(&n->state, memory_order_acquire);
-		if (lf_st_of(s) != LF_QUEUED) { /* DROPPED on the way */
-			tmo__lf_tt_free(e, n);
-			continue;
-		}
-		/* a wheel's arm the long way (its base was busy, its thread's
-		 * exit) names its base, whose owner is its home */
-		file_tt(e, n, lf_gen_of(s), tmo__lf_node_deadline(e, n, later),
-		        tmo__lf_home_of(atomic_load_explicit(&n->aux, memory_order_relaxed)));
-		atomic_fetch_add_explicit(&e->tt->via_inbox, 1, memory_order_relaxed);
-	}
-	return 1;
-}
 
 /* ---- the loop ------------------------------------------------------------------------ */
 
 /* After LF_TW_SLEEPING is visible: anything published before it that the
- * round missed?  Lowers *wake to the earliest base's next deadline. */
-static int work_waiting(struct tmo *e, int64_t *wake)
+ * round missed?  Lowers *wake to the earliest base's next deadline, and
+ * *stolen to the deadline of the earliest ring arm it stole and filed. */
+static int work_waiting(struct tmo *e, int64_t *wake, int64_t *stolen)
 {
 	int64_t transit = INT64_MAX;
-	if ((steal_rings(e, &transit) & 2) || ck_pr_load_ptr(&e->inbox.head) != NULL ||
-	    ck_pr_load_ptr(&e->tt_base->cancels.head) != NULL)
+	tmo__lf_steal_rings(e, &transit, stolen);
+	if (ck_pr_load_ptr(&e->inbox.head) != NULL || ck_pr_load_ptr(&e->tt_base->cancels.head) != NULL)
 		return 1;
 	if (!e->p->thread_bases)
 		return 0;
@@ -380,16 +259,59 @@ static int announce_sleep(struct tmo *e, int64_t now, int64_t poll, int64_t *wak
 	tmo__lf_heavy_barrier(e);
 	/* look everywhere once more: what arms published before they could see
 	 * SLEEPING */
-	int64_t w2 = *wake;
-	if (work_waiting(e, &w2) || w2 < *wake) {
+	int64_t w2 = *wake, stolen = INT64_MAX;
+	/* A ring arm stolen here is filed in our own base: a round a
+	 * resolution before it is due collects it in time (Lead is under a
+	 * resolution).  While arms keep coming, all far (Lazy, below), the
+	 * look most often steals an arm its owner is about to cancel: a round
+	 * at once for it found another such arm before the next sleep, and
+	 * the thread never slept. */
+	int64_t stolen_by = INT64_MAX;
+	if (work_waiting(e, &w2, &stolen) || w2 < *wake ||
+	    (stolen != INT64_MAX && (stolen_by = stolen - e->resolution_ns) <= now)) {
 		tt->idle = 0;
 		return 0;
+	}
+	if (stolen_by < *wake) { /* earlier than published: arms may wake it for nothing */
+		*wake = stolen_by;
+		atomic_store_explicit(&e->sleep_until, *wake, memory_order_relaxed);
 	}
 	if (atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_FENCE &&
 	    *wake > now + poll)
 		*wake = now + poll; /* see tmo__lf_heavy_barrier */
 	tt->idle = IDLE_ROUNDS;
 	return 1;
+}
+
+/* 5: until when the thread sleeps (*wake: what its bases and due array
+ * want), polling or announced (Lazy, above); `active`: arms came, `near`:
+ * arms due soon did, or the inbox held some.  Returns 0 when there is work
+ * at once. */
+static int sleep_plan(struct tmo *e, int64_t now, int64_t transit, int active, int near,
+                      int64_t *wake)
+{
+	struct lf_tt *tt = e->tt;
+	if (tt->unfiled != NULL && *wake > now + TMO_NSEC_PER_MSEC)
+		*wake = now + TMO_NSEC_PER_MSEC;
+	int64_t poll = e->tick_ns > 0 ? e->tick_ns : e->resolution_ns;
+	if (transit != INT64_MAX && tt->due_n > 0 && tt->due[0].deadline <= due_by_of(e, now)) {
+		/* due timers wait for an owner, maybe preempted: nap one poll
+		 * (not spin on its CPU), then look again (timers collected
+		 * ahead, Lead, are not due yet: they wake it) */
+		int64_t at = tmo_now_ns() + poll;
+		if (*wake < at)
+			*wake = at;
+	}
+	tt->idle = near || tmo__timely_timer() ? 0 : tt->idle + 1;
+	if (tt->idle < IDLE_ROUNDS || (active && *wake - now < LAZY_MIN_POLLS * poll)) {
+		/* near arms keep coming, or work soon: look again in one tick */
+		if (*wake > now + poll)
+			*wake = now + poll;
+		return 1;
+	}
+	if (active && *wake > now + lf_lazy_ns(e))
+		*wake = now + lf_lazy_ns(e); /* keep the calibration fresh */
+	return announce_sleep(e, now, poll, wake);
 }
 
 void *tmo__lf_timer_main(void *arg)
@@ -414,11 +336,11 @@ void *tmo__lf_timer_main(void *arg)
 			tmo__lf_cal_update(e);
 			tt->last_cal = now;
 		}
-		int64_t wake = INT64_MAX, transit = INT64_MAX;
-		int active = steal_rings(e, &transit);
-		active |= drain_inbox(e);
+		int64_t wake = INT64_MAX, transit = INT64_MAX, stolen = INT64_MAX;
+		int active = tmo__lf_steal_rings(e, &transit, &stolen);
+		int near = tmo__lf_drain_inbox(e);
 		if (LF_UNLIKELY(tt->unfiled != NULL))
-			retry_unfiled(e);
+			tmo__lf_retry_unfiled(e);
 		LF_HOOK(round, e);
 
 		/* 3, 4. collect and fire: what was due at `now` (before the steal,
@@ -446,26 +368,9 @@ void *tmo__lf_timer_main(void *arg)
 		}
 
 		/* 5. sleep */
-		if (tt->unfiled != NULL && wake > now + TMO_NSEC_PER_MSEC)
-			wake = now + TMO_NSEC_PER_MSEC;
-		int64_t poll = e->tick_ns > 0 ? e->tick_ns : e->resolution_ns;
-		if (transit != INT64_MAX && tt->due_n > 0 && tt->due[0].deadline <= due_by_of(e, now)) {
-			/* due timers wait for an owner, maybe preempted: nap one
-			 * poll (not spin on its CPU), then look again (timers
-			 * collected ahead, Lead, are not due yet: they wake it) */
-			int64_t at = tmo_now_ns() + poll;
-			if (wake < at)
-				wake = at;
-		}
-		tt->idle = active || tmo__timely_timer() ? 0 : tt->idle + 1;
 		uint32_t v = tmo__lf_ec_value(&e->wake_ec);
-		if (tt->idle < IDLE_ROUNDS) {
-			/* arms keep coming: look again in one tick */
-			if (wake > now + poll)
-				wake = now + poll;
-		} else if (!announce_sleep(e, now, poll, &wake)) {
+		if (!sleep_plan(e, now, transit, active, near || stolen < now + lf_lazy_ns(e), &wake))
 			continue;
-		}
 		if (tmo__park_requested(&e->park) || atomic_load_explicit(&e->stop, memory_order_acquire))
 			continue;
 		tmo__lf_ec_wait(&e->wake_ec, v, wake);

@@ -1,6 +1,6 @@
 /*
- * timer.c: the timer thread's loop (ticks, stealing from the rings,
- * draining the inbox, filing, sleeping).
+ * timer.c: the timer thread's loop (ticks, what it takes from the
+ * producers (take.c), collecting and firing (fire.c), sleeping).
  */
 #ifndef TMO_LF_TIMER_H
 #define TMO_LF_TIMER_H

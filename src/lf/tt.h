@@ -1,7 +1,8 @@
 /*
- * The timer thread's own state, shared by the two files it runs:
- * fire.c (collecting what is due, ordering it, running the callbacks) and
- * timer.c (the loop: ticks, stealing, draining, filing, sleeping);
+ * The timer thread's own state, shared by the three files it runs:
+ * fire.c (collecting what is due, ordering it, running the callbacks),
+ * take.c (stealing, draining, filing) and timer.c (the loop: ticks,
+ * sleeping);
  * engine.c allocates it.  Only the timer thread touches it, besides the
  * counters stats and debug read.  Its place in src/lf/'s order is fire.c's,
  * the first file that uses it.

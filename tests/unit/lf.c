@@ -187,7 +187,7 @@ static void test_spill(void)
 		bad += tmo_arm(e, &t[i], i % 2 ? 3600 * SEC : 5 * MS, count_cb, NULL) != 0;
 	struct tmo_stats st;
 	struct lf_debug d;
-	/* a steal is counted after its node is filed (timer.c, steal_one):
+	/* a steal is counted after its node is filed (take.c, steal_one):
 	 * wait for the count, a single read can come between the two */
 	CHECK(ET_WAIT_UNTIL(left_rings(e, &d) >= (uint64_t)(n - LF_RING_SLOTS), WAIT));
 	/* the short half fires, the long half is cancelled */

@@ -32,6 +32,7 @@
 
 #include "check.h"
 #include "engine_test.h"
+#include "lf_test.h"
 #include "lf/lf.h"
 #include "tmo/testing.h"
 
@@ -80,16 +81,8 @@ static void stress(const char *eng, long rounds)
 int main(void)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	struct tmo *probe = NULL;
-	CHECK_EQ(tmo_create("mpsc", NULL, &probe), 0);
-	int fence = probe != NULL && (atomic_load(&probe->tickw) & LF_TW_FENCE) != 0;
-	if (probe != NULL)
-		tmo_destroy(&probe);
-	if (fence) {
-		printf("SKIPPED: arms fence here (LF_TW_FENCE: no membarrier, TSan or "
-		       "TMO_LF_FENCE=1): the timer thread polls, a lost wake-up is not seen\n");
+	if (lf_test_skip_if_fence("the timer thread polls, a lost wake-up is not seen"))
 		return 77;
-	}
 	stress("mpsc", et_scaled(3000, 300));
 	stress("wheel", et_scaled(500, 50));
 	return TEST_EXIT();

@@ -1,0 +1,176 @@
+/*
+ * Far arms let the timer thread sleep (src/lf/timer.c, Lazy).
+ *
+ * While this thread keeps arming and cancelling 1 s timeouts (the seed's
+ * pair: they die in its ring, or the timer thread steals one and the
+ * cancel finds it in that thread's base), no timer is due before the
+ * timer thread's calibration needs renewing.  So the thread announces a
+ * sleep (LF_TW_SLEEPING) and stays asleep between its calibrations, and
+ * the arms made meanwhile wake it none of those times: neither the arms
+ * (due after its wake-up: arm.c, arm_asleep) nor the cancels of the arms
+ * it stole (freed at its next look: cancel.c; also tried alone, on an arm
+ * held until it is stolen).  The looks cover eight of its longest sleeps
+ * (lf_lazy_ns).  Then a timer due at once, armed while it sleeps, wakes
+ * it: the arm asks for a wake-up (the event count it sleeps on goes up
+ * before the arm returns), and the timer runs.
+ *
+ * Before Lazy the thread polled every tick while any arm came (mpsc every
+ * 50 us): the arms found it asleep only when this thread was preempted for
+ * several ticks, far less than half of the looks below.  Exits 77 where
+ * arms fence (LF_TW_FENCE: no membarrier, TSan, TMO_LF_FENCE=1): the
+ * thread then never sleeps longer than a tick.
+ */
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "check.h"
+#include "engine_test.h"
+#include "lf_test.h"
+#include "lf/clock.h"
+#include "lf/debug.h"
+#include "lf/ec.h"
+#include "lf/lf.h"
+#include "tmo/testing.h"
+
+#define WAIT (30 * TMO_NSEC_PER_SEC)
+#define BATCH 256 /* pairs between two looks at the tick word */
+
+static atomic_llong fired;
+
+static void never_cb(struct tmo_timer *t, void *arg)
+{
+	(void)t;
+	(void)arg;
+	atomic_fetch_add(&fired, 1000000); /* a 1 s timeout cancelled at once */
+}
+
+static void count_cb(struct tmo_timer *t, void *arg)
+{
+	(void)t;
+	(void)arg;
+	atomic_fetch_add(&fired, 1);
+}
+
+static int asleep(struct tmo *e)
+{
+	return (atomic_load(&e->tickw) & LF_TW_SLEEPING) != 0;
+}
+
+/* BATCH seed pairs; returns 1 if every cancel prevented its timer. */
+static int pairs(struct tmo *e, struct tmo_timer *t)
+{
+	int ok = 1;
+	for (int i = 0; i < BATCH; i++) {
+		ok &= tmo_arm(e, t, TMO_NSEC_PER_SEC, never_cb, NULL) == 0;
+		ok &= tmo_cancel(e, t) == TMO_CANCEL_PREVENTED;
+	}
+	return ok;
+}
+
+/* Seed pairs until the timer thread sleeps with `margin` or more to go. */
+static int until_asleep(struct tmo *e, struct tmo_timer *t, int64_t margin)
+{
+	int ok = 1;
+	int64_t end = tmo_now_ns() + WAIT;
+	while (tmo_now_ns() < end) {
+		ok &= pairs(e, t);
+		if (asleep(e) && atomic_load(&e->sleep_until) > tmo_now_ns() + margin)
+			break;
+	}
+	return ok;
+}
+
+static void lazy(const char *eng, long min_looks)
+{
+	struct tmo *e = NULL;
+	CHECK_EQ(tmo_create(eng, NULL, &e), 0);
+	if (e == NULL)
+		return;
+	struct tmo_timer t, near;
+	tmo_timer_init(&t);
+	tmo_timer_init(&near);
+	atomic_store(&fired, 0);
+	/* it first polls a few ticks, then finds nothing due soon */
+	int ok = until_asleep(e, &t, 0);
+	CHECK(asleep(e));
+	if (!asleep(e)) {
+		tmo_destroy(&e);
+		return;
+	}
+	/* several of its sleeps, each to its next calibration */
+	uint32_t v0 = tmo__lf_ec_value(&e->wake_ec);
+	int64_t end = tmo_now_ns() + 8 * lf_lazy_ns(e);
+	long looks = 0, seen = 0;
+	while (looks < min_looks || tmo_now_ns() < end) {
+		ok &= pairs(e, &t);
+		seen += asleep(e);
+		looks++;
+	}
+	uint32_t wakes = tmo__lf_ec_value(&e->wake_ec) - v0;
+	CHECK(ok);
+	/* The cancel of a far arm it stole, made while it sleeps no longer
+	 * than it would with arms coming, does not wake it: the node is freed
+	 * at its next look (judged as below, when it slept through). */
+	int held_judged = 0, held_woke = 0;
+	for (int a = 0; a < 10 && held_judged < 3; a++) {
+		struct lf_debug d;
+		tmo__lf_debug(e, &d);
+		uint64_t stolen = d.stolen;
+		CHECK_EQ(tmo_arm(e, &near, TMO_NSEC_PER_SEC, never_cb, NULL), 0);
+		CHECK(ET_WAIT_UNTIL((tmo__lf_debug(e, &d), d.stolen > stolen), WAIT));
+		int64_t end2 = tmo_now_ns() + WAIT;
+		while (!(asleep(e) && atomic_load(&e->sleep_until) > tmo_now_ns() + TMO_NSEC_PER_MSEC) &&
+		       tmo_now_ns() < end2)
+			et_spin_ns(10000);
+		uint64_t tw = atomic_load(&e->tickw);
+		uint32_t v1 = tmo__lf_ec_value(&e->wake_ec);
+		CHECK_EQ(tmo_cancel(e, &near), TMO_CANCEL_PREVENTED);
+		uint32_t asked = tmo__lf_ec_value(&e->wake_ec) - v1;
+		if ((tw & LF_TW_SLEEPING) && atomic_load(&e->tickw) == tw) {
+			held_judged++;
+			held_woke += asked >= 1;
+		}
+	}
+	/* A timer due at once armed while it sleeps wakes it.  An attempt is
+	 * judged when the tick word did not change from before the arm to its
+	 * return: the thread slept through it (no round of its own, nor yet
+	 * the one the wake-up starts), and the arm must have asked. */
+	int judged = 0, woke = 0;
+	for (int a = 0; a < 10 && judged < 3; a++) {
+		ok &= until_asleep(e, &t, TMO_NSEC_PER_MSEC);
+		uint64_t tw = atomic_load(&e->tickw);
+		uint32_t v1 = tmo__lf_ec_value(&e->wake_ec);
+		CHECK_EQ(tmo_arm(e, &near, 0, count_cb, NULL), 0);
+		uint32_t asked = tmo__lf_ec_value(&e->wake_ec) - v1;
+		if ((tw & LF_TW_SLEEPING) && atomic_load(&e->tickw) == tw) {
+			judged++;
+			woke += asked >= 1;
+		}
+		CHECK(et_wait_ge(&fired, a + 1, WAIT));
+	}
+	CHECK(ok);
+	printf("  %s: %ld looks after %d pairs each (over %.0f ms) found the timer thread asleep "
+	       "%ld times; those pairs woke it %u times; %d of %d judged cancels of a stolen far "
+	       "arm woke it; %d of %d judged arms due at once woke it\n",
+	       eng, looks, BATCH, (double)(8 * lf_lazy_ns(e)) / 1e6, seen, wakes, held_woke,
+	       held_judged, woke, judged);
+	CHECK(seen * 2 > looks);
+	CHECK_EQ(wakes, 0u);
+	CHECK(held_judged > 0);
+	CHECK_EQ(held_woke, 0);
+	CHECK(judged > 0);
+	CHECK_EQ(woke, judged);
+	CHECK(atomic_load(&fired) < 1000000); /* no 1 s timeout ran */
+	tmo_destroy(&e);
+}
+
+int main(void)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (lf_test_skip_if_fence("the timer thread never sleeps longer than a tick"))
+		return 77;
+	lazy("mpsc", et_scaled(2000, 200));
+	lazy("wheel", et_scaled(2000, 200));
+	return TEST_EXIT();
+}
