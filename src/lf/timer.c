@@ -22,8 +22,8 @@
  * before its wake-up (arm.c, arm_asleep).  Only near arms (stolen due
  * within lf_lazy_ns) or the inbox keep it polling; far ones alone let it
  * sleep, at most lf_lazy_ns (the arms' stamps stay fresh).  Polling while
- * any arm came, mpsc's thread was on a CPU 19.5 % of the time beside one
- * thread arming 1 s timeouts, the wheel's 4.5 % (docs/lockfree.md).
+ * any arm came, mpsc's thread was on a CPU 20-22.5 % of the time beside
+ * one thread arming 1 s timeouts, the wheel's 4-5 % (docs/lockfree.md).
  *
  * Order (guarantee 4) however late this thread runs.  A round fires only
  * what was due at its start (`now`, read before it steals and drains):
