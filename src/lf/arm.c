@@ -234,6 +234,17 @@ static inline __attribute__((always_inline)) int64_t file_inbox(struct tmo *e, s
 	return lower;
 }
 
+/* mpsc: the inbox holds INBOX_WAKE nodes or more its timer thread has not
+ * taken: an asleep thread is woken whatever the deadlines
+ * (tmo__lf_inbox_post). */
+static inline int inbox_wakes(const struct tmo *e)
+{
+	return !e->p->thread_bases && atomic_load_explicit(&e->inbox_in, memory_order_relaxed) -
+	                                      atomic_load_explicit(&e->inbox_out,
+	                                                           memory_order_relaxed) >=
+	                                  INBOX_WAKE;
+}
+
 /* arm's look found the timer thread asleep: wake it for this arm, or for
  * `wake_at` (a base's, 0: at once) if earlier.  Returns 0 (arm's
  * result). */
@@ -241,12 +252,7 @@ static __attribute__((noinline)) int arm_wake_at(struct tmo *e, uint64_t stamp, 
                                                  int64_t wake_at)
 {
 	int64_t lower = tmo__lf_node_deadline_lower(e, stamp, timeout_ns);
-	/* past INBOX_WAKE nodes in the inbox it wakes whatever the deadlines
-	 * (tmo__lf_inbox_post) */
-	if (!e->p->thread_bases && atomic_load_explicit(&e->inbox_in, memory_order_relaxed) -
-	                                   atomic_load_explicit(&e->inbox_out,
-	                                                        memory_order_relaxed) >=
-	                               INBOX_WAKE)
+	if (inbox_wakes(e))
 		wake_at = 0;
 	tmo__lf_wake_for(e, wake_at < lower ? wake_at : lower);
 	return 0;
@@ -266,10 +272,7 @@ static __attribute__((noinline)) int arm_asleep(struct tmo *e, struct lf_rec *r,
 	arm_unannounce(r);
 	atomic_thread_fence(memory_order_acquire); /* sleep_until is stored before SLEEPING */
 	int64_t until = atomic_load_explicit(&e->sleep_until, memory_order_relaxed);
-	if (lower >= until && wake_at >= until &&
-	    (e->p->thread_bases || atomic_load_explicit(&e->inbox_in, memory_order_relaxed) -
-	                                   atomic_load_explicit(&e->inbox_out, memory_order_relaxed) <
-	                               INBOX_WAKE))
+	if (lower >= until && wake_at >= until && !inbox_wakes(e))
 		return 0; /* it wakes by itself in time */
 	return arm_wake_at(e, stamp, timeout_ns, wake_at);
 }

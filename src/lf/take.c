@@ -63,7 +63,7 @@ static int steal_one(struct tmo *e, uint64_t w, struct lf_rec *r, int64_t *earli
 	uint64_t gen = lf_word_gen(w);
 	uint64_t s = lf_st(gen, LF_RING);
 	/* acquire, when it finds the owner's CAS done: its record's transit
-	 * announcement (Order, above) is then visible */
+	 * announcement (timer.c, Order) is then visible */
 	if (atomic_load_explicit(&n->state, memory_order_acquire) != s ||
 	    !atomic_compare_exchange_strong_explicit(&n->state, &s, lf_st(gen, LF_QUEUED),
 	                                             memory_order_acq_rel, memory_order_acquire))
@@ -86,9 +86,9 @@ static inline void transit_lower(struct lf_rec *r, int64_t *transit)
 }
 
 /* Walk every record: steal from rings, note activity, lower *transit to
- * what an owner holds in transit (Order, above) and *earliest to the
+ * what an owner holds in transit (timer.c, Order) and *earliest to the
  * deadline of the earliest arm stolen.  Returns 1 if any thread armed
- * since the last look, 2 if it also stole. */
+ * since the last look, or it stole. */
 int tmo__lf_steal_rings(struct tmo *e, int64_t *transit, int64_t *earliest)
 {
 	int active = 0;
@@ -105,7 +105,7 @@ int tmo__lf_steal_rings(struct tmo *e, int64_t *transit, int64_t *earliest)
 		for (uint32_t i = 0; i < LF_RING_SLOTS; i++) {
 			uint64_t w = atomic_load_explicit(&r->ring[i], memory_order_acquire);
 			if (w != 0 && steal_one(e, w, r, earliest))
-				active |= 2;
+				active = 1;
 		}
 		/* after its ring, before the drain: a 0 written after the push
 		 * comes with the push */

@@ -262,7 +262,7 @@ static int announce_sleep(struct tmo *e, int64_t now, int64_t poll, int64_t *wak
 	int64_t w2 = *wake, stolen = INT64_MAX;
 	/* A ring arm stolen here is filed in our own base: a round a
 	 * resolution before it is due collects it in time (Lead is under a
-	 * resolution).  While arms keep coming, all far (Lazy, below), the
+	 * resolution).  While arms keep coming, all far (Lazy, above), the
 	 * look most often steals an arm its owner is about to cancel: a round
 	 * at once for it found another such arm before the next sleep, and
 	 * the thread never slept. */

@@ -1,6 +1,6 @@
 /*
- * For unit tests of the lock-free core's sleeps and wake-ups (lf_wakeup,
- * lf_lazy): where arms fence (LF_TW_FENCE: no membarrier, TSan,
+ * For unit tests of the lock-free core's sleeps and wake-ups (lf_dating,
+ * lf_wakeup, lf_lazy): where arms fence (LF_TW_FENCE: no membarrier, TSan,
  * TMO_LF_FENCE=1) the timer thread never sleeps longer than a tick, and
  * what they look for cannot be seen.
  */

@@ -43,6 +43,7 @@
 
 #include "check.h"
 #include "engine_test.h"
+#include "lf_test.h"
 #include "lf/clock.h"
 #include "tmo/testing.h"
 
@@ -209,18 +210,6 @@ static int held_round(const char *eng)
 	return round_end(&r);
 }
 
-/* With LF_TW_FENCE (no membarrier; always under TSan) the timer thread
- * never sleeps longer than a tick, and calibrates each time: its
- * calibration cannot age, and there is nothing to judge.  Returns 1 then. */
-static int fence_mode(const char *eng)
-{
-	struct tmo *e = NULL;
-	CHECK_EQ(tmo_create(eng, NULL, &e), 0);
-	int fence = (atomic_load(&e->tickw) & LF_TW_FENCE) != 0;
-	CHECK_EQ(tmo_destroy(&e), 0);
-	return fence;
-}
-
 static void judged_once(int (*round)(const char *), const char *eng)
 {
 	int judged = 0;
@@ -232,12 +221,11 @@ static void judged_once(int (*round)(const char *), const char *eng)
 int main(void)
 {
 	const char *engines[] = {"mpsc", "wheel"};
-	if (fence_mode(engines[0])) {
-		printf("SKIPPED: the timer thread polls every tick (LF_TW_FENCE: no membarrier, "
-		       "or TSan), so its calibration never ages\n");
+	/* with LF_TW_FENCE the timer thread never sleeps longer than a tick,
+	 * and calibrates each time: there is nothing to judge */
+	if (lf_test_skip_if_fence("the timer thread polls every tick, so its calibration never ages"))
 		return 77;
-	}
-	if (!tmo__lf_use_tsc) { /* decided once, by the engine fence_mode made */
+	if (!tmo__lf_use_tsc) { /* decided once, by the engine the probe made */
 		printf("SKIPPED: arms stamp with the clock here (no usable counter, or "
 		       "TMO_LF_CLOCK=1): nothing is dated by a calibration\n");
 		return 77;
