@@ -5,7 +5,7 @@
  *
  * Ordering on the fast path (one arm, its cancel by the same thread):
  *   arm:    node fields; state = RING|g (release); timer word (release);
- *           ring slot (release); compiler barrier (or a fence, see clock.c);
+ *           ring slot (release); compiler barrier (or a fence, see ec.c);
  *           tick word: is the timer thread asleep?
  *   cancel: timer word (acquire); CAS state RING|g -> CANCELLED|g; timer
  *           word = CANCELLED; clear the slot; the node back to the cache.
@@ -471,7 +471,7 @@ static inline __attribute__((always_inline)) int arm_fast(struct tmo *e, struct 
 	atomic_store_explicit(word, w, memory_order_release);
 	atomic_store_explicit(slot, w, memory_order_release);
 	atomic_store_explicit(&r->head, head + 1, memory_order_relaxed);
-	atomic_signal_fence(memory_order_seq_cst); /* see clock.c: membarrier */
+	atomic_signal_fence(memory_order_seq_cst); /* see ec.c: membarrier */
 	if (LF_UNLIKELY(atomic_load_explicit(&e->tickw, memory_order_relaxed) & LF_TW_SLEEPING))
 		return arm_asleep(e, r, stamp, timeout_ns, INT64_MAX);
 	arm_unannounce(r);

@@ -1,5 +1,6 @@
 /*
- * The time source of the lock-free core, and the wake-up protocol.
+ * The time source of the lock-free core, and the tick word (the wake-up
+ * protocol it carries: ec.c).
  *
  * Dating.  An arm stamps the TSC (one rdtsc, no clock read) while the
  * timer thread's calibration is fresh: at most lf_fresh_ns() old (the time
@@ -55,16 +56,6 @@
  * CLOCK_MONOTONIC itself (arm reads the clock); TMO_LF_CLOCK=1 in the
  * environment forces that path where the TSC is usable (to test it: on
  * x86 and under qemu the counter is otherwise always taken).
- *
- * Waking the timer thread.  Before it sleeps the timer thread sets
- * LF_TW_SLEEPING, then looks at every ring, base and the inbox; an arm
- * publishes its node, then reads the tick word again.  That is Dekker's
- * pattern, and needs a StoreLoad barrier on both sides: the timer thread
- * pays it for both with membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) (a
- * barrier on every running thread of the process), so arm needs only a
- * compiler barrier.  Where membarrier is unavailable (or under TSan, which
- * does not model it, or with TMO_LF_FENCE=1 in the environment) the tick
- * word carries LF_TW_FENCE and arm fences.
  */
 #include <errno.h>
 #include <limits.h>
@@ -472,29 +463,5 @@ int64_t tmo__lf_node_deadline_lower(struct tmo *e, uint64_t stamp, int64_t timeo
 	int64_t lo, hi;
 	tsc_bounds(e, stamp, &lo, &hi);
 	return lo > 0 ? lo + timeout_ns : 0;
-}
-
-/* ---- waking the timer thread ------------------------------------------------- */
-
-void tmo__lf_heavy_barrier(struct tmo *e)
-{
-	uint64_t tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
-	if (!(tw & LF_TW_FENCE) &&
-	    syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0) {
-		/* Not registered (a child after fork, say): every arm fences from
-		 * now on.  Arms that read the word before this did not; the caller
-		 * sleeps at most one tick this time, and looks again. */
-		atomic_fetch_or_explicit(&e->tickw, LF_TW_FENCE, memory_order_seq_cst);
-	}
-	atomic_thread_fence(memory_order_seq_cst);
-}
-
-void tmo__lf_wake_for(struct tmo *e, int64_t deadline_lower)
-{
-	atomic_thread_fence(memory_order_acquire); /* sleep_until is stored before SLEEPING */
-	int64_t until = atomic_load_explicit(&e->sleep_until, memory_order_relaxed);
-	if (deadline_lower > 0 && deadline_lower >= until)
-		return; /* it wakes by itself in time */
-	tmo__lf_ec_wake(&e->wake_ec);
 }
 

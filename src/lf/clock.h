@@ -1,7 +1,7 @@
 /*
  * clock.c: the time source (an arm's stamp, its conversion to a deadline,
- * never early) and the wake-up protocol between arms and the timer thread
- * (the tick word, the asymmetric Dekker, sleeping and waking).
+ * never early) and the tick word the timer thread publishes (its SLEEPING
+ * flag: the wake-up protocol, ec.c).
  */
 #ifndef TMO_LF_CLOCK_H
 #define TMO_LF_CLOCK_H
@@ -71,19 +71,5 @@ static inline int64_t tmo__lf_node_deadline_own(struct tmo *e, struct lf_rec *r,
 int64_t tmo__lf_node_deadline_lower(struct tmo *e, uint64_t stamp, int64_t timeout_ns);
 /* Timer thread: refresh the TSC calibration. */
 void tmo__lf_cal_update(struct tmo *e);
-/* The timer thread's side of the asymmetric Dekker with arm: after it set
- * LF_TW_SLEEPING and before it looks at rings, bases and the inbox. */
-void tmo__lf_heavy_barrier(struct tmo *e);
-/* Producers: after publishing work, before reading the tick word again. */
-static inline void lf_light_barrier(uint64_t tw)
-{
-	if (LF_UNLIKELY(tw & LF_TW_FENCE))
-		atomic_thread_fence(memory_order_seq_cst);
-	else
-		atomic_signal_fence(memory_order_seq_cst);
-}
-/* Producers: make sure the timer thread will look at work due no earlier
- * than `deadline_lower` (0: as soon as possible). */
-void tmo__lf_wake_for(struct tmo *e, int64_t deadline_lower);
 
 #endif /* TMO_LF_CLOCK_H */

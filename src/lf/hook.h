@@ -24,6 +24,9 @@ extern tmo__lf_hook_fn *_Atomic tmo__lf_hook_transit;
 /* The timer thread's round, after its steal and drain, before it collects
  * what is due. */
 extern tmo__lf_hook_fn *_Atomic tmo__lf_hook_round;
+/* The timer thread back from a sleep (timer.c, step 5), before its next
+ * round publishes a tick. */
+extern tmo__lf_hook_fn *_Atomic tmo__lf_hook_woke;
 /* An owner holds its own base's lock to take a cancelled arm out of it
  * (cancel.c): nothing in transit.  Called on the owner's thread. */
 extern tmo__lf_hook_fn *_Atomic tmo__lf_hook_owner_in;

@@ -234,7 +234,8 @@ struct lf_params {
 };
 
 /* The tick word's low bits. */
-#define LF_TW_SLEEPING 2u /* the timer thread sleeps: wake it if needed */
+#define LF_TW_SLEEPING 2u /* the timer thread sleeps: wake it if needed (the
+                          * first waker clears it: tmo__lf_wake_for) */
 #define LF_TW_FENCE 4u /* no membarrier: arms fence before looking */
 #define LF_TW_SHIFT 3
 /* A stamp that says q.timeout already holds the deadline: an arm made when

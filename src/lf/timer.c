@@ -13,7 +13,7 @@
  *   4. run the callbacks, one at a time, stopping at once for destroy;
  *   5. sleep: one tick_ns while near arms keep coming; else, after a few
  *      idle rounds, set LF_TW_SLEEPING, give back free pages, look
- *      everywhere once more (Dekker with arm, clock.c) and sleep until the
+ *      everywhere once more (Dekker with arm, ec.c) and sleep until the
  *      earliest deadline or a wake-up (Lazy).
  *
  * Lazy.  Arms that keep coming, all far (held timeouts cancelled long
@@ -63,6 +63,7 @@
 #ifdef TMO_LF_TEST_HOOKS
 tmo__lf_hook_fn *_Atomic tmo__lf_hook_transit;
 tmo__lf_hook_fn *_Atomic tmo__lf_hook_round;
+tmo__lf_hook_fn *_Atomic tmo__lf_hook_woke;
 tmo__lf_hook_fn *_Atomic tmo__lf_hook_pair;
 tmo__lf_hook_fn *_Atomic tmo__lf_hook_owner_in;
 tmo__lf_hook_fn *_Atomic tmo__lf_hook_mem;
@@ -374,6 +375,7 @@ void *tmo__lf_timer_main(void *arg)
 		if (tmo__park_requested(&e->park) || atomic_load_explicit(&e->stop, memory_order_acquire))
 			continue;
 		tmo__lf_ec_wait(&e->wake_ec, v, wake);
+		LF_HOOK(woke, e);
 	}
 	return NULL;
 }

@@ -18,7 +18,8 @@
 #include "lf/lf.h"
 #include "lf/pool.h"
 
-enum { HOLD_NONE, HOLD_TRANSIT, HOLD_ROUND, HOLD_OWNER_IN, HOLD_MEM, HOLD_TRIM, HOLD_REFILL };
+enum { HOLD_NONE, HOLD_TRANSIT, HOLD_ROUND, HOLD_OWNER_IN, HOLD_MEM, HOLD_TRIM, HOLD_REFILL,
+       HOLD_WOKE };
 static atomic_int hold, held, release;
 static _Thread_local int owner_thread = 0;
 
@@ -32,7 +33,7 @@ static inline void hold_at(int point)
 		et_sleep_ns(100 * TMO_NSEC_PER_USEC);
 }
 /* The hooks (tmo__lf_hook_transit, tmo__lf_hook_owner_in, tmo__lf_hook_round,
- * tmo__lf_hook_mem, tmo__lf_hook_trim, tmo__lf_hook_refill). */
+ * tmo__lf_hook_mem, tmo__lf_hook_trim, tmo__lf_hook_refill, tmo__lf_hook_woke). */
 static inline void hold_transit(struct tmo *e)
 {
 	(void)e;
@@ -55,6 +56,11 @@ static inline void hold_round(struct tmo *e)
 {
 	(void)e;
 	hold_at(HOLD_ROUND);
+}
+static inline void hold_woke(struct tmo *e)
+{
+	(void)e;
+	hold_at(HOLD_WOKE);
 }
 static inline void hold_mem(struct tmo *e)
 {

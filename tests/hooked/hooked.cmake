@@ -92,6 +92,12 @@ set(tmo_hooked_regex_lf_press_pressed
 #             fire_due).
 set(tmo_hooked_plants_lf_lead early=TMO_LF_PLANT_LEAD_EARLY)
 set(tmo_hooked_regex_lf_lead_early "lf_lead: [0-9]+ of [0-9]+ As ran early")
+#   lf_woken  each: TMO_LF_PLANT_WAKE_EACH, a waker leaves SLEEPING set
+#             (ec.c, tmo__lf_wake_for): every arm until the woken
+#             thread runs wakes it again.
+set(tmo_hooked_plants_lf_woken each=TMO_LF_PLANT_WAKE_EACH)
+set(tmo_hooked_regex_lf_woken_each
+    "woken/mpsc: [0-9]+ of 64 arms after A woke it again.*woken/wheel: [0-9]+ of 64 arms after A woke it again")
 set(tmo_hooked_plants_lf_lock other=TMO_LF_PLANT_LOCK_OTHER)
 set(tmo_hooked_regex_lf_lock_other
     "P was taken out of its base while its owner held|ThreadSanitizer: data race")

@@ -1,5 +1,5 @@
 /*
- * The lock-free core's wake-up protocol under stress (src/lf/clock.c,
+ * The lock-free core's wake-up protocol under stress (src/lf/ec.c,
  * "Waking the timer thread"; src/lf/memory-order.md has the litmus form).
  *
  * Before it sleeps the timer thread sets LF_TW_SLEEPING, pays a StoreLoad
