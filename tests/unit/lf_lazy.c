@@ -176,16 +176,22 @@ static void lazy(const char *eng, long min_looks)
 		}
 	}
 	/* A timer due at once armed while it sleeps wakes it: judged when the
-	 * arm returned before the wake-up the thread slept for (nothing else
-	 * wakes it here), and then the arm must have asked. */
+	 * arm returned before the wake-up the thread slept for, and then the
+	 * arm must have asked, unless the thread published a tick meanwhile:
+	 * a wake-up a cancel of the pairs before asked after the thread had
+	 * read its count ends that sleep at once, the thread is awake when the
+	 * arm looks, and the arm rightly asks nothing (ec.c, tmo__lf_wake_for).
+	 * An arm that asked nothing while no tick came is a lost wake-up. */
 	int judged = 0, woke = 0;
 	for (int a = 0; a < 40 && judged < 3; a++) {
 		ok &= until_asleep(e, &t, TMO_NSEC_PER_MSEC);
-		int64_t until = asleep(e) ? atomic_load(&e->sleep_until) : 0;
+		uint64_t tw = atomic_load(&e->tickw);
+		int64_t until = (tw & LF_TW_SLEEPING) ? atomic_load(&e->sleep_until) : 0;
 		uint32_t v1 = tmo__lf_ec_value(&e->wake_ec);
 		CHECK_EQ(arm(e, &near, 0, count_cb), 0);
 		uint32_t asked = tmo__lf_ec_value(&e->wake_ec) - v1;
-		if (until > 0 && tmo_now_ns() < until) {
+		if (until > 0 && tmo_now_ns() < until &&
+		    (asked >= 1 || atomic_load(&e->tickw) >> LF_TW_SHIFT == tw >> LF_TW_SHIFT)) {
 			judged++;
 			woke += asked >= 1;
 		}
