@@ -101,19 +101,9 @@ static void place(struct tmo_wheel *w, struct tmo_wheel_node *n)
 			w->expired_min = n->deadline;
 		return;
 	}
-	for (unsigned l = 0; l < TMO_WHEEL_LEVELS; l++) {
-		if (block_of(e, l) - block_of(t, l) > 1)
-			continue;
-		unsigned s = (unsigned)((e >> LEVEL_SHIFT(l)) & RING_MASK);
-		if (l < TMO_WHEEL_WAYS_LEVELS)
-			ways_push(&w->slot[l][s], n);
-		else
-			head_push(&w->slot_up[l - TMO_WHEEL_WAYS_LEVELS][s], n);
-		slot_mark(w, l, s);
-		if (l > 0 && w->placed[l - 1][s] != UINT32_MAX)
-			w->placed[l - 1][s]++;
-		else if (l == 0 && n->deadline < w->min0[s])
-			w->min0[s] = n->deadline;
+	unsigned l = level_of(e, t);
+	if (l < TMO_WHEEL_LEVELS) {
+		put(w, n, e, l);
 		return;
 	}
 	list_push(&w->overflow, n);
@@ -170,6 +160,33 @@ void tmo__wheel_add(struct tmo_wheel *w, struct tmo_wheel_node *n, int64_t deadl
 	n->expires = tick_ceil(w, deadline);
 	place(w, n);
 	w->count++;
+}
+
+/* Placed from near's tick (wheel.h): at level 1 and up a slot holds many
+ * ticks.  The check: e at least that tick (level(e) only grows with e) and
+ * in its slot of that level; else e is placed again (the first slot keeps
+ * one more in `placed`, an upper bound anyway). */
+void tmo__wheel_add_near(struct tmo_wheel *w, struct tmo_wheel_node *n, int64_t deadline,
+                         int64_t near)
+{
+	uint64_t e0 = tick_ceil(w, near), t = w->now_tick;
+	unsigned l = e0 >= t ? level_of(e0, t) : 0;
+	if (l == 0 || l == TMO_WHEEL_LEVELS) { /* one tick a slot, or the overflow */
+		tmo__wheel_add(w, n, deadline);
+		return;
+	}
+	put(w, n, e0, l); /* level >= 1: reads no deadline */
+	w->count++;
+	uint64_t e = tick_ceil(w, deadline);
+	n->deadline = deadline;
+	n->expires = e;
+#ifndef TMO_WHEEL_PLANT_NEAR_TRUSTED /* tests/unit/wheel.cmake: unit/wheel must catch it */
+	if (__builtin_expect(e < e0 || (e >> LEVEL_SHIFT(l)) != (e0 >> LEVEL_SHIFT(l)), 0)) {
+		tmo__wheel_del(w, n); /* leaves deadline and expires */
+		place(w, n);
+		w->count++;
+	}
+#endif
 }
 
 /* tmo__wheel_del is inline, in wheel.h (the cancel path calls it). */

@@ -120,6 +120,17 @@ static inline uint64_t tmo__wheel_refiled(const struct tmo_wheel *w) { return w-
  * The node is due at the first tick boundary (origin + k * resolution) at
  * or after its deadline. */
 void tmo__wheel_add(struct tmo_wheel *w, struct tmo_wheel_node *n, int64_t deadline);
+/* tmo__wheel_add, given `near`, a time known before the deadline and most
+ * often in the same slot as it (a lower bound the caller had at hand: the
+ * lock-free engines' announcement, timer.c): the node's place is worked
+ * out from near while the deadline is still being computed, and then
+ * checked against it, so that the list and bitmap writes do not wait for
+ * the deadline (a TSC read and its conversion: docs/lockfree.md, Where an
+ * arm goes, gives what it saves).  Any near gives the same wheel; one in
+ * another slot costs a second placement.  A near at level 0 (a slot a
+ * tick), in the past or beyond the top level: placed from the deadline. */
+void tmo__wheel_add_near(struct tmo_wheel *w, struct tmo_wheel_node *n, int64_t deadline,
+                         int64_t near);
 /* Slot s of level l is empty, or about to be taken whole (wheel.c). */
 static inline void tmo__wheel_unmark(struct tmo_wheel *w, unsigned l, unsigned s)
 {

@@ -1,7 +1,7 @@
 /*
  * The wheel's primitives (src/ds/wheel.c is their one user): time in ticks,
  * the intrusive lists and their ways, a level's blocks and the bitmaps of
- * occupied slots.  See wheel.c for Placement and Ways.
+ * occupied slots, a tick's level and slot.  See wheel.c for Placement and Ways.
  */
 #ifndef TMO_WHEEL_PRIM_H
 #define TMO_WHEEL_PRIM_H
@@ -139,6 +139,32 @@ static inline void slot_mark(struct tmo_wheel *w, unsigned l, unsigned s)
 static inline void slot_unmark(struct tmo_wheel *w, unsigned l, unsigned s)
 {
 	tmo__wheel_unmark(w, l, s);
+}
+
+/* level(e) of Placement (wheel.c, at the top), for e >= t = now_tick; or
+ * TMO_WHEEL_LEVELS: beyond the top level (the overflow list). */
+static inline unsigned level_of(uint64_t e, uint64_t t)
+{
+	unsigned l = 0;
+	while (l < TMO_WHEEL_LEVELS && block_of(e, l) - block_of(t, l) > 1)
+		l++;
+	return l;
+}
+
+/* Put n in slot(e) of level l < TMO_WHEEL_LEVELS; level 0 reads
+ * n->deadline (min0). */
+static inline void put(struct tmo_wheel *w, struct tmo_wheel_node *n, uint64_t e, unsigned l)
+{
+	unsigned s = (unsigned)((e >> LEVEL_SHIFT(l)) & RING_MASK);
+	if (l < TMO_WHEEL_WAYS_LEVELS)
+		ways_push(&w->slot[l][s], n);
+	else
+		head_push(&w->slot_up[l - TMO_WHEEL_WAYS_LEVELS][s], n);
+	slot_mark(w, l, s);
+	if (l > 0 && w->placed[l - 1][s] != UINT32_MAX)
+		w->placed[l - 1][s]++;
+	else if (l == 0 && n->deadline < w->min0[s])
+		w->min0[s] = n->deadline;
 }
 
 #endif /* TMO_WHEEL_PRIM_H */

@@ -195,7 +195,11 @@ static inline __attribute__((always_inline)) int file_own(struct tmo *e, struct 
 		next = deadline;
 		atomic_store_explicit(&b->next, deadline, memory_order_release);
 	}
-	tmo__wheel_add(lf_own_wheel(b), &n->s.wheel, deadline);
+	/* placed from the arm's announcement (a lower bound on its deadline,
+	 * at hand since its entry): the wheel's writes do not wait for the
+	 * stamp's TSC read and conversion (wheel.h) */
+	tmo__wheel_add_near(lf_own_wheel(b), &n->s.wheel, deadline,
+	                    atomic_load_explicit(&r->transit, memory_order_relaxed));
 	/* before the unlock: the timer thread sees the node only through the
 	 * base, a canceller only through the word */
 	publish_at_once(e, r, n, t, LF_IN_STRUCT);

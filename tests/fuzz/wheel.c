@@ -2,7 +2,9 @@
  * libFuzzer target for the timing wheel (src/ds/wheel.h).
  *
  * The input is a program on a virtual clock: a header picks the resolution,
- * the origin and the bound of each advance (none, or 1, 2, 7 nodes), then each op byte arms a timer at now + delta, cancels
+ * the origin and the bound of each advance (none, or 1, 2, 7 nodes), then each op byte arms a timer at now + delta (with
+ * tmo__wheel_add, or tmo__wheel_add_near and a near time a second delta
+ * before or after its deadline), cancels
  * one, or advances the clock (by a delta, to next_expiry(), or to the next
  * due time of the model, or one before it).  The reference model
  * (wheel_model.h, which unit/wheel.c drives too) says what must fire at
@@ -43,9 +45,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		int idx = op % NODES; /* low bits: which timer; high bits: what */
 		switch (op >> 6) {
 		case 0:
-		case 1:
 			wm_arm(&f, idx, fuzz_sat_add(f.now, fuzz_delta(&in, f.r)));
 			break;
+		case 1: {
+			int64_t d = fuzz_sat_add(f.now, fuzz_delta(&in, f.r));
+			wm_arm_with(&f, idx, d, 1, fuzz_sat_add(d, fuzz_delta(&in, f.r)));
+			break;
+		}
 		case 2:
 			wm_cancel(&f, idx);
 			break;

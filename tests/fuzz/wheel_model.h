@@ -113,7 +113,10 @@ static inline void wm_cancel(struct wheel_model *f, int idx)
 	model_drop(&f->m, idx);
 }
 
-static inline void wm_arm(struct wheel_model *f, int idx, int64_t deadline)
+/* Arm idx: with tmo__wheel_add, or with tmo__wheel_add_near and `near`
+ * when use_near (any near gives the same wheel). */
+static inline void wm_arm_with(struct wheel_model *f, int idx, int64_t deadline, int use_near,
+                               int64_t near)
 {
 	wm_cancel(f, idx); /* re-arm: like an engine's reschedule */
 	struct model_entry e = {.idx = idx};
@@ -123,8 +126,16 @@ static inline void wm_arm(struct wheel_model *f, int idx, int64_t deadline)
 	e.key = e.due <= f->now
 	            ? f->now - (int64_t)(((uint64_t)f->now - (uint64_t)f->origin) % (uint64_t)f->r)
 	            : e.due;
-	tmo__wheel_add(&f->w, f->node[idx], deadline);
+	if (use_near)
+		tmo__wheel_add_near(&f->w, f->node[idx], deadline, near);
+	else
+		tmo__wheel_add(&f->w, f->node[idx], deadline);
 	model_insert(&f->m, e);
+}
+
+static inline void wm_arm(struct wheel_model *f, int idx, int64_t deadline)
+{
+	wm_arm_with(f, idx, deadline, 0, 0);
 }
 
 /* Advance the wheel and the model to `now` and compare what came back.

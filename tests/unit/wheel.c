@@ -16,6 +16,7 @@
 #include "ds/wheel.h"
 #include "engine_test.h"
 #include "../fuzz/wheel_model.h" /* the model the fuzz target checks against */
+#include "wheel_random.h"
 
 #include "tmo/tmo.h"
 
@@ -209,17 +210,6 @@ static void test_order_across_ticks(void)
 
 /* ---- randomized comparison with the model --------------------------------- */
 
-static struct sk_rng rng;
-static uint64_t below(uint64_t n) { return sk_below(&rng, n); }
-
-static int64_t sat_add(int64_t a, int64_t b)
-{
-	int64_t r;
-	if (__builtin_add_overflow(a, b, &r))
-		return b > 0 ? INT64_MAX : INT64_MIN;
-	return r;
-}
-
 #define NODES 256
 
 /* The model's mismatches (the first ten printed): run_model counts them. */
@@ -227,55 +217,6 @@ static void on_mismatch(const struct model *m, const char *file, int line, const
 {
 	if (m->mismatches <= 10)
 		fprintf(stderr, "%s:%d: wheel model violation: %s\n", file, line, msg);
-}
-
-/* A deadline spread over every distance that matters: the past, exact tick
- * boundaries and their neighbours, each level, beyond the top level. */
-static int64_t random_deadline(const struct wheel_model *m)
-{
-	int64_t r = m->r, now = m->now;
-	switch (below(8)) {
-	case 0: return sat_add(now, -(int64_t)below((uint64_t)r * 200)); /* past */
-	case 1: return sat_add(now, (int64_t)below((uint64_t)r * 4));
-	case 2: { /* a tick boundary, or one either side */
-		int never;
-		int64_t b = wm_due(m, sat_add(now, (int64_t)below(300) * r), &never);
-		return sat_add(b, (int64_t)below(3) - 1);
-	}
-	case 3: /* within some level: up to 64^L ticks */
-		return sat_add(now, (int64_t)below((uint64_t)r << (6 * (1 + below(4)))));
-	default: {
-		/* log-uniform up to 2^52 ticks: beyond the top level (2^48) */
-		unsigned bits = (unsigned)below(53);
-		uint64_t ticks = bits ? (UINT64_C(1) << bits) + below(UINT64_C(1) << bits) : 0;
-		int64_t span;
-		if (__builtin_mul_overflow((int64_t)ticks, r, &span))
-			span = INT64_MAX;
-		return sat_add(now, span);
-	}
-	}
-}
-
-static int64_t random_now(struct wheel_model *m)
-{
-	int64_t r = m->r, now = m->now;
-	switch (below(7)) {
-	case 0: return now;
-	case 1: return sat_add(now, (int64_t)below((uint64_t)r * 3));
-	case 2: { /* exactly the next due time, or one before */
-		int64_t d = wm_next_due(m);
-		return d == INT64_MAX ? now : sat_add(d, -(int64_t)below(2));
-	}
-	case 3: return tmo__wheel_next_expiry(&m->w);
-	case 4: { /* a big jump */
-		unsigned bits = (unsigned)below(52);
-		int64_t span;
-		if (__builtin_mul_overflow((int64_t)(UINT64_C(1) << bits), r, &span))
-			span = INT64_MAX;
-		return sat_add(now, span);
-	}
-	default: return sat_add(now, (int64_t)below((uint64_t)r * 5000));
-	}
 }
 
 /* Follow next_expiry() as an engine would until something is due: it must
@@ -305,8 +246,12 @@ static long run_model(uint64_t seed, int64_t r, int64_t origin, int ops, size_t 
 	for (int op = 0; op < ops && m.m.mismatches == 0; op++) {
 		int idx = (int)below(NODES);
 		unsigned what = (unsigned)below(16);
-		if (what < 8)
+		if (what < 4) {
 			wm_arm(&m, idx, random_deadline(&m));
+		} else if (what < 8) {
+			int64_t d = random_deadline(&m);
+			wm_arm_with(&m, idx, d, 1, random_near(&m, d));
+		}
 		else if (what < 11)
 			wm_cancel(&m, idx);
 		else if (what < 15)
