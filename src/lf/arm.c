@@ -217,25 +217,17 @@ static inline __attribute__((always_inline)) int file_own(struct tmo *e, struct 
 }
 
 /* file_own's inbox case (mpsc): the node goes QUEUED into the inbox, its
- * state stored, not CASed.  Returns a lower bound on its deadline (0:
- * unknown) for the arm's own look at the tick word. */
-static inline __attribute__((always_inline)) int64_t file_inbox(struct tmo *e, struct lf_rec *r,
-                                                                struct lf_node *n,
-                                                                struct tmo_timer *t,
-                                                                uint64_t stamp, int64_t timeout)
+ * state stored, not CASed.  Its deadline is not worked out here: the
+ * arm's look at the tick word has its announcement, and converts the
+ * stamp only when the timer thread sleeps (arm_asleep, arm_wake_at). */
+static inline __attribute__((always_inline)) void file_inbox(struct tmo *e, struct lf_rec *r,
+                                                             struct lf_node *n,
+                                                             struct tmo_timer *t)
 {
-	/* near the latest pair the arm lies within a floor either side of the
-	 * conversion: its upper bound less two floors */
-	int64_t hi = lf_cal_near(&e->cal, stamp, e->margin_ns);
-	int64_t lower = LF_LIKELY(hi != 0) ? hi - 2 * e->margin_ns + timeout
-	                                   : tmo__lf_node_deadline_lower(e, stamp, timeout);
-	if (lower < 0)
-		lower = 0;
 	/* the word before the push: once in the inbox it may fire */
 	publish_at_once(e, r, n, t, LF_QUEUED);
 	ck_stack_push_upmc(&e->inbox, &n->link);
 	atomic_fetch_add_explicit(&e->inbox_in, 1, memory_order_relaxed);
-	return lower;
 }
 
 /* mpsc: the inbox holds INBOX_WAKE nodes or more its timer thread has not
@@ -318,7 +310,7 @@ static __attribute__((noinline)) int arm_spill(struct tmo *e, struct tmo_timer *
 	int64_t wake_at = INT64_MAX;
 	uint64_t tw;
 	if (s == ring_st && (b != NULL ? file_own(e, r, b, n, t, &wake_at)
-	                               : (wake_at = file_inbox(e, r, n, t, stamp, timeout_ns), 1))) {
+	                               : (file_inbox(e, r, n, t), 1))) {
 		tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
 	} else {
 		if (s == ring_st) {
