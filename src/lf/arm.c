@@ -189,17 +189,23 @@ static inline __attribute__((always_inline)) int file_own(struct tmo *e, struct 
 	if (LF_UNLIKELY(!lf_base_own_trylock(e, b)))
 		return 0;
 	/* from the fields arm_fill stored; the insert writes over them */
+	int64_t timeout = atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed);
 	int64_t deadline = tmo__lf_node_deadline_own(e, r, n);
 	int64_t next = atomic_load_explicit(&b->next, memory_order_relaxed);
 	if (deadline < next) {
 		next = deadline;
 		atomic_store_explicit(&b->next, deadline, memory_order_release);
 	}
-	/* placed from the arm's announcement (a lower bound on its deadline,
-	 * at hand since its entry): the wheel's writes do not wait for the
-	 * stamp's TSC read and conversion (wheel.h) */
-	tmo__wheel_add_near(lf_own_wheel(b), &n->s.wheel, deadline,
-	                    atomic_load_explicit(&r->transit, memory_order_relaxed));
+	/* Placed from a time at hand, this owner's last filed arm's or the
+	 * latest tick's, whichever is later (a sleeping timer thread leaves
+	 * the tick behind), plus the timeout: the wheel's writes do not wait
+	 * for the stamp's TSC read and conversion (wheel.h).  The tick's
+	 * alone placed 16.8 % of the harness's held arms again. */
+	int64_t at = atomic_load_explicit(&e->tick_at, memory_order_relaxed);
+	if (r->held_at > at)
+		at = r->held_at;
+	tmo__wheel_add_near(lf_own_wheel(b), &n->s.wheel, deadline, at + timeout);
+	r->held_at = deadline - timeout;
 	/* before the unlock: the timer thread sees the node only through the
 	 * base, a canceller only through the word */
 	publish_at_once(e, r, n, t, LF_IN_STRUCT);

@@ -218,6 +218,10 @@ struct lf_rec {
 	_Alignas(64) uint64_t cap_tsc;
 	int64_t cap_ns;
 	struct lf_cal_snap cal;
+	/* Owner only: the time its latest arm filed at once was dated at
+	 * (arm.c, file_own), where the wheel looks first for the next one's
+	 * place; 0 before the first. */
+	int64_t held_at;
 };
 
 /* ---- engine parameters and the engine -------------------------------------- */
