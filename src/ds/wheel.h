@@ -121,8 +121,8 @@ static inline uint64_t tmo__wheel_refiled(const struct tmo_wheel *w) { return w-
  * or after its deadline. */
 void tmo__wheel_add(struct tmo_wheel *w, struct tmo_wheel_node *n, int64_t deadline);
 /* tmo__wheel_add, given `near`, a time known before the deadline and most
- * often in the same slot as it (a lower bound the caller had at hand: the
- * lock-free engines' announcement, timer.c): the node's place is worked
+ * often in the same slot as it (the lock-free engines: a time at hand
+ * plus the timeout, arm.c file_own): the node's place is worked
  * out from near while the deadline is still being computed, and then
  * checked against it, so that the list and bitmap writes do not wait for
  * the deadline (a TSC read and its conversion: docs/lockfree.md, Where an
