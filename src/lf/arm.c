@@ -179,17 +179,17 @@ static inline void publish_at_once(struct tmo *e, struct lf_rec *r, struct lf_no
  * thread and other threads' cancels race for a ring arm), and a slot's arm
  * that lived through a whole pass of the ring is most often one that lives
  * on.  The slot keeps it until it is cancelled or stolen; the next arm
- * looks at the next slot.  Returns 0 when the base was busy (nothing
- * done), else 1 and *wake_at: when the base wants the timer thread to look
- * (0: at once). */
+ * looks at the next slot.  `timeout`: the one arm_fill stored in n.
+ * Returns 0 when the base was busy (nothing done), else 1 and *wake_at:
+ * when the base wants the timer thread to look (0: at once). */
 static inline __attribute__((always_inline)) int file_own(struct tmo *e, struct lf_rec *r,
                                                           struct lf_base *b, struct lf_node *n,
-                                                          struct tmo_timer *t, int64_t *wake_at)
+                                                          struct tmo_timer *t, int64_t timeout,
+                                                          int64_t *wake_at)
 {
 	if (LF_UNLIKELY(!lf_base_own_trylock(e, b)))
 		return 0;
 	/* from the fields arm_fill stored; the insert writes over them */
-	int64_t timeout = atomic_load_explicit(&n->s.q.timeout, memory_order_relaxed);
 	int64_t deadline = tmo__lf_node_deadline_own(e, r, n);
 	int64_t next = atomic_load_explicit(&b->next, memory_order_relaxed);
 	if (deadline < next) {
@@ -315,7 +315,7 @@ static __attribute__((noinline)) int arm_spill(struct tmo *e, struct tmo_timer *
 	uint64_t s = atomic_load_explicit(&old->state, memory_order_acquire);
 	int64_t wake_at = INT64_MAX;
 	uint64_t tw;
-	if (s == ring_st && (b != NULL ? file_own(e, r, b, n, t, &wake_at)
+	if (s == ring_st && (b != NULL ? file_own(e, r, b, n, t, timeout_ns, &wake_at)
 	                               : (file_inbox(e, r, n, t), 1))) {
 		tw = atomic_load_explicit(&e->tickw, memory_order_relaxed);
 	} else {
