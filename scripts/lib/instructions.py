@@ -50,6 +50,13 @@ prints the tables.  Pairs: TMO_INSTR_PAIRS (seed, default 100000) and
 TMO_INSTR_HELD_PAIRS (held, default 50000), TMO_INSTR_CASES (default
 "seed,held"); the thread engine runs a hundredth of the seed pairs and no
 held case (a thread per held timer).
+
+The structure an engine files its timers in (STRUCTURE: wheel's
+src/ds/wheel.c, condvar's src/ds/heap.c, mpsc's near/far of
+src/lf/schedule.c) is counted too, alone, through the same loops
+(tmo-seedloop structure:KIND; engine "structure:KIND" in the counts), and
+"x structure" is the engine's pair (both threads) over the structure's:
+the throughput scenario's "x structure", in instructions rather than time.
 """
 
 import json
@@ -67,6 +74,8 @@ HELD = 10000  # cli/seedloop.c
 # past 4,096 (GLIB_MAX_PENDING, impls/glib.c), and at 10,000 its held loop
 # failed ("unexpected results": the refused arms).
 HELD_OF = {"glib": 4000}
+# The structure each engine files in (cli/seedloop.c structure:KIND).
+STRUCTURE = {"wheel": "wheel", "condvar": "heap", "mpsc": "near_far"}
 # A fixed simulated cache (size, associativity, line): the counts must not
 # follow the host's (valgrind would read this VM's, a 512 MiB "LL").
 CACHE = ["--I1=32768,8,64", "--D1=32768,8,64", "--LL=8388608,16,64"]
@@ -326,7 +335,7 @@ def main(argv):
     cases = [c for c in (("seed", seed_n, False), ("held", held_n, True))
              if c[0] in os.environ.get("TMO_INSTR_CASES", "seed,held").split(",")]
     os.makedirs(d, exist_ok=True)
-    rows, counts = [], []
+    rows, counts, ratios = [], [], {}
     with tempfile.TemporaryDirectory() as work:
         own = {}  # the loop's own, per (case, outstanding)
         for e in engines:
@@ -347,15 +356,28 @@ def main(argv):
                     counts.append(dict({"engine": e, "case": case, "thread": side, "pairs": n,
                                         "outstanding": held},
                                        **{k: round(v, 2) for k, v in c[side].items()}))
+                s = STRUCTURE.get(e)
+                if s is not None:
+                    try:
+                        sc = per_pair("structure:" + s, n, held, work, own[(case, held)])
+                    except RuntimeError as err:
+                        print("instructions: %s" % err, file=sys.stderr)
+                    else:
+                        counts.append(dict({"engine": "structure:" + s, "case": case,
+                                            "thread": "arming", "pairs": n, "outstanding": held},
+                                           **{k: round(v, 2) for k, v in sc["arming"].items()}))
+                        ratios.setdefault(e, {})[case] = round(
+                            (c["arming"]["instructions"] + c["timer"]["instructions"]) /
+                            sc["arming"]["instructions"], 2)
                 if case == "seed":
                     p, t = c["arming"]["instructions"], c["timer"]["instructions"]
                     rows.append({"engine": e, "total": round(p + t, 1), "producer": round(p, 1),
                                  "timer_thread": round(t, 1)})
-    write(d, rows, counts, own, seed_n, held_n)
+    write(d, rows, counts, own, seed_n, held_n, ratios)
     return 0
 
 
-def write(d, rows, counts, own, seed_n, held_n):
+def write(d, rows, counts, own, seed_n, held_n, ratios):
     with open(os.path.join(d, "instructions.csv"), "w") as f:
         f.write("engine,total,producer,timer_thread\n")
         for r in rows:
@@ -374,20 +396,24 @@ def write(d, rows, counts, own, seed_n, held_n):
            "cache": CACHE,
            "loop_own": {"%s@%d" % c if c[1] else c[0]: own[c]["arming"]["instructions"]
                         for c in own},
-           "rows": rows, "counts": counts}
+           "rows": rows, "counts": counts,
+           "x_structure": ratios}
     with open(os.path.join(d, "instructions.json"), "w") as f:
         json.dump(doc, f, indent=2)
         f.write("\n")
     print("per pair (callgrind, user space; seed %d pairs, held %d pairs with %d outstanding; "
           "the loop's own left out)" % (seed_n, held_n, HELD))
-    print("  %-10s %-10s %-7s %12s %7s %5s %6s %8s %8s" % (
+    print("  %-18s %-10s %-7s %12s %7s %5s %6s %8s %8s" % (
         "engine", "case", "thread", "instructions", "locked", "tsc", "clock", "D1 miss", "LL miss"))
     for r in counts:
         case = r["case"] if r["outstanding"] in (0, HELD) else "%s@%d" % (r["case"],
                                                                            r["outstanding"])
-        print("  %-10s %-10s %-7s %12.1f %7.2f %5.2f %6.2f %8.2f %8.2f" % (
+        print("  %-18s %-10s %-7s %12.1f %7.2f %5.2f %6.2f %8.2f %8.2f" % (
             r["engine"], case, r["thread"], r["instructions"], r["locked"], r["tsc_reads"],
             r["clock_reads"], r["d1_misses"], r["ll_misses"]))
+    for e, r in ratios.items():
+        print("  x structure, %s / structure:%s (instructions, both threads): %s" % (
+            e, STRUCTURE[e], ", ".join("%s %.2fx" % kv for kv in r.items())))
     print("wrote %s/instructions.csv, instructions_counts.csv and instructions.json" % d)
 
 

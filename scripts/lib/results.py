@@ -417,6 +417,17 @@ def counts_figures(d):
     return header, table
 
 
+def x_structure(d):
+    """["wheel: seed 0.76x, held 2.76x", ...] from DIR/instructions.json."""
+    path = os.path.join(d, "instructions.json")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        xs = json.load(f).get("x_structure", {})
+    return ["%s: %s" % (e, ", ".join("%s %.2fx" % (c, v) for c, v in r.items()))
+            for e, r in xs.items()]
+
+
 # ---- REPORT.md -------------------------------------------------------------------------
 
 # (name, title, what it shows, why it may be missing)
@@ -596,10 +607,18 @@ def report(d, summary=False):
                    "callgrind, user space; seed: arm+cancel at once; held: 10,000 "
                    "outstanding; the arming thread's exact, the timer thread's following the "
                    "run's length): instructions, locked (read-modify-write) instructions, TSC "
-                   "and clock reads, data cache misses of a fixed 32 KiB / 8 MiB cache.")
+                   "and clock reads, data cache misses of a fixed 32 KiB / 8 MiB cache.  "
+                   "structure:KIND: the structure wheel (wheel), condvar (heap) or mpsc "
+                   "(near_far) files in, alone, through the same loops, a clock read a "
+                   "100 pairs.")
         out.append("")
         out.append(md_table(h, t, ["---", "---", "---"] + ["---:"] * (len(h) - 3)))
         out.append("")
+        xs = x_structure(d)
+        if xs:
+            out.append("x structure, in instructions (the engine's pair, both threads, over "
+                       "its structure's): " + "; ".join(xs) + ".")
+            out.append("")
     if not rows:
         out.append("No rows.")
         out.append("")
