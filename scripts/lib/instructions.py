@@ -27,7 +27,8 @@ instruction is.  Weighed by the times each ran:
                 a memory operand (implicitly locked)
   tsc_reads     rdtsc and rdtscp
   clock_reads   calls of clock_gettime (the vDSO is hidden from callgrind:
-                the call is counted where it is made, in any object)
+                the call is counted where it is made, in any object, by
+                the calls callgrind says it made, not by its Ir)
   d1_misses     level-1 data cache misses, reads and writes (the cache
                 lines the pair brings in)
   ll_misses     last-level data misses of the same accesses
@@ -166,12 +167,19 @@ def disassembly(path):
 # ---- callgrind's output ---------------------------------------------------------------------
 
 
+CALLS = len(EVENTS)  # after the events: the calls made from that address
+
+
 def parse_callgrind(path):
-    """{(object, address): [events]} of self cost (a call's inclusive cost
-    line is skipped), from a file written with --dump-instr=yes."""
+    """{(object, address): [events..., calls]} of self cost, from a file
+    written with --dump-instr=yes.  A call's inclusive cost line is
+    skipped, and the count its calls= line gives is added to the call
+    site's `calls`: a call site's Ir also holds the PLT stub it goes
+    through (callgrind's --skip-plt=yes charges the stub to the caller's
+    call instruction), 2 to 2.1 a call, so Ir counts the call twice."""
     names = {"ob": {}, "fn": {}}
     cost = {}
-    ob, addr, skip_next = "", 0, False
+    ob, addr, skip_next, ncalls = "", 0, False, 0
     pos_re = re.compile(r"^(0x[0-9a-fA-F]+|[+-]\d+|\*)\s")
     with open(path) as f:
         for line in f:
@@ -186,9 +194,10 @@ def parse_callgrind(path):
                     addr += int(p)
                 if skip_next:
                     skip_next = False
+                    cost.setdefault((ob, addr), [0] * (CALLS + 1))[CALLS] += ncalls
                     continue
                 fields = line.split()[2:]  # instr, line, then the events
-                c = cost.setdefault((ob, addr), [0] * len(EVENTS))
+                c = cost.setdefault((ob, addr), [0] * (CALLS + 1))
                 for i, v in enumerate(fields[:len(EVENTS)]):
                     c[i] += int(v)
                 continue
@@ -199,6 +208,7 @@ def parse_callgrind(path):
                     ob = name
             elif key == "calls":
                 skip_next = True
+                ncalls = int(val.split()[0])
     return cost
 
 
@@ -250,7 +260,8 @@ def weigh(cost, bias):
         tot["ll_misses"] += c[ll[0]] + c[ll[1]]
         if c[ir]:
             for k in classes_at(ob, addr, bias):
-                tot[k] += c[ir]
+                # a clock read is a call made (its Ir holds the PLT stub too)
+                tot[k] += c[CALLS] if k == "clock_reads" else c[ir]
     return tot
 
 
