@@ -104,7 +104,8 @@ static int ds_open(const char *name, long n)
 	while (k <= DS_NEAR_FAR && strcmp(ds_names[k], name) != 0)
 		k++;
 	if (k > DS_NEAR_FAR) {
-		fprintf(stderr, "tmo-seedloop: structure '%s': want wheel, heap or near_far\n", name);
+		fprintf(stderr, "tmo-seedloop: structure '%s': want wheel, heap or near_far\n",
+		        name);
 		return 2;
 	}
 	const struct tmo_engine_ops *ops = tmo_engine_find(ds_engines[k]);
@@ -287,7 +288,8 @@ int main(int argc, char **argv)
 			bad_flag = 1;
 	}
 	if (argc < 3 || bad_flag) {
-		fprintf(stderr, "usage: tmo-seedloop ENGINE|structure:KIND PAIRS [--timely] [--held[=N]]\n");
+		fprintf(stderr,
+		        "usage: tmo-seedloop ENGINE|structure:KIND PAIRS [--timely] [--held[=N]]\n");
 		return 2;
 	}
 	uint64_t n = 0;
@@ -310,7 +312,8 @@ int main(int argc, char **argv)
 	if (strncmp(argv[1], "structure:", 10) == 0) {
 		if (ds_open(argv[1] + 10, is_held ? held_n : 1) != 0)
 			return 2;
-		long bad = is_held ? held_run(NULL, pairs) : loop(NULL, NULL, WARMUP) + loop(NULL, NULL, pairs);
+		long bad = is_held ? held_run(NULL, pairs)
+		                   : loop(NULL, NULL, WARMUP) + loop(NULL, NULL, pairs);
 		ds_close();
 		if (bad != 0 || ds.due != 0)
 			fprintf(stderr, "tmo-seedloop: %ld unexpected results, %ld nodes handed out as due\n",

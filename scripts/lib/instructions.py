@@ -377,9 +377,10 @@ def main(argv):
                         counts.append(dict({"engine": "structure:" + s, "case": case,
                                             "thread": "arming", "pairs": n, "outstanding": held},
                                            **{k: round(v, 2) for k, v in sc["arming"].items()}))
-                        ratios.setdefault(e, {})[case] = round(
-                            (c["arming"]["instructions"] + c["timer"]["instructions"]) /
-                            sc["arming"]["instructions"], 2)
+                        if sc["arming"]["instructions"] > 0:
+                            ratios.setdefault(e, {})[case] = round(
+                                (c["arming"]["instructions"] + c["timer"]["instructions"]) /
+                                sc["arming"]["instructions"], 2)
                 if case == "seed":
                     p, t = c["arming"]["instructions"], c["timer"]["instructions"]
                     rows.append({"engine": e, "total": round(p + t, 1), "producer": round(p, 1),
