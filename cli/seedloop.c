@@ -86,10 +86,6 @@ static struct {
 	struct lf_node *ln;
 } ds;
 
-static void *ds_malloc(size_t n) { return malloc(n); }
-static void *ds_realloc(void *p, size_t n) { return realloc(p, n); }
-static const struct tmo_heap_mem ds_mem = {ds_malloc, free, ds_realloc};
-
 static void ds_due(void *ctx, struct lf_node *n)
 {
 	(void)ctx;
@@ -118,7 +114,7 @@ static int ds_open(const char *name, long n)
 		for (long i = 0; i < n; i++)
 			tmo__wheel_node_init(&ds.wn[i]);
 	} else if (k == DS_HEAP && (ds.hn = calloc((size_t)n, sizeof *ds.hn)) != NULL) {
-		rc = tmo__heap_init_with(&ds.heap, TMO_HEAP_DEFAULT_ARITY, 1024, &ds_mem);
+		rc = tmo__heap_init(&ds.heap, TMO_HEAP_DEFAULT_ARITY, 64); /* condvar's */
 		for (long i = 0; i < n; i++)
 			tmo__heap_node_init(&ds.hn[i]);
 	} else if (k == DS_NEAR_FAR) {
